@@ -1,0 +1,14 @@
+// Sub-command registration for the `unstuck` binary. Each command lives in its own file and adds
+// itself to the CLI11 app here; main.cpp only wires them together and maps exceptions to exit codes.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace unstuck::cli {
+
+void add_config_command(CLI::App& app);  // unstuck config show <file> [key=value ...]
+void add_bench_command(CLI::App& app);   // unstuck bench precision [--json] ...
+
+}  // namespace unstuck::cli
