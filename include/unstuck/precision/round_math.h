@@ -97,8 +97,8 @@ UNSTUCK_HD uint16_t fp16_rn(float x) {
 // Rounds |x| up to the next FP16 value with probability (|x| - lo) / (hi - lo), lo and hi its FP16
 // neighbours. Normal range: the 13 dropped mantissa bits are exactly that position, and adding 13
 // random bits carries with probability position / 2^13 (exact). Subnormal range (|x| < 2^-14, grid
-// 2^-24): the position is computed exactly in FP32 and compared with r32, so the probability is exact
-// to 2^-32 (bias below 2^-56 in absolute value). Edges: +-Inf stay, NaN -> 0x7E00, exact values never
+// 2^-24): the position is computed exactly in FP32, truncated to 31 bits and compared with the top 31
+// random bits, so the probability is exact to 2^-31 (absolute bias below 2^-55). Edges: +-Inf stay, NaN -> 0x7E00, exact values never
 // move, |x| in (65504, 65536) becomes Inf with probability (|x| - 65504) / 32 (the next step of the
 // format, 65536, is written as Inf), |x| >= 65536 -> Inf.
 UNSTUCK_HD uint16_t fp16_sr(float x, uint32_t r32) {
@@ -114,14 +114,22 @@ UNSTUCK_HD uint16_t fp16_sr(float x, uint32_t r32) {
   const float y = bits_float(a) * 16777216.0f;  // |x| / 2^-24 in [0, 1024): exact power-of-2 scale
   const uint32_t q = uint32_t(y);               // truncation = lower neighbour
   const float frac = y - float(q);              // exact (Sterbenz: q <= y < 2q, or q = 0)
-  const uint32_t threshold = uint32_t(frac * 4294967296.0f);  // frac * 2^32 < 2^32
-  return uint16_t(sign | (q + (r32 < threshold ? 1u : 0u)));
+  // 31 bits keep both sides below 2^31, so SIMD code can use signed compares and conversions.
+  const uint32_t threshold = uint32_t(frac * 2147483648.0f);  // frac * 2^31 < 2^31
+  return uint16_t(sign | (q + ((r32 >> 1) < threshold ? 1u : 0u)));
 }
 
 // ---- the random-bit schedule of the SR contract ---------------------------------------------------
-// Key = run rounding seed; counter = (block of the global element index, optimizer step). BF16 uses
-// 16 bits per element (8 elements per Philox block), FP16 32 bits (4 per block). The bits of element
-// i depend only on (seed, step, i): never on threads, SIMD width, chunking, shards or device.
+// Key = run rounding seed; counter = (Philox block number, optimizer step). The bits of element i
+// depend only on (seed, step, i): never on threads, SIMD width, chunking, shards or device.
+// Elements are grouped in tiles of 16 Philox blocks, laid out so a 16-lane SIMD register of words is
+// 16 consecutive elements (no transposes in any kernel):
+//   BF16 (16 bits each): tile of 128 elements; element j of tile T takes block 16*T + j % 16,
+//     word (j / 16) / 2, low half when (j / 16) is even, high half when odd.
+//   FP16 (32 bits each): tile of 64 elements; element j of tile T takes block 16*T + j % 16,
+//     word j / 16.
+constexpr uint64_t kBf16SrTile = 128;
+constexpr uint64_t kFp16SrTile = 64;
 
 UNSTUCK_HD Philox4x32 sr_block(uint64_t seed, uint64_t step, uint64_t block) {
   return philox4x32_10(
@@ -130,12 +138,15 @@ UNSTUCK_HD Philox4x32 sr_block(uint64_t seed, uint64_t step, uint64_t block) {
 }
 
 UNSTUCK_HD uint32_t sr_bits_bf16(uint64_t seed, uint64_t step, uint64_t index) {
-  const Philox4x32 r = sr_block(seed, step, index >> 3);
-  return (r.v[(index >> 1) & 3] >> (16 * (index & 1))) & 0xFFFFu;
+  const uint64_t j = index % kBf16SrTile;
+  const Philox4x32 r = sr_block(seed, step, (index / kBf16SrTile) * 16 + j % 16);
+  const uint32_t k = uint32_t(j / 16);
+  return (r.v[k >> 1] >> (16 * (k & 1))) & 0xFFFFu;
 }
 
 UNSTUCK_HD uint32_t sr_bits_fp16(uint64_t seed, uint64_t step, uint64_t index) {
-  return sr_block(seed, step, index >> 2).v[index & 3];
+  const uint64_t j = index % kFp16SrTile;
+  return sr_block(seed, step, (index / kFp16SrTile) * 16 + j % 16).v[j / 16];
 }
 
 // ---- AdamW ----------------------------------------------------------------------------------------

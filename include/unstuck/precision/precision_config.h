@@ -1,0 +1,96 @@
+// Options of the precision component: which compute-weight format the FP32 master is rounded to,
+// how the forward/backward computes with it, CPU threads, and dynamic loss scaling for FP16.
+// Header-only; the generic config code (unstuck/config/config.h) loads and dumps it via visit().
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include "unstuck/precision/rounding.h"
+
+namespace unstuck::precision {
+
+// Precision mode of a run (docs/PRECISION.md): compute-weight format and rounding of the master.
+enum class PrecisionMode { fp32, fp16, bf16, bf16_sr, fp16_sr };
+
+inline constexpr std::array<std::pair<PrecisionMode, const char*>, 5> kPrecisionModeNames{{
+    {PrecisionMode::fp32, "fp32"},
+    {PrecisionMode::fp16, "fp16"},
+    {PrecisionMode::bf16, "bf16"},
+    {PrecisionMode::bf16_sr, "bf16_sr"},
+    {PrecisionMode::fp16_sr, "fp16_sr"},
+}};
+constexpr const auto& enum_names(PrecisionMode) { return kPrecisionModeNames; }
+
+// Dtype the forward/backward computes in.
+enum class ComputeMode {
+  native,  // the weights' own format where the backend has fast kernels, else fp32
+  fp32,    // fp32 on the rounded weights: isolates weight rounding from compute precision
+};
+
+inline constexpr std::array<std::pair<ComputeMode, const char*>, 2> kComputeModeNames{{
+    {ComputeMode::native, "native"},
+    {ComputeMode::fp32, "fp32"},
+}};
+constexpr const auto& enum_names(ComputeMode) { return kComputeModeNames; }
+
+// Dynamic loss scaling (fp16 and fp16_sr only): the scale grows by growth_factor after
+// growth_interval overflow-free steps and shrinks by backoff_factor after `hysteresis` overflows.
+struct LossScaleConfig {
+  double initial_scale = 65536.0;  // scale of the first step
+  double growth_factor = 2.0;      // multiplier after growth_interval clean steps
+  double backoff_factor = 0.5;     // multiplier after an overflow (once hysteresis is used up)
+  int64_t growth_interval = 1000;  // overflow-free steps before the scale grows
+  int hysteresis = 2;              // overflowing steps tolerated before backing off
+  double min_scale = 1.0;          // the scale never drops below this
+  double max_scale = 16777216.0;   // the scale never grows above this (2^24)
+
+  template <class V>
+  void visit(V& v) {
+    v("initial_scale", initial_scale, "loss scale of the first step");
+    v("growth_factor", growth_factor, "scale multiplier after growth_interval overflow-free steps");
+    v("backoff_factor", backoff_factor, "scale multiplier when gradients overflow");
+    v("growth_interval", growth_interval, "overflow-free steps before the scale grows");
+    v("hysteresis", hysteresis, "overflowing steps tolerated before the scale backs off");
+    v("min_scale", min_scale, "lower bound of the loss scale");
+    v("max_scale", max_scale, "upper bound of the loss scale");
+  }
+};
+
+struct PrecisionConfig {
+  PrecisionMode mode = PrecisionMode::bf16_sr;  // compute-weight format and rounding
+  ComputeMode compute = ComputeMode::native;    // dtype of the forward/backward
+  int threads = 0;                              // CPU threads for our kernels; 0 = all cores
+  LossScaleConfig loss_scale;                   // used by fp16 and fp16_sr only
+
+  template <class V>
+  void visit(V& v) {
+    v("mode", mode,
+      "compute-weight format and rounding of the FP32 master (sr = stochastic rounding)");
+    v("compute", compute,
+      "native: compute in the weights' format where the backend has fast kernels; "
+      "fp32: compute in FP32 on the rounded weights");
+    v("threads", threads, "CPU threads for the rounding and optimizer kernels; 0 = all cores");
+    v("loss_scale", loss_scale, "dynamic loss scaling, used in fp16 and fp16_sr modes only");
+  }
+};
+
+// How the master is rounded into compute weights in `mode`.
+constexpr RoundMode round_mode_for(PrecisionMode mode) {
+  switch (mode) {
+    case PrecisionMode::fp32: return RoundMode::fp32;
+    case PrecisionMode::fp16: return RoundMode::fp16_rn;
+    case PrecisionMode::bf16: return RoundMode::bf16_rn;
+    case PrecisionMode::bf16_sr: return RoundMode::bf16_sr;
+    case PrecisionMode::fp16_sr: return RoundMode::fp16_sr;
+  }
+  return RoundMode::fp32;
+}
+
+// True when `mode` needs dynamic loss scaling (FP16's narrow range underflows small gradients).
+constexpr bool uses_loss_scaling(PrecisionMode mode) {
+  return mode == PrecisionMode::fp16 || mode == PrecisionMode::fp16_sr;
+}
+
+}  // namespace unstuck::precision

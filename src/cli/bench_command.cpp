@@ -1,0 +1,33 @@
+// `unstuck bench ...`: benchmark programs that print ratios against baselines measured in the same
+// run. Speed targets are checked here, never by timed tests.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "bench/bench_precision.h"
+#include "cli/commands.h"
+
+namespace unstuck::cli {
+
+void add_bench_command(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print ratios against in-run baselines");
+  bench->require_subcommand(1);
+
+  auto opts = std::make_shared<bench::PrecisionBenchOptions>();
+  CLI::App* precision = bench->add_subcommand(
+      "precision",
+      "Rounding kernels and fused AdamW vs a plain copy, libtorch's cast and unfused libtorch ops");
+  precision->add_flag("--json", opts->json, "Print one JSON object instead of the table");
+  precision->add_option("--elements", opts->elements, "Buffer length in FP32 elements")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  precision->add_option("--repeats", opts->repeats, "Timed repetitions per measurement (best is kept)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  precision->add_option("--threads", opts->threads, "Threads for the all-threads figures (0 = all cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  precision->callback([opts] { bench::run_precision_bench(*opts, std::cout); });
+}
+
+}  // namespace unstuck::cli

@@ -1,0 +1,46 @@
+// Fork-join chunked loop on std::thread. Kernels call it once per buffer pass; for the buffer sizes
+// where threading pays off (>= ~1M elements) the thread start-up cost is negligible.
+#include "unstuck/common/parallel.h"
+
+#include <algorithm>
+#include <exception>
+#include <thread>
+#include <vector>
+
+namespace unstuck {
+
+int resolve_threads(int requested) {
+  if (requested > 0) return requested;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+void parallel_chunks(std::size_t n, int chunks, std::size_t align,
+                     const std::function<void(std::size_t, std::size_t, int)>& fn) {
+  if (align == 0) align = 1;
+  const std::size_t units = (n + align - 1) / align;
+  chunks = static_cast<int>(std::min<std::size_t>(std::max(chunks, 1), std::max<std::size_t>(units, 1)));
+  if (chunks <= 1) {
+    fn(0, n, 0);
+    return;
+  }
+  std::vector<std::exception_ptr> errors(chunks);
+  auto run = [&](int c) {
+    const std::size_t begin = std::min(n, units * c / chunks * align);
+    const std::size_t end = std::min(n, units * (c + 1) / chunks * align);
+    try {
+      fn(begin, end, c);
+    } catch (...) {
+      errors[c] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> workers;
+  workers.reserve(chunks - 1);
+  for (int c = 1; c < chunks; ++c) workers.emplace_back(run, c);
+  run(0);
+  for (auto& w : workers) w.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace unstuck
