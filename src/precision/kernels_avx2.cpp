@@ -36,13 +36,44 @@ struct Avx2Ops {
   static F sqrtf(F a) { return _mm256_sqrt_ps(a); }
   static I cvtt(F a) { return _mm256_cvttps_epi32(a); }
   static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
-  // 32x32 -> 64-bit products of every lane, split into high and low words.
-  static void mulhilo(I a, uint32_t mul, I& hi, I& lo) {
-    const I m = set1(mul);
-    const I even = _mm256_mul_epu32(a, m);
-    const I odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
-    hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
-    lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+  // Philox4x32-10 on 16 consecutive blocks, 4 per register with one 32-bit word per 64-bit lane:
+  // vpmuludq yields each block's full 32x32 -> 64-bit product without shuffles. Only the low 32
+  // bits of a lane are meaningful; vpmuludq ignores the high halves and the final gather drops them.
+  static void philox16(uint64_t seed, uint64_t step, uint64_t first_block, uint32_t* out) {
+    alignas(32) uint64_t blocks[16];
+    for (int b = 0; b < 16; ++b) blocks[b] = first_block + uint64_t(b);
+    I c0[4], c1[4], c2[4], c3[4];
+    for (int h = 0; h < 4; ++h) {
+      c0[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(blocks + 4 * h));
+      c1[h] = _mm256_srli_epi64(c0[h], 32);
+      c2[h] = _mm256_set1_epi64x(int64_t(step & 0xFFFFFFFFu));
+      c3[h] = _mm256_set1_epi64x(int64_t(step >> 32));
+    }
+    const I m0 = _mm256_set1_epi64x(0xD2511F53), m1 = _mm256_set1_epi64x(0xCD9E8D57);
+    uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+    for (int round = 0; round < 10; ++round) {
+      const I key0 = _mm256_set1_epi64x(k0), key1 = _mm256_set1_epi64x(k1);
+      for (int h = 0; h < 4; ++h) {
+        const I p0 = _mm256_mul_epu32(c0[h], m0);
+        const I p1 = _mm256_mul_epu32(c2[h], m1);
+        const I n0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[h]), key0);
+        const I n2 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3[h]), key1);
+        c1[h] = p1;
+        c3[h] = p0;
+        c0[h] = n0;
+        c2[h] = n2;
+      }
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    const I low_words = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    for (int h = 0; h < 4; ++h) {
+      const I* words[4] = {&c0[h], &c1[h], &c2[h], &c3[h]};
+      for (int w = 0; w < 4; ++w) {
+        const I packed = _mm256_permutevar8x32_epi32(*words[w], low_words);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * w + 4 * h), _mm256_castsi256_si128(packed));
+      }
+    }
   }
   static I load_u16(const uint16_t* p) {
     return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));

@@ -14,37 +14,10 @@ struct SimdKernels {
   static constexpr int W = V::W;
   static constexpr std::size_t kTile = 128;  // a BF16 SR tile and two FP16 SR tiles
 
-  // Philox4x32-10 on blocks first_block .. first_block + 15; word w of block b goes to out[16*w + b],
-  // which is exactly the element order of the SR tile layout (round_math.h).
+  // Philox4x32-10 on blocks first_block .. first_block + 15 is V::philox16: word w of block b goes to
+  // out[16*w + b], which is exactly the element order of the SR tile layout (round_math.h).
   static void philox16(uint64_t seed, uint64_t step, uint64_t first_block, uint32_t* out) {
-    for (int part = 0; part < 16 / W; ++part) {
-      alignas(64) uint32_t lo[W], hi[W];
-      for (int lane = 0; lane < W; ++lane) {
-        const uint64_t block = first_block + uint64_t(part * W + lane);
-        lo[lane] = uint32_t(block);
-        hi[lane] = uint32_t(block >> 32);
-      }
-      I c0 = V::load(lo), c1 = V::load(hi);
-      I c2 = V::set1(uint32_t(step)), c3 = V::set1(uint32_t(step >> 32));
-      uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
-      for (int round = 0; round < 10; ++round) {
-        I hi0, lo0, hi1, lo1;
-        V::mulhilo(c0, 0xD2511F53u, hi0, lo0);
-        V::mulhilo(c2, 0xCD9E8D57u, hi1, lo1);
-        const I n0 = V::bxor(V::bxor(hi1, c1), V::set1(k0));
-        const I n2 = V::bxor(V::bxor(hi0, c3), V::set1(k1));
-        c1 = lo1;
-        c3 = lo0;
-        c0 = n0;
-        c2 = n2;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-      }
-      V::store(out + 0 * 16 + part * W, c0);
-      V::store(out + 1 * 16 + part * W, c1);
-      V::store(out + 2 * 16 + part * W, c2);
-      V::store(out + 3 * 16 + part * W, c3);
-    }
+    V::philox16(seed, step, first_block, out);
   }
 
   // Random bits of the 128 elements starting at global index g (a multiple of 128).
