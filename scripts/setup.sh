@@ -52,6 +52,8 @@ step "installing pinned Python packages (torch and test/plot tools) into .venv"
 TORCH_PREFIX=$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 step "configuring ($BUILD_DIR, Release, torch at $TORCH_PREFIX)"
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
+# ccache: hash paths relative to the checkout so fresh clones (CI) reuse earlier compilations.
+export CCACHE_BASEDIR="$ROOT" CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 LAUNCHER=(); command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
   cmake -S . -B "$BUILD_DIR" "${GEN[@]}" "${LAUNCHER[@]}" -DCMAKE_BUILD_TYPE=Release \

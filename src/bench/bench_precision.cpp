@@ -23,15 +23,19 @@ namespace {
 using precision::RoundMode;
 using Json = nlohmann::ordered_json;
 
-// Best wall time of `repeats` runs after one warm-up run, in seconds.
-double best_seconds(int repeats, const std::function<void()>& fn) {
-  fn();
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
+// Best wall time of each candidate over `repeats` rounds, after one warm-up round. Candidates run
+// interleaved (one of each per round), so a slow spell on a shared machine hits them alike and the
+// ratios stay meaningful.
+std::vector<double> best_seconds(int repeats, const std::vector<std::function<void()>>& candidates) {
+  for (const auto& fn : candidates) fn();
+  std::vector<double> best(candidates.size(), 1e30);
+  for (int r = 0; r < repeats; ++r)
+    for (std::size_t c = 0; c < candidates.size(); ++c) {
+      const auto t0 = std::chrono::steady_clock::now();
+      candidates[c]();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best[c] = std::min(best[c], s);
+    }
   return best;
 }
 
@@ -65,20 +69,21 @@ Json measure(Buffers& b, std::size_t n, int threads, int repeats) {
   const precision::SrKey key{1234, 1};
   const double gb = 1e-9;
 
-  const double copy_s = best_seconds(repeats, [&] {
+  auto round_with = [&](RoundMode mode) {
+    return [&, mode] { precision::materialize(master, out16, n, mode, key, 0, kopt); };
+  };
+  auto copy = [&] {
     float* dst = b.copy_out.data_ptr<float>();
     parallel_chunks(n, threads, 1024, [&](std::size_t i, std::size_t j, int) {
       std::memcpy(dst + i, master + i, (j - i) * sizeof(float));
     });
-  });
-  auto round_s = [&](RoundMode mode) {
-    return best_seconds(repeats, [&] { precision::materialize(master, out16, n, mode, key, 0, kopt); });
   };
-  const double sr_bf16_s = round_s(RoundMode::bf16_sr);
-  const double rn_bf16_s = round_s(RoundMode::bf16_rn);
-  const double sr_fp16_s = round_s(RoundMode::fp16_sr);
-  const double torch_rn_s = best_seconds(repeats, [&] { b.out16.copy_(b.master); });
-  const double unfused_s = best_seconds(repeats, [&] { (void)unfused_sr_bf16(b.master); });
+  const std::vector<double> t = best_seconds(
+      repeats, {copy, round_with(RoundMode::bf16_sr), round_with(RoundMode::bf16_rn),
+                round_with(RoundMode::fp16_sr), [&] { b.out16.copy_(b.master); },
+                [&] { (void)unfused_sr_bf16(b.master); }});
+  const double copy_s = t[0], sr_bf16_s = t[1], rn_bf16_s = t[2], sr_fp16_s = t[3];
+  const double torch_rn_s = t[4], unfused_s = t[5];
 
   // Fused AdamW + SR vs libtorch's AdamW step followed by our (fast) SR pass.
   precision::AdamWHyper hyper;
@@ -87,17 +92,18 @@ Json measure(Buffers& b, std::size_t n, int threads, int repeats) {
   const std::vector<precision::Segment> segments{{0, n, true}};
   precision::AdamWBuffers fb{b.master.data_ptr<float>(), b.grad.data_ptr<float>(),
                              b.m.data_ptr<float>(), b.v.data_ptr<float>(), out16, 0};
-  const double fused_s = best_seconds(repeats, [&] {
-    (void)precision::fused_adamw_step(fb, segments, hyper, RoundMode::bf16_sr, key, kopt);
-  });
   torch::Tensor param = b.master.clone().set_requires_grad(true);
   param.mutable_grad() = b.grad;
   torch::optim::AdamW torch_adamw({param}, torch::optim::AdamWOptions(hyper.lr).weight_decay(0.01));
-  const double unfused_adamw_s = best_seconds(repeats, [&] {
-    torch_adamw.step();
-    torch::NoGradGuard no_grad;
-    precision::materialize(param.data_ptr<float>(), out16, n, RoundMode::bf16_sr, key, 0, kopt);
-  });
+  const std::vector<double> ta = best_seconds(
+      repeats,
+      {[&] { (void)precision::fused_adamw_step(fb, segments, hyper, RoundMode::bf16_sr, key, kopt); },
+       [&] {
+         torch_adamw.step();
+         torch::NoGradGuard no_grad;
+         precision::materialize(param.data_ptr<float>(), out16, n, RoundMode::bf16_sr, key, 0, kopt);
+       }});
+  const double fused_s = ta[0], unfused_adamw_s = ta[1];
 
   const double bytes6 = 6.0 * double(n);
   Json j;

@@ -1,6 +1,9 @@
-// Fork-join chunked loop on std::thread. Kernels call it once per buffer pass; for the buffer sizes
-// where threading pays off (>= ~1M elements) the thread start-up cost is negligible.
+// Fork-join chunked loop on OpenMP. libtorch's CPU ops run on OpenMP too (the same libgomp.so.1 is
+// loaded once per process), so our kernels reuse its worker threads instead of competing with them:
+// with separate std::threads, libtorch's spin-waiting workers starved our kernels between ops.
 #include "unstuck/common/parallel.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <exception>
@@ -25,20 +28,16 @@ void parallel_chunks(std::size_t n, int chunks, std::size_t align,
     return;
   }
   std::vector<std::exception_ptr> errors(chunks);
-  auto run = [&](int c) {
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+  for (int c = 0; c < chunks; ++c) {
     const std::size_t begin = std::min(n, units * c / chunks * align);
     const std::size_t end = std::min(n, units * (c + 1) / chunks * align);
-    try {
+    try {  // exceptions must not leave an OpenMP region
       fn(begin, end, c);
     } catch (...) {
       errors[c] = std::current_exception();
     }
-  };
-  std::vector<std::thread> workers;
-  workers.reserve(chunks - 1);
-  for (int c = 1; c < chunks; ++c) workers.emplace_back(run, c);
-  run(0);
-  for (auto& w : workers) w.join();
+  }
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
 }

@@ -36,23 +36,35 @@ struct Avx2Ops {
   static F sqrtf(F a) { return _mm256_sqrt_ps(a); }
   static I cvtt(F a) { return _mm256_cvttps_epi32(a); }
   static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
+  // Round keys and the step words of one (seed, step), broadcast once per kernel call.
+  struct PhiloxKey {
+    PhiloxKey(uint64_t seed, uint64_t step) {
+      uint32_t a = uint32_t(seed), b = uint32_t(seed >> 32);
+      for (int round = 0; round < 10; ++round, a += 0x9E3779B9u, b += 0xBB67AE85u) {
+        k0[round] = _mm256_set1_epi64x(a);
+        k1[round] = _mm256_set1_epi64x(b);
+      }
+      step_lo = _mm256_set1_epi64x(int64_t(step & 0xFFFFFFFFu));
+      step_hi = _mm256_set1_epi64x(int64_t(step >> 32));
+    }
+    I k0[10], k1[10], step_lo, step_hi;
+  };
+
   // Philox4x32-10 on 16 consecutive blocks, 4 per register with one 32-bit word per 64-bit lane:
   // vpmuludq yields each block's full 32x32 -> 64-bit product without shuffles. Only the low 32
   // bits of a lane are meaningful; vpmuludq ignores the high halves and the final gather drops them.
-  static void philox16(uint64_t seed, uint64_t step, uint64_t first_block, uint32_t* out) {
-    alignas(32) uint64_t blocks[16];
-    for (int b = 0; b < 16; ++b) blocks[b] = first_block + uint64_t(b);
+  static void philox16(const PhiloxKey& key, uint64_t first_block, I (&words)[4][2]) {
     I c0[4], c1[4], c2[4], c3[4];
+    const I first = _mm256_set1_epi64x(int64_t(first_block));
     for (int h = 0; h < 4; ++h) {
-      c0[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(blocks + 4 * h));
+      c0[h] = _mm256_add_epi64(first, _mm256_setr_epi64x(4 * h, 4 * h + 1, 4 * h + 2, 4 * h + 3));
       c1[h] = _mm256_srli_epi64(c0[h], 32);
-      c2[h] = _mm256_set1_epi64x(int64_t(step & 0xFFFFFFFFu));
-      c3[h] = _mm256_set1_epi64x(int64_t(step >> 32));
+      c2[h] = key.step_lo;
+      c3[h] = key.step_hi;
     }
     const I m0 = _mm256_set1_epi64x(0xD2511F53), m1 = _mm256_set1_epi64x(0xCD9E8D57);
-    uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
     for (int round = 0; round < 10; ++round) {
-      const I key0 = _mm256_set1_epi64x(k0), key1 = _mm256_set1_epi64x(k1);
+      const I key0 = key.k0[round], key1 = key.k1[round];
       for (int h = 0; h < 4; ++h) {
         const I p0 = _mm256_mul_epu32(c0[h], m0);
         const I p1 = _mm256_mul_epu32(c2[h], m1);
@@ -63,26 +75,34 @@ struct Avx2Ops {
         c0[h] = n0;
         c2[h] = n2;
       }
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
     }
-    const I low_words = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    for (int h = 0; h < 4; ++h) {
-      const I* words[4] = {&c0[h], &c1[h], &c2[h], &c3[h]};
-      for (int w = 0; w < 4; ++w) {
-        const I packed = _mm256_permutevar8x32_epi32(*words[w], low_words);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * w + 4 * h), _mm256_castsi256_si128(packed));
-      }
+    // Word w of blocks 8*part .. 8*part+7: the low 32 bits of the 64-bit lanes of two registers.
+    // shufps picks them as blocks (0,1,4,5 | 2,3,6,7); the 64-bit permute restores the order.
+    auto gather = [](I a, I b) {
+      const __m256 s = _mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0x88);
+      return _mm256_permute4x64_epi64(_mm256_castps_si256(s), 0xD8);
+    };
+    for (int part = 0; part < 2; ++part) {
+      words[0][part] = gather(c0[2 * part], c0[2 * part + 1]);
+      words[1][part] = gather(c1[2 * part], c1[2 * part + 1]);
+      words[2][part] = gather(c2[2 * part], c2[2 * part + 1]);
+      words[3][part] = gather(c3[2 * part], c3[2 * part + 1]);
     }
   }
-  static I load_u16(const uint16_t* p) {
-    return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  // The low 16 bits of every 32-bit lane of lo, then of hi, as 16 packed 16-bit values (lanes
+  // hold values below 2^16, so the saturating pack is exact; the permute undoes its lane split).
+  static I pack_u16(I lo, I hi) { return _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8); }
+  static I pack_hi16(I lo, I hi) { return pack_u16(srli<16>(lo), srli<16>(hi)); }
+  static Mask isnan(I b) {
+    const __m256 x = _mm256_castsi256_ps(b);
+    return _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   }
-  static void store_u16(uint16_t* p, I v) {  // lanes hold values < 2^16, so packus is exact
-    const I packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  static void stream(void* p, I v) { _mm256_stream_si256(static_cast<__m256i*>(p), v); }
+  static void stream_fence() { _mm_sfence(); }
+  static int count_neq16(I a, I b) {
+    return (32 - __builtin_popcount(unsigned(_mm256_movemask_epi8(_mm256_cmpeq_epi16(a, b))))) / 2;
   }
-  static int count_neq(I a, I b) {
+  static int count_neq32(I a, I b) {
     return W - __builtin_popcount(unsigned(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a, b)))));
   }
 };

@@ -36,24 +36,37 @@ struct Avx512Ops {
   static F sqrtf(F a) { return _mm512_sqrt_ps(a); }
   static I cvtt(F a) { return _mm512_cvttps_epi32(a); }
   static F cvt(I a) { return _mm512_cvtepi32_ps(a); }
+  // Round keys and the step words of one (seed, step), broadcast once per kernel call.
+  struct PhiloxKey {
+    PhiloxKey(uint64_t seed, uint64_t step) {
+      uint32_t a = uint32_t(seed), b = uint32_t(seed >> 32);
+      for (int round = 0; round < 10; ++round, a += 0x9E3779B9u, b += 0xBB67AE85u) {
+        k0[round] = _mm512_set1_epi64(a);
+        k1[round] = _mm512_set1_epi64(b);
+      }
+      step_lo = _mm512_set1_epi64(int64_t(step & 0xFFFFFFFFu));
+      step_hi = _mm512_set1_epi64(int64_t(step >> 32));
+    }
+    I k0[10], k1[10], step_lo, step_hi;
+  };
+
   // Philox4x32-10 on 16 consecutive blocks, 8 per register with one 32-bit word per 64-bit lane:
   // vpmuludq then yields the full 32x32 -> 64-bit product of every block without shuffles, and one
   // ternary-logic op does each three-way XOR. Only the low 32 bits of a lane are meaningful; the
   // high halves carry garbage that vpmuludq ignores and vpmovqd drops.
-  static void philox16(uint64_t seed, uint64_t step, uint64_t first_block, uint32_t* out) {
-    alignas(64) uint64_t blocks[16];
-    for (int b = 0; b < 16; ++b) blocks[b] = first_block + uint64_t(b);
+  static void philox16(const PhiloxKey& key, uint64_t first_block, I (&words)[4][1]) {
     I c0[2], c1[2], c2[2], c3[2];
+    const I first = _mm512_set1_epi64(int64_t(first_block));
     for (int h = 0; h < 2; ++h) {
-      c0[h] = _mm512_load_si512(blocks + 8 * h);
+      c0[h] = _mm512_add_epi64(first, _mm512_setr_epi64(8 * h, 8 * h + 1, 8 * h + 2, 8 * h + 3,
+                                                         8 * h + 4, 8 * h + 5, 8 * h + 6, 8 * h + 7));
       c1[h] = _mm512_srli_epi64(c0[h], 32);
-      c2[h] = _mm512_set1_epi64(int64_t(step & 0xFFFFFFFFu));
-      c3[h] = _mm512_set1_epi64(int64_t(step >> 32));
+      c2[h] = key.step_lo;
+      c3[h] = key.step_hi;
     }
     const I m0 = _mm512_set1_epi64(0xD2511F53), m1 = _mm512_set1_epi64(0xCD9E8D57);
-    uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
     for (int round = 0; round < 10; ++round) {
-      const I key0 = _mm512_set1_epi64(k0), key1 = _mm512_set1_epi64(k1);
+      const I key0 = key.k0[round], key1 = key.k1[round];
       for (int h = 0; h < 2; ++h) {
         const I p0 = _mm512_mul_epu32(c0[h], m0);
         const I p1 = _mm512_mul_epu32(c2[h], m1);
@@ -64,23 +77,32 @@ struct Avx512Ops {
         c0[h] = n0;
         c2[h] = n2;
       }
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
     }
-    for (int h = 0; h < 2; ++h) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 0 * 16 + 8 * h), _mm512_cvtepi64_epi32(c0[h]));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 1 * 16 + 8 * h), _mm512_cvtepi64_epi32(c1[h]));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * 16 + 8 * h), _mm512_cvtepi64_epi32(c2[h]));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 3 * 16 + 8 * h), _mm512_cvtepi64_epi32(c3[h]));
-    }
+    // Word w of blocks 0..15: the low 32 bits of the 64-bit lanes of both halves.
+    const I even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    words[0][0] = _mm512_permutex2var_epi32(c0[0], even, c0[1]);
+    words[1][0] = _mm512_permutex2var_epi32(c1[0], even, c1[1]);
+    words[2][0] = _mm512_permutex2var_epi32(c2[0], even, c2[1]);
+    words[3][0] = _mm512_permutex2var_epi32(c3[0], even, c3[1]);
   }
-  static I load_u16(const uint16_t* p) {
-    return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  // The low 16 bits of every 32-bit lane of lo, then of hi, as 32 packed 16-bit values.
+  static I pack_u16(I lo, I hi) { return _mm512_permutex2var_epi16(lo, pack_index(), hi); }
+  // 16-bit lane indices 0, 2, 4, ..., 62: the low halves of the 32 lanes of (lo, hi).
+  static I pack_index() {
+    return _mm512_setr_epi32(0x00020000, 0x00060004, 0x000A0008, 0x000E000C, 0x00120010,
+                                    0x00160014, 0x001A0018, 0x001E001C, 0x00220020, 0x00260024,
+                                    0x002A0028, 0x002E002C, 0x00320030, 0x00360034, 0x003A0038,
+                                    0x003E003C);
   }
-  static void store_u16(uint16_t* p, I v) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v));
+  // The high 16 bits of every 32-bit lane of lo, then of hi.
+  static I pack_hi16(I lo, I hi) {
+    return _mm512_permutex2var_epi16(lo, _mm512_add_epi16(pack_index(), _mm512_set1_epi16(1)), hi);
   }
-  static int count_neq(I a, I b) { return __builtin_popcount(unsigned(_mm512_cmpneq_epi32_mask(a, b))); }
+  static Mask isnan(I b) { return _mm512_fpclass_ps_mask(_mm512_castsi512_ps(b), 0x81); }  // QNaN|SNaN
+  static void stream(void* p, I v) { _mm512_stream_si512(static_cast<__m512i*>(p), v); }
+  static void stream_fence() { _mm_sfence(); }
+  static int count_neq16(I a, I b) { return __builtin_popcount(unsigned(_mm512_cmpneq_epi16_mask(a, b))); }
+  static int count_neq32(I a, I b) { return __builtin_popcount(unsigned(_mm512_cmpneq_epi32_mask(a, b))); }
 };
 
 #include "simd_kernels_impl.h"

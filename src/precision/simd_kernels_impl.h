@@ -14,45 +14,55 @@ struct SimdKernels {
   static constexpr int W = V::W;
   static constexpr std::size_t kTile = 128;  // a BF16 SR tile and two FP16 SR tiles
 
-  // Philox4x32-10 on blocks first_block .. first_block + 15 is V::philox16: word w of block b goes to
-  // out[16*w + b], which is exactly the element order of the SR tile layout (round_math.h).
-  static void philox16(uint64_t seed, uint64_t step, uint64_t first_block, uint32_t* out) {
-    V::philox16(seed, step, first_block, out);
-  }
+  static constexpr int kVecs = int(kTile) / W;  // vectors per tile
 
-  // Random bits of the 128 elements starting at global index g (a multiple of 128).
+  // Random bits of the 128 elements starting at global index g (a multiple of 128), in registers:
+  // r[v] holds the bits of elements v*W .. v*W + W-1. V::philox16 gives, for 16 consecutive Philox
+  // blocks, words[w][part] = word w of blocks part*W .. part*W + W-1, which is the element order of
+  // the SR tile layout (round_math.h).
   template <RoundMode M>
-  static void tile_bits(SrKey key, uint64_t g, uint32_t* rnd) {
+  static void tile_bits(const typename V::PhiloxKey& key, uint64_t g, I* r) {
+    I words[4][16 / W];
     if constexpr (M == RoundMode::fp16_sr) {
-      philox16(key.seed, key.step, g / 64 * 16, rnd);
-      philox16(key.seed, key.step, g / 64 * 16 + 16, rnd + 64);
+      for (int half = 0; half < 2; ++half) {  // two 64-element tiles
+        V::philox16(key, g / 64 * 16 + 16 * half, words);
+        for (int w = 0; w < 4; ++w)
+          for (int part = 0; part < 16 / W; ++part) r[(64 * half + 16 * w) / W + part] = words[w][part];
+      }
     } else if constexpr (M == RoundMode::bf16_sr) {
-      alignas(64) uint32_t words[64];
-      philox16(key.seed, key.step, g / 128 * 16, words);
+      V::philox16(key, g / 128 * 16, words);
+      const I low16 = V::set1(0xFFFFu);
       for (int k = 0; k < 8; ++k)
         for (int part = 0; part < 16 / W; ++part) {
-          const I w = V::load(words + 16 * (k >> 1) + part * W);
-          V::store(rnd + 16 * k + part * W,
-                   (k & 1) ? V::template srli<16>(w) : V::band(w, V::set1(0xFFFFu)));
+          const I w = words[k >> 1][part];
+          r[16 * k / W + part] = (k & 1) ? V::template srli<16>(w) : V::band(w, low16);
         }
+    } else {
+      for (int v = 0; v < kVecs; ++v) r[v] = V::set1(0);
     }
   }
 
-  // One vector of round_math.h's bf16_rn / bf16_sr / fp16_rn / fp16_sr (lanes: FP32 bits in,
-  // 16-bit patterns out; fp32 mode passes the bits through).
+  static constexpr bool is_bf16(RoundMode m) {
+    return m == RoundMode::bf16_rn || m == RoundMode::bf16_sr;
+  }
+
+  // One vector of round_math.h's bf16_rn / bf16_sr / fp16_rn / fp16_sr (lanes: FP32 bits in).
+  // FP16 results are in the low 16 bits of each lane; BF16 results are left in the HIGH 16 bits
+  // (the final shift of bf16_rn / bf16_sr is done by the packing step, which picks high halves);
+  // fp32 mode passes the bits through.
   template <RoundMode M>
   static I round_vec(I b, I r) {
     if constexpr (M == RoundMode::fp32) {
       return b;
     } else {
-      const I a = V::band(b, V::set1(0x7FFFFFFFu));
-      const auto nan = V::cmpgt(a, V::set1(0x7F800000u));
+      const auto nan = V::isnan(b);
       if constexpr (M == RoundMode::bf16_rn) {
         const I bias = V::add(V::set1(0x7FFFu), V::band(V::template srli<16>(b), V::set1(1u)));
-        return V::blend(nan, V::template srli<16>(V::add(b, bias)), V::set1(0x7FC0u));
+        return V::blend(nan, V::add(b, bias), V::set1(0x7FC00000u));
       } else if constexpr (M == RoundMode::bf16_sr) {
-        return V::blend(nan, V::template srli<16>(V::add(b, r)), V::set1(0x7FC0u));
+        return V::blend(nan, V::add(b, r), V::set1(0x7FC00000u));
       } else {
+        const I a = V::band(b, V::set1(0x7FFFFFFFu));
         const I sign = V::band(V::template srli<16>(b), V::set1(0x8000u));
         const I rebiased = V::sub(a, V::set1(112u << 23));
         I normal, subnormal, inf_from;
@@ -78,28 +88,27 @@ struct SimdKernels {
     }
   }
 
-  // Stores one vector of results at dst[i]; returns how many lanes changed the stored bits.
-  template <RoundMode M>
-  static int store_counting(void* dst, std::size_t i, I bits) {
+  // Stores two vectors of results (elements i .. i + 2W-1) at dst; when `kCount`, returns how many
+  // of them changed the stored bits. 16-bit results are packed into one register first; with
+  // `kStream` that register is written with a non-temporal store (dst 64-byte aligned).
+  template <RoundMode M, bool kCount, bool kStream = false>
+  static int store_pair(void* dst, std::size_t i, I lo, I hi) {
+    int changed = 0;
     if constexpr (M == RoundMode::fp32) {
       uint32_t* d = static_cast<uint32_t*>(dst) + i;
-      const int changed = V::count_neq(V::load(d), bits);
-      V::store(d, bits);
-      return changed;
+      if constexpr (kCount) changed = V::count_neq32(V::load(d), lo) + V::count_neq32(V::load(d + W), hi);
+      V::store(d, lo);
+      V::store(d + W, hi);
     } else {
       uint16_t* d = static_cast<uint16_t*>(dst) + i;
-      const int changed = V::count_neq(V::load_u16(d), bits);
-      V::store_u16(d, bits);
-      return changed;
+      const I packed = is_bf16(M) ? V::pack_hi16(lo, hi) : V::pack_u16(lo, hi);
+      if constexpr (kCount) changed = V::count_neq16(V::load(d), packed);
+      if constexpr (kStream)
+        V::stream(d, packed);
+      else
+        V::store(d, packed);
     }
-  }
-
-  template <RoundMode M>
-  static void store_plain(void* dst, std::size_t i, I bits) {
-    if constexpr (M == RoundMode::fp32)
-      V::store(static_cast<uint32_t*>(dst) + i, bits);
-    else
-      V::store_u16(static_cast<uint16_t*>(dst) + i, bits);
+    return changed;
   }
 
   static constexpr bool stochastic(RoundMode m) {
@@ -107,48 +116,76 @@ struct SimdKernels {
   }
 
   // Whole tiles: src[0, tiles*128) with global index g0 (a multiple of 128) for src[0].
-  template <RoundMode M>
+  template <RoundMode M, bool kStream>
   static void round_tiles(const float* src, void* dst, std::size_t tiles, SrKey key,
                           uint64_t g0) {
-    alignas(64) uint32_t rnd[kTile] = {};
+    const typename V::PhiloxKey philox_key(key.seed, key.step);
+    I r[kVecs];
     for (std::size_t t = 0; t < tiles; ++t) {
-      if constexpr (stochastic(M)) tile_bits<M>(key, g0 + t * kTile, rnd);
-      for (std::size_t v = 0; v < kTile; v += W) {
-        const std::size_t i = t * kTile + v;
-        store_plain<M>(dst, i, round_vec<M>(V::load(src + i), V::load(rnd + v)));
+      tile_bits<M>(philox_key, g0 + t * kTile, r);
+      for (int v = 0; v < kVecs; v += 2) {
+        const std::size_t i = t * kTile + std::size_t(v) * W;
+        store_pair<M, false, kStream>(dst, i, round_vec<M>(V::load(src + i), r[v]),
+                                      round_vec<M>(V::load(src + i + W), r[v + 1]));
       }
     }
   }
 
-  // Whole tiles of a fused AdamW range starting at element `first` of r (global index a multiple of
-  // 128). Lane arithmetic follows adamw_element() operation by operation.
+  // Large outputs go around the cache: a non-temporal store skips the read-for-ownership of every
+  // destination line, which is a third of a rounding pass's memory traffic. Small outputs stay
+  // cached for the forward pass that reads them next.
+  static constexpr std::size_t kStreamMinBytes = std::size_t(8) << 20;
+
   template <RoundMode M>
-  static uint64_t adamw_tiles(const AdamWRange& r, std::size_t first,
-                              std::size_t tiles, const AdamWScalars& s,
-                              SrKey key) {
-    const F beta1 = V::set1f(s.beta1), omb1 = V::set1f(s.one_minus_beta1);
-    const F beta2 = V::set1f(s.beta2), omb2 = V::set1f(s.one_minus_beta2);
-    const F step_size = V::set1f(s.step_size), sqrt_bc2 = V::set1f(s.sqrt_bc2);
-    const F eps = V::set1f(s.eps), decay = V::set1f(s.decay_factor);
-    const F grad_scale = V::set1f(s.grad_scale);
-    alignas(64) uint32_t rnd[kTile] = {};
+  static void round_tiles_any(const float* src, void* dst, std::size_t tiles, SrKey key,
+                              uint64_t g0) {
+    const bool aligned = reinterpret_cast<uintptr_t>(dst) % 64 == 0;
+    if (M != RoundMode::fp32 && aligned && tiles * kTile * 2 >= kStreamMinBytes) {
+      round_tiles<M, true>(src, dst, tiles, key, g0);
+      V::stream_fence();
+    } else {
+      round_tiles<M, false>(src, dst, tiles, key, g0);
+    }
+  }
+
+  // AdamW on one vector of elements at i, in adamw_element()'s order; returns the new master bits.
+  struct AdamWConstants {
+    F beta1, omb1, beta2, omb2, step_size, sqrt_bc2, eps, decay, grad_scale;
+  };
+  static I adamw_vec(const AdamWRange& r, std::size_t i, const AdamWConstants& c) {
+    const F g = V::mulf(V::loadf(r.grad + i), c.grad_scale);
+    const F m = V::addf(V::mulf(V::loadf(r.exp_avg + i), c.beta1), V::mulf(c.omb1, g));
+    const F vv = V::addf(V::mulf(V::loadf(r.exp_avg_sq + i), c.beta2), V::mulf(c.omb2, V::mulf(g, g)));
+    F p = V::loadf(r.master + i);
+    if (r.decay) p = V::mulf(p, c.decay);
+    const F denom = V::addf(V::divf(V::sqrtf(vv), c.sqrt_bc2), c.eps);
+    p = V::subf(p, V::mulf(c.step_size, V::divf(m, denom)));
+    V::storef(r.exp_avg + i, m);
+    V::storef(r.exp_avg_sq + i, vv);
+    V::storef(r.master + i, p);
+    return V::casti(p);
+  }
+
+  // Whole tiles of a fused AdamW range starting at element `first` of r (global index a multiple of
+  // 128).
+  template <RoundMode M>
+  static uint64_t adamw_tiles(const AdamWRange& r, std::size_t first, std::size_t tiles,
+                              const AdamWScalars& s, SrKey key) {
+    const AdamWConstants c{V::set1f(s.beta1),     V::set1f(s.one_minus_beta1), V::set1f(s.beta2),
+                           V::set1f(s.one_minus_beta2), V::set1f(s.step_size),
+                           V::set1f(s.sqrt_bc2),  V::set1f(s.eps),  V::set1f(s.decay_factor),
+                           V::set1f(s.grad_scale)};
+    const typename V::PhiloxKey philox_key(key.seed, key.step);
+    I rnd[kVecs];
     uint64_t changed = 0;
     for (std::size_t t = 0; t < tiles; ++t) {
       const std::size_t base = first + t * kTile;
-      if constexpr (stochastic(M)) tile_bits<M>(key, r.index0 + base, rnd);
-      for (std::size_t v = 0; v < kTile; v += W) {
-        const std::size_t i = base + v;
-        const F g = V::mulf(V::loadf(r.grad + i), grad_scale);
-        const F m = V::addf(V::mulf(V::loadf(r.exp_avg + i), beta1), V::mulf(omb1, g));
-        const F vv = V::addf(V::mulf(V::loadf(r.exp_avg_sq + i), beta2), V::mulf(omb2, V::mulf(g, g)));
-        F p = V::loadf(r.master + i);
-        if (r.decay) p = V::mulf(p, decay);
-        const F denom = V::addf(V::divf(V::sqrtf(vv), sqrt_bc2), eps);
-        p = V::subf(p, V::mulf(step_size, V::divf(m, denom)));
-        V::storef(r.exp_avg + i, m);
-        V::storef(r.exp_avg_sq + i, vv);
-        V::storef(r.master + i, p);
-        changed += store_counting<M>(r.compute, i, round_vec<M>(V::casti(p), V::load(rnd + v)));
+      tile_bits<M>(philox_key, r.index0 + base, rnd);
+      for (int v = 0; v < kVecs; v += 2) {
+        const std::size_t i = base + std::size_t(v) * W;
+        const I lo = round_vec<M>(adamw_vec(r, i, c), rnd[v]);
+        const I hi = round_vec<M>(adamw_vec(r, i + W, c), rnd[v + 1]);
+        changed += store_pair<M, true>(r.compute, i, lo, hi);
       }
     }
     return changed;
@@ -172,7 +209,7 @@ struct SimdKernels {
     const std::size_t bytes = compute_bytes(M);
     char* out = static_cast<char*>(dst);
     round_scalar(src, out, sp.head, M, key, index0);
-    round_tiles<M>(src + sp.head, out + sp.head * bytes, sp.tiles, key, index0 + sp.head);
+    round_tiles_any<M>(src + sp.head, out + sp.head * bytes, sp.tiles, key, index0 + sp.head);
     const std::size_t done = sp.head + sp.tiles * kTile;
     round_scalar(src + done, out + done * bytes, sp.tail, M, key, index0 + done);
   }

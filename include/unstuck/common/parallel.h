@@ -11,8 +11,8 @@ namespace unstuck {
 int resolve_threads(int requested);
 
 // Calls fn(begin, end, chunk) for `chunks` contiguous, near-equal chunks of [0, n), each chunk on its
-// own thread (the calling thread takes chunk 0). Chunk boundaries are multiples of `align` elements
-// except the last. Runs inline when chunks <= 1. Exceptions from any chunk are rethrown.
+// own OpenMP thread. Chunk boundaries are multiples of `align` elements except the last. Runs inline
+// when chunks <= 1. Exceptions from any chunk are rethrown.
 void parallel_chunks(std::size_t n, int chunks, std::size_t align,
                      const std::function<void(std::size_t, std::size_t, int)>& fn);
 

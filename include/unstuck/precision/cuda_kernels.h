@@ -1,0 +1,40 @@
+// CUDA launchers of the precision kernels (materialize, fused AdamW, non-finite count): same
+// contract and bits as the CPU entry points in rounding.h and fused_adamw.h. Pointers are device
+// pointers, `stream` a cudaStream_t (nullptr: default stream). Defined when UNSTUCK_HAVE_CUDA;
+// CUDA errors throw std::runtime_error naming the launcher.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "unstuck/precision/fused_adamw.h"
+#include "unstuck/precision/round_math.h"
+#include "unstuck/precision/rounding.h"
+
+namespace unstuck::precision {
+
+// Device version of materialize(): rounds master[0, n) into compute[0, n). `global_offset` is the
+// index of master[0] in the unsharded flat buffer (it keys the SR bits). Asynchronous on `stream`.
+void materialize_cuda(const float* master, void* compute, std::size_t n, RoundMode mode, SrKey key,
+                      uint64_t global_offset = 0, void* stream = nullptr);
+
+// Device version of fused_adamw_step() with the per-step scalars already computed. The changed
+// counts are reduced on the device and copied back, so this call waits for `stream`.
+// Throws std::invalid_argument when a segment starts below buffers.base.
+AdamWStepStats fused_adamw_cuda(const AdamWBuffers& buffers, const std::vector<Segment>& segments,
+                                const AdamWScalars& scalars, RoundMode mode, SrKey key,
+                                void* stream = nullptr);
+
+// Same, from the step's hyper-parameters (scalars as the CPU path computes them).
+inline AdamWStepStats fused_adamw_cuda(const AdamWBuffers& buffers,
+                                       const std::vector<Segment>& segments,
+                                       const AdamWHyper& hyper, RoundMode mode, SrKey key,
+                                       void* stream = nullptr) {
+  return fused_adamw_cuda(buffers, segments, adamw_scalars(hyper), mode, key, stream);
+}
+
+// Number of elements of x[0, n) that are NaN or +-Inf. Waits for `stream`.
+std::size_t count_nonfinite_cuda(const float* x, std::size_t n, void* stream = nullptr);
+
+}  // namespace unstuck::precision

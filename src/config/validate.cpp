@@ -1,0 +1,75 @@
+// validate(RunConfig): the one place where value ranges and combinations are checked. Each check
+// names the dotted key, the rule and the value found, e.g. "optim.lr must be > 0, got -1".
+#include <cmath>
+#include <string>
+
+#include "unstuck/common/error.h"
+#include "unstuck/config/config.h"
+#include "unstuck/config/run_config.h"
+
+namespace unstuck {
+namespace {
+
+std::string shown(double x) {
+  std::string text = config::format_double(x);
+  if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
+  return text;
+}
+
+void require(bool ok, const char* key, const char* rule, const std::string& got) {
+  if (!ok) throw UserError(std::string(key) + " must be " + rule + ", got " + got);
+}
+void require(bool ok, const char* key, const char* rule, double got) {
+  require(ok, key, rule, shown(got));
+}
+
+void validate_run(const RunOptions& run) {
+  const bool plain_name = !run.name.empty() && run.name != "." && run.name != ".." &&
+                          run.name.find_first_of("/\\") == std::string::npos;
+  require(plain_name, "run.name", "a plain folder name (not empty, no '/')", "'" + run.name + "'");
+  require(!run.output_dir.empty(), "run.output_dir", "a folder path", "''");
+}
+
+void validate_loss_scale(const precision::LossScaleConfig& ls) {
+  require(std::isfinite(ls.min_scale) && ls.min_scale > 0, "precision.loss_scale.min_scale",
+          "a finite number > 0", ls.min_scale);
+  require(std::isfinite(ls.max_scale) && ls.max_scale >= ls.min_scale,
+          "precision.loss_scale.max_scale", "finite and >= precision.loss_scale.min_scale",
+          ls.max_scale);
+  require(ls.initial_scale >= ls.min_scale && ls.initial_scale <= ls.max_scale,
+          "precision.loss_scale.initial_scale", "within [min_scale, max_scale]", ls.initial_scale);
+  require(std::isfinite(ls.growth_factor) && ls.growth_factor > 1,
+          "precision.loss_scale.growth_factor", "a finite number > 1", ls.growth_factor);
+  require(ls.backoff_factor > 0 && ls.backoff_factor < 1, "precision.loss_scale.backoff_factor",
+          "in (0, 1)", ls.backoff_factor);
+  require(ls.growth_interval >= 1, "precision.loss_scale.growth_interval", ">= 1",
+          std::to_string(ls.growth_interval));
+  require(ls.hysteresis >= 1, "precision.loss_scale.hysteresis", ">= 1",
+          std::to_string(ls.hysteresis));
+}
+
+void validate_precision(const precision::PrecisionConfig& p) {
+  require(p.threads >= 0, "precision.threads", ">= 0 (0 = all cores)", std::to_string(p.threads));
+  validate_loss_scale(p.loss_scale);
+}
+
+void validate_optim(const precision::OptimConfig& o) {
+  require(std::isfinite(o.lr) && o.lr > 0, "optim.lr", "> 0", o.lr);
+  require(o.beta1 >= 0 && o.beta1 < 1, "optim.beta1", "in [0, 1)", o.beta1);
+  require(o.beta2 >= 0 && o.beta2 < 1, "optim.beta2", "in [0, 1)", o.beta2);
+  require(std::isfinite(o.eps) && o.eps > 0, "optim.eps", "> 0", o.eps);
+  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "optim.weight_decay", ">= 0",
+          o.weight_decay);
+  require(std::isfinite(o.grad_clip) && o.grad_clip >= 0, "optim.grad_clip", ">= 0 (0 = off)",
+          o.grad_clip);
+}
+
+}  // namespace
+
+void validate(const RunConfig& config) {
+  validate_run(config.run);
+  validate_precision(config.precision);
+  validate_optim(config.optim);
+}
+
+}  // namespace unstuck

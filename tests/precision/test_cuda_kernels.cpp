@@ -1,0 +1,558 @@
+// The CUDA precision kernels against the scalar CPU reference (round_math.h called per element,
+// here in the test) and the CPU entry points: materialize for every RoundMode, fused AdamW on a
+// shard with unaligned segments, the non-finite count, all bit for bit. Without a usable device
+// the CUDA tests skip with the reason; the cuda_info test runs everywhere.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "unstuck/common/cuda_info.h"
+
+TEST(CudaInfo, DeviceCountAnswersWithoutCrashingAndSaysWhyNot) {
+  std::string why_not;
+  const int count = unstuck::cuda_device_count(&why_not);
+  EXPECT_GE(count, 0);
+  if (count == 0) {
+    EXPECT_FALSE(why_not.empty()) << "cuda_device_count() == 0 must come with a reason";
+  }
+  EXPECT_EQ(unstuck::cuda_device_count(), count);  // no reason asked for: same answer
+#if defined(UNSTUCK_HAVE_CUDA)
+  EXPECT_TRUE(unstuck::cuda_compiled());
+#else
+  EXPECT_FALSE(unstuck::cuda_compiled());
+  EXPECT_EQ(count, 0);
+#endif
+  EXPECT_FALSE(unstuck::nccl_version().empty());
+}
+
+#if defined(UNSTUCK_HAVE_CUDA)
+
+#include <cuda_runtime.h>
+
+#include "unstuck/precision/cuda_kernels.h"
+#include "unstuck/precision/fused_adamw.h"
+#include "unstuck/precision/round_math.h"
+#include "unstuck/precision/rounding.h"
+
+namespace unstuck::precision {
+namespace {
+
+#define SKIP_WITHOUT_CUDA_DEVICE()                          \
+  do {                                                      \
+    std::string why_not;                                    \
+    if (unstuck::cuda_device_count(&why_not) == 0) {        \
+      GTEST_SKIP() << "no usable CUDA device: " << why_not; \
+    }                                                       \
+  } while (0)
+
+#define ASSERT_CUDA(expr)                                                      \
+  do {                                                                         \
+    const cudaError_t err_ = (expr);                                           \
+    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
+  } while (0)
+
+std::string mode_name(RoundMode mode) {
+  switch (mode) {
+    case RoundMode::fp32: return "fp32";
+    case RoundMode::bf16_rn: return "bf16_rn";
+    case RoundMode::bf16_sr: return "bf16_sr";
+    case RoundMode::fp16_rn: return "fp16_rn";
+    case RoundMode::fp16_sr: return "fp16_sr";
+  }
+  return "unknown";
+}
+
+// Test parameter; its PrintTo makes ctest and gtest show the mode's name.
+struct ModeParam {
+  RoundMode mode;
+};
+void PrintTo(const ModeParam& p, std::ostream* os) { *os << mode_name(p.mode); }
+
+constexpr ModeParam kAllModes[] = {
+    {RoundMode::fp32},    {RoundMode::bf16_rn}, {RoundMode::bf16_sr},
+    {RoundMode::fp16_rn}, {RoundMode::fp16_sr},
+};
+
+std::size_t element_bytes(RoundMode mode) { return mode == RoundMode::fp32 ? 4 : 2; }
+
+// The scalar reference: one round_math.h call per element, SR bits from the global index.
+uint32_t reference_round(float x, RoundMode mode, SrKey key, uint64_t index) {
+  switch (mode) {
+    case RoundMode::fp32: return float_bits(x);
+    case RoundMode::bf16_rn: return bf16_rn(x);
+    case RoundMode::bf16_sr: return bf16_sr(x, sr_bits_bf16(key.seed, key.step, index));
+    case RoundMode::fp16_rn: return fp16_rn(x);
+    case RoundMode::fp16_sr: return fp16_sr(x, sr_bits_fp16(key.seed, key.step, index));
+  }
+  return 0;
+}
+
+// Compute weights as bit patterns, stored with the mode's element size.
+struct ComputeBits {
+  std::size_t elem;
+  std::vector<uint8_t> bytes;
+  ComputeBits(RoundMode mode, std::size_t n, uint32_t fill)
+      : elem(element_bytes(mode)), bytes(n * elem) {
+    for (std::size_t i = 0; i < n; ++i) set(i, fill);
+  }
+  uint32_t get(std::size_t i) const {
+    if (elem == 4) {
+      uint32_t b;
+      std::memcpy(&b, &bytes[i * 4], 4);
+      return b;
+    }
+    uint16_t h;
+    std::memcpy(&h, &bytes[i * 2], 2);
+    return h;
+  }
+  void set(std::size_t i, uint32_t bits) {
+    if (elem == 4) {
+      std::memcpy(&bytes[i * 4], &bits, 4);
+    } else {
+      const uint16_t h = uint16_t(bits);
+      std::memcpy(&bytes[i * 2], &h, 2);
+    }
+  }
+};
+
+// Same value for the FP32 state: identical bits, or both NaN. Arithmetic on a NaN gives the
+// canonical NaN 0x7FFFFFFF on the GPU but keeps the input's payload on x86; the contract only
+// promises NaN stays NaN (the rounded BF16 / FP16 weights are canonical NaN on both).
+bool same_fp32(uint32_t a, uint32_t b) {
+  return a == b || (std::isnan(bits_float(a)) && std::isnan(bits_float(b)));
+}
+
+// Device memory with room for a misaligning shift in front; freed on scope exit.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes) {
+    if (cudaMalloc(&ptr_, bytes) != cudaSuccess) ptr_ = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <typename T = void>
+  T* get(std::size_t byte_offset = 0) const {
+    return reinterpret_cast<T*>(static_cast<char*>(ptr_) + byte_offset);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+// Values at every edge the rounding contract names, for both BF16 and FP16.
+std::vector<float> edge_values() {
+  const uint32_t bits[] = {
+      0x00000000u, 0x80000000u,               // +-0
+      0x00000001u, 0x807FFFFFu, 0x00400000u,  // FP32 subnormals
+      0x00800000u, 0x80800001u,               // smallest FP32 normals
+      0x7FC00000u, 0xFFC00001u, 0x7FA00001u,  // NaNs: quiet, negative with payload, signalling
+      0x7F800000u, 0xFF800000u,               // +-Inf
+      0x7F7FFFFFu, 0xFF7FFFFFu,               // +-FLT_MAX (above the largest finite BF16)
+      0x7F7F0000u, 0x7F7F0001u, 0x7F7F8000u,  // largest finite BF16, just above, halfway to Inf
+      0x3F808000u, 0x3F818000u,               // BF16 ties (to even: down, up)
+      0x3F800000u, 0xC0200000u, 0x3E200000u,  // exactly representable in both formats
+      0x33800000u, 0x33000000u, 0xB3C00000u,  // FP16 subnormal grid: 2^-24, 2^-25 (tie), -1.5*2^-24
+      0x387FFFFFu, 0x38800000u, 0x38800001u,  // around the smallest FP16 normal 2^-14
+      0x32000000u, 0x00012345u,               // below half the smallest FP16 subnormal
+  };
+  std::vector<float> v;
+  for (uint32_t b : bits) v.push_back(bits_float(b));
+  for (float x : {65504.0f, -65504.0f, 65519.99f, 65520.0f, 65535.9f, 65536.0f, 1e6f, 65505.0f,
+                  1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1e-5f, 6.0e-8f, -2.9e-8f}) {
+    v.push_back(x);
+  }
+  return v;
+}
+
+// n test inputs: the edge values, then random bit patterns (every class of float) mixed with
+// ordinary values over many binades.
+std::vector<float> test_inputs(std::size_t n, uint32_t seed) {
+  std::vector<float> x = edge_values();
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> binade(-30, 20);
+  while (x.size() < n) {
+    if (rng() % 4 == 0) {
+      x.push_back(bits_float(uint32_t(rng())));
+    } else {
+      x.push_back(std::ldexp(unit(rng), binade(rng)));
+    }
+  }
+  x.resize(n);
+  return x;
+}
+
+struct MaterializeCase {
+  uint64_t global_offset;  // index of master[0] in the unsharded buffer
+  std::size_t n;
+  std::size_t shift;  // elements between the allocation's start and master[0] / compute[0]
+};
+
+class CudaMaterialize : public ::testing::TestWithParam<ModeParam> {};
+
+TEST_P(CudaMaterialize, MatchesScalarReferenceBitForBit) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const RoundMode mode = GetParam().mode;
+  const SrKey key{0x0123456789ABCDEFull, 1234};
+  const uint32_t kSentinel = 0xA5A5A5A5u;
+  const MaterializeCase cases[] = {
+      {0, 100003, 0},                     // aligned, odd length
+      {12345, 77777, 3},                  // unaligned start in index and in memory
+      {1, 5, 1},                          // shorter than one group
+      {127, 130, 0},                      // straddles SR tiles
+      {(uint64_t(1) << 40) + 5, 999, 2},  // 64-bit counters
+      {7, 1, 0},
+  };
+  for (const MaterializeCase& c : cases) {
+    SCOPED_TRACE("global_offset=" + std::to_string(c.global_offset) + " n=" + std::to_string(c.n) +
+                 " shift=" + std::to_string(c.shift));
+    const std::vector<float> master = test_inputs(c.n, uint32_t(c.n + c.shift));
+    const std::size_t eb = element_bytes(mode), pad = 8;
+    DeviceBuffer d_master((c.n + c.shift) * 4), d_compute((c.n + c.shift + 2 * pad) * eb);
+    ASSERT_NE(d_master.get(), nullptr);
+    ASSERT_NE(d_compute.get(), nullptr);
+    ComputeBits out(mode, c.n + c.shift + 2 * pad, kSentinel);
+    ASSERT_CUDA(
+        cudaMemcpy(d_master.get(c.shift * 4), master.data(), c.n * 4, cudaMemcpyHostToDevice));
+    ASSERT_CUDA(
+        cudaMemcpy(d_compute.get(), out.bytes.data(), out.bytes.size(), cudaMemcpyHostToDevice));
+
+    materialize_cuda(d_master.get<float>(c.shift * 4), d_compute.get((pad + c.shift) * eb), c.n,
+                     mode, key, c.global_offset);
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    ASSERT_CUDA(
+        cudaMemcpy(out.bytes.data(), d_compute.get(), out.bytes.size(), cudaMemcpyDeviceToHost));
+
+    std::size_t mismatches = 0;
+    for (std::size_t i = 0; i < c.n; ++i) {
+      const uint32_t want = reference_round(master[i], mode, key, c.global_offset + i);
+      const uint32_t got = out.get(pad + c.shift + i);
+      if (got != want && mismatches++ < 5) {
+        ADD_FAILURE() << mode_name(mode) << " element " << i << " (x bits 0x" << std::hex
+                      << float_bits(master[i]) << "): got 0x" << got << ", want 0x" << want;
+      }
+    }
+    EXPECT_EQ(mismatches, 0u);
+    for (std::size_t i = 0; i < pad + c.shift; ++i) {
+      EXPECT_EQ(out.get(i), out.elem == 4 ? kSentinel : (kSentinel & 0xFFFFu)) << "wrote before";
+    }
+    for (std::size_t i = pad + c.shift + c.n; i < c.n + c.shift + 2 * pad; ++i) {
+      EXPECT_EQ(out.get(i), out.elem == 4 ? kSentinel : (kSentinel & 0xFFFFu)) << "wrote after";
+    }
+  }
+}
+
+// Rounding a buffer in shards (any split, any offsets) gives the bits of rounding it whole.
+TEST_P(CudaMaterialize, ShardsGiveTheBitsOfTheWholeBuffer) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const RoundMode mode = GetParam().mode;
+  const SrKey key{42, 7};
+  const std::size_t n = 50021, eb = element_bytes(mode);
+  const std::vector<float> master = test_inputs(n, 99);
+  DeviceBuffer d_master(n * 4), d_whole(n * eb), d_sharded(n * eb);
+  ASSERT_CUDA(cudaMemcpy(d_master.get(), master.data(), n * 4, cudaMemcpyHostToDevice));
+  materialize_cuda(d_master.get<float>(), d_whole.get(), n, mode, key, 0);
+  const std::size_t cuts[] = {0, 1, 129, 4097, 33333, n};
+  for (std::size_t s = 0; s + 1 < std::size(cuts); ++s) {
+    materialize_cuda(d_master.get<float>(cuts[s] * 4), d_sharded.get(cuts[s] * eb),
+                     cuts[s + 1] - cuts[s], mode, key, cuts[s]);
+  }
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<uint8_t> whole(n * eb), sharded(n * eb);
+  ASSERT_CUDA(cudaMemcpy(whole.data(), d_whole.get(), whole.size(), cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(sharded.data(), d_sharded.get(), sharded.size(), cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(whole == sharded);
+}
+
+// CPU and CUDA materialize the same bits.
+TEST_P(CudaMaterialize, MatchesTheCpuMaterialize) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const RoundMode mode = GetParam().mode;
+  const SrKey key{5, 9};
+  const std::size_t n = 30011;
+  const uint64_t global_offset = 777;
+  const std::vector<float> master = test_inputs(n, 17);
+  ComputeBits cpu(mode, n, 0), gpu(mode, n, 0);
+  materialize(master.data(), cpu.bytes.data(), n, mode, key, global_offset);
+  DeviceBuffer d_master(n * 4), d_compute(gpu.bytes.size());
+  ASSERT_CUDA(cudaMemcpy(d_master.get(), master.data(), n * 4, cudaMemcpyHostToDevice));
+  materialize_cuda(d_master.get<float>(), d_compute.get(), n, mode, key, global_offset);
+  ASSERT_CUDA(
+      cudaMemcpy(gpu.bytes.data(), d_compute.get(), gpu.bytes.size(), cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(cpu.bytes == gpu.bytes);
+}
+
+// ---- fused AdamW
+// ----------------------------------------------------------------------------------
+
+// Host copy of the flat AdamW state of one shard (global indices [base, base + n)).
+struct AdamWState {
+  std::vector<float> master, grad, m, v;
+  ComputeBits compute;
+};
+
+AdamWScalars scalars_for(double lr, double weight_decay, int64_t step, double grad_scale) {
+  const double beta1 = 0.9, beta2 = 0.999;
+  AdamWScalars s{};
+  s.beta1 = float(beta1);
+  s.one_minus_beta1 = float(1 - beta1);
+  s.beta2 = float(beta2);
+  s.one_minus_beta2 = float(1 - beta2);
+  s.step_size = float(lr / (1 - std::pow(beta1, double(step))));
+  s.sqrt_bc2 = float(std::sqrt(1 - std::pow(beta2, double(step))));
+  s.eps = 1e-8f;
+  s.decay_factor = float(1 - lr * weight_decay);
+  s.grad_scale = float(grad_scale);
+  return s;
+}
+
+// The scalar reference of fused_adamw_step: adamw_element then reference_round, per element.
+std::vector<uint64_t> reference_adamw(AdamWState& st, uint64_t base,
+                                      const std::vector<Segment>& segments, const AdamWScalars& s,
+                                      RoundMode mode, SrKey key) {
+  std::vector<uint64_t> changed(segments.size(), 0);
+  for (std::size_t k = 0; k < segments.size(); ++k) {
+    for (uint64_t i = segments[k].offset; i < segments[k].offset + segments[k].size; ++i) {
+      const std::size_t j = std::size_t(i - base);
+      adamw_element(st.master[j], st.m[j], st.v[j], st.grad[j], segments[k].decay, s);
+      const uint32_t bits = reference_round(st.master[j], mode, key, i);
+      changed[k] += bits != st.compute.get(j) ? 1 : 0;
+      st.compute.set(j, bits);
+    }
+  }
+  return changed;
+}
+
+// n elements of AdamW state for global indices [base, base + n): the edge values and random bit
+// patterns first, then mostly ordinary weights; gradients with NaN and Inf; compute weights as the
+// previous step's rounding left them.
+AdamWState make_adamw_state(RoundMode mode, uint64_t base, std::size_t n) {
+  const bool fp16 = mode == RoundMode::fp16_rn || mode == RoundMode::fp16_sr;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  AdamWState st{test_inputs(n, 3), {}, {}, {}, ComputeBits(mode, n, 0)};
+  for (std::size_t j = 0; j < n; ++j) {
+    if (j >= 200 && rng() % 10 != 0) st.master[j] = 0.05f * normal(rng);
+    st.grad.push_back((fp16 ? 1024.0f : 1.0f) * 1e-3f * normal(rng));  // loss-scaled in FP16 modes
+    st.m.push_back(1e-4f * normal(rng));
+    st.v.push_back(1e-7f * std::fabs(normal(rng)));
+  }
+  for (std::size_t j : {5u, 1500u, 10000u}) st.grad[j] = std::numeric_limits<float>::quiet_NaN();
+  for (std::size_t j : {6u, 1501u, 10001u}) st.grad[j] = std::numeric_limits<float>::infinity();
+  for (std::size_t j = 0; j < n; ++j) {
+    st.compute.set(j, reference_round(st.master[j], mode, SrKey{11, 6}, base + j));
+  }
+  return st;
+}
+
+// The state on the device, each array `shift` elements past an aligned allocation.
+struct DeviceAdamW {
+  std::size_t n, shift, eb;
+  DeviceBuffer master, grad, m, v, compute;
+  AdamWBuffers buffers;
+  DeviceAdamW(RoundMode mode, uint64_t base, std::size_t n_, std::size_t shift_)
+      : n(n_),
+        shift(shift_),
+        eb(element_bytes(mode)),
+        master((n + shift) * 4),
+        grad((n + shift) * 4),
+        m((n + shift) * 4),
+        v((n + shift) * 4),
+        compute((n + shift) * eb) {
+    buffers.master = master.get<float>(shift * 4);
+    buffers.grad = grad.get<const float>(shift * 4);
+    buffers.exp_avg = m.get<float>(shift * 4);
+    buffers.exp_avg_sq = v.get<float>(shift * 4);
+    buffers.compute = compute.get(shift * eb);
+    buffers.base = base;
+  }
+  cudaError_t upload(const AdamWState& st) const {
+    cudaError_t e =
+        cudaMemcpy(master.get(shift * 4), st.master.data(), n * 4, cudaMemcpyHostToDevice);
+    if (!e) e = cudaMemcpy(grad.get(shift * 4), st.grad.data(), n * 4, cudaMemcpyHostToDevice);
+    if (!e) e = cudaMemcpy(m.get(shift * 4), st.m.data(), n * 4, cudaMemcpyHostToDevice);
+    if (!e) e = cudaMemcpy(v.get(shift * 4), st.v.data(), n * 4, cudaMemcpyHostToDevice);
+    if (!e)
+      e = cudaMemcpy(compute.get(shift * eb), st.compute.bytes.data(), n * eb,
+                     cudaMemcpyHostToDevice);
+    return e;
+  }
+  cudaError_t download(AdamWState& st) const {
+    cudaError_t e =
+        cudaMemcpy(st.master.data(), master.get(shift * 4), n * 4, cudaMemcpyDeviceToHost);
+    if (!e) e = cudaMemcpy(st.m.data(), m.get(shift * 4), n * 4, cudaMemcpyDeviceToHost);
+    if (!e) e = cudaMemcpy(st.v.data(), v.get(shift * 4), n * 4, cudaMemcpyDeviceToHost);
+    if (!e)
+      e = cudaMemcpy(st.compute.bytes.data(), compute.get(shift * eb), n * eb,
+                     cudaMemcpyDeviceToHost);
+    return e;
+  }
+};
+
+// Elements of `got` that differ from `want` (first few reported). Updated elements: equal, NaN
+// payloads aside. Elements outside every segment: untouched, so exact bits.
+std::size_t count_mismatches(const AdamWState& got, const AdamWState& want, uint64_t base,
+                             const std::vector<Segment>& segments, RoundMode mode) {
+  const std::size_t n = got.master.size();
+  std::vector<bool> updated(n, false);
+  for (const Segment& seg : segments) {
+    for (uint64_t i = seg.offset; i < seg.offset + seg.size; ++i) updated[i - base] = true;
+  }
+  std::size_t mismatches = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    const auto same = [&](uint32_t a, uint32_t b) { return updated[j] ? same_fp32(a, b) : a == b; };
+    const bool ok = same(float_bits(got.master[j]), float_bits(want.master[j])) &&
+                    same(float_bits(got.m[j]), float_bits(want.m[j])) &&
+                    same(float_bits(got.v[j]), float_bits(want.v[j])) &&
+                    (mode == RoundMode::fp32 ? same(got.compute.get(j), want.compute.get(j))
+                                             : got.compute.get(j) == want.compute.get(j));
+    if (!ok && mismatches++ < 5) {
+      ADD_FAILURE() << "element " << j << " (global " << base + j << "): master 0x" << std::hex
+                    << float_bits(got.master[j]) << " vs 0x" << float_bits(want.master[j])
+                    << ", m 0x" << float_bits(got.m[j]) << " vs 0x" << float_bits(want.m[j])
+                    << ", v 0x" << float_bits(got.v[j]) << " vs 0x" << float_bits(want.v[j])
+                    << ", compute 0x" << got.compute.get(j) << " vs 0x" << want.compute.get(j);
+    }
+  }
+  return mismatches;
+}
+
+class CudaFusedAdamW : public ::testing::TestWithParam<ModeParam> {};
+
+TEST_P(CudaFusedAdamW, MatchesScalarReferenceOnAShard) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const RoundMode mode = GetParam().mode;
+  const bool fp16 = mode == RoundMode::fp16_rn || mode == RoundMode::fp16_sr;
+  const uint64_t base = 1237;  // this shard starts at global index 1237
+  const std::size_t n = 40000;
+  // Unaligned offsets, decay on and off, an empty segment, gaps that must stay untouched.
+  const std::vector<Segment> segments = {
+      {base + 0, 1000, true},      {base + 1000, 0, true},          {base + 1000, 4099, false},
+      {base + 5099, 1, true},      {base + 5103, 129, false},       {base + 6000, 20000, true},
+      {base + 26003, 9000, false}, {base + 35003, n - 35003, true},
+  };
+  const AdamWState initial = make_adamw_state(mode, base, n);
+
+  for (std::size_t shift : {0u, 1u}) {  // shift 1: no pointer is 16-byte aligned
+    SCOPED_TRACE(mode_name(mode) + " pointer shift " + std::to_string(shift));
+    AdamWState ref = initial;
+    DeviceAdamW dev(mode, base, n, shift);
+    ASSERT_CUDA(dev.upload(initial));
+    // Two consecutive steps: the second sees compute weights the first one wrote.
+    for (int64_t step : {7, 8}) {
+      const AdamWScalars s = scalars_for(1e-3, 0.1, step, fp16 ? 1.0 / 1024 : 1.0);
+      const SrKey key{11, uint64_t(step)};
+      const std::vector<uint64_t> want = reference_adamw(ref, base, segments, s, mode, key);
+      const AdamWStepStats got = fused_adamw_cuda(dev.buffers, segments, s, mode, key);
+      ASSERT_EQ(got.changed.size(), segments.size());
+      uint64_t total = 0, elements = 0;
+      for (std::size_t k = 0; k < segments.size(); ++k) {
+        EXPECT_EQ(got.changed[k], want[k]) << "segment " << k << " step " << step;
+        total += want[k];
+        elements += segments[k].size;
+      }
+      EXPECT_EQ(got.changed_total, total);
+      EXPECT_EQ(got.elements, elements);
+    }
+    AdamWState got = initial;
+    ASSERT_CUDA(dev.download(got));
+    EXPECT_EQ(count_mismatches(got, ref, base, segments, mode), 0u);
+  }
+}
+
+// CPU and CUDA give the same step from the same hyper-parameters (the AdamWHyper overload).
+TEST_P(CudaFusedAdamW, MatchesTheCpuFusedAdamWStep) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const RoundMode mode = GetParam().mode;
+  const uint64_t base = 300;
+  const std::size_t n = 20000;
+  const std::vector<Segment> segments = {{base + 3, 7000, true}, {base + 7003, 12990, false}};
+  AdamWHyper hyper;
+  hyper.lr = 1e-3;
+  hyper.weight_decay = 0.1;
+  hyper.step = 3;
+  hyper.grad_scale = mode == RoundMode::fp16_rn || mode == RoundMode::fp16_sr ? 1.0 / 1024 : 1.0;
+  const SrKey key{21, 3};
+  const AdamWState initial = make_adamw_state(mode, base, n);
+
+  AdamWState cpu = initial;
+  const AdamWBuffers host{cpu.master.data(), cpu.grad.data(),          cpu.m.data(),
+                          cpu.v.data(),      cpu.compute.bytes.data(), base};
+  const AdamWStepStats want = fused_adamw_step(host, segments, hyper, mode, key);
+
+  DeviceAdamW dev(mode, base, n, 0);
+  ASSERT_CUDA(dev.upload(initial));
+  const AdamWStepStats got = fused_adamw_cuda(dev.buffers, segments, hyper, mode, key);
+  EXPECT_EQ(got.changed, want.changed);
+  EXPECT_EQ(got.changed_total, want.changed_total);
+  EXPECT_EQ(got.elements, want.elements);
+  AdamWState result = initial;
+  ASSERT_CUDA(dev.download(result));
+  EXPECT_EQ(count_mismatches(result, cpu, base, segments, mode), 0u);
+}
+
+TEST_P(CudaFusedAdamW, RejectsBadInputsAndSkipsEmptySegments) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const RoundMode mode = GetParam().mode;
+  AdamWBuffers buffers;  // no segment touches memory, so null pointers are fine
+  buffers.base = 100;
+  const AdamWScalars s = scalars_for(1e-3, 0.0, 1, 1.0);
+  EXPECT_THROW(fused_adamw_cuda(buffers, {{99, 4, true}}, s, mode, SrKey{}), std::invalid_argument);
+  AdamWHyper bad;
+  bad.eps = 0;
+  EXPECT_THROW(fused_adamw_cuda(buffers, {{100, 4, true}}, bad, mode, SrKey{}),
+               std::invalid_argument);
+  const AdamWStepStats stats =
+      fused_adamw_cuda(buffers, {{100, 0, true}, {500, 0, false}}, s, mode, SrKey{});
+  EXPECT_EQ(stats.changed, (std::vector<uint64_t>{0, 0}));
+  EXPECT_EQ(stats.changed_total, 0u);
+  EXPECT_EQ(stats.elements, 0u);
+}
+
+std::string mode_param_name(const ::testing::TestParamInfo<ModeParam>& info) {
+  return mode_name(info.param.mode);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CudaMaterialize, ::testing::ValuesIn(kAllModes), mode_param_name);
+INSTANTIATE_TEST_SUITE_P(Modes, CudaFusedAdamW, ::testing::ValuesIn(kAllModes), mode_param_name);
+
+// ---- non-finite count
+// -----------------------------------------------------------------------------
+
+TEST(CudaCountNonfinite, CountsNanAndInfAtAnyAlignmentAndLength) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::size_t n_max = 100003;
+  const std::vector<float> x = test_inputs(n_max, 5);  // edges plus random bit patterns
+  DeviceBuffer d_x((n_max + 4) * 4);
+  for (std::size_t shift : {0u, 1u, 2u, 3u}) {
+    ASSERT_CUDA(cudaMemcpy(d_x.get(shift * 4), x.data(), n_max * 4, cudaMemcpyHostToDevice));
+    for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(3), std::size_t(5),
+                          std::size_t(11), std::size_t(4096), n_max}) {
+      std::size_t want = 0;
+      for (std::size_t i = 0; i < n; ++i) want += std::isfinite(x[i]) ? 0 : 1;
+      EXPECT_EQ(count_nonfinite_cuda(d_x.get<const float>(shift * 4), n), want)
+          << "n=" << n << " shift=" << shift;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace unstuck::precision
+
+#else  // !defined(UNSTUCK_HAVE_CUDA)
+
+TEST(CudaKernels, NotCompiled) {
+  GTEST_SKIP()
+      << "built without CUDA kernels (configure with -DUNSTUCK_CUDA=ON on a machine with nvcc)";
+}
+
+#endif
