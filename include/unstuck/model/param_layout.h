@@ -1,0 +1,42 @@
+// The layout table of the flat parameter buffers (DESIGN.md, "Parameter storage"): every model
+// tensor is a range of one flat buffer, named as in Hugging Face's Llama checkpoints. Sharding, the
+// fused optimizer, rounding and checkpoints all work on these (offset, size) ranges.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "unstuck/model/model_config.h"
+#include "unstuck/precision/fused_adamw.h"
+
+namespace unstuck::model {
+
+struct ParamEntry {
+  std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // e.g. {n_heads * head_dim, dim}
+  int64_t offset = 0;          // first element in the flat buffer (a multiple of kParamAlign)
+  int64_t numel = 0;
+  bool decay = true;           // weight decay applies (matrices yes; norms and embeddings no)
+};
+
+// Tensors start on multiples of this many elements (a stochastic-rounding tile), so the SIMD
+// kernels run on whole tiles; the gaps hold zeros and belong to no tensor.
+constexpr int64_t kParamAlign = 128;
+
+struct ParamLayout {
+  std::vector<ParamEntry> entries;  // in model order
+  int64_t total = 0;                // flat buffer length, padding included
+
+  const ParamEntry* find(const std::string& name) const;
+  // One optimizer segment per tensor (global offsets).
+  std::vector<precision::Segment> segments() const;
+};
+
+// Layout of a Llama model with `config` (validated: throws UserError naming the bad field).
+ParamLayout llama_layout(const ModelConfig& config);
+
+// Throws UserError with the dotted key (model.<field>) when the options are inconsistent.
+void validate_model_config(const ModelConfig& config);
+
+}  // namespace unstuck::model
