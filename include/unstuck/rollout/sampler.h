@@ -1,0 +1,63 @@
+// Rollout engine: batched sampling from the policy with a KV cache (or full recompute, for
+// benchmarks and checks). Temperature, top-k, top-p, max new tokens, stop at EOS; keeps each
+// sampled token's log-probability and each sequence's finish reason.
+#pragma once
+
+#include <torch/types.h>
+
+#include <array>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "unstuck/model/llama.h"
+
+namespace unstuck::rollout {
+
+// Options of the sampler.
+struct SamplingConfig {
+  double temperature = 1.0;     // softmax temperature; 0 = greedy
+  int64_t top_k = 0;            // keep the k most likely tokens; 0 = all
+  double top_p = 1.0;           // keep the smallest set with this much probability; 1 = all
+  int64_t max_new_tokens = 32;  // completion length limit
+
+  template <class V>
+  void visit(V& v) {
+    v("temperature", temperature, "softmax temperature; 0 = greedy decoding");
+    v("top_k", top_k, "sample among the k most likely tokens; 0 = no limit");
+    v("top_p", top_p, "nucleus sampling: smallest token set with this probability mass; 1 = off");
+    v("max_new_tokens", max_new_tokens, "most tokens generated per completion");
+  }
+};
+
+enum class FinishReason { eos, length };
+inline constexpr std::array<std::pair<FinishReason, const char*>, 2> kFinishReasonNames{{
+    {FinishReason::eos, "eos"},
+    {FinishReason::length, "length"},
+}};
+constexpr const auto& enum_names(FinishReason) { return kFinishReasonNames; }
+
+struct Completion {
+  std::vector<int32_t> tokens;   // generated tokens, the EOS included when it was sampled
+  std::vector<float> logprobs;   // log-prob of each generated token under the sampling
+                                 // distribution (temperature applied, before top-k/top-p)
+  FinishReason finish = FinishReason::length;
+};
+
+struct GenerateOptions {
+  SamplingConfig sampling;
+  int32_t eos_id = -1;     // stop token (< 0: none)
+  int32_t pad_id = 0;      // fills left padding; never attended
+  bool use_cache = true;   // false: recompute the whole sequence every step (reference path)
+};
+
+// Samples one completion per prompt. Prompts may differ in length (they are left padded).
+// Deterministic for a given generator state.
+std::vector<Completion> generate(const model::LlamaModel& model,
+                                 const std::vector<std::vector<int32_t>>& prompts,
+                                 const GenerateOptions& options, at::Generator generator);
+
+// Throws UserError naming rollout.<field> for out-of-range sampling options.
+void validate_sampling(const SamplingConfig& config);
+
+}  // namespace unstuck::rollout
