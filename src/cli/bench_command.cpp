@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "bench/bench_generate.h"
 #include "bench/bench_precision.h"
 #include "cli/commands.h"
 
@@ -28,6 +29,24 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   precision->callback([opts] { bench::run_precision_bench(*opts, std::cout); });
+
+  auto gen = std::make_shared<bench::GenerateBenchOptions>();
+  CLI::App* generate = bench->add_subcommand(
+      "generate", "Batched sampling tokens/s with the KV cache vs full recompute, FP32 and BF16");
+  generate->add_flag("--json", gen->json, "Print one JSON object instead of the table");
+  generate->add_option("--sequences", gen->sequences, "Prompts sampled together")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  generate->add_option("--prompt-tokens", gen->prompt_tokens, "Tokens per prompt")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  generate->add_option("--new-tokens", gen->new_tokens, "Tokens generated per sequence")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  generate->add_option("--threads", gen->threads, "libtorch threads (0 = all cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  generate->callback([gen] { bench::run_generate_bench(*gen, std::cout); });
 }
 
 }  // namespace unstuck::cli

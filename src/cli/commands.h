@@ -9,6 +9,10 @@ class App;
 namespace unstuck::cli {
 
 void add_config_command(CLI::App& app);  // unstuck config show <file> [key=value ...]
-void add_bench_command(CLI::App& app);   // unstuck bench precision [--json] ...
+void add_bench_command(CLI::App& app);   // unstuck bench precision|generate [--json] ...
+void add_data_command(CLI::App& app);    // unstuck data generate --task ... --n ... --out DIR
+void add_reward_command(CLI::App& app);  // unstuck reward score --input F [--output G]
+void add_tokenizer_command(CLI::App& app);  // unstuck tokenizer train|encode ...
+void add_train_commands(CLI::App& app);     // unstuck sft | eval | generate
 
 }  // namespace unstuck::cli

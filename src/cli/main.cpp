@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   unstuck::cli::add_config_command(app);
   unstuck::cli::add_bench_command(app);
+  unstuck::cli::add_data_command(app);
+  unstuck::cli::add_reward_command(app);
+  unstuck::cli::add_tokenizer_command(app);
+  unstuck::cli::add_train_commands(app);
   if (argc <= 1) {
     std::cout << app.help();
     return 0;

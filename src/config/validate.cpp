@@ -6,6 +6,7 @@
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
 #include "unstuck/config/run_config.h"
+#include "unstuck/model/param_layout.h"
 
 namespace unstuck {
 namespace {
@@ -64,12 +65,42 @@ void validate_optim(const precision::OptimConfig& o) {
           o.grad_clip);
 }
 
+void validate_model(model::ModelConfig m) {
+  require(m.vocab_size >= 0, "model.vocab_size", ">= 0 (0 = from the tokenizer)",
+          std::to_string(m.vocab_size));
+  if (m.vocab_size == 0) m.vocab_size = 1;  // filled in from the tokenizer later
+  model::validate_model_config(m);
+}
+
+void validate_rollout(const rollout::SamplingConfig& r) {
+  require(std::isfinite(r.temperature) && r.temperature >= 0, "rollout.temperature",
+          ">= 0 (0 = greedy)", r.temperature);
+  require(r.top_k >= 0, "rollout.top_k", ">= 0 (0 = off)", std::to_string(r.top_k));
+  require(r.top_p > 0 && r.top_p <= 1, "rollout.top_p", "in (0, 1]", r.top_p);
+  require(r.max_new_tokens >= 1, "rollout.max_new_tokens", ">= 1", std::to_string(r.max_new_tokens));
+}
+
+void validate_sft(const train::SftConfig& s) {
+  require(s.steps >= 1, "sft.steps", ">= 1", std::to_string(s.steps));
+  require(s.batch_size >= 1, "sft.batch_size", ">= 1", std::to_string(s.batch_size));
+  require(s.warmup_steps >= 0, "sft.warmup_steps", ">= 0", std::to_string(s.warmup_steps));
+  require(s.min_lr_ratio >= 0 && s.min_lr_ratio <= 1, "sft.min_lr_ratio", "in [0, 1]", s.min_lr_ratio);
+  require(s.log_every >= 1, "sft.log_every", ">= 1", std::to_string(s.log_every));
+  require(s.eval_every >= 0, "sft.eval_every", ">= 0 (0 = at the end only)", std::to_string(s.eval_every));
+  require(s.eval_samples >= 0, "sft.eval_samples", ">= 0 (0 = all)", std::to_string(s.eval_samples));
+}
+
 }  // namespace
 
 void validate(const RunConfig& config) {
   validate_run(config.run);
   validate_precision(config.precision);
   validate_optim(config.optim);
+  validate_model(config.model);
+  data::validate(config.data, "data");
+  reward::validate(config.reward, "reward");
+  validate_rollout(config.rollout);
+  validate_sft(config.sft);
 }
 
 }  // namespace unstuck

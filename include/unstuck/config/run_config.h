@@ -9,9 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "unstuck/data/data_config.h"
 #include "unstuck/log/logging.h"
+#include "unstuck/model/model_config.h"
 #include "unstuck/precision/optim_config.h"
 #include "unstuck/precision/precision_config.h"
+#include "unstuck/reward/reward_config.h"
+#include "unstuck/rollout/sampling_config.h"
+#include "unstuck/tokenizer/tokenizer_config.h"
+#include "unstuck/train/sft_config.h"
 
 namespace unstuck {
 
@@ -35,12 +41,24 @@ struct RunConfig {
   RunOptions run;
   precision::PrecisionConfig precision;
   precision::OptimConfig optim;
+  model::ModelConfig model;
+  tokenizer::TokenizerConfig tokenizer;
+  data::DataConfig data;
+  reward::RewardConfig reward;
+  rollout::SamplingConfig rollout;
+  train::SftConfig sft;
 
   template <class V>
   void visit(V& v) {
     v("run", run, "name, output folder, seed and log level of the run");
     v("precision", precision, "compute-weight precision and loss scaling");
     v("optim", optim, "AdamW on the FP32 master weights");
+    v("model", model, "Llama-style policy model (ignored when a model directory is loaded)");
+    v("tokenizer", tokenizer, "SentencePiece tokenizer");
+    v("data", data, "task, dataset files and prompt/completion templates");
+    v("reward", reward, "verifier options: answer extraction and format credit");
+    v("rollout", rollout, "sampling of completions (rollouts, evaluation, generate)");
+    v("sft", sft, "supervised fine-tuning of the base policy");
   }
 };
 

@@ -8,7 +8,7 @@
 namespace unstuck::model {
 
 struct ModelConfig {
-  int64_t vocab_size = 64;     // tokens in the vocabulary (must match the tokenizer)
+  int64_t vocab_size = 0;      // tokens in the vocabulary; 0 = the tokenizer's
   int64_t dim = 128;           // hidden size
   int64_t n_layers = 4;        // transformer blocks
   int64_t n_heads = 4;         // attention (query) heads; dim must be divisible by it

@@ -1,0 +1,37 @@
+// Options of the reward component: where the final answer is looked for, the format credit a
+// well-formed but wrong answer earns, and the limits that bound a verifier's work on any input.
+// Header-only options (visit() for the config code); validate() lives in src/reward/verifier.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace unstuck::reward {
+
+struct RewardConfig {
+  // Answer formats tried in order; the first one found in the completion is the answer.
+  std::vector<std::string> answer_formats{"answer_tag", "boxed", "hashes"};
+  double format_reward = 0.1;     // reward of a non-correct completion with <answer>...</answer>
+  int max_answer_chars = 256;     // longer extracted answers are rejected (no_answer) unread
+  int max_expression_depth = 32;  // countdown: deeper parenthesis nesting is rejected (no_answer)
+
+  template <class V>
+  void visit(V& v) {
+    v("answer_formats", answer_formats,
+      "where the final answer is read, first found wins: answer_tag (<answer>x</answer>), "
+      "boxed (\\boxed{x}), hashes (#### x)");
+    v("format_reward", format_reward,
+      "reward of a completion that is not correct but has a non-blank <answer>...</answer>; "
+      "a correct one gets 1 (0 disables; must be < 1)");
+    v("max_answer_chars", max_answer_chars,
+      "longest extracted answer a verifier reads; longer ones score no_answer");
+    v("max_expression_depth", max_expression_depth,
+      "deepest parenthesis nesting a countdown expression may use; deeper ones score no_answer");
+  }
+};
+
+// Checks ranges and names; throws UserError naming `prefix`.key, e.g. "reward.answer_formats:
+// unknown format 'latex' (known: answer_tag, boxed, hashes)".
+void validate(const RewardConfig& config, const std::string& prefix = "reward");
+
+}  // namespace unstuck::reward

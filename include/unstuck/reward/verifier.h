@@ -1,0 +1,64 @@
+// Verifiers turn (completion, task record) into a reward and a status. The registry builds one by
+// task name: math and arithmetic (the answer compared as a number), countdown (an expression that
+// uses each given number once and equals the target). Reward: 1 when correct; otherwise
+// format_reward when the completion has a non-blank <answer>...</answer>; otherwise 0.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "unstuck/data/record.h"
+#include "unstuck/reward/reward_config.h"
+
+namespace unstuck::reward {
+
+enum class RewardStatus {
+  correct,    // the answer is right
+  wrong,      // a well-formed answer with the wrong value
+  no_answer,  // no answer found, or not readable (not a number, not an expression, too long/deep)
+  invalid,    // readable but breaks the task's rules (countdown: wrong numbers, division by zero)
+};
+
+inline constexpr std::array<std::pair<RewardStatus, const char*>, 4> kRewardStatusNames{{
+    {RewardStatus::correct, "correct"},
+    {RewardStatus::wrong, "wrong"},
+    {RewardStatus::no_answer, "no_answer"},
+    {RewardStatus::invalid, "invalid"},
+}};
+constexpr const auto& enum_names(RewardStatus) { return kRewardStatusNames; }
+
+struct RewardResult {
+  double reward = 0.0;  // 1 if correct, else the format credit (if any), else 0
+  RewardStatus status = RewardStatus::no_answer;
+};
+
+class Verifier {
+ public:
+  virtual ~Verifier() = default;
+  // Never throws for any completion text (garbage scores no_answer); throws UserError when the
+  // record lacks what the task needs (countdown: "numbers", "target").
+  virtual RewardResult score(const std::string& completion,
+                             const data::TaskRecord& record) const = 0;
+};
+
+// The names make_verifier() knows: math, arithmetic, countdown.
+std::vector<std::string> verifier_names();
+
+// A verifier by name with the format credit of `config` applied. Validates `config`; an unknown
+// name throws UserError "unknown verifier 'x' (known: math, arithmetic, countdown)".
+std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardConfig& config);
+
+// Correctness alone (reward 1 or 0), for callers that combine rewards themselves.
+std::unique_ptr<Verifier> make_math_verifier(const RewardConfig& config);
+std::unique_ptr<Verifier> make_countdown_verifier(const RewardConfig& config);
+
+// The combination rule: `correctness` unchanged when correct; otherwise reward = format_reward if
+// has_answer_tag(completion), else 0. The status is kept.
+//   format_reward 0.1: correct -> 1.0; "<answer>41</answer>" for 42 -> 0.1; "41" -> 0.0
+RewardResult with_format_credit(RewardResult correctness, const std::string& completion,
+                                const RewardConfig& config);
+
+}  // namespace unstuck::reward

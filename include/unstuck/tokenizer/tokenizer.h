@@ -1,0 +1,126 @@
+// SentencePiece tokenizers: load a .model file and encode/decode text to token ids, or train one
+// from a text corpus with SentencePiece's own trainer. Tokenizers we train round-trip text exactly
+// (identity normalization, no dummy prefix) and use fixed special ids (kPadId ... kEosId).
+// docs/TOKENIZER.md has the conventions and the `unstuck tokenizer` command.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace unstuck::tokenizer {
+
+// Special ids of every tokenizer train_tokenizer() writes; user-defined symbols follow from 4 on
+// in the order given. Models trained elsewhere keep their own ids (see Tokenizer).
+inline constexpr int32_t kPadId = 0;  // "<pad>"
+inline constexpr int32_t kUnkId = 1;  // "<unk>": characters the corpus never contained
+inline constexpr int32_t kBosId = 2;  // "<s>"
+inline constexpr int32_t kEosId = 3;  // "</s>"
+
+class Tokenizer {
+ public:
+  // Loads a SentencePiece .model file. Throws UserError naming the path when it is missing or is
+  // not a SentencePiece model.
+  static Tokenizer load(const std::filesystem::path& path);
+  // Loads a model from the bytes of a .model file (e.g. kept inside a checkpoint); `source` names
+  // it in errors.
+  static Tokenizer from_serialized(const std::string& bytes, const std::string& source);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Token ids of `text`, optionally framed by bos_id() / eos_id() (when the model has them).
+  // "12+35=<answer>47</answer>" -> [1, 2, +, 3, 5, =, <answer>, 4, 7, </answer>] with a char model.
+  std::vector<int32_t> encode(std::string_view text, bool add_bos = false,
+                              bool add_eos = false) const;
+  // Text of `ids`. Control ids (pad, bos, eos) decode to nothing, unk to " ⁇ ". Throws UserError
+  // for an id outside [0, vocab_size()) (a model whose vocabulary does not match this tokenizer).
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+  int32_t vocab_size() const;
+  int32_t bos_id() const;  // -1 when the model has no bos piece
+  int32_t eos_id() const;  // -1 when the model has no eos piece
+  int32_t unk_id() const;
+  // The model's pad id. Models without a pad piece (SentencePiece's default, Llama's) pad with
+  // eos_id() (or unk_id() when there is no eos either): padded positions are always masked out,
+  // so the id only has to be a valid one. has_pad_piece() tells which case applies.
+  int32_t pad_id() const;
+  bool has_pad_piece() const;
+
+  // The piece of `id` ("▁" stands for a space). Throws UserError for an id out of range.
+  std::string id_to_piece(int32_t id) const;
+  // The id of `piece`, or -1 when the vocabulary has no such piece.
+  int32_t piece_to_id(std::string_view piece) const;
+
+  // The bytes of the .model file, for from_serialized().
+  std::string serialized() const;
+  // Where the model came from (path or `source`), for messages.
+  const std::string& source() const { return source_; }
+
+ private:
+  Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> processor, std::string source);
+  void check_id(int32_t id) const;
+
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  std::string source_;
+};
+
+// ---- training -------------------------------------------------------------------------------
+
+// SentencePiece model types offered by `unstuck tokenizer train`.
+enum class ModelType {
+  character,  // one piece per character: the tiny vocabularies of synthetic arithmetic tasks
+  bpe,        // byte-pair merges
+  unigram,    // unigram language model (SentencePiece's default)
+};
+
+inline constexpr std::array<std::pair<ModelType, const char*>, 3> kModelTypeNames{{
+    {ModelType::character, "char"},
+    {ModelType::bpe, "bpe"},
+    {ModelType::unigram, "unigram"},
+}};
+constexpr const auto& enum_names(ModelType) { return kModelTypeNames; }
+
+struct TrainOptions {
+  std::string input;                              // corpus: UTF-8 text, one sentence a line
+  std::string output = "tokenizer.model";         // model path; the .vocab file goes next to it
+  ModelType model_type = ModelType::character;    // char, bpe or unigram
+  int64_t vocab_size = 0;                         // bpe/unigram: exact; char: bound, 0 = all
+  std::vector<std::string> user_defined_symbols;  // pieces never split, e.g. <answer>, </answer>
+  bool whitespace_pieces = true;                  // add "\n" and "\t" as pieces
+
+  template <class V>
+  void visit(V& v) {
+    v("input", input, "training corpus: UTF-8 text, one sentence per line");
+    v("output", output, "path of the .model file; the .vocab file is written next to it");
+    v("model_type", model_type, "char, bpe or unigram");
+    v("vocab_size", vocab_size,
+      "pieces including the 4 special ids and the user symbols; bpe/unigram: exact size; "
+      "char: upper bound, 0 = every character of the corpus");
+    v("user_defined_symbols", user_defined_symbols,
+      "pieces that always encode as one token, e.g. [<answer>, </answer>]");
+    v("whitespace_pieces", whitespace_pieces,
+      "add newline and tab as pieces (SentencePiece never learns them from a corpus read line by "
+      "line), so multi-line prompts round-trip");
+  }
+};
+
+// Trains a SentencePiece model on options.input and writes <output> and <output minus
+// .model>.vocab (replacing them only once training succeeded). Special ids are kPadId, kUnkId,
+// kBosId, kEosId; character coverage 1.0; identity normalization, no dummy prefix and no
+// whitespace collapsing, so decode(encode(text)) == text for text made of corpus characters;
+// bpe/unigram split digits into single pieces. Returns the path of the .model file. Throws
+// UserError naming the option to fix (missing corpus, vocab_size too small or too large, ...).
+std::filesystem::path train_tokenizer(const TrainOptions& options);
+
+}  // namespace unstuck::tokenizer

@@ -1,0 +1,48 @@
+// Evaluation of a policy on task records: greedy accuracy, and pass@k over k sampled completions,
+// scored by the task's verifier. Used by SFT, GRPO and `unstuck eval`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "unstuck/data/data_config.h"
+#include "unstuck/data/record.h"
+#include "unstuck/model/llama.h"
+#include "unstuck/reward/verifier.h"
+#include "unstuck/rollout/sampling_config.h"
+#include "unstuck/tokenizer/tokenizer.h"
+
+namespace unstuck::train {
+
+struct EvalOptions {
+  int64_t max_new_tokens = 32;  // completion length limit
+  int64_t batch_size = 128;     // prompts decoded together
+  int64_t k = 0;                // samples per prompt for pass@k; 0 = greedy only
+  double temperature = 1.0;     // sampling temperature of the pass@k samples
+  uint64_t seed = 0;            // sampling stream of the pass@k samples
+};
+
+struct EvalResult {
+  int64_t records = 0;
+  double accuracy = 0.0;     // greedy: fraction scored correct
+  double mean_reward = 0.0;  // greedy: mean verifier reward
+  double pass_at_k = 0.0;    // fraction with at least one correct sample among k (k > 0)
+  int64_t k = 0;
+  std::map<std::string, int64_t> statuses;  // greedy verifier statuses
+  std::vector<std::string> examples;         // a few "prompt -> completion [status]" lines
+};
+
+// Token ids a policy is prompted with: BOS (when the tokenizer has one) + the formatted prompt.
+std::vector<int32_t> prompt_ids(const data::TaskRecord& record, const data::DataConfig& data,
+                                const tokenizer::Tokenizer& tok);
+
+// Text of a sampled completion: its tokens up to (without) the EOS, decoded.
+std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer::Tokenizer& tok);
+
+EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& tok,
+                    const std::vector<data::TaskRecord>& records, const data::DataConfig& data,
+                    const reward::Verifier& verifier, const EvalOptions& options);
+
+}  // namespace unstuck::train

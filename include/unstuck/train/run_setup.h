@@ -1,0 +1,39 @@
+// What every training or evaluation command does first: resolve the tokenizer (and the model's
+// vocabulary size from it), create the run directory with the resolved config and a log file,
+// derive the named random streams from the run seed, and record run.json.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "unstuck/config/run_config.h"
+#include "unstuck/tokenizer/tokenizer.h"
+
+namespace unstuck::train {
+
+// Independent random streams derived from run.seed (DESIGN.md: randomness is named and keyed).
+struct Seeds {
+  uint64_t data = 0;      // order of training records
+  uint64_t init = 0;      // weight initialization
+  uint64_t sampling = 0;  // rollouts / evaluation samples
+  uint64_t rounding = 0;  // stochastic rounding of the compute weights
+};
+Seeds derive_seeds(uint64_t run_seed);
+
+struct RunContext {
+  std::filesystem::path run_dir;
+  std::filesystem::path tokenizer_path;
+  tokenizer::Tokenizer tokenizer;
+  Seeds seeds;
+};
+
+// The tokenizer file of a config: tokenizer.path, or data/<task>/tokenizer.model.
+std::filesystem::path tokenizer_file(const RunConfig& config);
+
+// Loads the tokenizer, sets model.vocab_size from it when 0 (a different non-zero value is an
+// error), validates, prepares the run directory (config.yaml, <command>.log, run.json) and sets
+// libtorch's thread count from precision.threads.
+RunContext setup_run(RunConfig& config, const std::string& command);
+
+}  // namespace unstuck::train

@@ -1,0 +1,71 @@
+// The trainable state of a policy, as DESIGN.md lays it out: one flat FP32 master, flat AdamW
+// moments, a flat FP32 gradient, and the flat compute weights (fp32 / bf16 / fp16, rounded from the
+// master once per optimizer step by the fused AdamW). The model's parameters view the compute
+// weights, or an FP32 copy of them when the forward pass computes in FP32 (precision.compute: fp32,
+// or FP16 weights on a CPU, which has no fast FP16 kernels).
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "unstuck/model/llama.h"
+#include "unstuck/precision/fused_adamw.h"
+#include "unstuck/precision/loss_scaler.h"
+#include "unstuck/precision/optim_config.h"
+#include "unstuck/precision/precision_config.h"
+
+namespace unstuck::train {
+
+struct OptimizerStepStats {
+  bool skipped = false;        // FP16 modes: the gradients overflowed and the step was skipped
+  double grad_norm = 0.0;      // global L2 norm of the (unscaled) gradient, before clipping
+  double loss_scale = 1.0;     // scale used for this step's backward
+  uint64_t changed = 0;        // compute-weight elements whose bits this step changed
+  uint64_t elements = 0;       // compute-weight elements in the model's tensors
+  std::vector<uint64_t> changed_per_tensor;  // in layout order
+};
+
+class TrainableWeights {
+ public:
+  // `master` (FP32, layout.total elements) becomes the master copy; compute weights are
+  // materialized from it (step 0). `rounding_seed` keys stochastic rounding.
+  TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
+                   const precision::PrecisionConfig& precision, uint64_t rounding_seed);
+
+  const model::LlamaModel& model() const { return *model_; }
+  const model::ParamLayout& layout() const { return model_->layout(); }
+  const torch::Tensor& master() const { return master_; }
+  const torch::Tensor& compute() const { return compute_; }
+  precision::RoundMode round_mode() const { return round_mode_; }
+  torch::ScalarType forward_dtype() const { return forward_.scalar_type(); }
+  // Multiplier for the loss before backward (1 outside the FP16 modes).
+  double loss_scale() const { return scaler_->scale(); }
+  int64_t optimizer_steps() const { return adam_step_; }
+
+  // Moves the parameters' gradients into the flat FP32 gradient (adding to what is there) and
+  // clears them; call after each backward.
+  void accumulate_grads();
+  // One AdamW step on the accumulated gradient (then zeroed) with global-norm clipping, writing
+  // the new master and the rounded compute weights. Throws UserError naming the tensor when a
+  // gradient is NaN/Inf outside the FP16 modes (those skip the step instead).
+  OptimizerStepStats optimizer_step(const precision::OptimConfig& optim, double lr);
+
+ private:
+  void refresh_forward_weights();
+
+  precision::PrecisionConfig precision_;
+  precision::RoundMode round_mode_;
+  uint64_t rounding_seed_;
+  torch::Tensor master_, grad_, exp_avg_, exp_avg_sq_, compute_, forward_;
+  std::unique_ptr<model::LlamaModel> model_;
+  std::unique_ptr<precision::LossScaler> scaler_;
+  int64_t adam_step_ = 0;
+};
+
+// Dtype of the compute weights of a round mode (fp32, bf16 or fp16).
+torch::ScalarType compute_dtype(precision::RoundMode mode);
+
+}  // namespace unstuck::train

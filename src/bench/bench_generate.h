@@ -1,0 +1,20 @@
+// Private: `unstuck bench generate`, batched sampling throughput with the KV cache against full
+// recompute (the baseline), in FP32 and BF16 compute, measured in the same run.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+
+namespace unstuck::bench {
+
+struct GenerateBenchOptions {
+  bool json = false;               // one JSON object instead of the table
+  int64_t sequences = 256;         // batch of prompts sampled together
+  int64_t prompt_tokens = 16;      // tokens per prompt
+  int64_t new_tokens = 64;         // tokens generated per sequence
+  int threads = 0;                 // libtorch threads (0 = all cores)
+};
+
+void run_generate_bench(const GenerateBenchOptions& options, std::ostream& out);
+
+}  // namespace unstuck::bench

@@ -1,0 +1,132 @@
+// `unstuck reward score`: scores a JSONL file of task records with a "completion" each, by the
+// verifier its "task" names; writes each input line plus "reward" and "status", and prints the
+// count, the mean reward and the status histogram. Every line is checked before anything is
+// written.
+#include <CLI/CLI.hpp>
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "unstuck/common/error.h"
+#include "unstuck/config/config.h"
+#include "unstuck/data/record.h"
+#include "unstuck/reward/verifier.h"
+
+namespace unstuck::cli {
+namespace {
+
+struct ScoreArgs {
+  std::string input;
+  std::string output;
+  reward::RewardConfig config;
+};
+
+// One input line: the original object (key order kept) and its score.
+struct ScoredLine {
+  nlohmann::ordered_json object;
+  reward::RewardResult result;
+};
+
+nlohmann::ordered_json parse_line(const std::string& line, const std::string& where) {
+  nlohmann::ordered_json object = data::parse_json_line(line, where);
+  if (!object.is_object()) {
+    throw UserError(where + ": expected a JSON object, got " + object.type_name());
+  }
+  if (!object.contains("completion") || !object["completion"].is_string()) {
+    throw UserError(where + ": missing \"completion\" (a string) next to the task record");
+  }
+  return object;
+}
+
+void score(const ScoreArgs& args) {
+  reward::validate(args.config);
+  std::ifstream in(args.input);
+  if (!in) throw UserError("cannot open --input '" + args.input + "'");
+  std::map<std::string, std::unique_ptr<reward::Verifier>> verifiers;
+  std::vector<ScoredLine> scored;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = args.input + ":" + std::to_string(number);
+    ScoredLine out{parse_line(line, where), {}};
+    nlohmann::ordered_json record_json = out.object;
+    record_json.erase("completion");
+    record_json.erase("reward");
+    record_json.erase("status");
+    try {
+      const data::TaskRecord record = data::record_from_json(record_json);
+      auto& verifier = verifiers[record.task];
+      if (!verifier) verifier = reward::make_verifier(record.task, args.config);
+      out.result = verifier->score(out.object["completion"].get<std::string>(), record);
+    } catch (const UserError& e) {
+      throw UserError(where + ": " + e.what());
+    }
+    out.object["reward"] = out.result.reward;
+    out.object["status"] = config::enum_name(out.result.status);
+    scored.push_back(std::move(out));
+  }
+
+  if (!args.output.empty()) {
+    std::ofstream file(args.output);
+    if (!file) throw UserError("cannot write --output '" + args.output + "'");
+    for (const ScoredLine& s : scored) file << s.object.dump() << "\n";
+    file.flush();
+    if (!file) throw UserError("failed writing --output '" + args.output + "'");
+  }
+
+  std::array<int64_t, reward::kRewardStatusNames.size()> histogram{};
+  double total = 0.0;
+  for (const ScoredLine& s : scored) {
+    total += s.result.reward;
+    ++histogram[static_cast<size_t>(s.result.status)];
+  }
+  const auto count = static_cast<int64_t>(scored.size());
+  std::printf("scored %lld completions from %s\n", static_cast<long long>(count),
+              args.input.c_str());
+  std::printf("mean reward %.4f\n", count > 0 ? total / static_cast<double>(count) : 0.0);
+  for (const auto& [status, name] : reward::kRewardStatusNames) {
+    const int64_t k = histogram[static_cast<size_t>(status)];
+    std::printf("  %-10s %8lld  (%5.1f%%)\n", name, static_cast<long long>(k),
+                count > 0 ? 100.0 * static_cast<double>(k) / static_cast<double>(count) : 0.0);
+  }
+  if (!args.output.empty()) std::printf("wrote %s\n", args.output.c_str());
+}
+
+void add_score(CLI::App& parent) {
+  auto args = std::make_shared<ScoreArgs>();
+  CLI::App* cmd = parent.add_subcommand(
+      "score",
+      "Score completions: each JSONL line is a task record plus \"completion\"; \"task\" names "
+      "the verifier (math, arithmetic, countdown)");
+  cmd->add_option("--input", args->input, "JSONL of task records with a \"completion\" each")
+      ->required();
+  cmd->add_option("--output", args->output,
+                  "JSONL to write: each input line plus \"reward\" and \"status\"");
+  cmd->add_option("--format-reward", args->config.format_reward,
+                  "reward of a non-correct completion with a non-blank <answer>...</answer>")
+      ->capture_default_str();
+  cmd->add_option("--answer-formats", args->config.answer_formats,
+                  "answer formats tried in order: answer_tag, boxed, hashes")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->callback([args] { score(*args); });
+}
+
+}  // namespace
+
+void add_reward_command(CLI::App& app) {
+  CLI::App* reward = app.add_subcommand("reward", "Verifiers: score completions of task records");
+  add_score(*reward);
+  // Bare `unstuck reward` prints this command's help (CLI11 runs sub-command callbacks first).
+  reward->callback([reward] {
+    if (reward->get_subcommands().empty()) throw CLI::CallForHelp();
+  });
+}
+
+}  // namespace unstuck::cli

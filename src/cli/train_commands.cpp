@@ -1,0 +1,160 @@
+// `unstuck sft`, `unstuck eval` and `unstuck generate`: train the base policy, measure a policy on a
+// task split, and sample completions from it.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "unstuck/common/error.h"
+#include "unstuck/common/parallel.h"
+#include "unstuck/config/config.h"
+#include "unstuck/data/record.h"
+#include "unstuck/reward/verifier.h"
+#include "unstuck/rollout/sampler.h"
+#include "unstuck/train/evaluate.h"
+#include "unstuck/train/policy_dir.h"
+#include "unstuck/train/sft.h"
+
+namespace unstuck::cli {
+namespace {
+
+torch::ScalarType parse_dtype(const std::string& name) {
+  if (name == "fp32") return torch::kFloat32;
+  if (name == "bf16") return torch::kBFloat16;
+  throw UserError("--dtype must be fp32 or bf16, got '" + name + "'");
+}
+
+void add_sft(CLI::App& app) {
+  struct Args {
+    std::string config;
+    std::vector<std::string> overrides;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "sft", "Train the base policy from scratch on the task's solutions (loss on the completion), "
+             "evaluate greedy accuracy, write a model directory");
+  cmd->add_option("--config", a->config, "run config YAML, e.g. configs/sft/arithmetic.yaml")->required();
+  cmd->add_option("overrides", a->overrides, "key=value overrides, e.g. sft.steps=200 model.dim=64");
+  cmd->callback([a] {
+    const train::SftResult r = train::run_sft(load_run_config(a->config, a->overrides));
+    std::cout << "greedy test accuracy " << r.accuracy << " after " << r.steps << " steps ("
+              << r.seconds << " s); model: " << r.model_dir.string() << "\n";
+  });
+}
+
+void add_eval(CLI::App& app) {
+  struct Args {
+    std::string model, split = "test", dtype = "fp32";
+    int64_t samples = 0, k = 0, batch = 128;
+    double temperature = 1.0;
+    uint64_t seed = 0;
+    bool json = false;
+    std::vector<std::string> overrides;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("eval", "Greedy accuracy (and sampled pass@k) of a policy on a task split");
+  cmd->add_option("--model", a->model, "policy directory (an `unstuck sft` output)")->required();
+  cmd->add_option("--split", a->split, "test or train")->check(CLI::IsMember({"test", "train"}))->capture_default_str();
+  cmd->add_option("--samples", a->samples, "records to evaluate (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--k", a->k, "sampled completions per prompt for pass@k (0 = greedy only)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", a->temperature, "temperature of the pass@k samples")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "seed of the pass@k samples")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "prompts decoded together")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--dtype", a->dtype, "compute dtype: fp32 or bf16")->capture_default_str();
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->add_option("overrides", a->overrides, "key=value overrides of the model's run config, e.g. data.test_path=...");
+  cmd->callback([a] {
+    train::Policy p = train::load_policy(a->model, a->overrides, parse_dtype(a->dtype));
+    at::set_num_threads(resolve_threads(p.config.precision.threads));
+    const auto path = a->split == "test" ? data::test_file(p.config.data) : data::train_file(p.config.data);
+    std::vector<data::TaskRecord> records = data::read_jsonl(path);
+    if (a->samples > 0 && int64_t(records.size()) > a->samples) records.resize(std::size_t(a->samples));
+    const auto verifier = reward::make_verifier(config::enum_name(p.config.data.task), p.config.reward);
+    train::EvalOptions o;
+    o.max_new_tokens = p.config.rollout.max_new_tokens;
+    o.batch_size = a->batch;
+    o.k = a->k;
+    o.temperature = a->temperature;
+    o.seed = a->seed;
+    const train::EvalResult r = train::evaluate(*p.model, p.tokenizer, records, p.config.data, *verifier, o);
+    nlohmann::ordered_json j{{"model", a->model}, {"split", a->split}, {"records", r.records},
+                             {"greedy_accuracy", r.accuracy}, {"mean_reward", r.mean_reward},
+                             {"statuses", r.statuses}};
+    if (a->k > 0) j["pass_at_" + std::to_string(a->k)] = r.pass_at_k;
+    if (a->json) {
+      std::cout << j.dump() << "\n";
+      return;
+    }
+    std::cout << "records " << r.records << " (" << path.string() << ")\ngreedy accuracy " << r.accuracy
+              << "\nmean reward " << r.mean_reward << "\n";
+    if (a->k > 0) std::cout << "pass@" << a->k << " " << r.pass_at_k << "\n";
+    for (const auto& [status, n] : r.statuses) std::cout << "  " << status << ": " << n << "\n";
+    for (const auto& e : r.examples) std::cout << "  e.g. " << e << "\n";
+  });
+}
+
+void add_generate(CLI::App& app) {
+  struct Args {
+    std::string model, prompt, prompts_file, dtype = "fp32";
+    double temperature = 0.0, top_p = 1.0;
+    int64_t top_k = 0, max_new_tokens = 0;
+    uint64_t seed = 0;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("generate", "Sample completions of a policy for prompts");
+  cmd->add_option("--model", a->model, "policy directory (an `unstuck sft` output)")->required();
+  auto* one = cmd->add_option("--prompt", a->prompt, "problem text, e.g. \"12+35=\" (the model's prompt template applies)");
+  auto* many = cmd->add_option("--prompts-file", a->prompts_file, "file with one problem per line");
+  one->excludes(many);
+  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "0 = off")->capture_default_str();
+  cmd->add_option("--top-p", a->top_p, "1 = off")->capture_default_str();
+  cmd->add_option("--max-new-tokens", a->max_new_tokens, "0 = the model's rollout.max_new_tokens");
+  cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--dtype", a->dtype, "compute dtype: fp32 or bf16")->capture_default_str();
+  cmd->callback([a] {
+    if (a->prompt.empty() && a->prompts_file.empty()) throw UserError("give --prompt or --prompts-file");
+    std::vector<std::string> texts;
+    if (!a->prompt.empty()) texts.push_back(a->prompt);
+    if (!a->prompts_file.empty()) {
+      std::ifstream in(a->prompts_file);
+      if (!in) throw UserError("cannot open prompts file '" + a->prompts_file + "'");
+      for (std::string line; std::getline(in, line);)
+        if (!line.empty()) texts.push_back(line);
+    }
+    train::Policy p = train::load_policy(a->model, {}, parse_dtype(a->dtype));
+    rollout::GenerateOptions o;
+    o.sampling = p.config.rollout;
+    o.sampling.temperature = a->temperature;
+    o.sampling.top_k = a->top_k;
+    o.sampling.top_p = a->top_p;
+    if (a->max_new_tokens > 0) o.sampling.max_new_tokens = a->max_new_tokens;
+    o.eos_id = p.tokenizer.eos_id();
+    o.pad_id = p.tokenizer.pad_id();
+    std::vector<std::vector<int32_t>> prompts;
+    for (const std::string& t : texts) {
+      data::TaskRecord r;
+      r.task = config::enum_name(p.config.data.task);
+      r.prompt = t;
+      prompts.push_back(train::prompt_ids(r, p.config.data, p.tokenizer));
+    }
+    const auto outs = rollout::generate(*p.model, prompts, o, at::make_generator<at::CPUGeneratorImpl>(a->seed));
+    for (std::size_t i = 0; i < outs.size(); ++i)
+      std::cout << texts[i] << "\t" << train::completion_text(outs[i].tokens, p.tokenizer) << "\t["
+                << config::enum_name(outs[i].finish) << "]\n";
+  });
+}
+
+}  // namespace
+
+void add_train_commands(CLI::App& app) {
+  add_sft(app);
+  add_eval(app);
+  add_generate(app);
+}
+
+}  // namespace unstuck::cli

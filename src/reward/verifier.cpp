@@ -1,0 +1,74 @@
+// The verifier registry (math, arithmetic, countdown), the format-credit combination rule, and
+// RewardConfig's checks.
+#include "unstuck/reward/verifier.h"
+
+#include <memory>
+#include <string>
+
+#include "unstuck/common/error.h"
+#include "unstuck/config/config.h"
+#include "unstuck/reward/answer.h"
+
+namespace unstuck::reward {
+namespace {
+
+// Correctness from `inner`, then with_format_credit().
+class FormatCreditVerifier : public Verifier {
+ public:
+  FormatCreditVerifier(std::unique_ptr<Verifier> inner, const RewardConfig& config)
+      : inner_(std::move(inner)), config_(config) {}
+
+  RewardResult score(const std::string& completion, const data::TaskRecord& record) const override {
+    return with_format_credit(inner_->score(completion, record), completion, config_);
+  }
+
+ private:
+  std::unique_ptr<Verifier> inner_;
+  RewardConfig config_;
+};
+
+}  // namespace
+
+void validate(const RewardConfig& config, const std::string& prefix) {
+  const std::string p = prefix.empty() ? "" : prefix + ".";
+  parse_answer_formats(config.answer_formats, p + "answer_formats");
+  if (!(config.format_reward >= 0.0 && config.format_reward < 1.0)) {
+    throw UserError(p + "format_reward must be in [0, 1) (a correct answer earns 1), got " +
+                    config::format_double(config.format_reward));
+  }
+  if (config.max_answer_chars < 1 || config.max_answer_chars > (1 << 20)) {
+    throw UserError(p + "max_answer_chars must be in [1, 1048576], got " +
+                    std::to_string(config.max_answer_chars));
+  }
+  if (config.max_expression_depth < 1 || config.max_expression_depth > 1000) {
+    throw UserError(p + "max_expression_depth must be in [1, 1000], got " +
+                    std::to_string(config.max_expression_depth));
+  }
+}
+
+std::vector<std::string> verifier_names() { return {"math", "arithmetic", "countdown"}; }
+
+std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardConfig& config) {
+  validate(config);
+  std::unique_ptr<Verifier> correctness;
+  if (name == "math" || name == "arithmetic") {
+    correctness = make_math_verifier(config);
+  } else if (name == "countdown") {
+    correctness = make_countdown_verifier(config);
+  } else {
+    std::string known;
+    for (const std::string& n : verifier_names()) known += (known.empty() ? "" : ", ") + n;
+    throw UserError("unknown verifier '" + name + "' (known: " + known + ")");
+  }
+  return std::make_unique<FormatCreditVerifier>(std::move(correctness), config);
+}
+
+RewardResult with_format_credit(RewardResult correctness, const std::string& completion,
+                                const RewardConfig& config) {
+  if (correctness.status == RewardStatus::correct) return correctness;
+  correctness.reward =
+      config.format_reward > 0.0 && has_answer_tag(completion) ? config.format_reward : 0.0;
+  return correctness;
+}
+
+}  // namespace unstuck::reward

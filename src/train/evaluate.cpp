@@ -1,0 +1,81 @@
+// Batched greedy (and sampled pass@k) evaluation with the rollout engine and the task's verifier.
+#include "unstuck/train/evaluate.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+
+#include "unstuck/config/config.h"
+#include "unstuck/rollout/sampler.h"
+
+namespace unstuck::train {
+
+std::vector<int32_t> prompt_ids(const data::TaskRecord& record, const data::DataConfig& data,
+                                const tokenizer::Tokenizer& tok) {
+  std::vector<int32_t> ids;
+  if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+  const std::vector<int32_t> body = tok.encode(data::format_prompt(record, data));
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer::Tokenizer& tok) {
+  std::vector<int32_t> kept;
+  for (int32_t t : tokens) {
+    if (t == tok.eos_id()) break;
+    kept.push_back(t);
+  }
+  return tok.decode(kept);
+}
+
+EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& tok,
+                    const std::vector<data::TaskRecord>& records, const data::DataConfig& data,
+                    const reward::Verifier& verifier, const EvalOptions& o) {
+  EvalResult r;
+  r.records = int64_t(records.size());
+  r.k = o.k;
+  if (records.empty()) return r;
+  rollout::GenerateOptions greedy;
+  greedy.sampling.temperature = 0.0;
+  greedy.sampling.max_new_tokens = o.max_new_tokens;
+  greedy.eos_id = tok.eos_id();
+  greedy.pad_id = tok.pad_id();
+  rollout::GenerateOptions sampled = greedy;
+  sampled.sampling.temperature = o.temperature;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+  int64_t correct = 0, any_correct = 0;
+  double reward_sum = 0;
+  for (std::size_t begin = 0; begin < records.size(); begin += std::size_t(o.batch_size)) {
+    const std::size_t end = std::min(records.size(), begin + std::size_t(o.batch_size));
+    std::vector<std::vector<int32_t>> prompts;
+    for (std::size_t i = begin; i < end; ++i) prompts.push_back(prompt_ids(records[i], data, tok));
+    const auto outs = rollout::generate(model, prompts, greedy, gen);
+    std::vector<bool> solved(end - begin, false);
+    for (std::size_t i = begin; i < end; ++i) {
+      const std::string text = completion_text(outs[i - begin].tokens, tok);
+      const reward::RewardResult res = verifier.score(text, records[i]);
+      reward_sum += res.reward;
+      const bool ok = res.status == reward::RewardStatus::correct;
+      correct += ok;
+      ++r.statuses[config::enum_name(res.status)];
+      if (r.examples.size() < 5)
+        r.examples.push_back(data::format_prompt(records[i], data) + " -> " + text + " [" +
+                             config::enum_name(res.status) + "]");
+    }
+    for (int64_t s = 0; s < o.k; ++s) {
+      const auto samples = rollout::generate(model, prompts, sampled, gen);
+      for (std::size_t i = begin; i < end; ++i)
+        if (!solved[i - begin] &&
+            verifier.score(completion_text(samples[i - begin].tokens, tok), records[i]).status ==
+                reward::RewardStatus::correct)
+          solved[i - begin] = true;
+    }
+    if (o.k > 0) any_correct += std::count(solved.begin(), solved.end(), true);
+  }
+  r.accuracy = double(correct) / double(records.size());
+  r.mean_reward = reward_sum / double(records.size());
+  if (o.k > 0) r.pass_at_k = double(any_correct) / double(records.size());
+  return r;
+}
+
+}  // namespace unstuck::train

@@ -1,0 +1,64 @@
+// Run start-up shared by the commands: tokenizer, run directory, logging, seeds, run.json.
+#include "unstuck/train/run_setup.h"
+
+#include <ATen/Parallel.h>
+#include <spdlog/spdlog.h>
+#include <torch/version.h>
+
+#include "unstuck/common/error.h"
+#include "unstuck/common/parallel.h"
+#include "unstuck/common/simd.h"
+#include "unstuck/config/config.h"
+#include "unstuck/io/json_file.h"
+#include "unstuck/log/logging.h"
+
+namespace unstuck::train {
+namespace {
+
+// SplitMix64: a bijective mix, so distinct (seed, stream) pairs give unrelated stream seeds.
+uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+Seeds derive_seeds(uint64_t s) {
+  return {mix(s * 4 + 1), mix(s * 4 + 2), mix(s * 4 + 3), mix(s * 4 + 4)};
+}
+
+std::filesystem::path tokenizer_file(const RunConfig& config) {
+  if (!config.tokenizer.path.empty()) return config.tokenizer.path;
+  return std::filesystem::path("data") / config::enum_name(config.data.task) / "tokenizer.model";
+}
+
+RunContext setup_run(RunConfig& config, const std::string& command) {
+  const std::filesystem::path tok_path = tokenizer_file(config);
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_path);
+  if (config.model.vocab_size == 0) config.model.vocab_size = tok.vocab_size();
+  if (config.model.vocab_size != tok.vocab_size())
+    throw UserError("model.vocab_size is " + std::to_string(config.model.vocab_size) + " but the tokenizer " +
+                    tok_path.string() + " has " + std::to_string(tok.vocab_size()) +
+                    " pieces (set model.vocab_size: 0 to take it from the tokenizer)");
+  validate(config);
+  const std::filesystem::path dir = prepare_run_dir(config);
+  setup_logging(config.run.log_level, dir / (command + ".log"));
+  const int threads = resolve_threads(config.precision.threads);
+  at::set_num_threads(threads);
+  const Seeds seeds = derive_seeds(config.run.seed);
+  io::write_json_file(dir / "run.json",
+                      {{"command", command},
+                       {"unstuck_version", UNSTUCK_VERSION},
+                       {"libtorch_version", TORCH_VERSION},
+                       {"seed", config.run.seed},
+                       {"precision_mode", config::enum_name(config.precision.mode)},
+                       {"precision_compute", config::enum_name(config.precision.compute)},
+                       {"cpu_simd", simd_level_name(detect_simd_level())},
+                       {"threads", threads}});
+  spdlog::info("{}: run directory {}", command, dir.string());
+  return {dir, tok_path, std::move(tok), seeds};
+}
+
+}  // namespace unstuck::train

@@ -1,0 +1,173 @@
+// End-to-end tests of `unstuck data generate` and `unstuck reward score`: deterministic output,
+// the shipped datasets reproduced by their documented commands, a scoring round trip, and the
+// exit code and message of bad input. Runs the built binary (UNSTUCK_BINARY) with std::system.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliResult {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+class CliData : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("unstuck_cli_data_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  CliResult run(const std::string& args) const {
+    const fs::path log = dir_ / "log.txt";
+    const std::string command =
+        std::string("'") + UNSTUCK_BINARY + "' " + args + " > '" + log.string() + "' 2>&1";
+    const int status = std::system(command.c_str());
+    CliResult r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = read(log);
+    return r;
+  }
+
+  static std::string read(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  static std::vector<std::string> lines(const fs::path& path) {
+    std::ifstream in(path);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CliData, GenerateIsDeterministicAndWritesBothSplits) {
+  for (const std::string sub : {"a", "b"}) {
+    const CliResult r = run("data generate --task countdown --n 200 --seed 3 --out '" +
+                            (dir_ / sub).string() + "'");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("wrote 180 train records"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("wrote 20 test records"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(lines(dir_ / "a" / "train.jsonl").size(), 180u);
+  EXPECT_EQ(read(dir_ / "a" / "train.jsonl"), read(dir_ / "b" / "train.jsonl"));
+  EXPECT_EQ(read(dir_ / "a" / "test.jsonl"), read(dir_ / "b" / "test.jsonl"));
+}
+
+// docs/TASKS.md: the shipped data/ is exactly what these commands write.
+TEST_F(CliData, ShippedDatasetsAreReproducedByTheirCommands) {
+  for (const std::string task : {"arithmetic", "countdown"}) {
+    const CliResult r = run("data generate --task " + task + " --n 20000 --seed 1 --out '" +
+                            (dir_ / task).string() + "'");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const fs::path shipped = fs::path(UNSTUCK_SOURCE_DIR) / "data" / task;
+    for (const std::string file : {"train.jsonl", "test.jsonl"}) {
+      EXPECT_TRUE(read(dir_ / task / file) == read(shipped / file))
+          << (shipped / file) << " differs from what its documented command writes";
+    }
+  }
+}
+
+TEST_F(CliData, BadGeneratorOptionsExitWithCode2AndNameTheKey) {
+  const CliResult r =
+      run("data generate --task arithmetic --n 10 --min-digits 5 --out '" + dir_.string() + "'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("error: data.arithmetic.min_digits (5) must be <= "
+                       "data.arithmetic.max_digits (3)"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST_F(CliData, ScoreRoundTrip) {
+  ASSERT_EQ(
+      run("data generate --task arithmetic --n 30 --seed 2 --out '" + dir_.string() + "'").code, 0);
+  // Completions: correct, wrong but well formed, and missing, in turn; plus one countdown line.
+  std::ofstream completions(dir_ / "completions.jsonl");
+  int i = 0;
+  for (const std::string& line : lines(dir_ / "train.jsonl")) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(line);
+    const std::string answer = j["answer"].get<std::string>();
+    const std::string variants[] = {"<answer>" + answer + "</answer>", "<answer>-1</answer>",
+                                    "I don't know"};
+    j["completion"] = variants[i++ % 3];
+    completions << j.dump() << "\n";
+  }
+  completions << R"({"task":"countdown","prompt":"Use 3 5 7 to make 22:","answer":"3*5+7",)"
+              << R"("numbers":[3,5,7],"target":22,"completion":"<answer>7+3*5</answer>"})"
+              << "\n";
+  completions.close();
+  const CliResult r = run("reward score --input '" + (dir_ / "completions.jsonl").string() +
+                          "' --output '" + (dir_ / "scored.jsonl").string() + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("scored 28 completions"), std::string::npos) << r.out;
+  const auto scored = lines(dir_ / "scored.jsonl");
+  ASSERT_EQ(scored.size(), 28u);
+  int correct = 0;
+  for (size_t k = 0; k < scored.size(); ++k) {
+    const auto j = nlohmann::ordered_json::parse(scored[k]);
+    EXPECT_EQ(j.begin().key(), "task");  // the input's keys, in order, then reward and status
+    const double reward = j["reward"].get<double>();
+    const std::string status = j["status"].get<std::string>();
+    if (k == 27 || k % 3 == 0) {
+      EXPECT_EQ(status, "correct") << scored[k];
+      EXPECT_EQ(reward, 1.0);
+      ++correct;
+    } else if (k % 3 == 1) {
+      EXPECT_EQ(status, "wrong") << scored[k];
+      EXPECT_EQ(reward, 0.1);
+    } else {
+      EXPECT_EQ(status, "no_answer") << scored[k];
+      EXPECT_EQ(reward, 0.0);
+    }
+  }
+  EXPECT_EQ(correct, 10);
+  EXPECT_NE(r.out.find("correct"), std::string::npos);
+}
+
+TEST_F(CliData, MalformedScoreInputStopsWithTheLineNumber) {
+  const fs::path input = dir_ / "bad.jsonl";
+  std::ofstream(input)
+      << R"({"task":"math","prompt":"p","answer":"1","completion":"<answer>1</answer>"})"
+      << "\n\n{not json\n";
+  CliResult r = run("reward score --input '" + input.string() + "' --output '" +
+                    (dir_ / "out.jsonl").string() + "'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("error: " + input.string() + ":3: invalid JSON"), std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(dir_ / "out.jsonl")) << "nothing is written when a line is bad";
+
+  std::ofstream(input) << R"({"task":"chess","prompt":"p","answer":"1","completion":"x"})"
+                       << "\n";
+  r = run("reward score --input '" + input.string() + "'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find(input.string() + ":1: unknown verifier 'chess' (known: math, arithmetic, "
+                                        "countdown)"),
+            std::string::npos)
+      << r.out;
+
+  std::ofstream(input) << R"({"task":"math","prompt":"p","answer":"1"})"
+                       << "\n";
+  r = run("reward score --input '" + input.string() + "'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find(":1: missing \"completion\""), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,173 @@
+// Model directories: real interoperability with Hugging Face transformers in both directions (FP32
+// logits within 1e-4), BF16 round trips, and a clear error for every malformed checkpoint.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "unstuck/common/error.h"
+#include "unstuck/io/json_file.h"
+#include "unstuck/model/llama.h"
+#include "unstuck/model/model_io.h"
+
+namespace unstuck::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("unstuck_model_io_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+int run_python(const std::string& args) {
+  const std::string cmd = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/model/hf_interop.py " + args;
+  return std::system(cmd.c_str());
+}
+
+torch::Tensor tokens_tensor(const nlohmann::json& tokens) {
+  std::vector<int64_t> flat;
+  for (const auto& row : tokens)
+    for (const auto& t : row) flat.push_back(t.get<int64_t>());
+  return torch::tensor(flat).view({int64_t(tokens.size()), -1});
+}
+
+TEST(ModelIo, LoadsTransformersCheckpointWithSameLogits) {
+  const fs::path dir = temp_dir("hf");
+  ASSERT_EQ(run_python("make " + dir.string()), 0) << "transformers fixture failed";
+  const LoadedModel loaded = load_pretrained(dir);
+  EXPECT_EQ(loaded.config.n_kv_heads, 2);
+  EXPECT_EQ(loaded.tokens.eos, 3);
+  const LlamaModel model(loaded.config, loaded.flat);
+  const nlohmann::json ref = io::read_json_file(dir / "hf_logits.json");
+  torch::NoGradGuard no_grad;
+  const torch::Tensor logits = model.forward(tokens_tensor(ref["tokens"]));
+  std::vector<float> expected;
+  for (const auto& row : ref["logits"])
+    for (const auto& pos : row)
+      for (const auto& v : pos) expected.push_back(v.get<float>());
+  const torch::Tensor want = torch::tensor(expected).view(logits.sizes());
+  EXPECT_LT((logits - want).abs().max().item<double>(), 1e-4);
+  EXPECT_GT(want.abs().max().item<double>(), 0.5);  // the comparison is not between near-zeros
+  fs::remove_all(dir);
+}
+
+TEST(ModelIo, SavedModelLoadsInTransformersWithSameLogits) {
+  ModelConfig c;
+  c.vocab_size = 61;
+  c.dim = 64;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 96;
+  c.max_seq_len = 64;
+  c.init_std = 0.2;
+  const ParamLayout layout = llama_layout(c);
+  torch::Tensor flat = torch::empty({layout.total});
+  init_llama_weights(layout, c, flat, 5);
+  const fs::path dir = temp_dir("ours");
+  save_pretrained(dir, c, flat, io::DType::f32, {2, 3, 0});
+  const LlamaModel model(c, flat);
+  const torch::Tensor tokens = torch::randint(0, c.vocab_size, {2, 10}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor logits = model.forward(tokens);
+  nlohmann::json out;
+  for (int64_t b = 0; b < 2; ++b) {
+    std::vector<int64_t> row(tokens[b].data_ptr<int64_t>(), tokens[b].data_ptr<int64_t>() + 10);
+    out["tokens"].push_back(row);
+    nlohmann::json rows = nlohmann::json::array();
+    for (int64_t t = 0; t < 10; ++t) {
+      const torch::Tensor l = logits[b][t].contiguous();
+      rows.push_back(std::vector<float>(l.data_ptr<float>(), l.data_ptr<float>() + c.vocab_size));
+    }
+    out["logits"].push_back(rows);
+  }
+  io::write_json_file(dir / "unstuck_logits.json", out, -1);
+  EXPECT_EQ(run_python("check " + dir.string()), 0);
+  fs::remove_all(dir);
+}
+
+TEST(ModelIo, Bf16RoundTripIsExactOnTheBf16Grid) {
+  ModelConfig c;
+  c.vocab_size = 30;
+  c.dim = 32;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 48;
+  c.tie_embeddings = true;
+  const ParamLayout layout = llama_layout(c);
+  torch::Tensor flat = torch::empty({layout.total});
+  init_llama_weights(layout, c, flat, 1);
+  const fs::path dir = temp_dir("bf16");
+  save_pretrained(dir, c, flat, io::DType::bf16, {});
+  const LoadedModel back = load_pretrained(dir);
+  EXPECT_TRUE(back.config.tie_embeddings);
+  EXPECT_TRUE(torch::equal(back.flat, flat.to(torch::kBFloat16).to(torch::kFloat32)));
+  fs::remove_all(dir);
+}
+
+// Rewrites dir's safetensors with `edit` applied to the tensor list, then expects `needle` in the
+// load error.
+void expect_load_error(const std::function<void(std::vector<io::Tensor>&)>& edit, const std::string& needle) {
+  ModelConfig c;
+  c.vocab_size = 20;
+  c.dim = 16;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.ffn_dim = 24;
+  const ParamLayout layout = llama_layout(c);
+  torch::Tensor flat = torch::empty({layout.total});
+  init_llama_weights(layout, c, flat, 1);
+  const fs::path dir = temp_dir("bad");
+  save_pretrained(dir, c, flat, io::DType::f32, {});
+  io::SafetensorsFile file = io::read_safetensors(dir / "model.safetensors");
+  edit(file.tensors);
+  std::vector<io::TensorView> views;
+  for (const io::Tensor& t : file.tensors) views.push_back(io::view_of(t));
+  io::write_safetensors(dir / "model.safetensors", views);
+  try {
+    load_pretrained(dir);
+    ADD_FAILURE() << "expected an error containing: " << needle;
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ModelIo, MissingExtraAndMisshapenTensorsAreNamed) {
+  expect_load_error([](auto& ts) { ts.erase(ts.begin()); }, "missing tensor 'lm_head.weight'");
+  expect_load_error([](auto& ts) { ts.push_back(ts.back()); ts.back().name = "model.extra.weight"; },
+                    "unexpected tensor 'model.extra.weight'");
+  expect_load_error(
+      [](auto& ts) {
+        for (auto& t : ts)
+          if (t.name == "model.norm.weight") {
+            t.shape = {8, 2};
+          }
+      },
+      "tensor 'model.norm.weight' has shape [8, 2], expected [16]");
+}
+
+TEST(ModelIo, BadConfigJsonIsNamed) {
+  const fs::path dir = temp_dir("cfg");
+  std::ofstream(dir / "config.json") << R"({"vocab_size": 10, "hidden_size": "wide"})";
+  try {
+    load_pretrained(dir);
+    ADD_FAILURE();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("hidden_size"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace unstuck::model
