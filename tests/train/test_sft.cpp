@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -93,6 +94,24 @@ TEST(Sft, LossFallsAndModelDirectoryLoadsBack) {
   const Policy p = load_policy(r.model_dir, {});
   EXPECT_EQ(p.config.model.dim, 32);
   EXPECT_EQ(p.tokenizer.vocab_size(), p.config.model.vocab_size);
+  EXPECT_FALSE(torch::equal(p.master, torch::zeros_like(p.master)));
+
+  // The CLI evaluates and samples from the written directory.
+  const std::string out = (dir / "eval.json").string();
+  const std::string eval = std::string(UNSTUCK_BINARY) + " eval --model " + r.model_dir.string() +
+                           " --samples 16 --k 2 --json > " + out;
+  ASSERT_EQ(std::system(eval.c_str()), 0) << eval;
+  std::ifstream in(out);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["records"].get<int64_t>(), 16);
+  EXPECT_TRUE(j.contains("greedy_accuracy") && j.contains("pass_at_2")) << j.dump();
+  const std::string gen = std::string(UNSTUCK_BINARY) + " generate --model " + r.model_dir.string() +
+                          " --prompt 1+2= > " + (dir / "gen.txt").string();
+  ASSERT_EQ(std::system(gen.c_str()), 0) << gen;
+  std::ifstream g(dir / "gen.txt");
+  std::string line;
+  std::getline(g, line);
+  EXPECT_EQ(line.rfind("1+2=\t", 0), 0u) << line;
   fs::remove_all(dir);
 }
 
