@@ -37,6 +37,7 @@ TEST(CudaInfo, DeviceCountAnswersWithoutCrashingAndSaysWhyNot) {
 
 #include <cuda_runtime.h>
 
+#include "precision/precision_test_util.h"
 #include "unstuck/precision/cuda_kernels.h"
 #include "unstuck/precision/fused_adamw.h"
 #include "unstuck/precision/round_math.h"
@@ -59,16 +60,9 @@ namespace {
     ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
   } while (0)
 
-std::string mode_name(RoundMode mode) {
-  switch (mode) {
-    case RoundMode::fp32: return "fp32";
-    case RoundMode::bf16_rn: return "bf16_rn";
-    case RoundMode::bf16_sr: return "bf16_sr";
-    case RoundMode::fp16_rn: return "fp16_rn";
-    case RoundMode::fp16_sr: return "fp16_sr";
-  }
-  return "unknown";
-}
+using testing::reference_round;
+
+std::string mode_name(RoundMode mode) { return round_mode_name(mode); }
 
 // Test parameter; its PrintTo makes ctest and gtest show the mode's name.
 struct ModeParam {
@@ -81,26 +75,12 @@ constexpr ModeParam kAllModes[] = {
     {RoundMode::fp16_rn}, {RoundMode::fp16_sr},
 };
 
-std::size_t element_bytes(RoundMode mode) { return mode == RoundMode::fp32 ? 4 : 2; }
-
-// The scalar reference: one round_math.h call per element, SR bits from the global index.
-uint32_t reference_round(float x, RoundMode mode, SrKey key, uint64_t index) {
-  switch (mode) {
-    case RoundMode::fp32: return float_bits(x);
-    case RoundMode::bf16_rn: return bf16_rn(x);
-    case RoundMode::bf16_sr: return bf16_sr(x, sr_bits_bf16(key.seed, key.step, index));
-    case RoundMode::fp16_rn: return fp16_rn(x);
-    case RoundMode::fp16_sr: return fp16_sr(x, sr_bits_fp16(key.seed, key.step, index));
-  }
-  return 0;
-}
-
 // Compute weights as bit patterns, stored with the mode's element size.
 struct ComputeBits {
   std::size_t elem;
   std::vector<uint8_t> bytes;
   ComputeBits(RoundMode mode, std::size_t n, uint32_t fill)
-      : elem(element_bytes(mode)), bytes(n * elem) {
+      : elem(compute_element_bytes(mode)), bytes(n * elem) {
     for (std::size_t i = 0; i < n; ++i) set(i, fill);
   }
   uint32_t get(std::size_t i) const {
@@ -216,7 +196,7 @@ TEST_P(CudaMaterialize, MatchesScalarReferenceBitForBit) {
     SCOPED_TRACE("global_offset=" + std::to_string(c.global_offset) + " n=" + std::to_string(c.n) +
                  " shift=" + std::to_string(c.shift));
     const std::vector<float> master = test_inputs(c.n, uint32_t(c.n + c.shift));
-    const std::size_t eb = element_bytes(mode), pad = 8;
+    const std::size_t eb = compute_element_bytes(mode), pad = 8;
     DeviceBuffer d_master((c.n + c.shift) * 4), d_compute((c.n + c.shift + 2 * pad) * eb);
     ASSERT_NE(d_master.get(), nullptr);
     ASSERT_NE(d_compute.get(), nullptr);
@@ -256,7 +236,7 @@ TEST_P(CudaMaterialize, ShardsGiveTheBitsOfTheWholeBuffer) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const RoundMode mode = GetParam().mode;
   const SrKey key{42, 7};
-  const std::size_t n = 50021, eb = element_bytes(mode);
+  const std::size_t n = 50021, eb = compute_element_bytes(mode);
   const std::vector<float> master = test_inputs(n, 99);
   DeviceBuffer d_master(n * 4), d_whole(n * eb), d_sharded(n * eb);
   ASSERT_CUDA(cudaMemcpy(d_master.get(), master.data(), n * 4, cudaMemcpyHostToDevice));
@@ -362,7 +342,7 @@ struct DeviceAdamW {
   DeviceAdamW(RoundMode mode, uint64_t base, std::size_t n_, std::size_t shift_)
       : n(n_),
         shift(shift_),
-        eb(element_bytes(mode)),
+        eb(compute_element_bytes(mode)),
         master((n + shift) * 4),
         grad((n + shift) * 4),
         m((n + shift) * 4),
