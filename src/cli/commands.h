@@ -13,6 +13,6 @@ void add_bench_command(CLI::App& app);   // unstuck bench precision|generate [--
 void add_data_command(CLI::App& app);    // unstuck data generate --task ... --n ... --out DIR
 void add_reward_command(CLI::App& app);  // unstuck reward score --input F [--output G]
 void add_tokenizer_command(CLI::App& app);  // unstuck tokenizer train|encode ...
-void add_train_commands(CLI::App& app);     // unstuck sft | eval | generate
+void add_train_commands(CLI::App& app);     // unstuck sft | train | eval | generate
 
 }  // namespace unstuck::cli

@@ -16,6 +16,7 @@
 #include "unstuck/reward/verifier.h"
 #include "unstuck/rollout/sampler.h"
 #include "unstuck/train/evaluate.h"
+#include "unstuck/train/grpo.h"
 #include "unstuck/train/policy_dir.h"
 #include "unstuck/train/sft.h"
 
@@ -43,6 +44,25 @@ void add_sft(CLI::App& app) {
     const train::SftResult r = train::run_sft(load_run_config(a->config, a->overrides));
     std::cout << "greedy test accuracy " << r.accuracy << " after " << r.steps << " steps ("
               << r.seconds << " s); model: " << r.model_dir.string() << "\n";
+  });
+}
+
+void add_train(CLI::App& app) {
+  struct Args {
+    std::string config;
+    std::vector<std::string> overrides;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "train", "GRPO from a base policy with verifiable rewards, in the configured precision mode; "
+               "metrics per step in <run dir>/metrics.jsonl");
+  cmd->add_option("--config", a->config, "run config YAML, e.g. configs/grpo/countdown.yaml")->required();
+  cmd->add_option("overrides", a->overrides, "key=value overrides, e.g. precision.mode=bf16 optim.lr=3e-5");
+  cmd->callback([a] {
+    const train::GrpoResult r = train::run_grpo(load_run_config(a->config, a->overrides));
+    std::cout << "reward " << r.first_reward_mean << " -> " << r.last_reward_mean << " over " << r.steps
+              << " steps; final greedy test accuracy " << r.final_eval_accuracy << "; run: "
+              << r.run_dir.string() << "\n";
   });
 }
 
@@ -153,6 +173,7 @@ void add_generate(CLI::App& app) {
 
 void add_train_commands(CLI::App& app) {
   add_sft(app);
+  add_train(app);
   add_eval(app);
   add_generate(app);
 }

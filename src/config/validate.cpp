@@ -90,6 +90,23 @@ void validate_sft(const train::SftConfig& s) {
   require(s.eval_samples >= 0, "sft.eval_samples", ">= 0 (0 = all)", std::to_string(s.eval_samples));
 }
 
+void validate_grpo(const train::GrpoConfig& g) {
+  require(g.steps >= 1, "grpo.steps", ">= 1", std::to_string(g.steps));
+  require(g.prompts_per_step >= 1, "grpo.prompts_per_step", ">= 1", std::to_string(g.prompts_per_step));
+  require(g.group_size >= 2, "grpo.group_size", ">= 2 (advantages compare completions of a prompt)",
+          std::to_string(g.group_size));
+  require(g.minibatches >= 1 && g.minibatches <= g.prompts_per_step * g.group_size, "grpo.minibatches",
+          "in [1, prompts_per_step * group_size]", std::to_string(g.minibatches));
+  require(g.ppo_epochs >= 1, "grpo.ppo_epochs", ">= 1", std::to_string(g.ppo_epochs));
+  require(g.clip_low > 0 && g.clip_low < 1, "grpo.clip_low", "in (0, 1)", g.clip_low);
+  require(g.clip_high > 0, "grpo.clip_high", "> 0", g.clip_high);
+  require(g.kl_coef >= 0, "grpo.kl_coef", ">= 0", g.kl_coef);
+  require(g.entropy_coef >= 0, "grpo.entropy_coef", ">= 0", g.entropy_coef);
+  require(g.warmup_steps >= 0, "grpo.warmup_steps", ">= 0", std::to_string(g.warmup_steps));
+  require(g.eval_every >= 0, "grpo.eval_every", ">= 0", std::to_string(g.eval_every));
+  require(g.eval_samples >= 0, "grpo.eval_samples", ">= 0", std::to_string(g.eval_samples));
+}
+
 }  // namespace
 
 void validate(const RunConfig& config) {
@@ -101,6 +118,7 @@ void validate(const RunConfig& config) {
   reward::validate(config.reward, "reward");
   validate_rollout(config.rollout);
   validate_sft(config.sft);
+  validate_grpo(config.grpo);
 }
 
 }  // namespace unstuck

@@ -6,33 +6,9 @@
 
 #include <torch/types.h>
 
-#include <array>
-#include <utility>
+#include "unstuck/algo/loss_options.h"
 
 namespace unstuck::algo {
-
-enum class LossAggregation {
-  token_mean,               // sum over all completion tokens / number of tokens (DAPO)
-  seq_mean_token_mean,      // mean over sequences of each sequence's token mean (GRPO paper)
-  seq_mean_token_sum_norm,  // sum over tokens / (sequences * max_new_tokens) (Dr. GRPO)
-};
-inline constexpr std::array<std::pair<LossAggregation, const char*>, 3> kLossAggregationNames{{
-    {LossAggregation::token_mean, "token_mean"},
-    {LossAggregation::seq_mean_token_mean, "seq_mean_token_mean"},
-    {LossAggregation::seq_mean_token_sum_norm, "seq_mean_token_sum_norm"},
-}};
-constexpr const auto& enum_names(LossAggregation) { return kLossAggregationNames; }
-
-// Per-token estimators of KL(policy || reference) from log-probs on the sampled tokens
-// (Schulman, "Approximating KL divergence"): with d = ref_logp - logp,
-//   k1 = -d,  k2 = d^2 / 2,  k3 = exp(d) - d - 1 (unbiased, always >= 0).
-enum class KlEstimator { k1, k2, k3 };
-inline constexpr std::array<std::pair<KlEstimator, const char*>, 3> kKlEstimatorNames{{
-    {KlEstimator::k1, "k1"},
-    {KlEstimator::k2, "k2"},
-    {KlEstimator::k3, "k3"},
-}};
-constexpr const auto& enum_names(KlEstimator) { return kKlEstimatorNames; }
 
 // logp, ref_logp: (B, T) -> per-token estimate (B, T).
 torch::Tensor kl_estimate(const torch::Tensor& logp, const torch::Tensor& ref_logp, KlEstimator estimator);

@@ -17,6 +17,7 @@
 #include "unstuck/reward/reward_config.h"
 #include "unstuck/rollout/sampling_config.h"
 #include "unstuck/tokenizer/tokenizer_config.h"
+#include "unstuck/train/grpo_config.h"
 #include "unstuck/train/sft_config.h"
 
 namespace unstuck {
@@ -47,6 +48,7 @@ struct RunConfig {
   reward::RewardConfig reward;
   rollout::SamplingConfig rollout;
   train::SftConfig sft;
+  train::GrpoConfig grpo;
 
   template <class V>
   void visit(V& v) {
@@ -59,6 +61,7 @@ struct RunConfig {
     v("reward", reward, "verifier options: answer extraction and format credit");
     v("rollout", rollout, "sampling of completions (rollouts, evaluation, generate)");
     v("sft", sft, "supervised fine-tuning of the base policy");
+    v("grpo", grpo, "GRPO reinforcement learning from verifiable rewards");
   }
 };
 

@@ -1,0 +1,22 @@
+// The GRPO trainer (`unstuck train`): rollouts from the current compute weights, verifier rewards,
+// group advantages, clipped policy-gradient updates through the fused precision kernels, and one
+// line of metrics per rollout batch in <run dir>/metrics.jsonl.
+#pragma once
+
+#include <filesystem>
+
+#include "unstuck/config/run_config.h"
+
+namespace unstuck::train {
+
+struct GrpoResult {
+  std::filesystem::path run_dir;
+  double first_reward_mean = 0.0;  // mean reward of the first rollout batch
+  double last_reward_mean = 0.0;   // mean reward of the last rollout batch
+  double final_eval_accuracy = 0.0;
+  int64_t steps = 0;
+};
+
+GrpoResult run_grpo(RunConfig config);
+
+}  // namespace unstuck::train

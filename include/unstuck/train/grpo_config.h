@@ -1,0 +1,70 @@
+// Options of the GRPO trainer: the base policy, the rollout batch (prompts x group size), the
+// advantage and policy-loss variants, the KL penalty, the update schedule and evaluation cadence.
+// The optimizer comes from `optim`, sampling from `rollout`, the weight format from `precision`.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "unstuck/algo/advantages.h"
+#include "unstuck/algo/loss_options.h"
+
+namespace unstuck::train {
+
+enum class LrSchedule { constant, warmup, cosine };
+inline constexpr std::array<std::pair<LrSchedule, const char*>, 3> kLrScheduleNames{{
+    {LrSchedule::constant, "constant"},
+    {LrSchedule::warmup, "warmup"},
+    {LrSchedule::cosine, "cosine"},
+}};
+constexpr const auto& enum_names(LrSchedule) { return kLrScheduleNames; }
+
+struct GrpoConfig {
+  std::string base_model = "runs/sft-countdown/model";  // policy directory (an SFT output)
+  bool round_base_to_bf16 = false;  // put the base weights on the BF16 grid before training
+  int64_t steps = 100;              // rollout batches (policy updates when minibatches = 1)
+  int64_t prompts_per_step = 32;    // prompts sampled per rollout batch
+  int64_t group_size = 8;           // completions per prompt (the GRPO group)
+  int64_t minibatches = 1;          // optimizer steps per rollout batch and epoch
+  int64_t ppo_epochs = 1;           // passes over each rollout batch
+  algo::AdvantageMode advantage = algo::AdvantageMode::grpo;
+  double clip_low = 0.2;            // ratio lower bound 1 - clip_low
+  double clip_high = 0.28;          // ratio upper bound 1 + clip_high (clip-higher)
+  algo::LossAggregation loss_aggregation = algo::LossAggregation::token_mean;
+  double kl_coef = 0.0;             // KL-to-reference penalty in the loss (0 = off, still logged)
+  algo::KlEstimator kl_estimator = algo::KlEstimator::k3;
+  double entropy_coef = 0.0;        // entropy bonus (0 = off)
+  LrSchedule lr_schedule = LrSchedule::constant;
+  int64_t warmup_steps = 0;         // optimizer steps of linear warm-up (warmup, cosine)
+  int64_t eval_every = 20;          // rollout batches between greedy test evaluations; 0 = end only
+  int64_t eval_samples = 200;       // test records per evaluation (0 = all)
+
+  template <class V>
+  void visit(V& v) {
+    v("base_model", base_model, "policy directory to start from (an `unstuck sft` output)");
+    v("round_base_to_bf16", round_base_to_bf16,
+      "round the base weights to BF16 (nearest) first, so the FP32 master starts on the BF16 grid "
+      "as released checkpoints do");
+    v("steps", steps, "rollout batches to train on");
+    v("prompts_per_step", prompts_per_step, "prompts per rollout batch");
+    v("group_size", group_size, "completions sampled per prompt (the GRPO group, >= 2)");
+    v("minibatches", minibatches, "optimizer steps per rollout batch and epoch");
+    v("ppo_epochs", ppo_epochs, "passes over each rollout batch");
+    v("advantage", advantage, "grpo: (r - mean) / (std + eps); mean_only: r - mean (Dr. GRPO)");
+    v("clip_low", clip_low, "importance ratio lower bound 1 - clip_low");
+    v("clip_high", clip_high, "importance ratio upper bound 1 + clip_high (clip-higher)");
+    v("loss_aggregation", loss_aggregation,
+      "token_mean | seq_mean_token_mean | seq_mean_token_sum_norm (Dr. GRPO)");
+    v("kl_coef", kl_coef, "weight of the KL penalty to the reference policy in the loss; 0 = off");
+    v("kl_estimator", kl_estimator, "KL estimator in the loss: k1 | k2 | k3");
+    v("entropy_coef", entropy_coef, "weight of the entropy bonus; 0 = off");
+    v("lr_schedule", lr_schedule, "constant | warmup (linear) | cosine (after warm-up, to 0.1 x lr)");
+    v("warmup_steps", warmup_steps, "optimizer steps of linear learning-rate warm-up");
+    v("eval_every", eval_every, "rollout batches between greedy test evaluations; 0 = at the end only");
+    v("eval_samples", eval_samples, "test records per evaluation; 0 = the whole split");
+  }
+};
+
+}  // namespace unstuck::train

@@ -1,0 +1,295 @@
+// GRPO loop, one rollout batch per iteration, reading like the data flow of DESIGN.md:
+// rollout -> reward -> advantage -> update (fused AdamW rounds the compute weights) -> metrics.
+#include "unstuck/train/grpo.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "unstuck/algo/advantages.h"
+#include "unstuck/algo/policy_loss.h"
+#include "unstuck/common/error.h"
+#include "unstuck/config/config.h"
+#include "unstuck/model/model_io.h"
+#include "unstuck/rollout/sampler.h"
+#include "unstuck/train/evaluate.h"
+#include "unstuck/train/run_setup.h"
+#include "unstuck/train/sft.h"
+#include "unstuck/train/trainable_weights.h"
+
+namespace unstuck::train {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// A rollout batch as tensors: N = prompts x group sequences of P (left-padded) prompt tokens and T
+// completion tokens.
+struct RolloutBatch {
+  torch::Tensor tokens;    // (N, P + T) int64
+  torch::Tensor valid;     // (N, P + T) bool: real prompt tokens and every completion slot
+  torch::Tensor mask;      // (N, T) float: 1 on sampled completion tokens
+  torch::Tensor old_logp;  // (N, T) sampling log-probs
+  int64_t prompt_len = 0;
+};
+
+RolloutBatch make_rollout_batch(const std::vector<std::vector<int32_t>>& prompts,
+                                const std::vector<rollout::Completion>& outs, int32_t pad) {
+  const int64_t N = int64_t(prompts.size());
+  int64_t P = 0, T = 1;
+  for (const auto& p : prompts) P = std::max<int64_t>(P, int64_t(p.size()));
+  for (const auto& c : outs) T = std::max<int64_t>(T, int64_t(c.tokens.size()));
+  RolloutBatch b;
+  b.prompt_len = P;
+  b.tokens = torch::full({N, P + T}, int64_t(pad), torch::kLong);
+  b.valid = torch::zeros({N, P + T}, torch::kBool);
+  b.mask = torch::zeros({N, T});
+  b.old_logp = torch::zeros({N, T});
+  auto tok = b.tokens.accessor<int64_t, 2>();
+  auto val = b.valid.accessor<bool, 2>();
+  auto msk = b.mask.accessor<float, 2>();
+  auto olp = b.old_logp.accessor<float, 2>();
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t start = P - int64_t(prompts[n].size());
+    for (std::size_t i = 0; i < prompts[n].size(); ++i) {
+      tok[n][start + int64_t(i)] = prompts[n][i];
+      val[n][start + int64_t(i)] = true;
+    }
+    for (int64_t t = 0; t < T; ++t) val[n][P + t] = true;
+    for (std::size_t t = 0; t < outs[n].tokens.size(); ++t) {
+      tok[n][P + int64_t(t)] = outs[n].tokens[t];
+      msk[n][int64_t(t)] = 1.0f;
+      olp[n][int64_t(t)] = outs[n].logprobs[t];
+    }
+  }
+  return b;
+}
+
+// Log-softmax over the vocabulary at the positions that predict the completion tokens: (N, T, V).
+torch::Tensor completion_log_probs(const model::LlamaModel& m, const RolloutBatch& b,
+                                   const torch::Tensor& rows) {
+  const torch::Tensor tokens = b.tokens.index_select(0, rows);
+  const torch::Tensor valid = b.valid.index_select(0, rows);
+  const int64_t L = tokens.size(1), T = L - b.prompt_len;
+  const torch::Tensor logits = m.forward(tokens.narrow(1, 0, L - 1), valid.narrow(1, 0, L - 1));
+  return torch::log_softmax(logits.narrow(1, b.prompt_len - 1, T), -1);
+}
+
+torch::Tensor gather_tokens(const torch::Tensor& logp_all, const RolloutBatch& b, const torch::Tensor& rows) {
+  const torch::Tensor targets = b.tokens.index_select(0, rows).narrow(1, b.prompt_len, logp_all.size(1));
+  return logp_all.gather(2, targets.unsqueeze(2)).squeeze(2);  // (N, T)
+}
+
+double lr_at(const RunConfig& cfg, int64_t opt_step, int64_t total_opt_steps) {
+  const auto& g = cfg.grpo;
+  const double lr = cfg.optim.lr;
+  if (g.lr_schedule == LrSchedule::constant) return lr;
+  if (opt_step <= g.warmup_steps) return lr * double(opt_step) / double(std::max<int64_t>(1, g.warmup_steps));
+  if (g.lr_schedule == LrSchedule::warmup) return lr;
+  const double progress = double(opt_step - g.warmup_steps) / double(std::max<int64_t>(1, total_opt_steps - g.warmup_steps));
+  return lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress))));
+}
+
+double masked_mean(const torch::Tensor& x, const torch::Tensor& mask) {
+  return (x * mask).sum().item<double>() / std::max(mask.sum().item<double>(), 1.0);
+}
+
+}  // namespace
+
+GrpoResult run_grpo(RunConfig cfg) {
+  // The base policy fixes the model shape and the tokenizer.
+  const std::filesystem::path base = cfg.grpo.base_model;
+  model::LoadedModel loaded = model::load_pretrained(base);
+  cfg.model = loaded.config;
+  if (cfg.tokenizer.path.empty()) cfg.tokenizer.path = (base / kTokenizerFile).string();
+  RunContext ctx = setup_run(cfg, "train");
+  const tokenizer::Tokenizer& tok = ctx.tokenizer;
+  torch::Tensor master = loaded.flat;
+  if (cfg.grpo.round_base_to_bf16) master = master.to(torch::kBFloat16).to(torch::kFloat32);
+  const torch::Tensor start_master = master.clone();
+  TrainableWeights weights(cfg.model, master.clone(), cfg.precision, ctx.seeds.rounding);
+  const model::LlamaModel reference(cfg.model, start_master.clone());  // frozen, FP32
+  const torch::Tensor start_compute = weights.compute().clone();
+
+  const std::vector<data::TaskRecord> train = data::read_jsonl(data::train_file(cfg.data));
+  std::vector<data::TaskRecord> test = data::read_jsonl(data::test_file(cfg.data));
+  if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples) test.resize(std::size_t(cfg.grpo.eval_samples));
+  const auto verifier = reward::make_verifier(config::enum_name(cfg.data.task), cfg.reward);
+  spdlog::info("train: GRPO from {} ({} params), {} x {} rollouts per step, precision {} (forward {}), {} steps",
+               base.string(), weights.layout().total, cfg.grpo.prompts_per_step, cfg.grpo.group_size,
+               config::enum_name(cfg.precision.mode), c10::toString(weights.forward_dtype()), cfg.grpo.steps);
+
+  std::mt19937_64 order_rng(ctx.seeds.data);
+  std::vector<std::size_t> order(train.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), order_rng);
+  std::size_t cursor = 0;
+  at::Generator sampling = at::make_generator<at::CPUGeneratorImpl>(ctx.seeds.sampling);
+  rollout::GenerateOptions gen_opts;
+  gen_opts.sampling = cfg.rollout;
+  gen_opts.eos_id = tok.eos_id();
+  gen_opts.pad_id = tok.pad_id();
+  algo::PolicyLossOptions loss_opts;
+  loss_opts.clip_low = cfg.grpo.clip_low;
+  loss_opts.clip_high = cfg.grpo.clip_high;
+  loss_opts.aggregation = cfg.grpo.loss_aggregation;
+  loss_opts.max_new_tokens = cfg.rollout.max_new_tokens;
+  loss_opts.kl_coef = cfg.grpo.kl_coef;
+  loss_opts.kl_estimator = cfg.grpo.kl_estimator;
+  loss_opts.entropy_coef = cfg.grpo.entropy_coef;
+  EvalOptions eval_opts;
+  eval_opts.max_new_tokens = cfg.rollout.max_new_tokens;
+  const int64_t total_opt_steps = cfg.grpo.steps * cfg.grpo.minibatches * cfg.grpo.ppo_epochs;
+
+  std::ofstream metrics_file(ctx.run_dir / "metrics.jsonl");
+  GrpoResult result;
+  result.run_dir = ctx.run_dir;
+  int64_t skipped = 0;
+  const auto t_run = std::chrono::steady_clock::now();
+  for (int64_t step = 1; step <= cfg.grpo.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    // ---- rollout: G completions per prompt from the current compute weights
+    std::vector<const data::TaskRecord*> records;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t p = 0; p < cfg.grpo.prompts_per_step; ++p) {
+      if (cursor == order.size()) {
+        std::shuffle(order.begin(), order.end(), order_rng);
+        cursor = 0;
+      }
+      const data::TaskRecord& rec = train[order[cursor++]];
+      const std::vector<int32_t> ids = prompt_ids(rec, cfg.data, tok);
+      for (int64_t g = 0; g < cfg.grpo.group_size; ++g) {
+        records.push_back(&rec);
+        prompts.push_back(ids);
+      }
+    }
+    const std::vector<rollout::Completion> outs = rollout::generate(weights.model(), prompts, gen_opts, sampling);
+    const double rollout_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    // ---- reward and group advantages
+    std::vector<float> rewards(outs.size());
+    int64_t correct = 0, gen_tokens = 0;
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      const reward::RewardResult r = verifier->score(completion_text(outs[i].tokens, tok), *records[i]);
+      rewards[i] = float(r.reward);
+      correct += r.status == reward::RewardStatus::correct;
+      gen_tokens += int64_t(outs[i].tokens.size());
+    }
+    const algo::Advantages adv = algo::group_advantages(rewards, cfg.grpo.group_size, cfg.grpo.advantage);
+    const RolloutBatch batch = make_rollout_batch(prompts, outs, tok.pad_id());
+    const torch::Tensor advantages = torch::tensor(adv.values);
+
+    // ---- measurements on the rollout batch before the update (same weights as sampling)
+    const int64_t N = int64_t(outs.size());
+    const torch::Tensor all_rows = torch::arange(N, torch::kLong);
+    double kl_k3 = 0, kl_exact = 0, entropy = 0, mismatch = 0;
+    {
+      torch::NoGradGuard no_grad;
+      const torch::Tensor lp = completion_log_probs(weights.model(), batch, all_rows);
+      const torch::Tensor ref_lp = completion_log_probs(reference, batch, all_rows);
+      const torch::Tensor lp_tok = gather_tokens(lp, batch, all_rows), ref_tok = gather_tokens(ref_lp, batch, all_rows);
+      kl_k3 = masked_mean(algo::kl_estimate(lp_tok, ref_tok, algo::KlEstimator::k3), batch.mask);
+      kl_exact = masked_mean((lp.exp() * (lp - ref_lp)).sum(-1), batch.mask);
+      entropy = masked_mean(-(lp.exp() * lp).sum(-1), batch.mask);
+      mismatch = masked_mean((lp_tok - batch.old_logp).abs(), batch.mask);
+    }
+
+    // ---- policy update: minibatches x epochs, one optimizer step per minibatch
+    const auto t_update = std::chrono::steady_clock::now();
+    double clip_frac = 0, grad_norm = 0, lr = 0, loss_scale = 1;
+    OptimizerStepStats last;
+    int64_t updates = 0;
+    const torch::Tensor compute_before = weights.compute().clone();
+    for (int64_t epoch = 0; epoch < cfg.grpo.ppo_epochs; ++epoch)
+      for (int64_t mb = 0; mb < cfg.grpo.minibatches; ++mb) {
+        const int64_t begin = N * mb / cfg.grpo.minibatches, end = N * (mb + 1) / cfg.grpo.minibatches;
+        const torch::Tensor rows = torch::arange(begin, end, torch::kLong);
+        const torch::Tensor lp_all = completion_log_probs(weights.model(), batch, rows);
+        const torch::Tensor lp = gather_tokens(lp_all, batch, rows);
+        const torch::Tensor mask = batch.mask.index_select(0, rows);
+        torch::Tensor ref, ent;
+        if (cfg.grpo.kl_coef > 0) {
+          torch::NoGradGuard no_grad;
+          ref = gather_tokens(completion_log_probs(reference, batch, rows), batch, rows);
+        }
+        if (cfg.grpo.entropy_coef > 0) ent = -(lp_all.exp() * lp_all).sum(-1);
+        const algo::PolicyLoss pl = algo::policy_loss(lp, batch.old_logp.index_select(0, rows),
+                                                      advantages.index_select(0, rows), mask, ref, ent, loss_opts);
+        (pl.loss * weights.loss_scale()).backward();
+        weights.accumulate_grads();
+        lr = lr_at(cfg, weights.optimizer_steps() + 1, total_opt_steps);
+        last = weights.optimizer_step(cfg.optim, lr);
+        skipped += last.skipped;
+        clip_frac += pl.clip_frac;
+        grad_norm += last.grad_norm;
+        loss_scale = last.loss_scale;
+        ++updates;
+      }
+    clip_frac /= double(updates);
+    grad_norm /= double(updates);
+    const double update_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_update).count();
+
+    // ---- metrics
+    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const torch::Tensor r = torch::tensor(rewards);
+    const torch::Tensor after = weights.compute();
+    const auto as_float = [](const torch::Tensor& t) { return t.to(torch::kFloat32); };
+    const double total = double(weights.layout().total);
+    Json m;
+    m["step"] = step;
+    m["reward_mean"] = r.mean().item<double>();
+    m["reward_std"] = r.std().item<double>();
+    m["accuracy"] = double(correct) / double(N);
+    m["kl_ref_k3"] = kl_k3;
+    m["kl_ref_exact"] = kl_exact;
+    m["entropy"] = entropy;
+    m["response_len_mean"] = double(gen_tokens) / double(N);
+    m["clip_frac"] = clip_frac;
+    m["grad_norm"] = grad_norm;
+    m["lr"] = lr;
+    m["loss_scale"] = loss_scale;
+    m["skipped_steps"] = skipped;
+    m["sticking_frac"] = last.elements ? 1.0 - double(last.changed) / double(last.elements) : 0.0;
+    m["update_ratio"] = (as_float(after) - as_float(compute_before)).norm().item<double>() /
+                        std::max(as_float(compute_before).norm().item<double>(), 1e-30);
+    m["logprob_mismatch"] = mismatch;
+    m["zero_adv_frac"] = double(adv.zero_variance_groups) / double(std::max<int64_t>(1, adv.groups));
+    m["tokens_per_s"] = double(gen_tokens) / std::max(rollout_s, 1e-9);
+    m["step_seconds"] = step_s;
+    m["rollout_seconds"] = rollout_s;
+    m["update_seconds"] = update_s;
+    m["changed_from_start_frac"] = (after != start_compute).sum().item<double>() / total;
+    Json per_layer = Json::object();
+    for (std::size_t i = 0; i < weights.layout().entries.size() && i < last.changed_per_tensor.size(); ++i) {
+      const auto& e = weights.layout().entries[i];
+      per_layer[e.name] = 1.0 - double(last.changed_per_tensor[i]) / double(std::max<int64_t>(1, e.numel));
+    }
+    m["sticking_frac_per_tensor"] = per_layer;
+    const bool eval_now = step == cfg.grpo.steps || (cfg.grpo.eval_every > 0 && step % cfg.grpo.eval_every == 0);
+    if (eval_now) {
+      const EvalResult ev = evaluate(weights.model(), tok, test, cfg.data, *verifier, eval_opts);
+      m["eval_accuracy"] = ev.accuracy;
+      result.final_eval_accuracy = ev.accuracy;
+    }
+    metrics_file << m.dump() << "\n";
+    metrics_file.flush();
+    if (step == 1) result.first_reward_mean = m["reward_mean"].get<double>();
+    result.last_reward_mean = m["reward_mean"].get<double>();
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
+    spdlog::info("step {:>4}/{} | reward {:.3f} | acc {:.3f}{} | kl {:.2e} | sticking {:.3f} | clip {:.3f} | "
+                 "{:.1f}s/step, ETA {:.0f}s",
+                 step, cfg.grpo.steps, m["reward_mean"].get<double>(), m["accuracy"].get<double>(),
+                 eval_now ? fmt::format(" | eval {:.3f}", m["eval_accuracy"].get<double>()) : std::string(),
+                 kl_k3, m["sticking_frac"].get<double>(), clip_frac, step_s,
+                 elapsed / double(step) * double(cfg.grpo.steps - step));
+  }
+  result.steps = cfg.grpo.steps;
+  return result;
+}
+
+}  // namespace unstuck::train

@@ -1,0 +1,58 @@
+// Test helper: a tiny arithmetic task (data, tokenizer) in a temp folder and a run config with a
+// tiny model that trains on it in seconds.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+
+#include "unstuck/config/run_config.h"
+#include "unstuck/data/generators.h"
+#include "unstuck/tokenizer/tokenizer.h"
+
+namespace unstuck::train {
+
+// A tiny arithmetic task with its tokenizer in a temp folder; returns a config that trains on it.
+inline RunConfig tiny_setup(const std::filesystem::path& dir) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  RunConfig cfg;
+  cfg.data.task = data::TaskKind::arithmetic;
+  cfg.data.arithmetic.min_digits = 1;
+  cfg.data.arithmetic.max_digits = 2;
+  cfg.data.arithmetic.ops = {"add"};
+  data::write_jsonl(dir / "train.jsonl", data::generate_records(cfg.data, 1, 2000, data::Split::train));
+  data::write_jsonl(dir / "test.jsonl", data::generate_records(cfg.data, 1, 64, data::Split::test));
+  {
+    std::ofstream corpus(dir / "corpus.txt");
+    corpus << "0123456789+=\n";
+  }
+  tokenizer::TrainOptions t;
+  t.input = (dir / "corpus.txt").string();
+  t.output = (dir / "tok.model").string();
+  t.user_defined_symbols = {"<answer>", "</answer>"};
+  tokenizer::train_tokenizer(t);
+  cfg.data.train_path = (dir / "train.jsonl").string();
+  cfg.data.test_path = (dir / "test.jsonl").string();
+  cfg.tokenizer.path = t.output;
+  cfg.run.output_dir = (dir / "runs").string();
+  cfg.run.name = "tiny";
+  cfg.model.dim = 32;
+  cfg.model.n_layers = 2;
+  cfg.model.n_heads = 2;
+  cfg.model.n_kv_heads = 1;
+  cfg.model.ffn_dim = 64;
+  cfg.model.max_seq_len = 24;
+  cfg.optim.lr = 3e-3;
+  cfg.precision.mode = precision::PrecisionMode::fp32;
+  cfg.rollout.max_new_tokens = 8;
+  cfg.sft.steps = 60;
+  cfg.sft.batch_size = 32;
+  cfg.sft.warmup_steps = 5;
+  cfg.sft.log_every = 10;
+  cfg.sft.eval_every = 0;
+  cfg.sft.eval_samples = 32;
+  cfg.run.log_level = LogLevel::warn;
+  return cfg;
+}
+
+}  // namespace unstuck::train
