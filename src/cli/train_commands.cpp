@@ -49,17 +49,27 @@ void add_sft(CLI::App& app) {
 
 void add_train(CLI::App& app) {
   struct Args {
-    std::string config;
+    std::string config, resume;
     std::vector<std::string> overrides;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "train", "GRPO from a base policy with verifiable rewards, in the configured precision mode; "
                "metrics per step in <run dir>/metrics.jsonl");
-  cmd->add_option("--config", a->config, "run config YAML, e.g. configs/grpo/countdown.yaml")->required();
+  auto* config = cmd->add_option("--config", a->config, "run config YAML, e.g. configs/grpo/countdown.yaml");
+  auto* resume = cmd->add_option("--resume", a->resume,
+                                 "continue a run: its directory (newest checkpoint) or a checkpoint directory; "
+                                 "the run's config.yaml is used, overrides still apply");
+  config->excludes(resume);
   cmd->add_option("overrides", a->overrides, "key=value overrides, e.g. precision.mode=bf16 optim.lr=3e-5");
   cmd->callback([a] {
-    const train::GrpoResult r = train::run_grpo(load_run_config(a->config, a->overrides));
+    if (a->config.empty() && a->resume.empty()) throw UserError("give --config FILE or --resume RUN_DIR");
+    std::filesystem::path cfg_path = a->config;
+    if (!a->resume.empty()) {
+      const std::filesystem::path ckpt = train::resolve_resume_checkpoint(a->resume);
+      cfg_path = ckpt.parent_path().parent_path() / "config.yaml";
+    }
+    const train::GrpoResult r = train::run_grpo(load_run_config(cfg_path, a->overrides), a->resume);
     std::cout << "reward " << r.first_reward_mean << " -> " << r.last_reward_mean << " over " << r.steps
               << " steps; final greedy test accuracy " << r.final_eval_accuracy << "; run: "
               << r.run_dir.string() << "\n";

@@ -105,6 +105,8 @@ void validate_grpo(const train::GrpoConfig& g) {
   require(g.warmup_steps >= 0, "grpo.warmup_steps", ">= 0", std::to_string(g.warmup_steps));
   require(g.eval_every >= 0, "grpo.eval_every", ">= 0", std::to_string(g.eval_every));
   require(g.eval_samples >= 0, "grpo.eval_samples", ">= 0", std::to_string(g.eval_samples));
+  require(g.checkpoint_every >= 0, "grpo.checkpoint_every", ">= 0", std::to_string(g.checkpoint_every));
+  require(g.keep_checkpoints >= 1, "grpo.keep_checkpoints", ">= 1", std::to_string(g.keep_checkpoints));
 }
 
 }  // namespace

@@ -6,7 +6,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <csignal>
+#include <sstream>
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -18,6 +21,7 @@
 #include "unstuck/config/config.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/rollout/sampler.h"
+#include "unstuck/train/checkpoint.h"
 #include "unstuck/train/evaluate.h"
 #include "unstuck/train/run_setup.h"
 #include "unstuck/train/sft.h"
@@ -95,13 +99,57 @@ double lr_at(const RunConfig& cfg, int64_t opt_step, int64_t total_opt_steps) {
   return lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress))));
 }
 
+// Set by SIGINT/SIGTERM; the loop finishes its step, checkpoints and returns. A signal handler can
+// only reach static storage, so this flag is the one global of the trainer.
+std::atomic<bool> g_stop_requested{false};
+extern "C" void request_stop(int) { g_stop_requested = true; }
+
+// Installs the stop handlers for the lifetime of a run and restores the previous ones after.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_requested = false;
+    prev_int_ = std::signal(SIGINT, request_stop);
+    prev_term_ = std::signal(SIGTERM, request_stop);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, prev_int_);
+    std::signal(SIGTERM, prev_term_);
+  }
+
+ private:
+  void (*prev_int_)(int);
+  void (*prev_term_)(int);
+};
+
+// Keeps the metrics lines of steps <= `last_step` (a resumed run rewrites what came after).
+void truncate_metrics(const std::filesystem::path& path, int64_t last_step) {
+  std::vector<std::string> keep;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && nlohmann::json::parse(line).value("step", int64_t(0)) <= last_step) keep.push_back(line);
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  for (const auto& l : keep) out << l << "\n";
+}
+
 double masked_mean(const torch::Tensor& x, const torch::Tensor& mask) {
   return (x * mask).sum().item<double>() / std::max(mask.sum().item<double>(), 1.0);
 }
 
 }  // namespace
 
-GrpoResult run_grpo(RunConfig cfg) {
+std::filesystem::path resolve_resume_checkpoint(const std::filesystem::path& path) {
+  if (std::filesystem::exists(path / "manifest.json")) return path;
+  const std::filesystem::path latest = latest_checkpoint(path / "checkpoints");
+  if (latest.empty())
+    throw UserError("nothing to resume in '" + path.string() +
+                    "': no checkpoint (expected <run dir>/checkpoints/step_N/manifest.json)");
+  return latest;
+}
+
+GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
+  const StopSignals stop_signals;
   // The base policy fixes the model shape and the tokenizer.
   const std::filesystem::path base = cfg.grpo.base_model;
   model::LoadedModel loaded = model::load_pretrained(base);
@@ -146,12 +194,54 @@ GrpoResult run_grpo(RunConfig cfg) {
   eval_opts.max_new_tokens = cfg.rollout.max_new_tokens;
   const int64_t total_opt_steps = cfg.grpo.steps * cfg.grpo.minibatches * cfg.grpo.ppo_epochs;
 
-  std::ofstream metrics_file(ctx.run_dir / "metrics.jsonl");
   GrpoResult result;
   result.run_dir = ctx.run_dir;
   int64_t skipped = 0;
+  int64_t first_step = 1;
+  const std::filesystem::path metrics_path = ctx.run_dir / "metrics.jsonl";
+  if (resume.empty() && !latest_checkpoint(ctx.run_dir / "checkpoints").empty())
+    throw UserError("run directory " + ctx.run_dir.string() +
+                    " already holds checkpoints of an earlier run; continue it with `unstuck train --resume " +
+                    ctx.run_dir.string() + "` or pick another run.name");
+  if (!resume.empty()) {
+    const std::filesystem::path ckpt = resolve_resume_checkpoint(resume);
+    const TrainerState st = load_checkpoint(ckpt);
+    weights.restore(st.master, st.exp_avg, st.exp_avg_sq, st.optimizer_steps, st.scaler);
+    std::istringstream(st.data_rng) >> order_rng;
+    if (st.order.size() != order.size())
+      throw UserError("checkpoint " + ckpt.string() + " was written for " + std::to_string(st.order.size()) +
+                      " training records, the data has " + std::to_string(order.size()));
+    order.assign(st.order.begin(), st.order.end());
+    cursor = std::size_t(st.cursor);
+    sampling.set_state(torch::from_blob(const_cast<uint8_t*>(st.sampling_rng.data()),
+                                        {int64_t(st.sampling_rng.size())}, torch::kUInt8).clone());
+    skipped = st.skipped_steps;
+    first_step = st.step + 1;
+    truncate_metrics(metrics_path, st.step);
+    spdlog::info("train: resumed from {} at step {}", ckpt.string(), st.step);
+  }
+  std::ofstream metrics_file(metrics_path, resume.empty() ? std::ios::trunc : std::ios::app);
+  const auto save = [&](int64_t step) {
+    TrainerState st;
+    st.step = step;
+    st.optimizer_steps = weights.optimizer_steps();
+    st.skipped_steps = skipped;
+    st.scaler = weights.scaler_state();
+    std::ostringstream rng;
+    rng << order_rng;
+    st.data_rng = rng.str();
+    st.order.assign(order.begin(), order.end());
+    st.cursor = int64_t(cursor);
+    const torch::Tensor gen_state = sampling.get_state();
+    st.sampling_rng.assign(gen_state.data_ptr<uint8_t>(), gen_state.data_ptr<uint8_t>() + gen_state.numel());
+    st.master = weights.master();
+    st.exp_avg = weights.exp_avg();
+    st.exp_avg_sq = weights.exp_avg_sq();
+    const auto dir = save_checkpoint(ctx.run_dir / "checkpoints", st, int(cfg.grpo.keep_checkpoints));
+    spdlog::info("train: checkpoint {}", dir.string());
+  };
   const auto t_run = std::chrono::steady_clock::now();
-  for (int64_t step = 1; step <= cfg.grpo.steps; ++step) {
+  for (int64_t step = first_step; step <= cfg.grpo.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     // ---- rollout: G completions per prompt from the current compute weights
     std::vector<const data::TaskRecord*> records;
@@ -286,7 +376,18 @@ GrpoResult run_grpo(RunConfig cfg) {
                  step, cfg.grpo.steps, m["reward_mean"].get<double>(), m["accuracy"].get<double>(),
                  eval_now ? fmt::format(" | eval {:.3f}", m["eval_accuracy"].get<double>()) : std::string(),
                  kl_k3, m["sticking_frac"].get<double>(), clip_frac, step_s,
-                 elapsed / double(step) * double(cfg.grpo.steps - step));
+                 elapsed / double(step - first_step + 1) * double(cfg.grpo.steps - step));
+    const bool last_step = step == cfg.grpo.steps;
+    if (last_step || g_stop_requested ||
+        (cfg.grpo.checkpoint_every > 0 && step % cfg.grpo.checkpoint_every == 0))
+      save(step);
+    if (g_stop_requested && !last_step) {
+      spdlog::warn("train: stopped by signal after step {}; resume with `unstuck train --resume {}`", step,
+                   ctx.run_dir.string());
+      result.steps = step;
+      result.interrupted = true;
+      return result;
+    }
   }
   result.steps = cfg.grpo.steps;
   return result;

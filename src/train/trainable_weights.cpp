@@ -52,6 +52,25 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
     scaler_ = std::make_unique<precision::ConstantLossScaler>(1.0);
 }
 
+void TrainableWeights::restore(const torch::Tensor& master, const torch::Tensor& exp_avg,
+                               const torch::Tensor& exp_avg_sq, int64_t optimizer_steps,
+                               const precision::LossScalerState& scaler) {
+  for (const torch::Tensor* t : {&master, &exp_avg, &exp_avg_sq})
+    if (t->numel() != master_.numel())
+      throw UserError("checkpoint state has " + std::to_string(t->numel()) + " elements, the model " +
+                      std::to_string(master_.numel()) + " (a different model?)");
+  torch::NoGradGuard no_grad;
+  master_.copy_(master);
+  exp_avg_.copy_(exp_avg);
+  exp_avg_sq_.copy_(exp_avg_sq);
+  grad_.zero_();
+  adam_step_ = optimizer_steps;
+  scaler_->load_state(scaler);
+  precision::materialize(master_.data_ptr<float>(), compute_.data_ptr(), std::size_t(master_.numel()),
+                         round_mode_, {rounding_seed_, uint64_t(adam_step_)}, 0, {precision_.threads});
+  refresh_forward_weights();
+}
+
 void TrainableWeights::refresh_forward_weights() {
   if (forward_.data_ptr() != compute_.data_ptr()) forward_.copy_(compute_);
 }

@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "train/tiny_task.h"
+#include "unstuck/config/config.h"
+#include "unstuck/common/error.h"
+#include "unstuck/train/checkpoint.h"
 #include "unstuck/train/grpo.h"
 #include "unstuck/train/sft.h"
 
@@ -90,6 +93,95 @@ TEST_F(GrpoTest, Bf16NearestSticksMoreThanStochasticRounding) {
   EXPECT_GT(sticking[0], sticking[1]) << "bf16 RN vs bf16 SR";
   EXPECT_GT(sticking[1], sticking[2]) << "bf16 SR vs fp32";
   EXPECT_LT(sticking[2], 0.01);
+}
+
+// Metrics of a run without the wall-clock fields.
+std::vector<nlohmann::json> comparable_metrics(const fs::path& run_dir) {
+  std::vector<nlohmann::json> out = read_metrics(run_dir);
+  for (auto& m : out)
+    for (const char* k : {"tokens_per_s", "step_seconds", "rollout_seconds", "update_seconds", "eval_accuracy"})
+      m.erase(k);
+  return out;
+}
+
+// 2N steps straight == N steps, resume, N steps: identical metrics and identical optimizer state.
+TEST_F(GrpoTest, ResumeContinuesBitExactly) {
+  for (auto mode : {precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16}) {
+    const std::string tag = config::enum_name(mode);
+    RunConfig straight = grpo_config("straight_" + tag, mode);
+    straight.grpo.steps = 4;
+    straight.grpo.checkpoint_every = 2;
+    const GrpoResult a = run_grpo(straight);
+    RunConfig half = straight;
+    half.run.name = "halves_" + tag;
+    half.grpo.steps = 2;
+    run_grpo(half);
+    half.grpo.steps = 4;
+    const GrpoResult b = run_grpo(half, dir_ / "runs" / ("halves_" + tag));
+    EXPECT_EQ(comparable_metrics(a.run_dir), comparable_metrics(b.run_dir)) << config::enum_name(mode);
+    const TrainerState sa = load_checkpoint(latest_checkpoint(a.run_dir / "checkpoints"));
+    const TrainerState sb = load_checkpoint(latest_checkpoint(b.run_dir / "checkpoints"));
+    EXPECT_EQ(sa.step, 4);
+    EXPECT_TRUE(torch::equal(sa.master, sb.master));
+    EXPECT_TRUE(torch::equal(sa.exp_avg_sq, sb.exp_avg_sq));
+    EXPECT_EQ(sa.sampling_rng, sb.sampling_rng);
+  }
+}
+
+// A corrupted newest checkpoint is detected and named; the previous one still loads.
+TEST_F(GrpoTest, CorruptedCheckpointIsNamedAndThePreviousStillLoads) {
+  RunConfig c = grpo_config("corrupt", precision::PrecisionMode::bf16);
+  c.grpo.checkpoint_every = 1;
+  const GrpoResult r = run_grpo(c);
+  const fs::path newest = latest_checkpoint(r.run_dir / "checkpoints");
+  ASSERT_EQ(newest.filename(), "step_00000003");
+  {
+    std::fstream f(newest / "state.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x7f');
+  }
+  try {
+    load_checkpoint(newest);
+    ADD_FAILURE() << "corruption not detected";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("state.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
+  fs::resize_file(newest / "rng.bin", 3);
+  EXPECT_THROW(load_checkpoint(newest), UserError);
+  EXPECT_EQ(load_checkpoint(r.run_dir / "checkpoints" / "step_00000002").step, 2);  // keep = 2
+  EXPECT_FALSE(fs::exists(r.run_dir / "checkpoints" / "step_00000001"));
+  // A fresh run never overwrites another run's checkpoints.
+  EXPECT_THROW(run_grpo(c), UserError);
+}
+
+// FP16 with an absurd loss scale: the scaled gradients overflow, the loss scaler skips those steps
+// (counted) and backs off until updates go through again.
+TEST_F(GrpoTest, LossScalerSkipsOverflowingStepsInsideTheTrainer) {
+  RunConfig c = grpo_config("overflow", precision::PrecisionMode::fp16);
+  c.grpo.steps = 4;
+  c.precision.loss_scale.initial_scale = 1e38;
+  c.precision.loss_scale.max_scale = 1e38;
+  c.precision.loss_scale.backoff_factor = 1e-30;
+  c.precision.loss_scale.hysteresis = 1;
+  const auto m = read_metrics(run_grpo(c).run_dir);
+  EXPECT_EQ(m[0]["skipped_steps"].get<int64_t>(), 1);
+  EXPECT_DOUBLE_EQ(m[0]["loss_scale"].get<double>(), 1e38);
+  EXPECT_DOUBLE_EQ(m[0]["changed_from_start_frac"].get<double>(), 0.0);  // skipped: weights untouched
+  EXPECT_LT(m[1]["loss_scale"].get<double>(), 1e38);
+  EXPECT_EQ(m.back()["skipped_steps"].get<int64_t>(), 1);  // later steps went through
+  EXPECT_GT(m.back()["changed_from_start_frac"].get<double>(), 0.0);
+}
+
+TEST_F(GrpoTest, NonFiniteStateIsNeverCheckpointed) {
+  TrainerState s;
+  s.master = torch::ones({8});
+  s.exp_avg = torch::zeros({8});
+  s.exp_avg_sq = torch::zeros({8});
+  s.master[3] = NAN;
+  const fs::path root = dir_ / "nan_ckpt";
+  EXPECT_THROW(save_checkpoint(root, s, 2), UserError);
+  EXPECT_TRUE(latest_checkpoint(root).empty());
 }
 
 }  // namespace

@@ -15,8 +15,15 @@ struct GrpoResult {
   double last_reward_mean = 0.0;   // mean reward of the last rollout batch
   double final_eval_accuracy = 0.0;
   int64_t steps = 0;
+  bool interrupted = false;  // stopped early by SIGINT/SIGTERM after checkpointing
 };
 
-GrpoResult run_grpo(RunConfig config);
+// `resume`: empty for a fresh run; else a checkpoint directory (.../checkpoints/step_N) or a run
+// directory (its newest checkpoint) to continue from, bit-exactly on CPU.
+GrpoResult run_grpo(RunConfig config, const std::filesystem::path& resume = {});
+
+// The checkpoint to resume from for `path` (a checkpoint directory, or a run directory's newest).
+// Throws UserError when there is none.
+std::filesystem::path resolve_resume_checkpoint(const std::filesystem::path& path);
 
 }  // namespace unstuck::train

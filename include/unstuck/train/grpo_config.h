@@ -40,6 +40,8 @@ struct GrpoConfig {
   int64_t warmup_steps = 0;         // optimizer steps of linear warm-up (warmup, cosine)
   int64_t eval_every = 20;          // rollout batches between greedy test evaluations; 0 = end only
   int64_t eval_samples = 200;       // test records per evaluation (0 = all)
+  int64_t checkpoint_every = 25;    // rollout batches between checkpoints (and at the end); 0 = end only
+  int64_t keep_checkpoints = 2;     // newest checkpoints kept
 
   template <class V>
   void visit(V& v) {
@@ -64,6 +66,9 @@ struct GrpoConfig {
     v("warmup_steps", warmup_steps, "optimizer steps of linear learning-rate warm-up");
     v("eval_every", eval_every, "rollout batches between greedy test evaluations; 0 = at the end only");
     v("eval_samples", eval_samples, "test records per evaluation; 0 = the whole split");
+    v("checkpoint_every", checkpoint_every,
+      "rollout batches between checkpoints (and one at the end); 0 = at the end only");
+    v("keep_checkpoints", keep_checkpoints, "newest checkpoints kept in <run dir>/checkpoints");
   }
 };
 

@@ -38,6 +38,9 @@ class TrainableWeights {
   const model::LlamaModel& model() const { return *model_; }
   const model::ParamLayout& layout() const { return model_->layout(); }
   const torch::Tensor& master() const { return master_; }
+  const torch::Tensor& exp_avg() const { return exp_avg_; }
+  const torch::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  const precision::LossScalerState& scaler_state() const { return scaler_->state(); }
   const torch::Tensor& compute() const { return compute_; }
   precision::RoundMode round_mode() const { return round_mode_; }
   torch::ScalarType forward_dtype() const { return forward_.scalar_type(); }
@@ -52,6 +55,11 @@ class TrainableWeights {
   // the new master and the rounded compute weights. Throws UserError naming the tensor when a
   // gradient is NaN/Inf outside the FP16 modes (those skip the step instead).
   OptimizerStepStats optimizer_step(const precision::OptimConfig& optim, double lr);
+
+  // Restores a checkpointed state and regenerates the compute weights from the master: with the
+  // rounding keyed by (seed, optimizer step) they come out bit-identical to the saved run's.
+  void restore(const torch::Tensor& master, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
+               int64_t optimizer_steps, const precision::LossScalerState& scaler);
 
  private:
   void refresh_forward_weights();

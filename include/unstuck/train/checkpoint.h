@@ -1,0 +1,42 @@
+// GRPO checkpoints: everything a run needs to continue bit-exactly (FP32 master, AdamW moments,
+// loss-scaler state, optimizer and rollout step, every random stream's position, the data-order
+// cursor). Written atomically (temporary directory, fsync, rename) with a manifest of checksums
+// written last; a truncated or altered file is detected on load and named.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "unstuck/precision/loss_scaler.h"
+
+namespace unstuck::train {
+
+struct TrainerState {
+  int64_t step = 0;             // rollout batches completed
+  int64_t optimizer_steps = 0;  // AdamW steps applied (keys the stochastic rounding)
+  int64_t skipped_steps = 0;
+  precision::LossScalerState scaler;
+  std::string data_rng;         // std::mt19937_64 state (its stream text)
+  std::vector<int64_t> order;   // current epoch's record order
+  int64_t cursor = 0;           // next position in `order`
+  std::vector<uint8_t> sampling_rng;  // libtorch CPU generator state
+  torch::Tensor master, exp_avg, exp_avg_sq;  // FP32 flat buffers
+};
+
+// Writes <checkpoints_dir>/step_<step>/ atomically and keeps the newest `keep` checkpoints.
+// Throws UserError (and leaves earlier checkpoints untouched) when the state is not finite.
+std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir,
+                                      const TrainerState& state, int keep);
+
+// Loads a checkpoint directory after verifying every file against its manifest. Throws UserError
+// naming the file that is missing, truncated or altered.
+TrainerState load_checkpoint(const std::filesystem::path& dir);
+
+// The newest step_* directory under `checkpoints_dir` that has a manifest (empty path if none).
+std::filesystem::path latest_checkpoint(const std::filesystem::path& checkpoints_dir);
+
+}  // namespace unstuck::train
