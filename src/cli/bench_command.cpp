@@ -6,6 +6,7 @@
 
 #include "bench/bench_generate.h"
 #include "bench/bench_precision.h"
+#include "bench/bench_step.h"
 #include "cli/commands.h"
 
 namespace unstuck::cli {
@@ -47,6 +48,18 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   generate->callback([gen] { bench::run_generate_bench(*gen, std::cout); });
+
+  auto step = std::make_shared<bench::StepBenchOptions>();
+  CLI::App* step_cmd = bench->add_subcommand(
+      "step", "GRPO step time per precision mode with phase breakdown and sr_overhead (bf16_sr / bf16)");
+  step_cmd->add_flag("--json", step->json, "Print one JSON object instead of the table");
+  step_cmd->add_option("--config", step->config, "GRPO config to time")->capture_default_str();
+  step_cmd->add_option("--model", step->model, "base policy directory (default: the config's, else random init)");
+  step_cmd->add_option("--steps", step->steps, "rollout batches per run (first is warm-up)")
+      ->check(CLI::Range(2, 1000))
+      ->capture_default_str();
+  step_cmd->add_option("--repeats", step->repeats, "runs per mode; best kept")->check(CLI::Range(1, 100))->capture_default_str();
+  step_cmd->callback([step] { bench::run_step_bench(*step, std::cout); });
 }
 
 }  // namespace unstuck::cli

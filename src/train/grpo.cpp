@@ -19,6 +19,7 @@
 #include "unstuck/algo/policy_loss.h"
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
+#include "unstuck/log/tensorboard.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/rollout/sampler.h"
 #include "unstuck/train/checkpoint.h"
@@ -221,6 +222,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     spdlog::info("train: resumed from {} at step {}", ckpt.string(), st.step);
   }
   std::ofstream metrics_file(metrics_path, resume.empty() ? std::ios::trunc : std::ios::app);
+  TensorBoardWriter tensorboard(ctx.run_dir);
   const auto save = [&](int64_t step) {
     TrainerState st;
     st.step = step;
@@ -262,6 +264,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     const double rollout_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     // ---- reward and group advantages
+    const auto t_reward = std::chrono::steady_clock::now();
     std::vector<float> rewards(outs.size());
     int64_t correct = 0, gen_tokens = 0;
     for (std::size_t i = 0; i < outs.size(); ++i) {
@@ -270,6 +273,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
       correct += r.status == reward::RewardStatus::correct;
       gen_tokens += int64_t(outs[i].tokens.size());
     }
+    const double reward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_reward).count();
     const algo::Advantages adv = algo::group_advantages(rewards, cfg.grpo.group_size, cfg.grpo.advantage);
     const RolloutBatch batch = make_rollout_batch(prompts, outs, tok.pad_id());
     const torch::Tensor advantages = torch::tensor(adv.values);
@@ -291,7 +295,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
 
     // ---- policy update: minibatches x epochs, one optimizer step per minibatch
     const auto t_update = std::chrono::steady_clock::now();
-    double clip_frac = 0, grad_norm = 0, lr = 0, loss_scale = 1;
+    double clip_frac = 0, grad_norm = 0, lr = 0, loss_scale = 1, optimizer_s = 0;
     OptimizerStepStats last;
     int64_t updates = 0;
     const torch::Tensor compute_before = weights.compute().clone();
@@ -313,7 +317,9 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
         (pl.loss * weights.loss_scale()).backward();
         weights.accumulate_grads();
         lr = lr_at(cfg, weights.optimizer_steps() + 1, total_opt_steps);
+        const auto t_opt = std::chrono::steady_clock::now();
         last = weights.optimizer_step(cfg.optim, lr);
+        optimizer_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
         skipped += last.skipped;
         clip_frac += pl.clip_frac;
         grad_norm += last.grad_norm;
@@ -352,7 +358,9 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     m["tokens_per_s"] = double(gen_tokens) / std::max(rollout_s, 1e-9);
     m["step_seconds"] = step_s;
     m["rollout_seconds"] = rollout_s;
-    m["update_seconds"] = update_s;
+    m["reward_seconds"] = reward_s;
+    m["forward_backward_seconds"] = update_s - optimizer_s;
+    m["optimizer_seconds"] = optimizer_s;
     m["changed_from_start_frac"] = (after != start_compute).sum().item<double>() / total;
     Json per_layer = Json::object();
     for (std::size_t i = 0; i < weights.layout().entries.size() && i < last.changed_per_tensor.size(); ++i) {
@@ -368,12 +376,20 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     }
     metrics_file << m.dump() << "\n";
     metrics_file.flush();
+    std::vector<std::pair<std::string, double>> scalars;
+    for (auto it = m.begin(); it != m.end(); ++it)
+      if (it.value().is_number() && it.key() != "step") scalars.emplace_back(it.key(), it.value().get<double>());
+    for (auto it = per_layer.begin(); it != per_layer.end(); ++it)
+      scalars.emplace_back("sticking_frac/" + it.key(), it.value().get<double>());
+    tensorboard.add_scalars(step, scalars);
     if (step == 1) result.first_reward_mean = m["reward_mean"].get<double>();
     result.last_reward_mean = m["reward_mean"].get<double>();
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
-    spdlog::info("step {:>4}/{} | reward {:.3f} | acc {:.3f}{} | kl {:.2e} | sticking {:.3f} | clip {:.3f} | "
+    const int64_t done = step * 20 / cfg.grpo.steps;
+    spdlog::info("[{}{}] step {:>4}/{} | reward {:.3f} | acc {:.3f}{} | kl {:.2e} | sticking {:.3f} | clip {:.3f} | "
                  "{:.1f}s/step, ETA {:.0f}s",
-                 step, cfg.grpo.steps, m["reward_mean"].get<double>(), m["accuracy"].get<double>(),
+                 std::string(std::size_t(done), '#'), std::string(std::size_t(20 - done), '.'), step,
+                 cfg.grpo.steps, m["reward_mean"].get<double>(), m["accuracy"].get<double>(),
                  eval_now ? fmt::format(" | eval {:.3f}", m["eval_accuracy"].get<double>()) : std::string(),
                  kl_k3, m["sticking_frac"].get<double>(), clip_frac, step_s,
                  elapsed / double(step - first_step + 1) * double(cfg.grpo.steps - step));

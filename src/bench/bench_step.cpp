@@ -1,0 +1,120 @@
+// `unstuck bench step`: runs a few GRPO steps of the default config in each precision mode
+// (interleaved, best of `repeats`) and reports seconds per phase and sr_overhead = bf16_sr / bf16.
+#include "bench/bench_step.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "unstuck/config/config.h"
+#include "unstuck/model/llama.h"
+#include "unstuck/model/model_io.h"
+#include "unstuck/tokenizer/tokenizer.h"
+#include "unstuck/train/grpo.h"
+#include "unstuck/train/run_setup.h"
+#include "unstuck/train/sft.h"
+
+namespace unstuck::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+const char* kPhases[] = {"step_seconds", "rollout_seconds", "reward_seconds", "forward_backward_seconds",
+                         "optimizer_seconds"};
+
+// A randomly initialized policy of the config's model shape, for when no trained one exists: step
+// time does not depend on what the weights know (completions then run to max_new_tokens).
+fs::path random_policy(const RunConfig& cfg, const fs::path& dir) {
+  RunConfig c = cfg;
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(train::tokenizer_file(c));
+  c.model.vocab_size = tok.vocab_size();
+  c.model.max_seq_len = 48;
+  const model::ParamLayout layout = model::llama_layout(c.model);
+  torch::Tensor flat = torch::empty({layout.total});
+  model::init_llama_weights(layout, c.model, flat, 1);
+  model::save_pretrained(dir, c.model, flat, io::DType::f32, {tok.bos_id(), tok.eos_id(), tok.pad_id()});
+  fs::copy_file(train::tokenizer_file(c), dir / train::kTokenizerFile, fs::copy_options::overwrite_existing);
+  return dir;
+}
+
+// Mean of each phase over the steps after the first (warm-up).
+std::map<std::string, double> phase_means(const fs::path& run_dir) {
+  std::map<std::string, double> sum;
+  int64_t n = 0;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto m = nlohmann::json::parse(line);
+    if (m["step"].get<int64_t>() == 1) continue;
+    for (const char* p : kPhases) sum[p] += m[p].get<double>();
+    ++n;
+  }
+  for (auto& [k, v] : sum) v /= double(std::max<int64_t>(n, 1));
+  return sum;
+}
+
+}  // namespace
+
+void run_step_bench(const StepBenchOptions& opt, std::ostream& out) {
+  RunConfig base = load_run_config(fs::exists(opt.config) ? fs::path(opt.config) : fs::path());
+  const fs::path tmp = fs::temp_directory_path() / ("unstuck_bench_step_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  if (!opt.model.empty()) base.grpo.base_model = opt.model;
+  if (!fs::exists(fs::path(base.grpo.base_model) / "config.json"))
+    base.grpo.base_model = random_policy(base, tmp / "random_policy").string();
+  base.run.output_dir = (tmp / "runs").string();
+  base.run.log_level = LogLevel::warn;
+  base.grpo.steps = std::max<int64_t>(2, opt.steps);
+  base.grpo.eval_every = 0;
+  base.grpo.eval_samples = 1;
+  base.grpo.checkpoint_every = 0;
+  const std::vector<precision::PrecisionMode> modes = {
+      precision::PrecisionMode::fp32, precision::PrecisionMode::fp16, precision::PrecisionMode::bf16,
+      precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16_sr};
+  std::map<std::string, std::map<std::string, double>> best;
+  for (int r = 0; r < opt.repeats; ++r)
+    for (auto mode : modes) {
+      RunConfig c = base;
+      c.precision.mode = mode;
+      c.run.name = std::string(config::enum_name(mode)) + "_" + std::to_string(r);
+      const auto means = phase_means(train::run_grpo(c).run_dir);
+      auto& b = best[config::enum_name(mode)];
+      if (b.empty() || means.at("step_seconds") < b.at("step_seconds")) b = means;
+    }
+  fs::remove_all(tmp);
+
+  Json result;
+  result["config"] = opt.config;
+  result["base_model"] = opt.model.empty() && base.grpo.base_model.find("random_policy") != std::string::npos
+                             ? "random init" : base.grpo.base_model;
+  result["prompts_per_step"] = base.grpo.prompts_per_step;
+  result["group_size"] = base.grpo.group_size;
+  result["measured_steps"] = base.grpo.steps - 1;
+  result["repeats"] = opt.repeats;
+  for (auto mode : modes) result[config::enum_name(mode)] = best[config::enum_name(mode)];
+  result["sr_overhead"] = best["bf16_sr"]["step_seconds"] / best["bf16"]["step_seconds"];
+  result["sr_optimizer_overhead"] = best["bf16_sr"]["optimizer_seconds"] / best["bf16"]["optimizer_seconds"];
+  if (opt.json) {
+    out << result.dump() << "\n";
+    return;
+  }
+  out << "unstuck bench step: " << base.grpo.prompts_per_step << " prompts x " << base.grpo.group_size
+      << " samples per step, mean of " << base.grpo.steps - 1 << " steps after a warm-up, best of "
+      << opt.repeats << " (seconds)\n\n"
+      << std::left << std::setw(9) << "mode" << std::right;
+  for (const char* h : {"step", "rollout", "reward", "fwd+bwd", "optim+round"}) out << std::setw(13) << h;
+  out << "\n";
+  for (auto mode : modes) {
+    out << std::left << std::setw(9) << config::enum_name(mode) << std::right << std::fixed << std::setprecision(3);
+    for (const char* p : kPhases) out << std::setw(13) << best[config::enum_name(mode)][p];
+    out << "\n";
+  }
+  out << "\nsr_overhead (bf16_sr / bf16 step time) " << std::setprecision(3) << result["sr_overhead"].get<double>()
+      << " (target <= 1.02); optimizer+rounding phase alone " << result["sr_optimizer_overhead"].get<double>() << "\n";
+}
+
+}  // namespace unstuck::bench
