@@ -1,6 +1,7 @@
 // Checkpoint files: state.safetensors (master, exp_avg, exp_avg_sq), rng.bin (libtorch generator
-// state), trainer.json (counters, scaler, data order) and manifest.json (size and FNV-1a 64 of each
-// file), written in a temporary directory that is renamed into place once complete.
+// state), trainer.json (counters, scaler, data order), config.yaml (the run config) and
+// manifest.json (size and FNV-1a 64 of each file), written in a temporary directory that is renamed
+// into place once complete.
 #include "unstuck/train/checkpoint.h"
 
 #include <algorithm>
@@ -53,7 +54,7 @@ std::string step_name(int64_t step) {
   return buf;
 }
 
-const char* kFiles[] = {"state.safetensors", "rng.bin", "trainer.json"};
+const char* kFiles[] = {"state.safetensors", "rng.bin", "trainer.json", "config.yaml"};
 
 }  // namespace
 
@@ -86,6 +87,10 @@ fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep) 
                    {"order", s.order},
                    {"cursor", s.cursor}};
   io::write_json_file(tmp / "trainer.json", j, -1);
+  {
+    std::ofstream cfg(tmp / "config.yaml");
+    cfg << s.config_yaml;
+  }
   nlohmann::json manifest = nlohmann::json::object();
   for (const char* f : kFiles) {
     fsync_path(tmp / f);
@@ -154,6 +159,7 @@ TrainerState load_checkpoint(const fs::path& dir) {
   s.data_rng = j.at("data_rng").get<std::string>();
   s.order = j.at("order").get<std::vector<int64_t>>();
   s.cursor = j.at("cursor").get<int64_t>();
+  s.config_yaml = read_bytes(dir / "config.yaml");
   return s;
 }
 

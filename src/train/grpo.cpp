@@ -19,6 +19,7 @@
 #include "unstuck/algo/policy_loss.h"
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
+#include "unstuck/io/json_file.h"
 #include "unstuck/log/tensorboard.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/rollout/sampler.h"
@@ -164,6 +165,12 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
   TrainableWeights weights(cfg.model, master.clone(), cfg.precision, ctx.seeds.rounding);
   const model::LlamaModel reference(cfg.model, start_master.clone());  // frozen, FP32
   const torch::Tensor start_compute = weights.compute().clone();
+  {  // record the precision actually used
+    nlohmann::json run = io::read_json_file(ctx.run_dir / "run.json");
+    run["compute_weights_dtype"] = c10::toString(weights.compute().scalar_type());
+    run["forward_dtype"] = c10::toString(weights.forward_dtype());
+    io::write_json_file(ctx.run_dir / "run.json", run);
+  }
 
   const std::vector<data::TaskRecord> train = data::read_jsonl(data::train_file(cfg.data));
   std::vector<data::TaskRecord> test = data::read_jsonl(data::test_file(cfg.data));
@@ -239,6 +246,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     st.master = weights.master();
     st.exp_avg = weights.exp_avg();
     st.exp_avg_sq = weights.exp_avg_sq();
+    st.config_yaml = resolved_yaml(cfg);
     const auto dir = save_checkpoint(ctx.run_dir / "checkpoints", st, int(cfg.grpo.keep_checkpoints));
     spdlog::info("train: checkpoint {}", dir.string());
   };

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -124,6 +125,35 @@ TEST(TrainableWeights, StepsInEveryMode) {
     const double changed = double(st.changed) / double(st.elements);
     if (mode == precision::PrecisionMode::bf16) EXPECT_LT(changed, 0.3) << "BF16 RN should stick at lr 1e-5";
     if (mode == precision::PrecisionMode::fp32) EXPECT_GT(changed, 0.99);
+  }
+}
+
+// Outside the FP16 modes a NaN gradient stops training with the tensor and the step named.
+TEST(TrainableWeights, NonFiniteGradientIsNamed) {
+  model::ModelConfig c;
+  c.vocab_size = 16;
+  c.dim = 16;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 16;
+  c.max_seq_len = 8;
+  const model::ParamLayout layout = model::llama_layout(c);
+  torch::Tensor init = torch::empty({layout.total});
+  model::init_llama_weights(layout, c, init, 1);
+  precision::PrecisionConfig pc;
+  pc.mode = precision::PrecisionMode::bf16;
+  TrainableWeights w(c, init, pc, 1);
+  const torch::Tensor tokens = torch::randint(0, 16, {2, 6}, torch::kLong);
+  const torch::Tensor logits = w.model().forward(tokens);
+  (logits.sum() * std::numeric_limits<float>::quiet_NaN()).backward();
+  w.accumulate_grads();
+  try {
+    w.optimizer_step({}, 1e-3);
+    ADD_FAILURE() << "NaN gradient accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("non-finite gradient in tensor 'model.embed_tokens.weight' at optimizer step 1"),
+              std::string::npos) << e.what();
   }
 }
 

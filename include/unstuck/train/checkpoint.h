@@ -25,6 +25,7 @@ struct TrainerState {
   int64_t cursor = 0;           // next position in `order`
   std::vector<uint8_t> sampling_rng;  // libtorch CPU generator state
   torch::Tensor master, exp_avg, exp_avg_sq;  // FP32 flat buffers
+  std::string config_yaml;      // the resolved run config (seeds included)
 };
 
 // Writes <checkpoints_dir>/step_<step>/ atomically and keeps the newest `keep` checkpoints.
