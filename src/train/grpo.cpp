@@ -91,16 +91,6 @@ torch::Tensor gather_tokens(const torch::Tensor& logp_all, const RolloutBatch& b
   return logp_all.gather(2, targets.unsqueeze(2)).squeeze(2);  // (N, T)
 }
 
-double lr_at(const RunConfig& cfg, int64_t opt_step, int64_t total_opt_steps) {
-  const auto& g = cfg.grpo;
-  const double lr = cfg.optim.lr;
-  if (g.lr_schedule == LrSchedule::constant) return lr;
-  if (opt_step <= g.warmup_steps) return lr * double(opt_step) / double(std::max<int64_t>(1, g.warmup_steps));
-  if (g.lr_schedule == LrSchedule::warmup) return lr;
-  const double progress = double(opt_step - g.warmup_steps) / double(std::max<int64_t>(1, total_opt_steps - g.warmup_steps));
-  return lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress))));
-}
-
 // Set by SIGINT/SIGTERM; the loop finishes its step, checkpoints and returns. A signal handler can
 // only reach static storage, so this flag is the one global of the trainer.
 std::atomic<bool> g_stop_requested{false};
@@ -324,7 +314,8 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
                                                       advantages.index_select(0, rows), mask, ref, ent, loss_opts);
         (pl.loss * weights.loss_scale()).backward();
         weights.accumulate_grads();
-        lr = lr_at(cfg, weights.optimizer_steps() + 1, total_opt_steps);
+        lr = scheduled_lr(cfg.grpo.lr_schedule, cfg.optim.lr, weights.optimizer_steps() + 1, total_opt_steps,
+                          cfg.grpo.warmup_steps, 0.1);
         const auto t_opt = std::chrono::steady_clock::now();
         last = weights.optimizer_step(cfg.optim, lr);
         optimizer_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();

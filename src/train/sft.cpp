@@ -18,6 +18,7 @@
 #include "unstuck/io/json_file.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/train/evaluate.h"
+#include "unstuck/train/lr_schedule.h"
 #include "unstuck/train/run_setup.h"
 #include "unstuck/train/trainable_weights.h"
 
@@ -65,14 +66,6 @@ std::pair<torch::Tensor, torch::Tensor> make_batch(const std::vector<Example>& e
     }
   }
   return {tokens, mask};
-}
-
-double lr_at(int64_t step, const RunConfig& cfg) {  // step is 1-based
-  const auto& s = cfg.sft;
-  if (step <= s.warmup_steps) return cfg.optim.lr * double(step) / double(std::max<int64_t>(1, s.warmup_steps));
-  const double progress = double(step - s.warmup_steps) / double(std::max<int64_t>(1, s.steps - s.warmup_steps));
-  const double cosine = 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
-  return cfg.optim.lr * (s.min_lr_ratio + (1.0 - s.min_lr_ratio) * cosine);
 }
 
 io::DType save_dtype(SaveDtype d) {
@@ -136,7 +129,8 @@ SftResult run_sft(RunConfig cfg) {
     const torch::Tensor loss = (nll * mask.reshape({-1})).sum() / mask.sum();
     (loss * weights.loss_scale()).backward();
     weights.accumulate_grads();
-    const double lr = lr_at(step, cfg);
+    const double lr = scheduled_lr(LrSchedule::cosine, cfg.optim.lr, step, cfg.sft.steps,
+                                   cfg.sft.warmup_steps, cfg.sft.min_lr_ratio);
     const OptimizerStepStats st = weights.optimizer_step(cfg.optim, lr);
     loss_sum += loss.item<double>();
     tokens_seen += int64_t(mask.sum().item<double>());

@@ -16,6 +16,7 @@
 #include "unstuck/tokenizer/tokenizer.h"
 #include "unstuck/train/policy_dir.h"
 #include "unstuck/train/sft.h"
+#include "unstuck/train/lr_schedule.h"
 #include "unstuck/train/trainable_weights.h"
 #include "train/tiny_task.h"
 
@@ -86,10 +87,8 @@ TEST(Sft, VocabularyMismatchIsNamed) {
   fs::remove_all(dir);
 }
 
-// Every precision mode steps: the master moves and the compute weights are the rounding of it. At
-// lr 1e-5 the first Adam step moves every weight by ~1e-5: FP32 changes them all, BF16 RN only
-// those with |w| below ~256 * 1e-5 (about 15% of N(0, 0.02) weights, no norm gain).
-TEST(TrainableWeights, StepsInEveryMode) {
+// A one-layer model over a 16-token vocabulary for optimizer-level tests.
+model::ModelConfig one_layer_model() {
   model::ModelConfig c;
   c.vocab_size = 16;
   c.dim = 32;
@@ -98,6 +97,14 @@ TEST(TrainableWeights, StepsInEveryMode) {
   c.n_kv_heads = 2;
   c.ffn_dim = 32;
   c.max_seq_len = 16;
+  return c;
+}
+
+// Every precision mode steps: the master moves and the compute weights are the rounding of it. At
+// lr 1e-5 the first Adam step moves every weight by ~1e-5: FP32 changes them all, BF16 RN only
+// those with |w| below ~256 * 1e-5 (about 15% of N(0, 0.02) weights, no norm gain).
+TEST(TrainableWeights, StepsInEveryMode) {
+  const model::ModelConfig c = one_layer_model();
   const model::ParamLayout layout = model::llama_layout(c);
   torch::Tensor init = torch::empty({layout.total});
   model::init_llama_weights(layout, c, init, 1);
@@ -130,14 +137,7 @@ TEST(TrainableWeights, StepsInEveryMode) {
 
 // Outside the FP16 modes a NaN gradient stops training with the tensor and the step named.
 TEST(TrainableWeights, NonFiniteGradientIsNamed) {
-  model::ModelConfig c;
-  c.vocab_size = 16;
-  c.dim = 16;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.ffn_dim = 16;
-  c.max_seq_len = 8;
+  const model::ModelConfig c = one_layer_model();
   const model::ParamLayout layout = model::llama_layout(c);
   torch::Tensor init = torch::empty({layout.total});
   model::init_llama_weights(layout, c, init, 1);
@@ -155,6 +155,14 @@ TEST(TrainableWeights, NonFiniteGradientIsNamed) {
     EXPECT_NE(std::string(e.what()).find("non-finite gradient in tensor 'model.embed_tokens.weight' at optimizer step 1"),
               std::string::npos) << e.what();
   }
+}
+
+TEST(LrSchedule, WarmupThenCosineToTheFloor) {
+  EXPECT_DOUBLE_EQ(scheduled_lr(LrSchedule::constant, 1e-3, 5, 110, 10, 0.1), 1e-3);
+  EXPECT_DOUBLE_EQ(scheduled_lr(LrSchedule::cosine, 1e-3, 5, 110, 10, 0.1), 5e-4);
+  EXPECT_DOUBLE_EQ(scheduled_lr(LrSchedule::warmup, 1e-3, 50, 110, 10, 0.1), 1e-3);
+  EXPECT_NEAR(scheduled_lr(LrSchedule::cosine, 1e-3, 60, 110, 10, 0.1), 5.5e-4, 1e-12);
+  EXPECT_NEAR(scheduled_lr(LrSchedule::cosine, 1e-3, 110, 110, 10, 0.1), 1e-4, 1e-12);
 }
 
 }  // namespace

@@ -10,16 +10,9 @@
 
 #include "unstuck/algo/advantages.h"
 #include "unstuck/algo/loss_options.h"
+#include "unstuck/train/lr_schedule.h"
 
 namespace unstuck::train {
-
-enum class LrSchedule { constant, warmup, cosine };
-inline constexpr std::array<std::pair<LrSchedule, const char*>, 3> kLrScheduleNames{{
-    {LrSchedule::constant, "constant"},
-    {LrSchedule::warmup, "warmup"},
-    {LrSchedule::cosine, "cosine"},
-}};
-constexpr const auto& enum_names(LrSchedule) { return kLrScheduleNames; }
 
 struct GrpoConfig {
   std::string base_model = "runs/sft-countdown/model";  // policy directory (an SFT output)
