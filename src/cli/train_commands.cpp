@@ -70,6 +70,11 @@ void add_train(CLI::App& app) {
       cfg_path = ckpt.parent_path().parent_path() / "config.yaml";
     }
     const train::GrpoResult r = train::run_grpo(load_run_config(cfg_path, a->overrides), a->resume);
+    if (r.interrupted) {
+      std::cout << "stopped after step " << r.steps << " (checkpoint written); continue with: unstuck train --resume "
+                << r.run_dir.string() << "\n";
+      return;
+    }
     std::cout << "reward " << r.first_reward_mean << " -> " << r.last_reward_mean << " over " << r.steps
               << " steps; final greedy test accuracy " << r.final_eval_accuracy << "; run: "
               << r.run_dir.string() << "\n";

@@ -216,6 +216,10 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     skipped = st.skipped_steps;
     first_step = st.step + 1;
     truncate_metrics(metrics_path, st.step);
+    std::ifstream earlier(metrics_path);
+    std::string first_line;
+    if (std::getline(earlier, first_line) && !first_line.empty())
+      result.first_reward_mean = nlohmann::json::parse(first_line).value("reward_mean", 0.0);
     spdlog::info("train: resumed from {} at step {}", ckpt.string(), st.step);
   }
   std::ofstream metrics_file(metrics_path, resume.empty() ? std::ios::trunc : std::ios::app);
