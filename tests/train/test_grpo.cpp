@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "train/tiny_task.h"
 #include "unstuck/config/config.h"
 #include "unstuck/common/error.h"
+#include "unstuck/data/generators.h"
 #include "unstuck/log/tensorboard.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/grpo.h"
@@ -200,6 +202,27 @@ TEST_F(GrpoTest, LossScalerSkipsOverflowingStepsInsideTheTrainer) {
   EXPECT_GT(m.back()["changed_from_start_frac"].get<double>(), 0.0);
 }
 
+// SIGINT (Ctrl-C) during `unstuck train`: the step in progress finishes, a checkpoint is written,
+// the command exits 0, and the metrics stop at the checkpointed step.
+TEST_F(GrpoTest, SigintCheckpointsAndExitsCleanly) {
+  RunConfig c = grpo_config("sigint", precision::PrecisionMode::bf16_sr);
+  c.grpo.steps = 100000;  // far more than fit before the signal
+  c.grpo.checkpoint_every = 0;
+  const fs::path cfg = dir_ / "sigint.yaml";
+  {
+    std::ofstream out(cfg);
+    out << resolved_yaml(c);
+  }
+  const std::string cmd = "timeout --preserve-status -s INT 4 " + std::string(UNSTUCK_BINARY) +
+                          " train --config " + cfg.string() + " > " + (dir_ / "sigint.out").string() + " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const fs::path ckpt = latest_checkpoint(dir_ / "runs" / "sigint" / "checkpoints");
+  ASSERT_FALSE(ckpt.empty());
+  const TrainerState st = load_checkpoint(ckpt);
+  EXPECT_GE(st.step, 1);
+  EXPECT_EQ(int64_t(read_metrics(dir_ / "runs" / "sigint").size()), st.step);
+}
+
 TEST_F(GrpoTest, NonFiniteStateIsNeverCheckpointed) {
   TrainerState s;
   s.master = torch::ones({8});
@@ -209,6 +232,53 @@ TEST_F(GrpoTest, NonFiniteStateIsNeverCheckpointed) {
   const fs::path root = dir_ / "nan_ckpt";
   EXPECT_THROW(save_checkpoint(root, s, 2), UserError);
   EXPECT_TRUE(latest_checkpoint(root).empty());
+}
+
+// A short end-to-end run improves reward: a small policy SFT-trained on 1-2 digit addition,
+// then 200 GRPO steps (32 prompts x 8, FP32, lr 1e-4). Fixed seeds; measured on the project's
+// machine: mean reward of the first 50 steps 0.229, of the last 50 0.254, about 5 standard errors
+// of the difference (per-step reward sd ~0.022 over 256 samples); the test asks for +0.015.
+TEST(GrpoEndToEnd, ShortRunImprovesReward) {
+  const fs::path dir = fs::temp_directory_path() / ("unstuck_grpo_e2e_" + std::to_string(::getpid()));
+  RunConfig base = tiny_setup(dir);
+  base.data.arithmetic.max_digits = 2;
+  data::write_jsonl(dir / "train.jsonl", data::generate_records(base.data, 1, 1080, data::Split::train));
+  data::write_jsonl(dir / "test.jsonl", data::generate_records(base.data, 1, 120, data::Split::test));
+  base.model.dim = 48;
+  base.model.n_heads = 2;
+  base.model.n_kv_heads = 1;
+  base.model.ffn_dim = 96;
+  base.sft.steps = 800;
+  base.sft.batch_size = 32;
+  base.sft.eval_samples = 16;
+  base.sft.output = (dir / "base").string();
+  run_sft(base);
+  RunConfig c = base;
+  c.run.name = "e2e";
+  c.model = {};
+  c.tokenizer.path.clear();
+  c.precision.mode = precision::PrecisionMode::fp32;
+  c.optim.lr = 1e-4;
+  c.optim.beta2 = 0.99;
+  c.optim.weight_decay = 0.0;
+  c.rollout.max_new_tokens = 12;
+  c.grpo.base_model = base.sft.output;
+  c.grpo.steps = 200;
+  c.grpo.prompts_per_step = 32;
+  c.grpo.group_size = 8;
+  c.grpo.eval_every = 0;
+  c.grpo.eval_samples = 16;
+  c.grpo.checkpoint_every = 0;
+  const auto m = read_metrics(run_grpo(c).run_dir);
+  ASSERT_EQ(m.size(), 200u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 50; ++i) {
+    first += m[std::size_t(i)]["reward_mean"].get<double>() / 50;
+    last += m[m.size() - 1 - std::size_t(i)]["reward_mean"].get<double>() / 50;
+  }
+  std::cout << "mean reward, first 50 steps " << first << ", last 50 steps " << last << "\n";
+  EXPECT_GT(last, first + 0.015);
+  fs::remove_all(dir);
 }
 
 }  // namespace
