@@ -54,6 +54,19 @@ std::string step_name(int64_t step) {
   return buf;
 }
 
+// step_N directories under `root` that hold a manifest (complete), oldest first (the zero-padded
+// step makes name order step order).
+std::vector<fs::path> complete_checkpoints(const fs::path& root) {
+  std::vector<fs::path> all;
+  if (!fs::is_directory(root)) return all;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0 &&
+        e.path().extension() != ".tmp" && fs::exists(e.path() / "manifest.json"))
+      all.push_back(e.path());
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
 const char* kFiles[] = {"state.safetensors", "rng.bin", "trainer.json", "config.yaml"};
 
 }  // namespace
@@ -102,25 +115,14 @@ fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep) 
   fs::rename(tmp, final_dir);
   fsync_path(root);
   // Keep the newest `keep` complete checkpoints.
-  std::vector<fs::path> all;
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0 &&
-        e.path().extension() != ".tmp" && fs::exists(e.path() / "manifest.json"))
-      all.push_back(e.path());
-  std::sort(all.begin(), all.end());
+  const std::vector<fs::path> all = complete_checkpoints(root);
   for (std::size_t i = 0; keep > 0 && i + std::size_t(keep) < all.size(); ++i) fs::remove_all(all[i]);
   return final_dir;
 }
 
 fs::path latest_checkpoint(const fs::path& root) {
-  fs::path best;
-  if (!fs::is_directory(root)) return best;
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0 &&
-        e.path().extension() != ".tmp" && fs::exists(e.path() / "manifest.json") &&
-        (best.empty() || e.path().filename() > best.filename()))
-      best = e.path();
-  return best;
+  const std::vector<fs::path> all = complete_checkpoints(root);
+  return all.empty() ? fs::path() : all.back();
 }
 
 TrainerState load_checkpoint(const fs::path& dir) {

@@ -9,11 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <sstream>
 #include <cmath>
 #include <fstream>
-#include <numeric>
-#include <random>
 
 #include "unstuck/algo/advantages.h"
 #include "unstuck/algo/policy_loss.h"
@@ -25,6 +22,7 @@
 #include "unstuck/rollout/sampler.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/evaluate.h"
+#include "unstuck/train/record_order.h"
 #include "unstuck/train/run_setup.h"
 #include "unstuck/train/sft.h"
 #include "unstuck/train/trainable_weights.h"
@@ -170,11 +168,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
                base.string(), weights.layout().total, cfg.grpo.prompts_per_step, cfg.grpo.group_size,
                config::enum_name(cfg.precision.mode), c10::toString(weights.forward_dtype()), cfg.grpo.steps);
 
-  std::mt19937_64 order_rng(ctx.seeds.data);
-  std::vector<std::size_t> order(train.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), order_rng);
-  std::size_t cursor = 0;
+  RecordOrder order(train.size(), ctx.seeds.data);
   at::Generator sampling = at::make_generator<at::CPUGeneratorImpl>(ctx.seeds.sampling);
   rollout::GenerateOptions gen_opts;
   gen_opts.sampling = cfg.rollout;
@@ -205,12 +199,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     const std::filesystem::path ckpt = resolve_resume_checkpoint(resume);
     const TrainerState st = load_checkpoint(ckpt);
     weights.restore(st.master, st.exp_avg, st.exp_avg_sq, st.optimizer_steps, st.scaler);
-    std::istringstream(st.data_rng) >> order_rng;
-    if (st.order.size() != order.size())
-      throw UserError("checkpoint " + ckpt.string() + " was written for " + std::to_string(st.order.size()) +
-                      " training records, the data has " + std::to_string(order.size()));
-    order.assign(st.order.begin(), st.order.end());
-    cursor = std::size_t(st.cursor);
+    order.restore(st.data_rng, st.order, st.cursor, "checkpoint " + ckpt.string());
     sampling.set_state(torch::from_blob(const_cast<uint8_t*>(st.sampling_rng.data()),
                                         {int64_t(st.sampling_rng.size())}, torch::kUInt8).clone());
     skipped = st.skipped_steps;
@@ -230,11 +219,9 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     st.optimizer_steps = weights.optimizer_steps();
     st.skipped_steps = skipped;
     st.scaler = weights.scaler_state();
-    std::ostringstream rng;
-    rng << order_rng;
-    st.data_rng = rng.str();
-    st.order.assign(order.begin(), order.end());
-    st.cursor = int64_t(cursor);
+    st.data_rng = order.rng_state();
+    st.order = order.permutation();
+    st.cursor = order.cursor();
     const torch::Tensor gen_state = sampling.get_state();
     st.sampling_rng.assign(gen_state.data_ptr<uint8_t>(), gen_state.data_ptr<uint8_t>() + gen_state.numel());
     st.master = weights.master();
@@ -251,11 +238,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     std::vector<const data::TaskRecord*> records;
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t p = 0; p < cfg.grpo.prompts_per_step; ++p) {
-      if (cursor == order.size()) {
-        std::shuffle(order.begin(), order.end(), order_rng);
-        cursor = 0;
-      }
-      const data::TaskRecord& rec = train[order[cursor++]];
+      const data::TaskRecord& rec = train[order.next()];
       const std::vector<int32_t> ids = prompt_ids(rec, cfg.data, tok);
       for (int64_t g = 0; g < cfg.grpo.group_size; ++g) {
         records.push_back(&rec);

@@ -9,8 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
-#include <numeric>
-#include <random>
 
 #include "unstuck/common/error.h"
 #include "unstuck/common/parallel.h"
@@ -19,6 +17,7 @@
 #include "unstuck/model/model_io.h"
 #include "unstuck/train/evaluate.h"
 #include "unstuck/train/lr_schedule.h"
+#include "unstuck/train/record_order.h"
 #include "unstuck/train/run_setup.h"
 #include "unstuck/train/trainable_weights.h"
 
@@ -101,11 +100,7 @@ SftResult run_sft(RunConfig cfg) {
   EvalOptions eval_opts;
   eval_opts.max_new_tokens = cfg.rollout.max_new_tokens;
 
-  std::mt19937_64 order_rng(ctx.seeds.data);
-  std::vector<std::size_t> order(train.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), order_rng);
-  std::size_t cursor = 0;
+  RecordOrder order(train.size(), ctx.seeds.data);
   std::ofstream metrics(ctx.run_dir / "sft_metrics.jsonl");
   double accuracy = 0.0;
   double loss_sum = 0.0;
@@ -113,13 +108,7 @@ SftResult run_sft(RunConfig cfg) {
   auto t_last = std::chrono::steady_clock::now();
   for (int64_t step = 1; step <= cfg.sft.steps; ++step) {
     std::vector<std::size_t> idx;
-    while (int64_t(idx.size()) < cfg.sft.batch_size) {
-      if (cursor == order.size()) {  // next epoch, reshuffled
-        std::shuffle(order.begin(), order.end(), order_rng);
-        cursor = 0;
-      }
-      idx.push_back(order[cursor++]);
-    }
+    while (int64_t(idx.size()) < cfg.sft.batch_size) idx.push_back(order.next());
     auto [tokens, mask] = make_batch(train, idx, tok.pad_id());
     const int64_t L = tokens.size(1);
     const torch::Tensor logits = weights.model().forward(tokens.narrow(1, 0, L - 1));  // (B, L-1, V)

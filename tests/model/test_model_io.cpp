@@ -25,6 +25,25 @@ fs::path temp_dir(const std::string& name) {
   return dir;
 }
 
+ModelConfig model_shape(int64_t vocab, int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads,
+                        int64_t ffn) {
+  ModelConfig c;
+  c.vocab_size = vocab;
+  c.dim = dim;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.ffn_dim = ffn;
+  return c;
+}
+
+torch::Tensor random_weights(const ModelConfig& c, uint64_t seed) {
+  const ParamLayout layout = llama_layout(c);
+  torch::Tensor flat = torch::empty({layout.total});
+  init_llama_weights(layout, c, flat, seed);
+  return flat;
+}
+
 int run_python(const std::string& args) {
   const std::string cmd = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/model/hf_interop.py " + args;
   return std::system(cmd.c_str());
@@ -58,18 +77,10 @@ TEST(ModelIo, LoadsTransformersCheckpointWithSameLogits) {
 }
 
 TEST(ModelIo, SavedModelLoadsInTransformersWithSameLogits) {
-  ModelConfig c;
-  c.vocab_size = 61;
-  c.dim = 64;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.ffn_dim = 96;
+  ModelConfig c = model_shape(61, 64, 2, 4, 2, 96);
   c.max_seq_len = 64;
   c.init_std = 0.2;
-  const ParamLayout layout = llama_layout(c);
-  torch::Tensor flat = torch::empty({layout.total});
-  init_llama_weights(layout, c, flat, 5);
+  const torch::Tensor flat = random_weights(c, 5);
   const fs::path dir = temp_dir("ours");
   save_pretrained(dir, c, flat, io::DType::f32, {2, 3, 0});
   const LlamaModel model(c, flat);
@@ -93,17 +104,9 @@ TEST(ModelIo, SavedModelLoadsInTransformersWithSameLogits) {
 }
 
 TEST(ModelIo, Bf16RoundTripIsExactOnTheBf16Grid) {
-  ModelConfig c;
-  c.vocab_size = 30;
-  c.dim = 32;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.ffn_dim = 48;
+  ModelConfig c = model_shape(30, 32, 1, 2, 2, 48);
   c.tie_embeddings = true;
-  const ParamLayout layout = llama_layout(c);
-  torch::Tensor flat = torch::empty({layout.total});
-  init_llama_weights(layout, c, flat, 1);
+  const torch::Tensor flat = random_weights(c, 1);
   const fs::path dir = temp_dir("bf16");
   save_pretrained(dir, c, flat, io::DType::bf16, {});
   const LoadedModel back = load_pretrained(dir);
@@ -115,16 +118,8 @@ TEST(ModelIo, Bf16RoundTripIsExactOnTheBf16Grid) {
 // Rewrites dir's safetensors with `edit` applied to the tensor list, then expects `needle` in the
 // load error.
 void expect_load_error(const std::function<void(std::vector<io::Tensor>&)>& edit, const std::string& needle) {
-  ModelConfig c;
-  c.vocab_size = 20;
-  c.dim = 16;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.n_kv_heads = 1;
-  c.ffn_dim = 24;
-  const ParamLayout layout = llama_layout(c);
-  torch::Tensor flat = torch::empty({layout.total});
-  init_llama_weights(layout, c, flat, 1);
+  const ModelConfig c = model_shape(20, 16, 1, 2, 1, 24);
+  const torch::Tensor flat = random_weights(c, 1);
   const fs::path dir = temp_dir("bad");
   save_pretrained(dir, c, flat, io::DType::f32, {});
   io::SafetensorsFile file = io::read_safetensors(dir / "model.safetensors");
