@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""scripts/paper_report.py on synthetic sweeps whose answers are known by construction.
+
+Each arm's per-step metrics are a deterministic curve plus seeded noise (numpy seed fixed per case),
+so the verdict rules are exercised in both directions: an arm built slower must be judged slower,
+an arm built identical must not be, a higher-KL arm must be found higher. Run by ctest
+(`paper.report`); exits non-zero on the first failed check.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPORT = os.path.join(ROOT, "scripts", "paper_report.py")
+STEPS, SEEDS = 40, 3
+LRS = {"fp32": 2e-5, "fp16": 2e-5, "bf16": 2e-5, "bf16_lr_k": 4e-5, "bf16_sr": 2e-5, "fp16_sr": 2e-5}
+MODES = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "bf16_lr_k": "bf16", "bf16_sr": "bf16_sr",
+         "fp16_sr": "fp16_sr"}
+
+
+def write_sweep(folder, speed, kl_gain, rng):
+    """speed[arm]: accuracy gained per step; kl_gain[arm]: KL per unit of accuracy gained."""
+    arms = list(speed)
+    with open(os.path.join(folder, "sweep.json"), "w") as f:
+        json.dump({"preset": "test", "steps": STEPS, "seeds": SEEDS, "arms": " ".join(arms),
+                   "base": "base", "eval_every": 10, "eval_samples": 100,
+                   "command": "tests/paper/test_paper_report.py"}, f)
+    with open(os.path.join(folder, "base_eval.json"), "w") as f:
+        json.dump({"greedy_accuracy": 0.4}, f)
+    seed_offsets = rng.normal(0, 0.01, SEEDS)  # shared by the arms of a seed: the pairing
+    for arm in arms:
+        for s in range(1, SEEDS + 1):
+            d = os.path.join(folder, arm, f"seed{s}")
+            os.makedirs(d)
+            with open(os.path.join(d, "config.yaml"), "w") as f:
+                f.write(f"run:\n  seed: {s}\nprecision:\n  mode: {MODES[arm]}   # doc\n"
+                        f"optim:\n  lr: {LRS[arm]}\n")
+            with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+                for t in range(1, STEPS + 1):
+                    gain = speed[arm] * t
+                    acc = 0.3 + gain + seed_offsets[s - 1] + rng.normal(0, 0.002)
+                    m = {"step": t, "reward_mean": acc + 0.05, "accuracy": acc,
+                         "kl_ref_exact": kl_gain[arm] * gain * (1 + rng.normal(0, 0.01)),
+                         "sticking_frac": 0.5, "changed_from_start_frac": 0.9, "step_seconds": 1.0}
+                    if t % 10 == 0:
+                        m["eval_accuracy"] = acc + 0.1
+                    f.write(json.dumps(m) + "\n")
+
+
+def run_report(folder):
+    out = os.path.join(folder, "RESULTS.md")
+    r = subprocess.run([sys.executable, REPORT, "--sweep", folder, "--results", out, "--plots",
+                        os.path.join(folder, "plots")], capture_output=True, text=True)
+    return r, (open(out).read() if os.path.exists(out) else "")
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAILED: {what}")
+        sys.exit(1)
+    print(f"ok: {what}")
+
+
+def verdict(text, n):
+    line = next((l for l in text.splitlines() if l.startswith(f"{n}. ")), "")
+    return line.split(":", 1)[1] if ":" in line else line
+
+
+def main():
+    base = {"fp32": 0.004, "fp16": 0.004, "bf16": 0.004, "bf16_lr_k": 0.004, "bf16_sr": 0.004, "fp16_sr": 0.004}
+    kl = {arm: 0.1 for arm in base}
+    with tempfile.TemporaryDirectory() as tmp:
+        # Case 1: the paper's world. BF16-RN learns at half speed; BF16 at k*x at FP16's speed with
+        # twice the KL per unit of progress; SR equals FP16.
+        d = os.path.join(tmp, "paper")
+        os.makedirs(d)
+        write_sweep(d, dict(base, bf16=0.002), dict(kl, bf16_lr_k=0.2), np.random.default_rng(1))
+        r, text = run_report(d)
+        check(r.returncode == 0, f"report on a complete sweep exits 0 ({r.stderr.strip()})")
+        for arm in ("FP32 (control)", "FP16 @ x", "BF16-RN @ x", "BF16-RN @ k*x", "BF16-SR @ x", "FP16-SR @ x"):
+            check(f"| {arm} |" in text, f"table row for {arm}")
+        for png in ("reward_vs_step", "eval_vs_step", "kl_vs_step", "kl_vs_reward", "sticking_vs_step"):
+            check(os.path.getsize(os.path.join(d, "plots", png + ".png")) > 1000, f"plot {png}.png written")
+        check("**reproduced**" in verdict(text, 1), "claim 1 reproduced when BF16-RN is built slower")
+        check("**reproduced**" in verdict(text, 2), "claim 2 reproduced when BF16 @ k*x pays twice the KL")
+        check("**reproduced**" in verdict(text, 3), "claim 3 reproduced when SR equals FP16")
+
+        # Case 2: precision does not matter. No claim may be judged reproduced.
+        d = os.path.join(tmp, "null")
+        os.makedirs(d)
+        write_sweep(d, base, kl, np.random.default_rng(2))
+        r, text = run_report(d)
+        check(r.returncode == 0, "report on the null sweep exits 0")
+        check("**reproduced**" not in verdict(text, 1), "claim 1 not reproduced when BF16-RN equals FP16")
+        check("**reproduced**" not in verdict(text, 2), "claim 2 not reproduced when the KL is the same")
+
+        # Case 3: an unfinished run is an error that names the file, not a silent partial table.
+        os.remove(os.path.join(d, "bf16", "seed2", "metrics.jsonl"))
+        r, _ = run_report(d)
+        check(r.returncode == 2 and "bf16/seed2/metrics.jsonl" in r.stderr, "missing run named in the error")
+
+
+if __name__ == "__main__":
+    main()
