@@ -3,14 +3,15 @@
 # with one command: builds if needed, trains (or reuses) the base policy, runs every arm of
 # configs/paper/ for several paired seeds, then writes the plots and the results table.
 #
-#   scripts/reproduce.sh --quick     # 6 arms x 3 seeds; at most 30 minutes on 2 cores once built
-#   scripts/reproduce.sh --full      # 6 arms x 5 seeds, 3x the steps (several hours on 2 cores)
+#   scripts/reproduce.sh --quick     # 6 arms x 3 seeds x 40 steps; at most 30 minutes on 2 cores
+#   scripts/reproduce.sh --full      # 6 arms x 5 seeds x 180 steps (about 1.5 hours on 2 cores)
 #   scripts/reproduce.sh --smoke     # pipeline check in about a minute (tiny base, 1 seed, 4 steps)
 #
 # Options: --out DIR (sweep folder; default runs/paper-<preset>), --results FILE (default
 # docs/RESULTS.md for --quick/--full, <out>/RESULTS.md otherwise), --plots DIR (default
 # docs/results/<preset> or <out>/plots), --seeds N, --steps N, --arms "fp16 bf16 ...", --jobs J
-# (runs in parallel, threads split between them), --base DIR (base policy to start from),
+# (runs at a time, default: one per core; every run computes on one thread, so its numbers do not
+# depend on the machine's core count), --base DIR (base policy to start from),
 # --no-build. UNSTUCK_BUILD_DIR picks another build folder (default build/).
 # Ctrl-C stops cleanly (the running arms checkpoint); rerunning the same command resumes: finished
 # runs are kept and an interrupted one continues bit-exactly from its last checkpoint.
@@ -22,7 +23,7 @@ ROOT=$(pwd)
 COMMAND_LINE="scripts/reproduce.sh $*"
 
 PRESET=quick
-OUT="" RESULTS="" PLOTS="" SEEDS="" STEPS="" ARMS="" JOBS=1 BASE="" BUILD=1
+OUT="" RESULTS="" PLOTS="" SEEDS="" STEPS="" ARMS="" JOBS="" BASE="" BUILD=1
 usage() { sed -n '2,17p' "$0"; }
 die() { echo "reproduce.sh: error: $*" >&2; exit 2; }
 while (($#)); do
@@ -47,7 +48,7 @@ done
 
 # Presets: steps, seeds, evaluation cadence and size. Everything else comes from configs/paper/.
 case "$PRESET" in
-  quick) P_STEPS=60 P_SEEDS=3 EVAL_EVERY=10 EVAL_SAMPLES=200 CKPT_EVERY=20 ;;
+  quick) P_STEPS=40 P_SEEDS=3 EVAL_EVERY=10 EVAL_SAMPLES=200 CKPT_EVERY=20 ;;
   full) P_STEPS=180 P_SEEDS=5 EVAL_EVERY=15 EVAL_SAMPLES=500 CKPT_EVERY=30 ;;
   smoke) P_STEPS=4 P_SEEDS=1 EVAL_EVERY=2 EVAL_SAMPLES=16 CKPT_EVERY=2 ;;
 esac
@@ -62,6 +63,7 @@ else
   RESULTS=${RESULTS:-docs/RESULTS.md}
   PLOTS=${PLOTS:-docs/results/$PRESET}
 fi
+JOBS=${JOBS:-$(nproc)}
 for n in "$STEPS" "$SEEDS" "$JOBS"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || die "--steps, --seeds and --jobs take positive integers, got '$n'"
 done
@@ -98,10 +100,10 @@ TIMING_BASE="the base policy given by --base"
 if [[ -z $BASE ]]; then
   if [[ $PRESET == smoke ]]; then
     BASE=$OUT/sft-smoke/model
-    SFT_ARGS=(run.output_dir="$OUT" run.name=sft-smoke sft.steps=30 sft.eval_every=0 sft.eval_samples=16 sft.log_every=10)
+    SFT_ARGS=(precision.threads=1 run.output_dir="$OUT" run.name=sft-smoke sft.steps=30 sft.eval_every=0 sft.eval_samples=16 sft.log_every=10)
   else
     BASE=runs/sft-countdown/model
-    SFT_ARGS=()
+    SFT_ARGS=(precision.threads=1)
   fi
   if [[ -f $BASE/sft_result.json ]]; then
     say "reusing the base policy $BASE (delete it to retrain)"
@@ -143,7 +145,6 @@ if [[ ! -f $OUT/base_eval.json ]]; then
 fi
 
 # ---- the runs, seed-major so an interrupted sweep has every arm for the seeds it finished
-THREADS=$(( $(nproc) / JOBS )); ((THREADS >= 1)) || THREADS=1
 RUNS=()
 for ((s = 1; s <= SEEDS; ++s)); do for arm in $ARMS; do RUNS+=("$arm:$s"); done; done
 TOTAL=${#RUNS[@]}
@@ -164,7 +165,7 @@ start_run() {  # arm:seed -> background trainer, console output in <run dir>.con
     rm -rf "$dir"  # killed before its first checkpoint: nothing to keep
     args+=(--config "configs/paper/$arm.yaml" run.output_dir="$OUT/$arm" run.name="seed$seed" run.seed="$seed"
            grpo.steps="$STEPS" grpo.eval_every="$EVAL_EVERY" grpo.eval_samples="$EVAL_SAMPLES"
-           grpo.checkpoint_every="$CKPT_EVERY" grpo.base_model="$BASE" precision.threads="$THREADS")
+           grpo.checkpoint_every="$CKPT_EVERY" grpo.base_model="$BASE" precision.threads=1)
   fi
   "$UNSTUCK" "${args[@]}" > "$dir.console.log" 2>&1 &
   PIDS[$!]=$1
@@ -184,7 +185,7 @@ DONE=0
 for r in "${RUNS[@]}"; do is_done "$r" && DONE=$((DONE + 1)); done
 RESUMED=$DONE
 ((DONE == 0)) || say "$DONE of $TOTAL runs already finished in $OUT"
-say "sweep: $TOTAL runs (arms: $ARMS; seeds 1..$SEEDS; $STEPS steps each; $JOBS at a time, $THREADS threads each)"
+say "sweep: $TOTAL runs (arms: $ARMS; seeds 1..$SEEDS; $STEPS steps each; $JOBS at a time, one thread each)"
 T_RUNS=$(date +%s)
 STEPS_AT_START=0
 for r in "${RUNS[@]}"; do STEPS_AT_START=$((STEPS_AT_START + $(steps_done "$r"))); done
