@@ -23,6 +23,13 @@ std::vector<int64_t> rank_prompts(int64_t prompts, int64_t minibatches, int worl
   return out;
 }
 
+std::vector<int64_t> rank_rows(int64_t prompts, int64_t minibatches, int64_t group_size, int world, int rank) {
+  std::vector<int64_t> rows;
+  for (int64_t p : rank_prompts(prompts, minibatches, world, rank))
+    for (int64_t g = 0; g < group_size; ++g) rows.push_back(p * group_size + g);
+  return rows;
+}
+
 std::pair<int64_t, int64_t> rank_range(int64_t n, int world, int rank) {
   return {n * rank / world, n * (rank + 1) / world};
 }

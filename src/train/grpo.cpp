@@ -172,8 +172,12 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
   cfg.model = loaded.config;
   if (cfg.tokenizer.path.empty()) cfg.tokenizer.path = (base / kTokenizerFile).string();
   RunContext ctx = setup_run(cfg, "train", rank);
-  const std::vector<int64_t> my_prompts =
-      dist::rank_prompts(cfg.grpo.prompts_per_step, cfg.grpo.minibatches, world, rank);
+  // Global rows (prompt x completion) of each rank's share of a rollout batch.
+  std::vector<std::vector<int64_t>> rows_of(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r)
+    rows_of[std::size_t(r)] =
+        dist::rank_rows(cfg.grpo.prompts_per_step, cfg.grpo.minibatches, cfg.grpo.group_size, world, r);
+  const std::vector<int64_t>& my_rows = rows_of[std::size_t(rank)];
   const tokenizer::Tokenizer& tok = ctx.tokenizer;
   torch::Tensor master = loaded.flat;
   if (cfg.grpo.round_base_to_bf16) master = master.to(torch::kBFloat16).to(torch::kFloat32);
@@ -283,16 +287,12 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     for (int64_t p = 0; p < cfg.grpo.prompts_per_step; ++p) step_records.push_back(&train[order.next()]);
     const torch::Tensor uniforms = at::rand({N_global, cfg.rollout.max_new_tokens}, sampling);  // (N_global, T)
     std::vector<std::vector<int32_t>> prompts;
-    std::vector<int64_t> global_rows;
-    for (int64_t p : my_prompts) {
-      const std::vector<int32_t> ids = prompt_ids(*step_records[std::size_t(p)], cfg.data, tok);
-      for (int64_t g = 0; g < G; ++g) {
-        records.push_back(step_records[std::size_t(p)]);
-        prompts.push_back(ids);
-        global_rows.push_back(p * G + g);
-      }
+    for (int64_t row : my_rows) {
+      records.push_back(step_records[std::size_t(row / G)]);
+      // A prompt's G rows are consecutive, starting with completion 0: tokenize it once.
+      prompts.push_back(row % G == 0 ? prompt_ids(*records.back(), cfg.data, tok) : prompts.back());
     }
-    gen_opts.uniforms = uniforms.index_select(0, torch::tensor(global_rows, torch::kLong));
+    gen_opts.uniforms = uniforms.index_select(0, torch::tensor(my_rows, torch::kLong));
     const std::vector<rollout::Completion> outs = rollout::generate(weights.model(), prompts, gen_opts, sampling);
     const double rollout_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -379,8 +379,10 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
 
     // ---- metrics, reduced across ranks
     sums.reduce(comm);
-    std::vector<float> all_rewards(static_cast<std::size_t>(N_global));
-    comm.all_gather(rewards.data(), all_rewards.data(), rewards.size(), dist::DataType::f32);
+    std::vector<float> gathered(static_cast<std::size_t>(N_global)), all_rewards(gathered.size());
+    comm.all_gather(rewards.data(), gathered.data(), rewards.size(), dist::DataType::f32);
+    for (std::size_t r = 0, k = 0; r < rows_of.size(); ++r)  // back into global row order
+      for (int64_t row : rows_of[r]) all_rewards[std::size_t(row)] = gathered[k++];
     double clip_frac = 0;
     for (std::size_t u = 0; u < sums.clipped.size(); ++u) clip_frac += sums.clipped[u] / sums.update_tokens[u];
     clip_frac /= double(updates);

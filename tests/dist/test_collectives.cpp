@@ -147,6 +147,7 @@ TEST(DataParallel, RanksTakeTheirPieceOfEveryMinibatch) {
   EXPECT_EQ(rank_prompts(8, 2, 2, 1), (std::vector<int64_t>{2, 3, 6, 7}));
   EXPECT_EQ(rank_prompts(3, 2, 1, 0), (std::vector<int64_t>{0, 1, 2}));
   EXPECT_THROW(rank_prompts(6, 2, 2, 0), UserError);
+  EXPECT_EQ(rank_rows(4, 2, 2, 2, 1), (std::vector<int64_t>{2, 3, 6, 7}));  // prompts 1 and 3
   EXPECT_EQ(rank_range(10, 3, 2), std::make_pair(int64_t(6), int64_t(10)));
 }
 

@@ -21,7 +21,6 @@
 #include "unstuck/dist/launcher.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/grpo.h"
-#include "unstuck/train/sft.h"
 
 extern char** environ;
 
@@ -29,14 +28,6 @@ namespace unstuck::train {
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::json;
-
-std::vector<Json> read_metrics(const fs::path& run_dir) {
-  std::vector<Json> out;
-  std::ifstream in(run_dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) out.push_back(Json::parse(line));
-  return out;
-}
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p);
@@ -79,27 +70,15 @@ class GrpoDistTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = fs::temp_directory_path() / ("unstuck_grpo_dist_" + std::to_string(::getpid()));
-    base_ = tiny_setup(dir_);
-    base_.sft.steps = 80;
-    base_.sft.output = (dir_ / "base").string();
-    run_sft(base_);
+    base_ = tiny_sft_base(dir_);
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
   static RunConfig grpo_config(const std::string& name) {
-    RunConfig c = base_;
-    c.run.name = name;
-    c.model = {};
-    c.tokenizer.path.clear();
-    c.grpo.base_model = base_.sft.output;
+    RunConfig c = tiny_grpo_config(base_, name);
     c.grpo.steps = 4;
-    c.grpo.prompts_per_step = 8;
-    c.grpo.group_size = 4;
     c.grpo.minibatches = 2;
-    c.grpo.eval_every = 0;
-    c.grpo.eval_samples = 16;
     c.grpo.checkpoint_every = 2;
-    c.precision.mode = precision::PrecisionMode::fp32;
     c.precision.threads = 1;
     c.optim.lr = 1e-4;
     c.dist.timeout_s = 20;

@@ -1,13 +1,15 @@
 // ZeRO-1: two ranks that each own half of the FP32 master and AdamW moments, fed the same
-// gradients (each adds half, the reduce-scatter sums them), produce bit for bit the master,
+// gradients (each adds half, the reduce-scatter sums them back exactly), produce bit for bit the master,
 // moments, rounded compute weights, gradient norm (clipping active) and sticking counts of the
 // unsharded single-process step, in every precision mode.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <fstream>
 
 #include "dist/dist_workers.h"
+#include "unstuck/common/cuda_info.h"
 #include "unstuck/config/config.h"
 #include "unstuck/train/trainable_weights.h"
 
@@ -83,9 +85,16 @@ std::vector<torch::Tensor*> fields(Result& r) {
 }
 
 int sharded_adamw_worker() {
-  const auto comm = make_gloo_communicator(launch_env_from_environment(), 30);
+  const LaunchEnv env = launch_env_from_environment();
+  const char* backend = std::getenv("UNSTUCK_TEST_BACKEND");
+  const auto comm = backend && std::string(backend) == "nccl" ? make_nccl_communicator(env, 60)
+                                                                : make_gloo_communicator(env, 30);
   for (auto mode : kModes) {
-    Result r = run_steps(mode, comm.get(), 0.5f);
+    // 1/W of the gradient on each rank sums back exactly for W a power of two; otherwise rank 0
+    // contributes all of it.
+    const int W = comm->world_size();
+    const float share = (W & (W - 1)) == 0 ? 1.0f / float(W) : (comm->rank() == 0 ? 1.0f : 0.0f);
+    Result r = run_steps(mode, comm.get(), share);
     if (comm->rank() != 0) continue;
     const auto f = fields(r);
     for (std::size_t i = 0; i < f.size(); ++i)
@@ -95,11 +104,12 @@ int sharded_adamw_worker() {
 }
 const bool kShardedAdamw = testing::register_worker("sharded_adamw", sharded_adamw_worker);
 
-TEST(ShardedUpdate, TwoRanksAreBitIdenticalToOneProcess) {
-  const fs::path dir = fs::temp_directory_path() / ("unstuck_zero1_" + std::to_string(::getpid()));
+// Runs the sharded worker as `world` ranks of `backend` and compares with one unsharded process.
+void expect_sharded_equals_unsharded(const std::string& backend, int world) {
+  const fs::path dir = fs::temp_directory_path() / ("unstuck_zero1_" + backend + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  ASSERT_EQ(testing::run_workers("sharded_adamw", 2, dir), 0);
+  ASSERT_EQ(testing::run_workers("sharded_adamw", world, dir, {{"UNSTUCK_TEST_BACKEND", backend}}), 0);
   for (auto mode : kModes) {
     Result ref = run_steps(mode, nullptr, 1.0f);
     const auto f = fields(ref);
@@ -111,6 +121,15 @@ TEST(ShardedUpdate, TwoRanksAreBitIdenticalToOneProcess) {
     EXPECT_GT(ref.changed.sum().item<int64_t>(), 0) << config::enum_name(mode);
   }
   fs::remove_all(dir);
+}
+
+TEST(ShardedUpdate, TwoRanksAreBitIdenticalToOneProcess) { expect_sharded_equals_unsharded("gloo", 2); }
+
+// One rank per visible GPU; the collectives go through NCCL.
+TEST(Nccl, ShardedUpdateIsBitIdenticalToOneProcess) {
+  const std::string why = nccl_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "NCCL not usable here: " << why;
+  expect_sharded_equals_unsharded("nccl", cuda_device_count());
 }
 
 }  // namespace

@@ -16,6 +16,10 @@ namespace unstuck::dist {
 // Example: 8 prompts, 2 minibatches, 2 ranks: rank 0 gets {0, 1, 4, 5}, rank 1 gets {2, 3, 6, 7}.
 std::vector<int64_t> rank_prompts(int64_t prompts, int64_t minibatches, int world, int rank);
 
+// The global rows (prompt p's completions are rows p * group_size ... p * group_size + group_size - 1)
+// of rank_prompts(prompts, minibatches, world, rank), in the rank's order.
+std::vector<int64_t> rank_rows(int64_t prompts, int64_t minibatches, int64_t group_size, int world, int rank);
+
 // The [begin, end) share of `n` items that `rank` takes when they are split as evenly as possible.
 std::pair<int64_t, int64_t> rank_range(int64_t n, int world, int rank);
 

@@ -23,7 +23,7 @@ struct DistConfig {
   template <class V>
   void visit(V& v) {
     v("backend", backend,
-      "collectives between ranks: auto (gloo when WORLD_SIZE > 1) | gloo (CPU, TCP) | nccl (GPUs)");
+      "collectives between ranks: auto (gloo when WORLD_SIZE > 1), gloo (CPU, TCP) or nccl (GPUs)");
     v("timeout_s", timeout_s,
       "seconds a rendezvous or collective waits for a peer; then the run stops, naming the rank");
   }
