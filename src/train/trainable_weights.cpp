@@ -233,7 +233,7 @@ OptimizerStepStats TrainableWeights::optimizer_step(const precision::OptimConfig
   }
   stats.changed_per_tensor.assign(changed.begin(), changed.end());
   for (std::size_t i = 0; i < changed.size(); ++i) stats.changed += uint64_t(changed[i]);
-  stats.elements = uint64_t(total_);
+  for (const model::ParamEntry& e : layout().entries) stats.elements += uint64_t(e.numel);  // no alignment gaps
   grad_.zero_();
   refresh_forward_weights();
   scaler_->update(false);

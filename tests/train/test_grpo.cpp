@@ -109,7 +109,7 @@ std::vector<nlohmann::json> comparable_metrics(const fs::path& run_dir) {
   std::vector<nlohmann::json> out = read_metrics(run_dir);
   for (auto& m : out)
     for (const char* k : {"tokens_per_s", "step_seconds", "rollout_seconds", "reward_seconds",
-                          "forward_backward_seconds", "optimizer_seconds", "eval_accuracy"})
+                          "forward_backward_seconds", "optimizer_seconds", "collective_seconds", "eval_accuracy"})
       m.erase(k);
   return out;
 }
