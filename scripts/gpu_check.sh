@@ -2,8 +2,11 @@
 # Checks the CUDA side of Unstuck on a machine with an NVIDIA GPU, its driver and the CUDA toolkit
 # (nvcc, NCCL): sets up and builds with our CUDA kernels (UNSTUCK_CUDA=ON) through scripts/setup.sh,
 # prints `unstuck --version`, then runs every ctest test whose name contains "Cuda" (the device
-# kernels against the CPU reference, bit for bit). Exits non-zero when the build or a test fails,
-# and also when a CUDA test was skipped, which means no usable device was found.
+# kernels against the CPU reference, bit for bit) or "Nccl" (the NCCL communicator's collectives
+# against a single-process reference and the ZeRO-1 sharded update against the unsharded one, one
+# rank per visible GPU: world size 1 on a single GPU; CUDA_VISIBLE_DEVICES picks them). Exits
+# non-zero when the build or a test fails, and also when a test was skipped, which means no usable
+# device was found.
 #
 #   scripts/gpu_check.sh             # Debian packages too (root or sudo)
 #   scripts/gpu_check.sh --no-apt    # packages already installed
@@ -22,13 +25,13 @@ if [[ -f $BUILD_DIR/CMakeCache.txt ]]; then
 fi
 UNSTUCK_BUILD_DIR=$BUILD_DIR scripts/setup.sh "$@"   # packages, .venv, configure, build, --version
 
-printf '\n[gpu_check] CUDA tests\n'
+printf '\n[gpu_check] CUDA and NCCL tests\n'
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-ctest --test-dir "$BUILD_DIR" -R Cuda --no-tests=error --output-on-failure 2>&1 | tee "$log"
+ctest --test-dir "$BUILD_DIR" -R 'Cuda|Nccl' --no-tests=error --output-on-failure 2>&1 | tee "$log"
 if grep -q 'Skipped' "$log"; then
-  echo "gpu_check: CUDA tests were skipped (no usable CUDA device?); for the reason run" \
-       "$BUILD_DIR/tests/test_precision --gtest_filter='*Cuda*'" >&2
+  echo "gpu_check: CUDA/NCCL tests were skipped (no usable CUDA device?); for the reason run" \
+       "$BUILD_DIR/tests/test_precision --gtest_filter='*Cuda*' or $BUILD_DIR/tests/test_dist --gtest_filter='Nccl.*'" >&2
   exit 1
 fi
 echo "gpu_check: OK"

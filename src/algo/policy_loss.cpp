@@ -48,15 +48,17 @@ PolicyLoss policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp,
   const torch::Tensor masked = per_token * mask;
   switch (o.aggregation) {
     case LossAggregation::token_mean:
-      out.loss = masked.sum() / n_tokens;
+      out.loss = masked.sum() / (o.normalizer > 0 ? o.normalizer : n_tokens);
       break;
-    case LossAggregation::seq_mean_token_mean:
-      out.loss = (masked.sum(1) / mask.sum(1).clamp_min(1.0)).mean();
+    case LossAggregation::seq_mean_token_mean: {
+      const torch::Tensor per_seq = masked.sum(1) / mask.sum(1).clamp_min(1.0);
+      out.loss = o.normalizer > 0 ? per_seq.sum() / o.normalizer : per_seq.mean();
       break;
+    }
     case LossAggregation::seq_mean_token_sum_norm:
       if (o.max_new_tokens <= 0)
         throw std::invalid_argument("policy_loss: seq_mean_token_sum_norm needs max_new_tokens > 0");
-      out.loss = masked.sum() / (double(logp.size(0)) * double(o.max_new_tokens));
+      out.loss = masked.sum() / ((o.normalizer > 0 ? o.normalizer : double(logp.size(0))) * double(o.max_new_tokens));
       break;
   }
   return out;

@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "bench/bench_comm.h"
 #include "bench/bench_generate.h"
 #include "bench/bench_precision.h"
 #include "bench/bench_step.h"
@@ -60,6 +61,19 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   step_cmd->add_option("--repeats", step->repeats, "runs per mode; best kept")->check(CLI::Range(1, 100))->capture_default_str();
   step_cmd->callback([step] { bench::run_step_bench(*step, std::cout); });
+
+  auto comm = std::make_shared<bench::CommBenchOptions>();
+  CLI::App* comm_cmd = bench->add_subcommand(
+      "comm", "Collective bytes and time per ZeRO-1 optimizer step, world size 1 vs 2 (Gloo), vs the minimum");
+  comm_cmd->add_flag("--json", comm->json, "Print one JSON object instead of the table");
+  comm_cmd->add_option("--config", comm->config, "GRPO config: model shape (its base model) and precision")
+      ->capture_default_str();
+  comm_cmd->add_option("--steps", comm->steps, "optimizer steps per world size (first is warm-up)")
+      ->check(CLI::Range(2, 1000))
+      ->capture_default_str();
+  comm_cmd->add_option("--worker-out", comm->worker_out, "internal: run as a rank of the world-size-2 measurement")
+      ->group("");
+  comm_cmd->callback([comm] { bench::run_comm_bench(*comm, std::cout); });
 }
 
 }  // namespace unstuck::cli

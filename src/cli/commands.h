@@ -8,11 +8,17 @@ class App;
 
 namespace unstuck::cli {
 
+// Thrown by a command that has already reported its failure: main exits with `code` silently.
+struct ExitCode {
+  int code = 1;
+};
+
 void add_config_command(CLI::App& app);  // unstuck config show <file> [key=value ...]
 void add_bench_command(CLI::App& app);   // unstuck bench precision|generate|step [--json] ...
 void add_data_command(CLI::App& app);    // unstuck data generate --task ... --n ... --out DIR
 void add_reward_command(CLI::App& app);  // unstuck reward score --input F [--output G]
 void add_tokenizer_command(CLI::App& app);  // unstuck tokenizer train|encode ...
 void add_train_commands(CLI::App& app);     // unstuck sft | train | eval | generate
+void add_launch_command(CLI::App& app);     // unstuck launch --nproc N -- train --config C
 
 }  // namespace unstuck::cli

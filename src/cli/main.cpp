@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   unstuck::cli::add_reward_command(app);
   unstuck::cli::add_tokenizer_command(app);
   unstuck::cli::add_train_commands(app);
+  unstuck::cli::add_launch_command(app);
   if (argc <= 1) {
     std::cout << app.help();
     return 0;
@@ -78,6 +79,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const unstuck::cli::ExitCode& e) {
+    return e.code;
   } catch (const unstuck::UserError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;

@@ -13,6 +13,7 @@
 #include "unstuck/common/parallel.h"
 #include "unstuck/config/config.h"
 #include "unstuck/data/record.h"
+#include "unstuck/dist/communicator.h"
 #include "unstuck/reward/verifier.h"
 #include "unstuck/rollout/sampler.h"
 #include "unstuck/train/evaluate.h"
@@ -69,7 +70,11 @@ void add_train(CLI::App& app) {
       const std::filesystem::path ckpt = train::resolve_resume_checkpoint(a->resume);
       cfg_path = ckpt.parent_path().parent_path() / "config.yaml";
     }
-    const train::GrpoResult r = train::run_grpo(load_run_config(cfg_path, a->overrides), a->resume);
+    RunConfig cfg = load_run_config(cfg_path, a->overrides);
+    // Several ranks when started by `unstuck launch`, torchrun or Slurm (RANK, WORLD_SIZE, ...).
+    const auto comm = dist::make_communicator(cfg.dist, dist::launch_env_from_environment());
+    const train::GrpoResult r = train::run_grpo(std::move(cfg), a->resume, comm.get());
+    if (comm->rank() != 0) return;  // rank 0 reports for the run
     if (r.interrupted) {
       std::cout << "stopped after step " << r.steps << " (checkpoint written); continue with: unstuck train --resume "
                 << r.run_dir.string() << "\n";

@@ -109,6 +109,11 @@ void validate_grpo(const train::GrpoConfig& g) {
   require(g.keep_checkpoints >= 1, "grpo.keep_checkpoints", ">= 1", std::to_string(g.keep_checkpoints));
 }
 
+void validate_dist(const dist::DistConfig& d) {
+  require(std::isfinite(d.timeout_s) && d.timeout_s > 0, "dist.timeout_s", "a finite number of seconds > 0",
+          d.timeout_s);
+}
+
 }  // namespace
 
 void validate(const RunConfig& config) {
@@ -121,6 +126,7 @@ void validate(const RunConfig& config) {
   validate_rollout(config.rollout);
   validate_sft(config.sft);
   validate_grpo(config.grpo);
+  validate_dist(config.dist);
 }
 
 }  // namespace unstuck

@@ -13,8 +13,10 @@ namespace unstuck::rollout {
 namespace {
 
 // Logits (B, V) -> next tokens (B) and their log-probs under the temperature-scaled distribution.
+// With `uniform` (B) defined, the token is the first whose cumulative probability exceeds
+// uniform * total (inverse CDF; tokens filtered to probability 0 are never picked).
 std::pair<torch::Tensor, torch::Tensor> sample(const torch::Tensor& logits, const SamplingConfig& s,
-                                               at::Generator& gen) {
+                                               at::Generator& gen, const torch::Tensor& uniform) {
   if (s.temperature == 0.0) {
     const torch::Tensor next = logits.argmax(-1);
     const torch::Tensor logp = torch::log_softmax(logits, -1).gather(1, next.unsqueeze(1)).squeeze(1);
@@ -36,7 +38,14 @@ std::pair<torch::Tensor, torch::Tensor> sample(const torch::Tensor& logits, cons
     filtered.scatter_(1, order, sorted.masked_fill(drop_sorted, -INFINITY));
   }
   const torch::Tensor probs = torch::softmax(filtered, -1);
-  const torch::Tensor next = at::multinomial(probs, 1, false, gen).squeeze(1);
+  torch::Tensor next;
+  if (uniform.defined()) {
+    const torch::Tensor cum = probs.cumsum(-1);  // (B, V)
+    const torch::Tensor target = (uniform.to(cum.scalar_type()) * cum.select(1, V - 1)).unsqueeze(1);
+    next = (cum <= target).sum(-1).clamp_max(V - 1);
+  } else {
+    next = at::multinomial(probs, 1, false, gen).squeeze(1);
+  }
   return {next, logp_all.gather(1, next.unsqueeze(1)).squeeze(1)};
 }
 
@@ -63,6 +72,8 @@ std::vector<Completion> generate(const model::LlamaModel& model,
     P = std::max<int64_t>(P, int64_t(p.size()));
   }
   const int64_t N = o.sampling.max_new_tokens;
+  if (o.uniforms.defined() && (o.uniforms.dim() != 2 || o.uniforms.size(0) != B || o.uniforms.size(1) < N))
+    throw std::invalid_argument("generate: uniforms must be (prompts, max_new_tokens)");
   if (P + N > model.config().max_seq_len)
     throw UserError("generate: prompt (" + std::to_string(P) + " tokens) + max_new_tokens (" +
                     std::to_string(N) + ") exceed model.max_seq_len (" +
@@ -90,7 +101,7 @@ std::vector<Completion> generate(const model::LlamaModel& model,
   std::vector<bool> done(B, false);
   int64_t remaining = B;
   for (int64_t t = 0; t < N && remaining > 0; ++t) {
-    auto [next, logp] = sample(logits, o.sampling, gen);
+    auto [next, logp] = sample(logits, o.sampling, gen, o.uniforms.defined() ? o.uniforms.select(1, t) : torch::Tensor());
     const auto next_a = next.accessor<int64_t, 1>();
     const auto logp_a = logp.accessor<float, 1>();
     for (int64_t b = 0; b < B; ++b) {

@@ -1,5 +1,8 @@
 // GRPO loop, one rollout batch per iteration, reading like the data flow of DESIGN.md:
 // rollout -> reward -> advantage -> update (fused AdamW rounds the compute weights) -> metrics.
+// Data parallel over the ranks of a communicator: each rank rolls out its share of the prompts
+// (whole groups), the optimizer state is sharded (TrainableWeights), metrics are reduced before
+// rank 0 logs them, and rank 0 writes the checkpoints of the gathered state.
 #include "unstuck/train/grpo.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -11,11 +14,13 @@
 #include <csignal>
 #include <cmath>
 #include <fstream>
+#include <optional>
 
 #include "unstuck/algo/advantages.h"
 #include "unstuck/algo/policy_loss.h"
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
+#include "unstuck/dist/data_parallel.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/log/tensorboard.h"
 #include "unstuck/model/model_io.h"
@@ -123,9 +128,26 @@ void truncate_metrics(const std::filesystem::path& path, int64_t last_step) {
   for (const auto& l : keep) out << l << "\n";
 }
 
-double masked_mean(const torch::Tensor& x, const torch::Tensor& mask) {
-  return (x * mask).sum().item<double>() / std::max(mask.sum().item<double>(), 1.0);
-}
+double masked_sum(const torch::Tensor& x, const torch::Tensor& mask) { return (x * mask).sum().item<double>(); }
+
+// Per-step sums of this rank's rollouts, summed over ranks by one all-reduce before logging.
+struct StepSums {
+  double correct = 0, gen_tokens = 0, zero_var_groups = 0, groups = 0;
+  double kl_k3 = 0, kl_exact = 0, entropy = 0, mismatch = 0, tokens = 0;  // over completion tokens
+  std::vector<double> clipped, update_tokens;  // per optimizer step: clipped tokens, tokens
+
+  void reduce(dist::Communicator& comm) {
+    std::vector<double> v{correct, gen_tokens, zero_var_groups, groups, kl_k3, kl_exact, entropy, mismatch, tokens};
+    v.insert(v.end(), clipped.begin(), clipped.end());
+    v.insert(v.end(), update_tokens.begin(), update_tokens.end());
+    comm.all_reduce_sum(v.data(), v.size());
+    double* fields[] = {&correct, &gen_tokens, &zero_var_groups, &groups, &kl_k3, &kl_exact, &entropy, &mismatch, &tokens};
+    for (std::size_t i = 0; i < 9; ++i) *fields[i] = v[i];
+    std::copy(v.begin() + 9, v.begin() + 9 + long(clipped.size()), clipped.begin());
+    std::copy(v.begin() + 9 + long(clipped.size()), v.end(), update_tokens.begin());
+  }
+  double mean(double sum) const { return sum / std::max(tokens, 1.0); }
+};
 
 }  // namespace
 
@@ -138,35 +160,51 @@ std::filesystem::path resolve_resume_checkpoint(const std::filesystem::path& pat
   return latest;
 }
 
-GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
+GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Communicator* comm_in) {
   const StopSignals stop_signals;
+  const std::unique_ptr<dist::Communicator> own_comm = comm_in ? nullptr : dist::make_single_process_communicator();
+  dist::Communicator& comm = comm_in ? *comm_in : *own_comm;
+  const int rank = comm.rank(), world = comm.world_size();
+  const bool lead = rank == 0;  // writes metrics, TensorBoard events and checkpoints
   // The base policy fixes the model shape and the tokenizer.
   const std::filesystem::path base = cfg.grpo.base_model;
   model::LoadedModel loaded = model::load_pretrained(base);
   cfg.model = loaded.config;
   if (cfg.tokenizer.path.empty()) cfg.tokenizer.path = (base / kTokenizerFile).string();
-  RunContext ctx = setup_run(cfg, "train");
+  RunContext ctx = setup_run(cfg, "train", rank);
+  // Global rows (prompt x completion) of each rank's share of a rollout batch.
+  std::vector<std::vector<int64_t>> rows_of(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r)
+    rows_of[std::size_t(r)] =
+        dist::rank_rows(cfg.grpo.prompts_per_step, cfg.grpo.minibatches, cfg.grpo.group_size, world, r);
+  const std::vector<int64_t>& my_rows = rows_of[std::size_t(rank)];
   const tokenizer::Tokenizer& tok = ctx.tokenizer;
   torch::Tensor master = loaded.flat;
   if (cfg.grpo.round_base_to_bf16) master = master.to(torch::kBFloat16).to(torch::kFloat32);
   const torch::Tensor start_master = master.clone();
-  TrainableWeights weights(cfg.model, master.clone(), cfg.precision, ctx.seeds.rounding);
+  TrainableWeights weights(cfg.model, master.clone(), cfg.precision, ctx.seeds.rounding, &comm);
   const model::LlamaModel reference(cfg.model, start_master.clone());  // frozen, FP32
   const torch::Tensor start_compute = weights.compute().clone();
-  {  // record the precision actually used
+  if (lead) {  // record the precision actually used
     nlohmann::json run = io::read_json_file(ctx.run_dir / "run.json");
     run["compute_weights_dtype"] = c10::toString(weights.compute().scalar_type());
     run["forward_dtype"] = c10::toString(weights.forward_dtype());
+    run["world_size"] = world;
+    run["dist_backend"] = comm.backend_name();
     io::write_json_file(ctx.run_dir / "run.json", run);
   }
 
   const std::vector<data::TaskRecord> train = data::read_jsonl(data::train_file(cfg.data));
   std::vector<data::TaskRecord> test = data::read_jsonl(data::test_file(cfg.data));
   if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples) test.resize(std::size_t(cfg.grpo.eval_samples));
+  const auto [test_begin, test_end] = dist::rank_range(int64_t(test.size()), world, rank);
+  const std::vector<data::TaskRecord> my_test(test.begin() + test_begin, test.begin() + test_end);
   const auto verifier = reward::make_verifier(config::enum_name(cfg.data.task), cfg.reward);
-  spdlog::info("train: GRPO from {} ({} params), {} x {} rollouts per step, precision {} (forward {}), {} steps",
+  spdlog::info("train: GRPO from {} ({} params), {} x {} rollouts per step, precision {} (forward {}), {} steps, "
+               "{} rank(s) ({})",
                base.string(), weights.layout().total, cfg.grpo.prompts_per_step, cfg.grpo.group_size,
-               config::enum_name(cfg.precision.mode), c10::toString(weights.forward_dtype()), cfg.grpo.steps);
+               config::enum_name(cfg.precision.mode), c10::toString(weights.forward_dtype()), cfg.grpo.steps,
+               world, comm.backend_name());
 
   RecordOrder order(train.size(), ctx.seeds.data);
   at::Generator sampling = at::make_generator<at::CPUGeneratorImpl>(ctx.seeds.sampling);
@@ -204,16 +242,22 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
                                         {int64_t(st.sampling_rng.size())}, torch::kUInt8).clone());
     skipped = st.skipped_steps;
     first_step = st.step + 1;
-    truncate_metrics(metrics_path, st.step);
+    if (lead) truncate_metrics(metrics_path, st.step);
     std::ifstream earlier(metrics_path);
     std::string first_line;
     if (std::getline(earlier, first_line) && !first_line.empty())
       result.first_reward_mean = nlohmann::json::parse(first_line).value("reward_mean", 0.0);
     spdlog::info("train: resumed from {} at step {}", ckpt.string(), st.step);
   }
-  std::ofstream metrics_file(metrics_path, resume.empty() ? std::ios::trunc : std::ios::app);
-  TensorBoardWriter tensorboard(ctx.run_dir);
+  std::ofstream metrics_file;
+  std::optional<TensorBoardWriter> tensorboard;
+  if (lead) {
+    metrics_file.open(metrics_path, resume.empty() ? std::ios::trunc : std::ios::app);
+    tensorboard.emplace(ctx.run_dir);
+  }
   const auto save = [&](int64_t step) {
+    FullOptimizerState full = weights.gather_state();  // every rank takes part; rank 0 writes
+    if (!lead) return;
     TrainerState st;
     st.step = step;
     st.optimizer_steps = weights.optimizer_steps();
@@ -224,27 +268,31 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     st.cursor = order.cursor();
     const torch::Tensor gen_state = sampling.get_state();
     st.sampling_rng.assign(gen_state.data_ptr<uint8_t>(), gen_state.data_ptr<uint8_t>() + gen_state.numel());
-    st.master = weights.master();
-    st.exp_avg = weights.exp_avg();
-    st.exp_avg_sq = weights.exp_avg_sq();
+    st.master = full.master;
+    st.exp_avg = full.exp_avg;
+    st.exp_avg_sq = full.exp_avg_sq;
     st.config_yaml = resolved_yaml(cfg);
     const auto dir = save_checkpoint(ctx.run_dir / "checkpoints", st, int(cfg.grpo.keep_checkpoints));
     spdlog::info("train: checkpoint {}", dir.string());
   };
   const auto t_run = std::chrono::steady_clock::now();
+  const int64_t G = cfg.grpo.group_size, N_global = cfg.grpo.prompts_per_step * G;
   for (int64_t step = first_step; step <= cfg.grpo.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    // ---- rollout: G completions per prompt from the current compute weights
-    std::vector<const data::TaskRecord*> records;
+    const dist::CommStats comm_before = comm.stats();
+    // ---- rollout: G completions per prompt of this rank's share, from the current compute weights.
+    // Every rank draws the records and the sampling uniforms of the whole batch (same streams on
+    // all ranks) and keeps its rows, so the samples do not depend on the world size.
+    std::vector<const data::TaskRecord*> step_records, records;
+    for (int64_t p = 0; p < cfg.grpo.prompts_per_step; ++p) step_records.push_back(&train[order.next()]);
+    const torch::Tensor uniforms = at::rand({N_global, cfg.rollout.max_new_tokens}, sampling);  // (N_global, T)
     std::vector<std::vector<int32_t>> prompts;
-    for (int64_t p = 0; p < cfg.grpo.prompts_per_step; ++p) {
-      const data::TaskRecord& rec = train[order.next()];
-      const std::vector<int32_t> ids = prompt_ids(rec, cfg.data, tok);
-      for (int64_t g = 0; g < cfg.grpo.group_size; ++g) {
-        records.push_back(&rec);
-        prompts.push_back(ids);
-      }
+    for (int64_t row : my_rows) {
+      records.push_back(step_records[std::size_t(row / G)]);
+      // A prompt's G rows are consecutive, starting with completion 0: tokenize it once.
+      prompts.push_back(row % G == 0 ? prompt_ids(*records.back(), cfg.data, tok) : prompts.back());
     }
+    gen_opts.uniforms = uniforms.index_select(0, torch::tensor(my_rows, torch::kLong));
     const std::vector<rollout::Completion> outs = rollout::generate(weights.model(), prompts, gen_opts, sampling);
     const double rollout_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -266,21 +314,27 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     // ---- measurements on the rollout batch before the update (same weights as sampling)
     const int64_t N = int64_t(outs.size());
     const torch::Tensor all_rows = torch::arange(N, torch::kLong);
-    double kl_k3 = 0, kl_exact = 0, entropy = 0, mismatch = 0;
+    // Sums over this rank's completion tokens, reduced across ranks with the other metrics below.
+    StepSums sums;
+    sums.correct = double(correct);
+    sums.gen_tokens = double(gen_tokens);
+    sums.zero_var_groups = double(adv.zero_variance_groups);
+    sums.groups = double(adv.groups);
     {
       torch::NoGradGuard no_grad;
       const torch::Tensor lp = completion_log_probs(weights.model(), batch, all_rows);
       const torch::Tensor ref_lp = completion_log_probs(reference, batch, all_rows);
       const torch::Tensor lp_tok = gather_tokens(lp, batch, all_rows), ref_tok = gather_tokens(ref_lp, batch, all_rows);
-      kl_k3 = masked_mean(algo::kl_estimate(lp_tok, ref_tok, algo::KlEstimator::k3), batch.mask);
-      kl_exact = masked_mean((lp.exp() * (lp - ref_lp)).sum(-1), batch.mask);
-      entropy = masked_mean(-(lp.exp() * lp).sum(-1), batch.mask);
-      mismatch = masked_mean((lp_tok - batch.old_logp).abs(), batch.mask);
+      sums.kl_k3 = masked_sum(algo::kl_estimate(lp_tok, ref_tok, algo::KlEstimator::k3), batch.mask);
+      sums.kl_exact = masked_sum((lp.exp() * (lp - ref_lp)).sum(-1), batch.mask);
+      sums.entropy = masked_sum(-(lp.exp() * lp).sum(-1), batch.mask);
+      sums.mismatch = masked_sum((lp_tok - batch.old_logp).abs(), batch.mask);
+      sums.tokens = batch.mask.sum().item<double>();
     }
 
     // ---- policy update: minibatches x epochs, one optimizer step per minibatch
     const auto t_update = std::chrono::steady_clock::now();
-    double clip_frac = 0, grad_norm = 0, lr = 0, loss_scale = 1, optimizer_s = 0;
+    double grad_norm = 0, lr = 0, loss_scale = 1, optimizer_s = 0;
     OptimizerStepStats last;
     int64_t updates = 0;
     const torch::Tensor compute_before = weights.compute().clone();
@@ -297,6 +351,13 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
           ref = gather_tokens(completion_log_probs(reference, batch, rows), batch, rows);
         }
         if (cfg.grpo.entropy_coef > 0) ent = -(lp_all.exp() * lp_all).sum(-1);
+        // The loss is normalized by the whole minibatch's tokens (or sequences) across ranks.
+        double counts[2] = {mask.sum().item<double>(), double(end - begin)};
+        if (world > 1) {
+          comm.all_reduce_sum(counts, 2);
+          loss_opts.normalizer = cfg.grpo.loss_aggregation == algo::LossAggregation::token_mean
+                                     ? std::max(counts[0], 1.0) : counts[1];
+        }
         const algo::PolicyLoss pl = algo::policy_loss(lp, batch.old_logp.index_select(0, rows),
                                                       advantages.index_select(0, rows), mask, ref, ent, loss_opts);
         (pl.loss * weights.loss_scale()).backward();
@@ -307,18 +368,26 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
         last = weights.optimizer_step(cfg.optim, lr);
         optimizer_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
         skipped += last.skipped;
-        clip_frac += pl.clip_frac;
+        sums.clipped.push_back(pl.clip_frac * std::max(mask.sum().item<double>(), 1.0));
+        sums.update_tokens.push_back(std::max(mask.sum().item<double>(), 1.0));
         grad_norm += last.grad_norm;
         loss_scale = last.loss_scale;
         ++updates;
       }
-    clip_frac /= double(updates);
     grad_norm /= double(updates);
     const double update_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_update).count();
 
-    // ---- metrics
+    // ---- metrics, reduced across ranks
+    sums.reduce(comm);
+    std::vector<float> gathered(static_cast<std::size_t>(N_global)), all_rewards(gathered.size());
+    comm.all_gather(rewards.data(), gathered.data(), rewards.size(), dist::DataType::f32);
+    for (std::size_t r = 0, k = 0; r < rows_of.size(); ++r)  // back into global row order
+      for (int64_t row : rows_of[r]) all_rewards[std::size_t(row)] = gathered[k++];
+    double clip_frac = 0;
+    for (std::size_t u = 0; u < sums.clipped.size(); ++u) clip_frac += sums.clipped[u] / sums.update_tokens[u];
+    clip_frac /= double(updates);
     const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const torch::Tensor r = torch::tensor(rewards);
+    const torch::Tensor r = torch::tensor(all_rewards);
     const torch::Tensor after = weights.compute();
     const auto as_float = [](const torch::Tensor& t) { return t.to(torch::kFloat32); };
     const double total = double(weights.layout().total);
@@ -326,11 +395,11 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     m["step"] = step;
     m["reward_mean"] = r.mean().item<double>();
     m["reward_std"] = r.std().item<double>();
-    m["accuracy"] = double(correct) / double(N);
-    m["kl_ref_k3"] = kl_k3;
-    m["kl_ref_exact"] = kl_exact;
-    m["entropy"] = entropy;
-    m["response_len_mean"] = double(gen_tokens) / double(N);
+    m["accuracy"] = sums.correct / double(N_global);
+    m["kl_ref_k3"] = sums.mean(sums.kl_k3);
+    m["kl_ref_exact"] = sums.mean(sums.kl_exact);
+    m["entropy"] = sums.mean(sums.entropy);
+    m["response_len_mean"] = sums.gen_tokens / double(N_global);
     m["clip_frac"] = clip_frac;
     m["grad_norm"] = grad_norm;
     m["lr"] = lr;
@@ -339,14 +408,16 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     m["sticking_frac"] = last.elements ? 1.0 - double(last.changed) / double(last.elements) : 0.0;
     m["update_ratio"] = (as_float(after) - as_float(compute_before)).norm().item<double>() /
                         std::max(as_float(compute_before).norm().item<double>(), 1e-30);
-    m["logprob_mismatch"] = mismatch;
-    m["zero_adv_frac"] = double(adv.zero_variance_groups) / double(std::max<int64_t>(1, adv.groups));
-    m["tokens_per_s"] = double(gen_tokens) / std::max(rollout_s, 1e-9);
+    m["logprob_mismatch"] = sums.mean(sums.mismatch);
+    m["zero_adv_frac"] = sums.zero_var_groups / std::max(1.0, sums.groups);
+    m["tokens_per_s"] = sums.gen_tokens / std::max(rollout_s, 1e-9);
     m["step_seconds"] = step_s;
     m["rollout_seconds"] = rollout_s;
     m["reward_seconds"] = reward_s;
     m["forward_backward_seconds"] = update_s - optimizer_s;
     m["optimizer_seconds"] = optimizer_s;
+    m["collective_seconds"] = comm.stats().seconds - comm_before.seconds;
+    m["collective_bytes"] = double(comm.stats().bytes - comm_before.bytes);
     m["changed_from_start_frac"] = (after != start_compute).sum().item<double>() / total;
     Json per_layer = Json::object();
     for (std::size_t i = 0; i < weights.layout().entries.size() && i < last.changed_per_tensor.size(); ++i) {
@@ -356,18 +427,25 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
     m["sticking_frac_per_tensor"] = per_layer;
     const bool eval_now = step == cfg.grpo.steps || (cfg.grpo.eval_every > 0 && step % cfg.grpo.eval_every == 0);
     if (eval_now) {
-      const EvalResult ev = evaluate(weights.model(), tok, test, cfg.data, *verifier, eval_opts);
-      m["eval_accuracy"] = ev.accuracy;
-      result.final_eval_accuracy = ev.accuracy;
+      // Each rank scores its share of the test records.
+      double correct_records[2] = {0, double(my_test.size())};
+      if (!my_test.empty())
+        correct_records[0] = evaluate(weights.model(), tok, my_test, cfg.data, *verifier, eval_opts).accuracy *
+                             double(my_test.size());
+      comm.all_reduce_sum(correct_records, 2);
+      m["eval_accuracy"] = correct_records[0] / std::max(correct_records[1], 1.0);
+      result.final_eval_accuracy = m["eval_accuracy"].get<double>();
     }
-    metrics_file << m.dump() << "\n";
-    metrics_file.flush();
+    if (lead) {
+      metrics_file << m.dump() << "\n";
+      metrics_file.flush();
+    }
     std::vector<std::pair<std::string, double>> scalars;
     for (auto it = m.begin(); it != m.end(); ++it)
       if (it.value().is_number() && it.key() != "step") scalars.emplace_back(it.key(), it.value().get<double>());
     for (auto it = per_layer.begin(); it != per_layer.end(); ++it)
       scalars.emplace_back("sticking_frac/" + it.key(), it.value().get<double>());
-    tensorboard.add_scalars(step, scalars);
+    if (lead) tensorboard->add_scalars(step, scalars);
     if (step == 1) result.first_reward_mean = m["reward_mean"].get<double>();
     result.last_reward_mean = m["reward_mean"].get<double>();
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
@@ -377,13 +455,14 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume) {
                  std::string(std::size_t(done), '#'), std::string(std::size_t(20 - done), '.'), step,
                  cfg.grpo.steps, m["reward_mean"].get<double>(), m["accuracy"].get<double>(),
                  eval_now ? fmt::format(" | eval {:.3f}", m["eval_accuracy"].get<double>()) : std::string(),
-                 kl_k3, m["sticking_frac"].get<double>(), clip_frac, step_s,
+                 m["kl_ref_k3"].get<double>(), m["sticking_frac"].get<double>(), clip_frac, step_s,
                  elapsed / double(step - first_step + 1) * double(cfg.grpo.steps - step));
     const bool last_step = step == cfg.grpo.steps;
-    if (last_step || g_stop_requested ||
+    const bool stop = comm.any(g_stop_requested);  // every rank stops after the same step
+    if (last_step || stop ||
         (cfg.grpo.checkpoint_every > 0 && step % cfg.grpo.checkpoint_every == 0))
       save(step);
-    if (g_stop_requested && !last_step) {
+    if (stop && !last_step) {
       spdlog::warn("train: stopped by signal after step {}; resume with `unstuck train --resume {}`", step,
                    ctx.run_dir.string());
       result.steps = step;

@@ -34,7 +34,7 @@ std::filesystem::path tokenizer_file(const RunConfig& config) {
   return std::filesystem::path("data") / config::enum_name(config.data.task) / "tokenizer.model";
 }
 
-RunContext setup_run(RunConfig& config, const std::string& command) {
+RunContext setup_run(RunConfig& config, const std::string& command, int rank) {
   const std::filesystem::path tok_path = tokenizer_file(config);
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_path);
   if (config.model.vocab_size == 0) config.model.vocab_size = tok.vocab_size();
@@ -43,11 +43,16 @@ RunContext setup_run(RunConfig& config, const std::string& command) {
                     tok_path.string() + " has " + std::to_string(tok.vocab_size()) +
                     " pieces (set model.vocab_size: 0 to take it from the tokenizer)");
   validate(config);
-  const std::filesystem::path dir = prepare_run_dir(config);
-  setup_logging(config.run.log_level, dir / (command + ".log"));
   const int threads = resolve_threads(config.precision.threads);
   at::set_num_threads(threads);
   const Seeds seeds = derive_seeds(config.run.seed);
+  if (rank > 0) {
+    setup_logging(std::max(config.run.log_level, LogLevel::warn));
+    spdlog::set_pattern("[rank " + std::to_string(rank) + "] %^%l%$: %v");
+    return {run_dir(config), tok_path, std::move(tok), seeds};
+  }
+  const std::filesystem::path dir = prepare_run_dir(config);
+  setup_logging(config.run.log_level, dir / (command + ".log"));
   io::write_json_file(dir / "run.json",
                       {{"command", command},
                        {"unstuck_version", UNSTUCK_VERSION},

@@ -1,14 +1,31 @@
 // Flat trainable state: gradient collection, loss-scaler handling, clipping and the fused AdamW step
-// that rounds the master into the compute weights.
+// that rounds the master into the compute weights; with several ranks, the ZeRO-1 sharding of that
+// step (reduce-scatter of the gradient, update of the own shard, all-gather of the compute weights).
 #include "unstuck/train/trainable_weights.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <cmath>
 
 #include "unstuck/common/error.h"
 
 namespace unstuck::train {
+namespace {
+
+// The gradient norm is summed per block of this many global elements (in double), then over the
+// blocks in order. Shards start at block boundaries, so the sum does not depend on the world size.
+constexpr int64_t kNormBlock = 1 << 14;
+
+int64_t world_of(const dist::Communicator* comm) { return comm ? comm->world_size() : 1; }
+
+torch::Tensor padded(const torch::Tensor& t, int64_t n) {
+  torch::Tensor out = torch::zeros({n}, t.options());
+  out.narrow(0, 0, t.numel()).copy_(t);
+  return out;
+}
+
+}  // namespace
 
 torch::ScalarType compute_dtype(precision::RoundMode mode) {
   switch (mode) {
@@ -23,22 +40,31 @@ torch::ScalarType compute_dtype(precision::RoundMode mode) {
 
 TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
                                    const precision::PrecisionConfig& precision,
-                                   uint64_t rounding_seed)
+                                   uint64_t rounding_seed, dist::Communicator* comm)
     : precision_(precision),
       round_mode_(precision::round_mode_for(precision.mode)),
       rounding_seed_(rounding_seed),
-      master_(std::move(master)) {
+      comm_(comm) {
   const model::ParamLayout layout = model::llama_layout(config);
-  if (master_.scalar_type() != torch::kFloat32 || master_.numel() != layout.total)
+  if (master.scalar_type() != torch::kFloat32 || master.numel() != layout.total)
     throw UserError("trainable weights: expected an FP32 master of " + std::to_string(layout.total) +
                     " elements");
-  master_ = master_.contiguous();
-  grad_ = torch::zeros_like(master_);
+  master = master.contiguous();
+  const int64_t world = world_of(comm_), rank = comm_ ? comm_->rank() : 0;
+  total_ = layout.total;
+  const int64_t blocks = (total_ + kNormBlock - 1) / kNormBlock;
+  shard_size_ = (blocks + world - 1) / world * kNormBlock;
+  shard_begin_ = std::min(rank * shard_size_, total_);
+  owned_ = std::min(shard_size_, total_ - shard_begin_);
+  master_ = master.narrow(0, shard_begin_, owned_).clone();
   exp_avg_ = torch::zeros_like(master_);
   exp_avg_sq_ = torch::zeros_like(master_);
-  compute_ = torch::empty({layout.total}, compute_dtype(round_mode_));
-  precision::materialize(master_.data_ptr<float>(), compute_.data_ptr(), std::size_t(layout.total),
-                         round_mode_, {rounding_seed_, 0}, 0, {precision_.threads});
+  grad_ = torch::zeros({world * shard_size_}, torch::kFloat32);
+  grad_shard_ = world == 1 ? grad_ : torch::zeros({shard_size_}, torch::kFloat32);
+  compute_all_ = torch::zeros({world * shard_size_}, compute_dtype(round_mode_));
+  compute_ = compute_all_.narrow(0, 0, total_);
+  precision::materialize(master.data_ptr<float>(), compute_.data_ptr(), std::size_t(total_), round_mode_,
+                         {rounding_seed_, 0}, 0, {precision_.threads});
   // FP16 has no fast CPU kernels: compute in FP32 on the FP16-rounded weights (DESIGN.md).
   const bool fp32_forward = precision_.compute == precision::ComputeMode::fp32 ||
                             compute_.scalar_type() == torch::kHalf;
@@ -56,19 +82,31 @@ void TrainableWeights::restore(const torch::Tensor& master, const torch::Tensor&
                                const torch::Tensor& exp_avg_sq, int64_t optimizer_steps,
                                const precision::LossScalerState& scaler) {
   for (const torch::Tensor* t : {&master, &exp_avg, &exp_avg_sq})
-    if (t->numel() != master_.numel())
+    if (t->numel() != total_)
       throw UserError("checkpoint state has " + std::to_string(t->numel()) + " elements, the model " +
-                      std::to_string(master_.numel()) + " (a different model?)");
+                      std::to_string(total_) + " (a different model?)");
   torch::NoGradGuard no_grad;
-  master_.copy_(master);
-  exp_avg_.copy_(exp_avg);
-  exp_avg_sq_.copy_(exp_avg_sq);
+  master_.copy_(master.narrow(0, shard_begin_, owned_));
+  exp_avg_.copy_(exp_avg.narrow(0, shard_begin_, owned_));
+  exp_avg_sq_.copy_(exp_avg_sq.narrow(0, shard_begin_, owned_));
   grad_.zero_();
   adam_step_ = optimizer_steps;
   scaler_->load_state(scaler);
-  precision::materialize(master_.data_ptr<float>(), compute_.data_ptr(), std::size_t(master_.numel()),
-                         round_mode_, {rounding_seed_, uint64_t(adam_step_)}, 0, {precision_.threads});
+  const torch::Tensor full = master.contiguous();
+  precision::materialize(full.data_ptr<float>(), compute_.data_ptr(), std::size_t(total_), round_mode_,
+                         {rounding_seed_, uint64_t(adam_step_)}, 0, {precision_.threads});
   refresh_forward_weights();
+}
+
+FullOptimizerState TrainableWeights::gather_state() const {
+  if (world_of(comm_) == 1) return {master_, exp_avg_, exp_avg_sq_};
+  const auto gather = [&](const torch::Tensor& shard) {
+    const torch::Tensor mine = padded(shard, shard_size_);
+    torch::Tensor all = torch::empty({comm_->world_size() * shard_size_}, torch::kFloat32);
+    comm_->all_gather(mine.data_ptr<float>(), all.data_ptr<float>(), std::size_t(shard_size_), dist::DataType::f32);
+    return all.narrow(0, 0, total_);
+  };
+  return {gather(master_), gather(exp_avg_), gather(exp_avg_sq_)};
 }
 
 void TrainableWeights::refresh_forward_weights() {
@@ -87,19 +125,72 @@ void TrainableWeights::accumulate_grads() {
   }
 }
 
+void TrainableWeights::add_flat_grad(const torch::Tensor& grad) {
+  if (grad.numel() != total_) throw std::invalid_argument("add_flat_grad: expected layout.total elements");
+  torch::NoGradGuard no_grad;
+  grad_.narrow(0, 0, total_).add_(grad.reshape({-1}).to(torch::kFloat32));
+}
+
+double TrainableWeights::reduced_grad_norm() const {
+  const int64_t blocks = shard_size_ / kNormBlock;
+  std::vector<double> partial(std::size_t(blocks), 0.0);
+  const float* g = grad_shard_.data_ptr<float>();
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      double s = 0;
+      for (int64_t i = b * kNormBlock; i < (b + 1) * kNormBlock; ++i) s += double(g[i]) * double(g[i]);
+      partial[std::size_t(b)] = s;
+    }
+  });
+  std::vector<double> all(std::size_t(blocks * world_of(comm_)));
+  if (comm_) comm_->all_gather(partial.data(), all.data(), partial.size(), dist::DataType::f64);
+  else all = partial;
+  double sum = 0;
+  for (double x : all) sum += x;
+  return std::sqrt(sum);
+}
+
+bool TrainableWeights::any_nonfinite_grad() const {
+  const bool mine = precision::found_nonfinite(grad_shard_.data_ptr<float>(), std::size_t(owned_),
+                                               {precision_.threads});
+  return comm_ && comm_->world_size() > 1 ? comm_->any(mine) : mine;
+}
+
+void TrainableWeights::throw_nonfinite_grad() const {
+  const std::string where = " at optimizer step " + std::to_string(adam_step_ + 1) + " (precision.mode " +
+                            precision::round_mode_name(round_mode_) +
+                            " has no loss scaling; lower optim.lr or use a loss-scaled mode)";
+  for (const model::ParamEntry& e : layout().entries) {
+    const int64_t begin = std::max(e.offset, shard_begin_), end = std::min(e.offset + e.numel, shard_begin_ + owned_);
+    if (begin < end && !torch::isfinite(grad_shard_.narrow(0, begin - shard_begin_, end - begin)).all().item<bool>())
+      throw UserError("non-finite gradient in tensor '" + e.name + "'" + where);
+  }
+  throw UserError("non-finite gradient in another rank's shard (its log names the tensor)" + where);
+}
+
+std::vector<precision::Segment> TrainableWeights::shard_segments(std::vector<std::size_t>* tensor_index) const {
+  std::vector<precision::Segment> out;
+  const auto& entries = layout().entries;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const int64_t begin = std::max(entries[i].offset, shard_begin_);
+    const int64_t end = std::min(entries[i].offset + entries[i].numel, shard_begin_ + owned_);
+    if (begin >= end) continue;
+    out.push_back({uint64_t(begin), uint64_t(end - begin), entries[i].decay});
+    tensor_index->push_back(i);
+  }
+  return out;
+}
+
 OptimizerStepStats TrainableWeights::optimizer_step(const precision::OptimConfig& optim, double lr) {
   OptimizerStepStats stats;
   stats.loss_scale = scaler_->scale();
-  const precision::KernelOptions kopt{precision_.threads};
-  const bool overflow = precision::found_nonfinite(grad_.data_ptr<float>(), std::size_t(grad_.numel()), kopt);
-  if (overflow && !precision::uses_loss_scaling(precision_.mode)) {
-    for (const model::ParamEntry& e : layout().entries)
-      if (!torch::isfinite(grad_.narrow(0, e.offset, e.numel)).all().item<bool>())
-        throw UserError("non-finite gradient in tensor '" + e.name + "' at optimizer step " +
-                        std::to_string(adam_step_ + 1) +
-                        " (precision.mode " + precision::round_mode_name(round_mode_) +
-                        " has no loss scaling; lower optim.lr or use a loss-scaled mode)");
-  }
+  const int64_t world = world_of(comm_);
+  // ---- reduce: one reduce-scatter of the whole flat gradient onto the shards
+  if (world > 1)
+    comm_->reduce_scatter_sum(grad_.data_ptr<float>(), grad_shard_.data_ptr<float>(), std::size_t(shard_size_),
+                              dist::DataType::f32);
+  const bool overflow = any_nonfinite_grad();
+  if (overflow && !precision::uses_loss_scaling(precision_.mode)) throw_nonfinite_grad();
   if (overflow) {
     scaler_->update(true);
     grad_.zero_();
@@ -107,10 +198,11 @@ OptimizerStepStats TrainableWeights::optimizer_step(const precision::OptimConfig
     return stats;
   }
   const double inv_scale = 1.0 / stats.loss_scale;
-  stats.grad_norm = grad_.norm().item<double>() * inv_scale;
+  stats.grad_norm = reduced_grad_norm() * inv_scale;
   double clip = 1.0;
   if (optim.grad_clip > 0 && stats.grad_norm > optim.grad_clip) clip = optim.grad_clip / stats.grad_norm;
 
+  // ---- update this rank's shard; the fused kernel writes master, moments and compute weights
   ++adam_step_;
   precision::AdamWHyper hyper;
   hyper.lr = lr;
@@ -120,14 +212,28 @@ OptimizerStepStats TrainableWeights::optimizer_step(const precision::OptimConfig
   hyper.weight_decay = optim.weight_decay;
   hyper.step = adam_step_;
   hyper.grad_scale = inv_scale * clip;
-  const precision::AdamWBuffers buffers{master_.data_ptr<float>(), grad_.data_ptr<float>(),
+  const std::size_t compute_bytes = compute_all_.element_size();
+  const precision::AdamWBuffers buffers{master_.data_ptr<float>(), grad_shard_.data_ptr<float>(),
                                         exp_avg_.data_ptr<float>(), exp_avg_sq_.data_ptr<float>(),
-                                        compute_.data_ptr(), 0};
+                                        static_cast<char*>(compute_all_.data_ptr()) + shard_begin_ * compute_bytes,
+                                        uint64_t(shard_begin_)};
+  std::vector<std::size_t> tensor_index;
+  const std::vector<precision::Segment> segments = shard_segments(&tensor_index);
   const precision::AdamWStepStats s = precision::fused_adamw_step(
-      buffers, layout().segments(), hyper, round_mode_, {rounding_seed_, uint64_t(adam_step_)}, kopt);
-  stats.changed = s.changed_total;
-  stats.elements = s.elements;
-  stats.changed_per_tensor = s.changed;
+      buffers, segments, hyper, round_mode_, {rounding_seed_, uint64_t(adam_step_)}, {precision_.threads});
+  std::vector<int64_t> changed(layout().entries.size(), 0);
+  for (std::size_t k = 0; k < segments.size(); ++k) changed[tensor_index[k]] += int64_t(s.changed[k]);
+
+  // ---- gather: every rank gets the full rounded compute weights and the sticking counts
+  if (world > 1) {
+    const torch::Tensor mine = compute_all_.narrow(0, comm_->rank() * shard_size_, shard_size_).clone();
+    comm_->all_gather(mine.data_ptr(), compute_all_.data_ptr(), std::size_t(shard_size_) * compute_bytes,
+                      dist::DataType::u8);
+    comm_->all_reduce_sum(changed.data(), changed.size());
+  }
+  stats.changed_per_tensor.assign(changed.begin(), changed.end());
+  for (std::size_t i = 0; i < changed.size(); ++i) stats.changed += uint64_t(changed[i]);
+  for (const model::ParamEntry& e : layout().entries) stats.elements += uint64_t(e.numel);  // no alignment gaps
   grad_.zero_();
   refresh_forward_weights();
   scaler_->update(false);

@@ -25,36 +25,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<nlohmann::json> read_metrics(const fs::path& run_dir) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(run_dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 class GrpoTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = fs::temp_directory_path() / ("unstuck_grpo_" + std::to_string(::getpid()));
-    base_ = tiny_setup(dir_);
-    base_.sft.steps = 80;
-    base_.sft.output = (dir_ / "base").string();
-    run_sft(base_);
+    base_ = tiny_sft_base(dir_);
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
   static RunConfig grpo_config(const std::string& name, precision::PrecisionMode mode) {
-    RunConfig c = base_;
-    c.run.name = name;
-    c.model = {};  // taken from the base policy
-    c.tokenizer.path.clear();
-    c.grpo.base_model = base_.sft.output;
+    RunConfig c = tiny_grpo_config(base_, name);
     c.grpo.round_base_to_bf16 = true;
-    c.grpo.steps = 3;
-    c.grpo.prompts_per_step = 8;
-    c.grpo.group_size = 4;
-    c.grpo.eval_every = 0;
-    c.grpo.eval_samples = 16;
     c.precision.mode = mode;
     c.optim.lr = 1e-5;
     return c;
@@ -128,7 +109,7 @@ std::vector<nlohmann::json> comparable_metrics(const fs::path& run_dir) {
   std::vector<nlohmann::json> out = read_metrics(run_dir);
   for (auto& m : out)
     for (const char* k : {"tokens_per_s", "step_seconds", "rollout_seconds", "reward_seconds",
-                          "forward_backward_seconds", "optimizer_seconds", "eval_accuracy"})
+                          "forward_backward_seconds", "optimizer_seconds", "collective_seconds", "eval_accuracy"})
       m.erase(k);
   return out;
 }
@@ -253,21 +234,14 @@ TEST(GrpoEndToEnd, ShortRunImprovesReward) {
   base.sft.eval_samples = 16;
   base.sft.output = (dir / "base").string();
   run_sft(base);
-  RunConfig c = base;
-  c.run.name = "e2e";
-  c.model = {};
-  c.tokenizer.path.clear();
-  c.precision.mode = precision::PrecisionMode::fp32;
+  RunConfig c = tiny_grpo_config(base, "e2e");
   c.optim.lr = 1e-4;
   c.optim.beta2 = 0.99;
   c.optim.weight_decay = 0.0;
   c.rollout.max_new_tokens = 12;
-  c.grpo.base_model = base.sft.output;
   c.grpo.steps = 200;
   c.grpo.prompts_per_step = 32;
   c.grpo.group_size = 8;
-  c.grpo.eval_every = 0;
-  c.grpo.eval_samples = 16;
   c.grpo.checkpoint_every = 0;
   const auto m = read_metrics(run_grpo(c).run_dir);
   ASSERT_EQ(m.size(), 200u);

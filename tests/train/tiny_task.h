@@ -1,13 +1,17 @@
 // Test helper: a tiny arithmetic task (data, tokenizer) in a temp folder and a run config with a
-// tiny model that trains on it in seconds.
+// tiny model that trains on it in seconds; a tiny SFT base policy and GRPO configs on top of it.
 #pragma once
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "unstuck/config/run_config.h"
 #include "unstuck/data/generators.h"
 #include "unstuck/tokenizer/tokenizer.h"
+#include "unstuck/train/sft.h"
 
 namespace unstuck::train {
 
@@ -53,6 +57,40 @@ inline RunConfig tiny_setup(const std::filesystem::path& dir) {
   cfg.sft.eval_samples = 32;
   cfg.run.log_level = LogLevel::warn;
   return cfg;
+}
+
+// tiny_setup(dir) plus an 80-step SFT base policy in dir/base (sft.output).
+inline RunConfig tiny_sft_base(const std::filesystem::path& dir) {
+  RunConfig base = tiny_setup(dir);
+  base.sft.steps = 80;
+  base.sft.output = (dir / "base").string();
+  run_sft(base);
+  return base;
+}
+
+// A short FP32 GRPO run named `name` from the base policy of tiny_sft_base: 3 steps of 8 prompts x
+// 4 completions, evaluation at the end on 16 records.
+inline RunConfig tiny_grpo_config(const RunConfig& base, const std::string& name) {
+  RunConfig c = base;
+  c.run.name = name;
+  c.model = {};  // taken from the base policy
+  c.tokenizer.path.clear();
+  c.grpo.base_model = base.sft.output;
+  c.grpo.steps = 3;
+  c.grpo.prompts_per_step = 8;
+  c.grpo.group_size = 4;
+  c.grpo.eval_every = 0;
+  c.grpo.eval_samples = 16;
+  c.precision.mode = precision::PrecisionMode::fp32;
+  return c;
+}
+
+// The lines of <run_dir>/metrics.jsonl.
+inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& run_dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
 }
 
 }  // namespace unstuck::train

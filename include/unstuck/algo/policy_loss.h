@@ -21,6 +21,10 @@ struct PolicyLossOptions {
   double kl_coef = 0.0;        // weight of the KL penalty in the loss (0 = off)
   KlEstimator kl_estimator = KlEstimator::k3;
   double entropy_coef = 0.0;   // weight of the entropy bonus (0 = off)
+  // > 0: divide by this instead of the batch's own count of tokens (token_mean) or sequences (the
+  // seq_mean aggregations): a data-parallel rank passes the count of the whole minibatch, so the
+  // gradients summed over ranks equal the single-process gradient.
+  double normalizer = 0.0;
 };
 
 struct PolicyLoss {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "unstuck/data/data_config.h"
+#include "unstuck/dist/dist_config.h"
 #include "unstuck/log/logging.h"
 #include "unstuck/model/model_config.h"
 #include "unstuck/precision/optim_config.h"
@@ -49,6 +50,7 @@ struct RunConfig {
   rollout::SamplingConfig rollout;
   train::SftConfig sft;
   train::GrpoConfig grpo;
+  dist::DistConfig dist;
 
   template <class V>
   void visit(V& v) {
@@ -62,6 +64,7 @@ struct RunConfig {
     v("rollout", rollout, "sampling of completions (rollouts, evaluation, generate)");
     v("sft", sft, "supervised fine-tuning of the base policy");
     v("grpo", grpo, "GRPO reinforcement learning from verifiable rewards");
+    v("dist", dist, "multi-process training: collective backend and peer timeout (ranks come from RANK, WORLD_SIZE, ...)");
   }
 };
 

@@ -34,6 +34,10 @@ struct GenerateOptions {
   int32_t eos_id = -1;     // stop token (< 0: none)
   int32_t pad_id = 0;      // fills left padding; never attended
   bool use_cache = true;   // false: recompute the whole sequence every step (reference path)
+  // Optional (B, max_new_tokens) uniforms in [0, 1): token t of row b is drawn by inverse CDF with
+  // uniforms[b][t] instead of from the generator, so a row's sample does not depend on which other
+  // rows share its batch (data-parallel ranks draw the global batch's uniforms and take their rows).
+  torch::Tensor uniforms;
 };
 
 // Samples one completion per prompt. Prompts may differ in length (they are left padded).

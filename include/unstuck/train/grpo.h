@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "unstuck/config/run_config.h"
+#include "unstuck/dist/communicator.h"
 
 namespace unstuck::train {
 
@@ -19,8 +20,11 @@ struct GrpoResult {
 };
 
 // `resume`: empty for a fresh run; else a checkpoint directory (.../checkpoints/step_N) or a run
-// directory (its newest checkpoint) to continue from, bit-exactly on CPU.
-GrpoResult run_grpo(RunConfig config, const std::filesystem::path& resume = {});
+// directory (its newest checkpoint) to continue from, bit-exactly on CPU. `comm` (optional): the
+// data-parallel ranks of the run (docs/DISTRIBUTED.md); each rolls out its share of the prompts,
+// the optimizer state is sharded across them, and rank 0 writes metrics and checkpoints.
+GrpoResult run_grpo(RunConfig config, const std::filesystem::path& resume = {},
+                    dist::Communicator* comm = nullptr);
 
 // The checkpoint to resume from for `path` (a checkpoint directory, or a run directory's newest).
 // Throws UserError when there is none.

@@ -33,7 +33,8 @@ std::filesystem::path tokenizer_file(const RunConfig& config);
 
 // Loads the tokenizer, sets model.vocab_size from it when 0 (a different non-zero value is an
 // error), validates, prepares the run directory (config.yaml, <command>.log, run.json) and sets
-// libtorch's thread count from precision.threads.
-RunContext setup_run(RunConfig& config, const std::string& command);
+// libtorch's thread count from precision.threads. Ranks other than 0 of a multi-process run write
+// nothing: they log warnings and errors to stderr, prefixed with their rank.
+RunContext setup_run(RunConfig& config, const std::string& command, int rank = 0);
 
 }  // namespace unstuck::train

@@ -3,6 +3,11 @@
 // master once per optimizer step by the fused AdamW). The model's parameters view the compute
 // weights, or an FP32 copy of them when the forward pass computes in FP32 (precision.compute: fp32,
 // or FP16 weights on a CPU, which has no fast FP16 kernels).
+// With a communicator of world size W the optimizer state is sharded (ZeRO-1): each rank owns one
+// contiguous range of the flat buffers (master, AdamW moments), reduce-scatters the gradient onto
+// it, runs the fused AdamW with rounding there, and all-gathers the rounded compute weights, so
+// every rank holds the full compute weights. Stochastic rounding is keyed by the global element
+// index, so the result is bit-identical to the unsharded step.
 #pragma once
 
 #include <torch/types.h>
@@ -11,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "unstuck/dist/communicator.h"
 #include "unstuck/model/llama.h"
 #include "unstuck/precision/fused_adamw.h"
 #include "unstuck/precision/loss_scaler.h"
@@ -28,18 +34,31 @@ struct OptimizerStepStats {
   std::vector<uint64_t> changed_per_tensor;  // in layout order
 };
 
+// The full FP32 optimizer state (layout.total elements each), as checkpoints hold it.
+struct FullOptimizerState {
+  torch::Tensor master, exp_avg, exp_avg_sq;
+};
+
 class TrainableWeights {
  public:
-  // `master` (FP32, layout.total elements) becomes the master copy; compute weights are
-  // materialized from it (step 0). `rounding_seed` keys stochastic rounding.
+  // `master` (FP32, layout.total elements, the same on every rank) becomes the master copy; this
+  // rank keeps its shard. Compute weights are materialized from it (step 0). `rounding_seed` keys
+  // stochastic rounding. `comm` (optional, outlives this object): the ranks sharing the state;
+  // without one the state is not sharded.
   TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
-                   const precision::PrecisionConfig& precision, uint64_t rounding_seed);
+                   const precision::PrecisionConfig& precision, uint64_t rounding_seed,
+                   dist::Communicator* comm = nullptr);
 
   const model::LlamaModel& model() const { return *model_; }
   const model::ParamLayout& layout() const { return model_->layout(); }
+  // This rank's shard of the master and moments: global elements [shard_begin(), shard_begin() +
+  // master().numel()). At world size 1, the whole buffers.
   const torch::Tensor& master() const { return master_; }
   const torch::Tensor& exp_avg() const { return exp_avg_; }
   const torch::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  int64_t shard_begin() const { return shard_begin_; }
+  // The full master and moments on every rank (a collective: every rank must call it).
+  FullOptimizerState gather_state() const;
   const precision::LossScalerState& scaler_state() const { return scaler_->state(); }
   const torch::Tensor& compute() const { return compute_; }
   precision::RoundMode round_mode() const { return round_mode_; }
@@ -51,23 +70,39 @@ class TrainableWeights {
   // Moves the parameters' gradients into the flat FP32 gradient (adding to what is there) and
   // clears them; call after each backward.
   void accumulate_grads();
+  // Adds a flat FP32 gradient (layout.total elements) to the accumulated one (custom losses, tests).
+  void add_flat_grad(const torch::Tensor& grad);
   // One AdamW step on the accumulated gradient (then zeroed) with global-norm clipping, writing
   // the new master and the rounded compute weights. Throws UserError naming the tensor when a
   // gradient is NaN/Inf outside the FP16 modes (those skip the step instead).
   OptimizerStepStats optimizer_step(const precision::OptimConfig& optim, double lr);
 
-  // Restores a checkpointed state and regenerates the compute weights from the master: with the
+  // Restores a checkpointed state (full buffers; this rank takes its shard) and regenerates the compute weights from the master: with the
   // rounding keyed by (seed, optimizer step) they come out bit-identical to the saved run's.
   void restore(const torch::Tensor& master, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
                int64_t optimizer_steps, const precision::LossScalerState& scaler);
 
  private:
   void refresh_forward_weights();
+  // Global L2 norm of the reduced gradient, summed in a fixed order whatever the world size.
+  double reduced_grad_norm() const;
+  bool any_nonfinite_grad() const;
+  void throw_nonfinite_grad() const;
+  std::vector<precision::Segment> shard_segments(std::vector<std::size_t>* tensor_index) const;
 
   precision::PrecisionConfig precision_;
   precision::RoundMode round_mode_;
   uint64_t rounding_seed_;
-  torch::Tensor master_, grad_, exp_avg_, exp_avg_sq_, compute_, forward_;
+  dist::Communicator* comm_;
+  int64_t total_ = 0;        // elements of the model
+  int64_t shard_size_ = 0;   // elements per rank in the collectives (a multiple of the norm block)
+  int64_t shard_begin_ = 0;  // global index of this rank's first element
+  int64_t owned_ = 0;        // model elements in this rank's shard (less than shard_size_ at the end)
+  torch::Tensor grad_;         // (W * shard_size) accumulated gradient of the whole model
+  torch::Tensor grad_shard_;   // (shard_size) the reduced gradient of this rank's shard
+  torch::Tensor master_, exp_avg_, exp_avg_sq_;  // (owned) this rank's shard
+  torch::Tensor compute_all_;  // (W * shard_size) compute weights, padded; compute_ views the model's part
+  torch::Tensor compute_, forward_;
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<precision::LossScaler> scaler_;
   int64_t adam_step_ = 0;

@@ -1,0 +1,57 @@
+// TCP store rendezvous and the roll call after a failed collective.
+#include "dist/rendezvous.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "unstuck/dist/communicator.h"
+
+namespace unstuck::dist {
+
+c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, double timeout_s) {
+  c10d::TCPStoreOptions o;
+  o.port = uint16_t(env.master_port);
+  o.isServer = env.rank == 0;
+  o.numWorkers = std::size_t(env.world_size);
+  o.waitWorkers = true;
+  o.timeout = std::chrono::milliseconds(int64_t(timeout_s * 1000));
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  } catch (const std::exception& e) {
+    throw PeerFailure("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+                      ": rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
+                      " failed within dist.timeout_s = " + std::to_string(timeout_s) +
+                      " s (are all ranks started, is MASTER_ADDR/MASTER_PORT right?): " + e.what());
+  }
+}
+
+std::string roll_call(c10d::Store& store, const LaunchEnv& env, const std::string& what,
+                      const std::string& error, double wait_s) {
+  const std::string prefix = "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + ": ";
+  const std::string cause = " (" + what + " failed: " + error + ")";
+  const auto key = [](int r) { return "unstuck/alive_after_failure/" + std::to_string(r); };
+  std::vector<int> missing;
+  try {
+    store.set(key(env.rank), std::vector<uint8_t>{1});
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(wait_s * 1000));
+    do {
+      missing.clear();
+      for (int r = 0; r < env.world_size; ++r)
+        if (r != env.rank && !store.check({key(r)})) missing.push_back(r);
+      if (missing.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } while (std::chrono::steady_clock::now() < deadline);
+  } catch (const std::exception&) {
+    return prefix + "rank 0 (the rendezvous store host at " + env.master_addr + ":" +
+           std::to_string(env.master_port) + ") is gone" + cause;
+  }
+  if (missing.empty()) return prefix + "a collective failed although every rank answered" + cause;
+  std::string names;
+  for (int r : missing) names += (names.empty() ? "" : ", ") + std::to_string(r);
+  return prefix + (missing.size() == 1 ? "rank " : "ranks ") + names +
+         " died or stopped answering" + cause;
+}
+
+}  // namespace unstuck::dist
