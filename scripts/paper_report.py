@@ -96,10 +96,10 @@ def smooth(x, w):
     return out
 
 
-def first_crossing(curve, level):
-    """1-based index of the first element >= level, or None."""
-    idx = np.nonzero(curve >= level)[0]
-    return int(idx[0]) + 1 if len(idx) else None
+def first_crossing(curve, level, skip=0):
+    """1-based index of the first element >= level after the first `skip` elements, or None."""
+    idx = np.nonzero(curve[skip:] >= level)[0]
+    return int(idx[0]) + 1 + skip if len(idx) else None
 
 
 def mean_sd(values):
@@ -140,7 +140,7 @@ def t_stat(diffs):
 
 def kl_at_accuracy(run, level, w):
     """Smoothed KL of a run at the first step its smoothed training accuracy reaches `level`."""
-    step = first_crossing(smooth(run.accuracy, w), level)
+    step = first_crossing(smooth(run.accuracy, w), level, skip=w - 1)
     return None if step is None else float(smooth(run.kl, w)[step - 1])
 
 
@@ -190,31 +190,26 @@ def report(a):
     w = max(3, steps // 10)  # smoothing window and "final" window, in steps
 
     # ---- summary numbers per arm
-    acc0 = float(np.mean([r.accuracy[:w].mean() for rs in runs.values() for r in rs]))
-    ref_final_acc = float(np.mean([r.accuracy[-w:].mean() for r in runs[ref]]))
-    target = acc0 + 0.5 * (ref_final_acc - acc0)
-    arm_final_acc = {arm: float(np.mean([smooth(r.accuracy, w)[-1] for r in rs])) for arm, rs in runs.items()}
-    matched = min(arm_final_acc.values())
-
-    def mean_curve(rs, attr, smoothed=True):
-        return np.mean([smooth(getattr(r, attr), w) if smoothed else getattr(r, attr) for r in rs], axis=0)
+    # Accuracy levels per seed (a seed's arms see the same prompts, so they share a starting level):
+    # the target is halfway from the start to FP16's final level; the matched level is the lowest
+    # final smoothed accuracy among the arms, so every arm of the seed reaches it.
+    seeds = [r.seed for r in runs[ref]]
+    start = {s: float(np.mean([r.accuracy[:w].mean() for rs in runs.values() for r in rs if r.seed == s]))
+             for s in seeds}
+    target = {r.seed: start[r.seed] + 0.5 * (r.accuracy[-w:].mean() - start[r.seed]) for r in runs[ref]}
+    matched = {s: min(smooth(r.accuracy, w)[-1] for rs in runs.values() for r in rs if r.seed == s) for s in seeds}
 
     rows = {}
     for arm, rs in runs.items():
-        acc_curve, kl_curve = mean_curve(rs, "accuracy"), mean_curve(rs, "kl")
-        at_target = first_crossing(acc_curve, target)
-        at_matched = first_crossing(acc_curve, matched)
         rows[arm] = {
             "lr": rs[0].lr,
             "mode": rs[0].mode,
             "final_eval": [r.eval_acc[-1] for r in rs],
             "reward_auc": [r.reward.mean() for r in rs],
             "final_reward": [r.reward[-w:].mean() for r in rs],
-            "steps_to_target": [first_crossing(smooth(r.accuracy, w), target) for r in rs],
-            "steps_to_target_mean_curve": at_target,
+            "steps_to_target": [first_crossing(smooth(r.accuracy, w), target[r.seed], skip=w - 1) for r in rs],
             "kl_end": [r.kl[-w:].mean() for r in rs],
-            "kl_at_matched": float(kl_curve[at_matched - 1]) if at_matched else None,
-            "matched_step": at_matched,
+            "kl_at_matched": [kl_at_accuracy(r, matched[r.seed], w) for r in rs],
             "sticking": [r.sticking.mean() for r in rs],
             "changed_end": [r.changed[-1] for r in rs],
             "seconds": [r.seconds for r in rs],
@@ -222,7 +217,7 @@ def report(a):
 
     os.makedirs(a.plots, exist_ok=True)
     plots = make_plots(runs, w, a.plots)
-    write_markdown(a, sweep, runs, rows, ref, w, acc0, target, matched, base_eval, plots)
+    write_markdown(a, sweep, runs, rows, ref, w, start, target, matched, base_eval, plots)
 
 
 def make_plots(runs, w, folder):
@@ -310,7 +305,7 @@ def verdicts(runs, rows, ref, matched, tolerances):
     w = max(3, len(runs[ref][0].step) // 10)
     auc = lambda r: r.reward.mean()
     kl_end = lambda r: r.kl[-w:].mean()
-    kl_matched = lambda r: kl_at_accuracy(r, matched, w)
+    kl_matched = lambda r: kl_at_accuracy(r, matched[r.seed], w)
     speed_word = {"lower": "slower than", "same": "the same speed as", "higher": "faster than"}
 
     d1 = paired(runs["bf16"], runs["fp16"], auc)
@@ -352,8 +347,8 @@ def verdicts(runs, rows, ref, matched, tolerances):
             v = f"**not reproduced**: {speed_word[cs]} FP16, but not a {kl_word}"
         out.append(f"{n}. *{claim}*: {v}. Speed, paired difference of the mean training reward ({arm_label} "
                    f"minus FP16 @ x): {describe_diffs(ds)}. KL at the end, paired difference ({arm_label} "
-                   f"minus {ref_label}): {describe_diffs(dk, sci=True)}. KL at matched training accuracy "
-                   f"{matched:.3f}, paired difference: "
+                   f"minus {ref_label}): {describe_diffs(dk, sci=True)}. KL at matched training accuracy, "
+                   f"paired difference: "
                    f"{describe_diffs(dm, sci=True) if dm else 'n/a (level not reached)'}.")
 
     kl_claim(2, "BF16 at a higher LR (k*x) matches FP16's speed but ends with a higher KL", "bf16_lr_k",
@@ -378,7 +373,7 @@ def source_version():
         return "unknown"
 
 
-def write_markdown(a, sweep, runs, rows, ref, w, acc0, target, matched, base_eval, plots):
+def write_markdown(a, sweep, runs, rows, ref, w, start, target, matched, base_eval, plots):
     n_seeds = len(next(iter(runs.values())))
     steps = len(next(iter(runs.values()))[0].step)
     lines = []
@@ -407,21 +402,24 @@ def write_markdown(a, sweep, runs, rows, ref, w, acc0, target, matched, base_eva
         if 0 < len(reached) < n_seeds:
             stt += f" ({len(reached)}/{n_seeds} seeds)"
         add(f"| {ARM_LABELS.get(arm, arm)} | {r['mode']} | {r['lr']:.1e} | {fmt_ms(r['final_eval'])} | {stt} | "
-            f"{fmt_ms(r['reward_auc'])} | {fmt_ms(r['kl_end'], sci=True)} | {fmt(r['kl_at_matched'], sci=True)} | "
+            f"{fmt_ms(r['reward_auc'])} | {fmt_ms(r['kl_end'], sci=True)} | {fmt_ms(r['kl_at_matched'], sci=True)} | "
             f"{fmt_ms(r['sticking'])} | {fmt_ms(r['changed_end'])} | {np.mean(r['seconds']) / steps:.2f} | "
             f"{n_seeds} |")
     add("")
     add("Definitions (mean ± sample standard deviation over seeds):")
     add(f"* *final eval acc*: greedy accuracy on {sweep['eval_samples']} test records after the last step.")
-    add(f"* *steps to target*: first step at which the run's training accuracy ({w}-step moving average "
-        f"of the fraction of correct rollouts) reaches the target {target:.3f}, halfway between the start "
-        f"({acc0:.3f}, all runs' first {w} steps) and FP16's final level.")
+    levels = ", ".join(f"s{s}: {start[s]:.3f} / {target[s]:.3f} / {matched[s]:.3f}" for s in sorted(start))
+    add(f"* *steps to target*: first step (from step {w} on) at which the run's training accuracy ({w}-step "
+        "moving average "
+        f"of the fraction of correct rollouts) reaches its seed's target, halfway between the seed's start "
+        f"(all arms' first {w} steps: they see the same prompts) and FP16's final level (its last {w} steps).")
     add("* *mean train reward*: training reward averaged over all steps (area under the reward curve, "
         "the speed measure of the verdicts).")
     add(f"* *KL at end*: per-token KL(policy || reference) over the sampled completions, exact over the "
-        f"vocabulary, averaged over the last {w} steps. *KL at matched acc*: KL of the seed-mean curve at "
-        f"the first step where the arm's seed-mean smoothed training accuracy reaches {matched:.3f}, the "
-        f"lowest final level among the arms (so every arm reaches it).")
+        f"vocabulary, averaged over the last {w} steps. *KL at matched acc*: the run's KL ({w}-step moving "
+        "average) at the first step where its smoothed training accuracy reaches its seed's matched level, "
+        "the lowest final smoothed accuracy among the seed's arms (so every arm reaches it).")
+    add(f"* Accuracy levels per seed, start / target / matched: {levels}.")
     add("* *mean sticking*: fraction of compute-weight elements whose bits an optimizer step left "
         "unchanged, averaged over steps; *changed at end*: fraction differing from the start.")
     add("* *s/step*: wall seconds per GRPO step (rollout, reward, update; evaluation excluded).")
@@ -450,8 +448,8 @@ def write_markdown(a, sweep, runs, rows, ref, w, acc0, target, matched, base_eva
     fp16_kl = float(np.mean([r.kl[-w:].mean() for r in runs[ref]]))
     tolerances = (0.1 * abs(fp16_gain), 0.1 * abs(fp16_kl))
     add("Rules: two arms differ when the per-seed paired differences are clearly on one side of zero "
-        "(|t| > 2) *and* by more than a tolerance: for speed, 10% of FP16's gain in mean training reward "
-        f"over its first {w} steps ({tolerances[0]:.4f}); for KL, 10% of FP16's KL at the end "
+        "(|t| > 2) *and* by more than a tolerance: for speed, 10% of FP16's gain (its mean training reward "
+        f"over the run minus its mean over the first {w} steps; tolerance {tolerances[0]:.4f}); for KL, 10% of FP16's KL at the end "
         f"({tolerances[1]:.2e}). Otherwise they count as the same; a difference that is clear but below the "
         "tolerance is named as such. *Speed* is the mean training reward over the run; the KL is judged at "
         "the end and at matched training accuracy (the KL a run pays for the same progress).")
