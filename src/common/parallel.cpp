@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -15,7 +16,10 @@ namespace unstuck {
 int resolve_threads(int requested) {
   if (requested > 0) return requested;
   const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  // Ranks started on this machine by `unstuck launch` or torchrun share its cores evenly.
+  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
+  const int ranks = local_world ? std::max(1, std::atoi(local_world)) : 1;
+  return std::max(1, (hw == 0 ? 1 : static_cast<int>(hw)) / ranks);
 }
 
 void parallel_chunks(std::size_t n, int chunks, std::size_t align,

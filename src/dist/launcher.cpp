@@ -60,6 +60,10 @@ pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("launch: fork failed: ") + std::strerror(errno));
   if (pid == 0) {
+    // Own process group: a Ctrl-C at the terminal (or `timeout`, which signals its whole group)
+    // reaches only the launcher, which forwards it once; a second SIGINT could arrive after the
+    // rank has restored the default handler and kill it.
+    ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
     if (::getppid() != parent) ::_exit(127);
     ::execve(a[0], a.data(), e.data());

@@ -1,5 +1,6 @@
 // Data-parallel GRPO on a tiny task: `unstuck launch --nproc 2 -- train` agrees with one process
-// on the same global batch and seed; a checkpoint of two ranks resumes in one; Ctrl-C through the
+// on the same global batch and seed; a checkpoint of two ranks resumes bit-exactly in two and
+// within tolerance in one; Ctrl-C through the
 // launcher checkpoints every rank and exits 0; a rank killed mid-run makes the survivor exit
 // non-zero within a bounded time naming the dead rank, leaving the last checkpoint intact.
 #include <gtest/gtest.h>
@@ -133,6 +134,21 @@ TEST_F(GrpoDistTest, WorldSizeTwoAgreesWithWorldSizeOne) {
   EXPECT_LT(diff, 1e-6);
   EXPECT_GT((s1.master - load_checkpoint(dir_ / "runs" / "ws1" / "checkpoints" / "step_00000002").master)
                 .abs().max().item<double>(), 1e-5);  // the steps moved the weights far more than that
+
+  // Resumed at the same world size from step 2, the run continues bit-exactly.
+  fs::copy(dir_ / "runs" / "ws2", dir_ / "runs" / "ws2_resumed", fs::copy_options::recursive);
+  fs::remove_all(dir_ / "runs" / "ws2_resumed" / "checkpoints" / "step_00000004");
+  const std::string resume_cmd = std::string(UNSTUCK_BINARY) + " launch --nproc 2 -- train --resume " +
+                                 (dir_ / "runs" / "ws2_resumed").string() + " run.name=ws2_resumed > " +
+                                 (dir_ / "ws2_resumed.out").string() + " 2>&1";
+  ASSERT_EQ(std::system(resume_cmd.c_str()), 0) << read_text(dir_ / "ws2_resumed.out");
+  const auto m2r = read_metrics(dir_ / "runs" / "ws2_resumed");
+  ASSERT_EQ(m2r.size(), 4u);
+  for (std::size_t i = 0; i < m2r.size(); ++i)
+    for (const char* key : {"reward_mean", "grad_norm", "kl_ref_k3", "entropy", "sticking_frac", "update_ratio"})
+      EXPECT_EQ(m2r[i][key], m2[i][key]) << "resumed, step " << i + 1 << " " << key;
+  EXPECT_TRUE(torch::equal(
+      load_checkpoint(latest_checkpoint(dir_ / "runs" / "ws2_resumed" / "checkpoints")).master, s2.master));
 
   // The checkpoint holds the full, unsharded state: the world-size-2 checkpoint of step 2 resumes
   // in one process and continues like the world-size-1 run.

@@ -6,6 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "unstuck/common/error.h"
 #include "unstuck/rollout/sampler.h"
@@ -140,6 +141,53 @@ TEST(Sampler, RejectsBadOptions) {
   o = {};
   o.sampling.max_new_tokens = 100;  // beyond max_seq_len
   EXPECT_THROW(generate(m, kPrompts, o, gen(1)), UserError);
+}
+
+}  // namespace
+}  // namespace unstuck::rollout
+
+namespace unstuck::rollout {
+namespace {
+
+// Inverse-CDF sampling from given uniforms (what data-parallel GRPO uses): the token frequencies
+// over 6000 rows of one prompt match the softmax of the first-step logits (each within 5 standard
+// errors), filtered tokens (top-k) are never drawn, and a row's tokens do not depend on which other
+// rows share its batch.
+TEST(Sampler, UniformsDrawTokensByInverseCdf) {
+  LlamaModel m = make_model();
+  const int64_t B = 6000, V = m.config().vocab_size;
+  const std::vector<std::vector<int32_t>> prompts(std::size_t(B), kPrompts[0]);
+  GenerateOptions o;
+  o.sampling.max_new_tokens = 1;
+  o.uniforms = torch::rand({B, 1}, gen(5));
+  const auto outs = generate(m, prompts, o, gen(0));
+  torch::Tensor p;
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor tokens = torch::tensor(std::vector<int64_t>(kPrompts[0].begin(), kPrompts[0].end())).unsqueeze(0);
+    p = torch::softmax(m.forward(tokens).select(1, int64_t(kPrompts[0].size()) - 1).squeeze(0), -1);
+  }
+  std::vector<double> count(std::size_t(V), 0.0);
+  for (const auto& c : outs) count[std::size_t(c.tokens[0])] += 1;
+  for (int64_t v = 0; v < V; ++v) {
+    const double pv = p[v].item<double>(), se = std::sqrt(pv * (1 - pv) / double(B));
+    EXPECT_NEAR(count[std::size_t(v)] / double(B), pv, 5 * se + 1e-9) << "token " << v;
+  }
+  o.sampling.top_k = 2;
+  const auto top = std::get<1>(p.topk(2));
+  for (const auto& c : generate(m, prompts, o, gen(0)))
+    EXPECT_TRUE(c.tokens[0] == top[0].item<int64_t>() || c.tokens[0] == top[1].item<int64_t>());
+
+  // Rows 0..2 alone vs inside a batch with other prompts before them: same tokens.
+  GenerateOptions o2;
+  o2.sampling.max_new_tokens = 8;
+  o2.uniforms = torch::rand({3, 8}, gen(9));
+  const auto alone = generate(m, kPrompts, o2, gen(0));
+  std::vector<std::vector<int32_t>> more = {{20, 21}, {22}};
+  more.insert(more.end(), kPrompts.begin(), kPrompts.end());
+  o2.uniforms = torch::cat({torch::rand({2, 8}, gen(10)), o2.uniforms});
+  const auto batched = generate(m, more, o2, gen(1));
+  for (std::size_t b = 0; b < kPrompts.size(); ++b) EXPECT_EQ(alone[b].tokens, batched[b + 2].tokens) << b;
 }
 
 }  // namespace

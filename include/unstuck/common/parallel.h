@@ -7,7 +7,8 @@
 
 namespace unstuck {
 
-// Threads to use when a caller asks for `requested` (0 = all hardware threads).
+// Threads to use when a caller asks for `requested` (0 = all hardware threads, shared evenly among
+// the LOCAL_WORLD_SIZE ranks that `unstuck launch` or torchrun start on this machine).
 int resolve_threads(int requested);
 
 // Calls fn(begin, end, chunk) for `chunks` contiguous, near-equal chunks of [0, n), each chunk on its
