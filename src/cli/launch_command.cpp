@@ -30,7 +30,7 @@ void add_launch_command(CLI::App& app) {
   auto rest = std::make_shared<std::vector<std::string>>();
   cmd->add_option("command", *rest, "after --: the unstuck command every rank runs, e.g. -- train --config C")
       ->required();
-  cmd->footer("Example: unstuck launch --nproc 2 -- train --config configs/grpo/countdown_bf16_sr.yaml");
+  cmd->footer("Example: unstuck launch --nproc 2 -- train --config configs/grpo/countdown.yaml");
   cmd->callback([o, rest] {
     if (rest->front() == "launch") throw UserError("launch: the command cannot be `launch` itself");
     o->command = {std::filesystem::read_symlink("/proc/self/exe").string()};
