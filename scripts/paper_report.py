@@ -322,7 +322,7 @@ def verdicts(runs, rows, ref, matched, tolerances):
         v1 = "**not reproduced**: BF16-RN is not slower"
     out.append(f"1. *BF16 round-to-nearest learns more slowly than FP16 at the same LR*: {v1}. Paired "
                f"difference of the mean training reward over the run (BF16-RN @ x minus FP16 @ x): "
-               f"{describe_diffs(d1)}. Final greedy eval accuracy: BF16-RN {fmt_ms(rows['bf16']['final_eval'])} "
+               f"{describe_diffs(d1, 4)}. Final greedy eval accuracy: BF16-RN {fmt_ms(rows['bf16']['final_eval'])} "
                f"vs FP16 {fmt_ms(rows['fp16']['final_eval'])}; compute weights changed since the start at "
                f"the end: BF16-RN {fmt_ms(rows['bf16']['changed_end'], 3)} vs FP16 "
                f"{fmt_ms(rows['fp16']['changed_end'], 3)}; mean per-step sticking BF16-RN "
@@ -346,7 +346,7 @@ def verdicts(runs, rows, ref, matched, tolerances):
         else:
             v = f"**not reproduced**: {speed_word[cs]} FP16, but not a {kl_word}"
         out.append(f"{n}. *{claim}*: {v}. Speed, paired difference of the mean training reward ({arm_label} "
-                   f"minus FP16 @ x): {describe_diffs(ds)}. KL at the end, paired difference ({arm_label} "
+                   f"minus FP16 @ x): {describe_diffs(ds, 4)}. KL at the end, paired difference ({arm_label} "
                    f"minus {ref_label}): {describe_diffs(dk, sci=True)}. KL at matched training accuracy, "
                    f"paired difference: "
                    f"{describe_diffs(dm, sci=True) if dm else 'n/a (level not reached)'}.")
@@ -434,7 +434,7 @@ def write_markdown(a, sweep, runs, rows, ref, w, start, target, matched, base_ev
         d_auc = paired(rs, runs[ref], lambda r: r.reward.mean())
         d_eval = paired(rs, runs[ref], lambda r: r.eval_acc[-1])
         d_kl = paired(rs, runs[ref], lambda r: r.kl[-w:].mean())
-        add(f"| {ARM_LABELS.get(arm, arm)} | {describe_diffs(d_auc)} | {describe_diffs(d_eval)} | "
+        add(f"| {ARM_LABELS.get(arm, arm)} | {describe_diffs(d_auc, 4)} | {describe_diffs(d_eval)} | "
             f"{describe_diffs(d_kl, sci=True)} |")
     add("")
     t_crit = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36}.get(n_seeds, 2.0)
