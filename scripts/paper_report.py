@@ -277,6 +277,25 @@ def make_plots(runs, w, folder):
     fig.savefig(os.path.join(folder, "kl_vs_reward.png"), dpi=110)
     plt.close(fig)
     written.insert(3, "kl_vs_reward.png")
+    # The paired view: each arm's running mean of (its reward - FP16's reward) per step, same seed.
+    if REFERENCE_ARM in runs:
+        ref_by_seed = {r.seed: r for r in runs[REFERENCE_ARM]}
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for arm, rs in runs.items():
+            if arm == REFERENCE_ARM:
+                continue
+            curves = [np.cumsum(r.reward - ref_by_seed[r.seed].reward) / r.step for r in rs if r.seed in ref_by_seed]
+            band(ax, rs[0].step, curves, arm)
+        ax.axhline(0, color="tab:blue", lw=1, ls="--", label=ARM_LABELS[REFERENCE_ARM])
+        ax.set_xlabel("GRPO step")
+        ax.set_ylabel("running mean of reward minus FP16's (same seed)")
+        ax.set_title(f"paired difference to FP16 @ x ({band_note})", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(folder, "paired_reward_vs_fp16.png"), dpi=110)
+        plt.close(fig)
+        written.insert(1, "paired_reward_vs_fp16.png")
     return written
 
 
