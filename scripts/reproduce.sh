@@ -101,16 +101,18 @@ if [[ -z $BASE ]]; then
   if [[ $PRESET == smoke ]]; then
     BASE=$OUT/sft-smoke/model
     SFT_ARGS=(precision.threads=1 run.output_dir="$OUT" run.name=sft-smoke sft.steps=30 sft.eval_every=0 sft.eval_samples=16 sft.log_every=10)
+    SFT_NOTE="a 30-step base for the smoke test"
   else
     BASE=runs/sft-countdown/model
     SFT_ARGS=(precision.threads=1)
+    SFT_NOTE="about 5 minutes on one core"
   fi
   if [[ -f $BASE/sft_result.json ]]; then
     say "reusing the base policy $BASE (delete it to retrain)"
     TIMING_BASE="the base policy reused"
   else
     TIMING_BASE="including the SFT of the base policy"
-    say "training the base policy by SFT (configs/sft/countdown.yaml, about 3 minutes on 2 cores)"
+    say "training the base policy by SFT (configs/sft/countdown.yaml; $SFT_NOTE)"
     "$UNSTUCK" sft --config configs/sft/countdown.yaml "${SFT_ARGS[@]}"
   fi
 fi
@@ -209,6 +211,11 @@ while :; do
       wait || true
       tail -n 15 "$dir.console.log" >&2
       die "run ${r%%:*} seed ${r##*:} failed (exit $rc); log: $dir.console.log"
+    fi
+    if ! is_done "$r" && ((STOPPING == 0)); then  # stopped by a signal of its own: stop the sweep too
+      for p in "${!PIDS[@]}"; do kill -TERM "$p" 2> /dev/null || true; done
+      STOPPING=1
+      say "run ${r%%:*} seed ${r##*:} stopped before its last step (log: $dir.console.log)"
     fi
     if is_done "$r"; then
       DONE=$((DONE + 1))

@@ -16,7 +16,7 @@ done
 for arm in "FP32 (control)" "FP16 @ x" "BF16-RN @ x" "BF16-RN @ k\*x" "BF16-SR @ x" "FP16-SR @ x"; do
   grep -q "^| $arm |" "$OUT/RESULTS.md" || fail "no table row for $arm"
 done
-[[ $(ls "$OUT"/plots/*.png | wc -l) == 6 ]] || fail "expected 6 plots in $OUT/plots"
+[[ $(ls "$OUT"/plots/*.png | wc -l) == 7 ]] || fail "expected 7 plots in $OUT/plots"
 UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build --out "$OUT" | tee "$OUT.log2"
 grep -q "6 of 6 runs already finished" "$OUT.log2" || fail "the rerun did not reuse the finished runs"
 if UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build --out "$OUT" --steps 5 2> "$OUT.err"; then

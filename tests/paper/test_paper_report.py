@@ -83,7 +83,8 @@ def main():
         check(r.returncode == 0, f"report on a complete sweep exits 0 ({r.stderr.strip()})")
         for arm in ("FP32 (control)", "FP16 @ x", "BF16-RN @ x", "BF16-RN @ k*x", "BF16-SR @ x", "FP16-SR @ x"):
             check(f"| {arm} |" in text, f"table row for {arm}")
-        for png in ("reward_vs_step", "eval_vs_step", "kl_vs_step", "kl_vs_reward", "sticking_vs_step"):
+        for png in ("reward_vs_step", "paired_reward_vs_fp16", "eval_vs_step", "kl_vs_step", "kl_vs_reward",
+                    "sticking_vs_step", "changed_vs_step"):
             check(os.path.getsize(os.path.join(d, "plots", png + ".png")) > 1000, f"plot {png}.png written")
         check("**reproduced**" in verdict(text, 1), "claim 1 reproduced when BF16-RN is built slower")
         check("**reproduced**" in verdict(text, 2), "claim 2 reproduced when BF16 @ k*x pays twice the KL")
