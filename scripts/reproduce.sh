@@ -20,7 +20,7 @@ set -euo pipefail
 {
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-COMMAND_LINE="scripts/reproduce.sh $*"
+COMMAND_LINE="scripts/reproduce.sh${*:+ $(printf '%q ' "$@" | sed 's/ $//')}"
 
 PRESET=quick
 OUT="" RESULTS="" PLOTS="" SEEDS="" STEPS="" ARMS="" JOBS="" BASE="" BUILD=1
@@ -107,22 +107,14 @@ if [[ -z $BASE ]]; then
     SFT_ARGS=(precision.threads=1)
     SFT_NOTE="about 5 minutes on one core"
   fi
-  if [[ -f $BASE/sft_result.json ]]; then
-    say "reusing the base policy $BASE (delete it to retrain)"
-    TIMING_BASE="the base policy reused"
-  else
-    TIMING_BASE="including the SFT of the base policy"
-    say "training the base policy by SFT (configs/sft/countdown.yaml; $SFT_NOTE)"
-    "$UNSTUCK" sft --config configs/sft/countdown.yaml "${SFT_ARGS[@]}"
-  fi
 fi
-[[ -f $BASE/model.safetensors ]] || die "base policy '$BASE' has no model.safetensors"
 
 # ---- the sweep description; a rerun must describe the same sweep to resume it
-cat > "$OUT/sweep.json.new" <<EOF
-{"preset": "$PRESET", "steps": $STEPS, "seeds": $SEEDS, "arms": "$ARMS", "base": "$BASE",
- "eval_every": $EVAL_EVERY, "eval_samples": $EVAL_SAMPLES, "command": "$COMMAND_LINE"}
-EOF
+$PY -c 'import json, sys; k = ["preset", "steps", "seeds", "arms", "base", "eval_every", "eval_samples", "command"]
+d = dict(zip(k, sys.argv[2:]))
+for n in ("steps", "seeds", "eval_every", "eval_samples"): d[n] = int(d[n])
+json.dump(d, open(sys.argv[1], "w"), indent=1)' "$OUT/sweep.json.new" "$PRESET" "$STEPS" "$SEEDS" "$ARMS" "$BASE" \
+  "$EVAL_EVERY" "$EVAL_SAMPLES" "$COMMAND_LINE"
 if [[ -f $OUT/sweep.json ]]; then
   if ! $PY - "$OUT/sweep.json" "$OUT/sweep.json.new" <<'EOF'
 import json, sys
@@ -139,6 +131,16 @@ EOF
   fi
 fi
 mv "$OUT/sweep.json.new" "$OUT/sweep.json"
+
+if [[ ${SFT_ARGS+set} && ! -f $BASE/sft_result.json ]]; then
+  TIMING_BASE="including the SFT of the base policy"
+  say "training the base policy by SFT (configs/sft/countdown.yaml; $SFT_NOTE)"
+  "$UNSTUCK" sft --config configs/sft/countdown.yaml "${SFT_ARGS[@]}"
+elif [[ ${SFT_ARGS+set} ]]; then
+  say "reusing the base policy $BASE (delete it to retrain)"
+  TIMING_BASE="the base policy reused"
+fi
+[[ -f $BASE/model.safetensors ]] || die "base policy '$BASE' has no model.safetensors"
 
 if [[ ! -f $OUT/base_eval.json ]]; then
   say "evaluating the base policy (greedy, BF16 weights, $EVAL_SAMPLES test records)"
