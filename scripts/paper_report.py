@@ -206,7 +206,6 @@ def report(a):
             "mode": rs[0].mode,
             "final_eval": [r.eval_acc[-1] for r in rs],
             "reward_auc": [r.reward.mean() for r in rs],
-            "final_reward": [r.reward[-w:].mean() for r in rs],
             "steps_to_target": [first_crossing(smooth(r.accuracy, w), target[r.seed], skip=w - 1) for r in rs],
             "kl_end": [r.kl[-w:].mean() for r in rs],
             "kl_at_matched": [kl_at_accuracy(r, matched[r.seed], w) for r in rs],
