@@ -12,6 +12,7 @@
 #include "unstuck/common/cuda_info.h"
 #include "unstuck/config/config.h"
 #include "unstuck/train/trainable_weights.h"
+#include "common/model_shape.h"
 
 namespace unstuck::dist {
 namespace {
@@ -23,17 +24,7 @@ const precision::PrecisionMode kModes[] = {precision::PrecisionMode::fp32, preci
                                            precision::PrecisionMode::fp16_sr};
 
 // ~82K parameters: several norm blocks, and the last rank's shard is padded.
-model::ModelConfig model_config() {
-  model::ModelConfig m;
-  m.vocab_size = 64;
-  m.dim = 64;
-  m.n_layers = 2;
-  m.n_heads = 2;
-  m.n_kv_heads = 1;
-  m.ffn_dim = 128;
-  m.max_seq_len = 16;
-  return m;
-}
+model::ModelConfig model_config() { return unstuck::testing::model_shape(64, 64, 2, 2, 1, 128, 16); }
 
 struct Result {
   torch::Tensor master, exp_avg, exp_avg_sq, compute_bits, grad_norms, changed;

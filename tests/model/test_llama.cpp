@@ -6,20 +6,13 @@
 
 #include "unstuck/common/error.h"
 #include "unstuck/model/llama.h"
+#include "common/model_shape.h"
 
 namespace unstuck::model {
 namespace {
 
 ModelConfig small_config() {
-  ModelConfig c;
-  c.vocab_size = 50;
-  c.dim = 64;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;  // grouped-query attention on
-  c.ffn_dim = 96;
-  c.max_seq_len = 64;
-  return c;
+  return testing::model_shape(50, 64, 2, 4, 2, 96, 64);  // 2 KV heads for 4: grouped-query attention on
 }
 
 torch::Tensor fresh_weights(const ModelConfig& c, torch::ScalarType dtype, uint64_t seed = 1) {

@@ -12,6 +12,7 @@
 #include "unstuck/io/json_file.h"
 #include "unstuck/model/llama.h"
 #include "unstuck/model/model_io.h"
+#include "common/model_shape.h"
 
 namespace unstuck::model {
 namespace {
@@ -25,17 +26,7 @@ fs::path temp_dir(const std::string& name) {
   return dir;
 }
 
-ModelConfig model_shape(int64_t vocab, int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads,
-                        int64_t ffn) {
-  ModelConfig c;
-  c.vocab_size = vocab;
-  c.dim = dim;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = kv_heads;
-  c.ffn_dim = ffn;
-  return c;
-}
+using testing::model_shape;
 
 torch::Tensor random_weights(const ModelConfig& c, uint64_t seed) {
   const ParamLayout layout = llama_layout(c);

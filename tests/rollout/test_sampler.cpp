@@ -10,6 +10,7 @@
 
 #include "unstuck/common/error.h"
 #include "unstuck/rollout/sampler.h"
+#include "common/model_shape.h"
 
 namespace unstuck::rollout {
 namespace {
@@ -17,14 +18,7 @@ namespace {
 using model::LlamaModel;
 
 model::ModelConfig config() {
-  model::ModelConfig c;
-  c.vocab_size = 40;
-  c.dim = 48;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 4;
-  c.ffn_dim = 64;
-  c.max_seq_len = 48;
+  model::ModelConfig c = testing::model_shape(40, 48, 2, 4, 4, 64, 48);
   c.init_std = 0.2;  // peaked distributions, so greedy choices are well separated
   return c;
 }

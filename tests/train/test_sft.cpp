@@ -18,6 +18,7 @@
 #include "unstuck/train/sft.h"
 #include "unstuck/train/lr_schedule.h"
 #include "unstuck/train/trainable_weights.h"
+#include "common/model_shape.h"
 #include "train/tiny_task.h"
 
 namespace unstuck::train {
@@ -88,17 +89,7 @@ TEST(Sft, VocabularyMismatchIsNamed) {
 }
 
 // A one-layer model over a 16-token vocabulary for optimizer-level tests.
-model::ModelConfig one_layer_model() {
-  model::ModelConfig c;
-  c.vocab_size = 16;
-  c.dim = 32;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.ffn_dim = 32;
-  c.max_seq_len = 16;
-  return c;
-}
+model::ModelConfig one_layer_model() { return testing::model_shape(16, 32, 1, 2, 2, 32, 16); }
 
 // Every precision mode steps: the master moves and the compute weights are the rounding of it. At
 // lr 1e-5 the first Adam step moves every weight by ~1e-5: FP32 changes them all, BF16 RN only

@@ -12,6 +12,7 @@
 #include "unstuck/data/generators.h"
 #include "unstuck/tokenizer/tokenizer.h"
 #include "unstuck/train/sft.h"
+#include "common/model_shape.h"
 
 namespace unstuck::train {
 
@@ -40,12 +41,7 @@ inline RunConfig tiny_setup(const std::filesystem::path& dir) {
   cfg.tokenizer.path = t.output;
   cfg.run.output_dir = (dir / "runs").string();
   cfg.run.name = "tiny";
-  cfg.model.dim = 32;
-  cfg.model.n_layers = 2;
-  cfg.model.n_heads = 2;
-  cfg.model.n_kv_heads = 1;
-  cfg.model.ffn_dim = 64;
-  cfg.model.max_seq_len = 24;
+  cfg.model = testing::model_shape(0, 32, 2, 2, 1, 64, 24);  // vocabulary 0: from the tokenizer
   cfg.optim.lr = 3e-3;
   cfg.precision.mode = precision::PrecisionMode::fp32;
   cfg.rollout.max_new_tokens = 8;
