@@ -110,11 +110,14 @@ if [[ -z $BASE ]]; then
 fi
 
 # ---- the sweep description; a rerun must describe the same sweep to resume it
-$PY -c 'import json, sys; k = ["preset", "steps", "seeds", "arms", "base", "eval_every", "eval_samples", "command"]
+COMMIT=$(git rev-parse --short HEAD 2> /dev/null || echo unknown)
+[[ -z $(git status --porcelain --untracked-files=no -- src include configs scripts CMakeLists.txt 2> /dev/null) ]] ||
+  COMMIT+=" + local changes"
+$PY -c 'import json, sys; k = ["preset", "steps", "seeds", "arms", "base", "eval_every", "eval_samples", "command", "commit"]
 d = dict(zip(k, sys.argv[2:]))
 for n in ("steps", "seeds", "eval_every", "eval_samples"): d[n] = int(d[n])
 json.dump(d, open(sys.argv[1], "w"), indent=1)' "$OUT/sweep.json.new" "$PRESET" "$STEPS" "$SEEDS" "$ARMS" "$BASE" \
-  "$EVAL_EVERY" "$EVAL_SAMPLES" "$COMMAND_LINE"
+  "$EVAL_EVERY" "$EVAL_SAMPLES" "$COMMAND_LINE" "$COMMIT"
 if [[ -f $OUT/sweep.json ]]; then
   if ! $PY - "$OUT/sweep.json" "$OUT/sweep.json.new" <<'EOF'
 import json, sys
