@@ -122,12 +122,6 @@ def fmt_ms(values, digits=3, sci=False):
     return f"{fmt(m, digits, sci)} ± {fmt(s, digits, sci)}"
 
 
-def paired(a_runs, b_runs, metric):
-    """Per-seed differences metric(a) - metric(b) over the seeds both arms have."""
-    b_by_seed = {r.seed: r for r in b_runs}
-    return {r.seed: metric(r) - metric(b_by_seed[r.seed]) for r in a_runs if r.seed in b_by_seed}
-
-
 def t_stat(diffs):
     v = np.array(list(diffs.values()), dtype=float)
     if len(v) < 2:
@@ -144,8 +138,9 @@ def kl_at_accuracy(run, level, w):
     return None if step is None else float(smooth(run.kl, w)[step - 1])
 
 
-def paired_optional(a_runs, b_runs, metric):
-    """Like paired() for metrics that may be None (a level not reached): such seeds are left out."""
+def paired(a_runs, b_runs, metric):
+    """Per-seed differences metric(a) - metric(b) over the seeds both arms have; seeds where the
+    metric is None (a level not reached) are left out."""
     b_by_seed = {r.seed: r for r in b_runs}
     out = {}
     for r in a_runs:
@@ -231,6 +226,16 @@ def make_plots(runs, w, folder):
         ax.plot(x, m, color=ARM_COLORS.get(arm), label=ARM_LABELS.get(arm, arm), lw=1.6)
         ax.fill_between(x, lo, hi, color=ARM_COLORS.get(arm), alpha=0.15, lw=0)
 
+    def finish(fig, ax, name, xlabel, ylabel, title):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(folder, name), dpi=110)
+        plt.close(fig)
+
     n = len(next(iter(runs.values())))
     band_note = f"mean over {n} seeds, band = min..max" if n > 1 else "1 seed"
     smoothed = f", {w}-step moving average"
@@ -252,14 +257,7 @@ def make_plots(runs, w, folder):
                 band(ax, rs[0].eval_step, [r.eval_acc for r in rs], arm)
             else:
                 band(ax, rs[0].step, [fn(r) for r in rs], arm)
-        ax.set_xlabel("GRPO step")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{title} ({band_note})", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(folder, name), dpi=110)
-        plt.close(fig)
+        finish(fig, ax, name, "GRPO step", ylabel, f"{title} ({band_note})")
         written.append(name)
     # The trade-off: KL against reward along the (seed-mean, smoothed) trajectories.
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -268,14 +266,9 @@ def make_plots(runs, w, folder):
         y = np.mean([smooth(r.kl, w) for r in rs], axis=0)
         ax.plot(x, y, color=ARM_COLORS.get(arm), label=ARM_LABELS.get(arm, arm), lw=1.6)
         ax.scatter(x[-1:], y[-1:], color=ARM_COLORS.get(arm), s=20)
-    ax.set_xlabel(f"training reward ({w}-step moving average)")
-    ax.set_ylabel("KL(policy || reference) per token")
-    ax.set_title(f"KL vs reward along training ({band_note.split(',')[0]}; dot = last step)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(folder, "kl_vs_reward.png"), dpi=110)
-    plt.close(fig)
+    finish(fig, ax, "kl_vs_reward.png", f"training reward ({w}-step moving average)",
+           "KL(policy || reference) per token",
+           f"KL vs reward along training ({band_note.split(',')[0]}; dot = last step)")
     written.insert(3, "kl_vs_reward.png")
     # The paired view: each arm's running mean of (its reward - FP16's reward) per step, same seed.
     if REFERENCE_ARM in runs:
@@ -287,14 +280,8 @@ def make_plots(runs, w, folder):
             curves = [np.cumsum(r.reward - ref_by_seed[r.seed].reward) / r.step for r in rs if r.seed in ref_by_seed]
             band(ax, rs[0].step, curves, arm)
         ax.axhline(0, color="tab:blue", lw=1, ls="--", label=ARM_LABELS[REFERENCE_ARM])
-        ax.set_xlabel("GRPO step")
-        ax.set_ylabel("running mean of reward minus FP16's (same seed)")
-        ax.set_title(f"paired difference to FP16 @ x ({band_note})", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(folder, "paired_reward_vs_fp16.png"), dpi=110)
-        plt.close(fig)
+        finish(fig, ax, "paired_reward_vs_fp16.png", "GRPO step", "running mean of reward minus FP16's (same seed)",
+               f"paired difference to FP16 @ x ({band_note})")
         written.insert(1, "paired_reward_vs_fp16.png")
     return written
 
@@ -312,7 +299,7 @@ def compare(diffs, tol):
     return "same"
 
 
-def verdicts(runs, rows, ref, matched, tolerances):
+def verdicts(runs, rows, ref, matched, tolerances, w):
     """The three claims, judged with the stated rules on the paired per-seed differences."""
     out = []
     if not all(arm in runs for arm in ("fp16", "bf16", "bf16_lr_k", "bf16_sr")):
@@ -321,7 +308,6 @@ def verdicts(runs, rows, ref, matched, tolerances):
         return ["No verdicts: paired differences over a single seed have no noise estimate (run at least "
                 "2 seeds; the presets --quick and --full run 3 and 5)."]
     speed_tol, kl_tol = tolerances
-    w = max(3, len(runs[ref][0].step) // 10)
     auc = lambda r: r.reward.mean()
     kl_end = lambda r: r.kl[-w:].mean()
     kl_matched = lambda r: kl_at_accuracy(r, matched[r.seed], w)
@@ -352,7 +338,7 @@ def verdicts(runs, rows, ref, matched, tolerances):
         `direction` ('higher' / 'lower') at the end and at matched accuracy."""
         ds = paired(runs[arm], runs["fp16"], auc)
         dk = paired(runs[arm], runs[kl_ref], kl_end)
-        dm = paired_optional(runs[arm], runs[kl_ref], kl_matched)
+        dm = paired(runs[arm], runs[kl_ref], kl_matched)
         cs, ck, cm = compare(ds, speed_tol), compare(dk, kl_tol), compare(dm, kl_tol)
         kl_word = f"{direction} KL than {ref_label}"
         if cs == "lower":
@@ -458,7 +444,7 @@ def write_markdown(a, sweep, runs, rows, ref, w, start, target, matched, base_ev
         "tolerance is named as such. *Speed* is the mean training reward over the run; the KL is judged at "
         "the end and at matched training accuracy (the KL a run pays for the same progress).")
     add("")
-    lines.extend(verdicts(runs, rows, ref, matched, tolerances))
+    lines.extend(verdicts(runs, rows, ref, matched, tolerances, w))
     add("")
     add("## Plots")
     add("")

@@ -180,10 +180,13 @@ start_run() {  # arm:seed -> background trainer, console output in <run dir>.con
 
 declare -A PIDS=()
 STOPPING=0
+stop_all() {  # SIGTERM: every running trainer finishes its step, checkpoints and exits
+  for pid in "${!PIDS[@]}"; do kill -TERM "$pid" 2> /dev/null || true; done
+}
 on_signal() {
   STOPPING=1
   say "stopping: the running arms checkpoint and exit; rerun the same command to resume"
-  for pid in "${!PIDS[@]}"; do kill -TERM "$pid" 2> /dev/null || true; done
+  stop_all
 }
 trap on_signal INT TERM
 
@@ -212,13 +215,13 @@ while :; do
     rc=0; wait "$pid" || rc=$?
     dir=$(run_dir "$r")
     if ((rc != 0)); then
-      for p in "${!PIDS[@]}"; do kill -TERM "$p" 2> /dev/null || true; done
+      stop_all
       wait || true
       tail -n 15 "$dir.console.log" >&2
       die "run ${r%%:*} seed ${r##*:} failed (exit $rc); log: $dir.console.log"
     fi
     if ! is_done "$r" && ((STOPPING == 0)); then  # stopped by a signal of its own: stop the sweep too
-      for p in "${!PIDS[@]}"; do kill -TERM "$p" 2> /dev/null || true; done
+      stop_all
       STOPPING=1
       say "run ${r%%:*} seed ${r##*:} stopped before its last step (log: $dir.console.log)"
     fi
