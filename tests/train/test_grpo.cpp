@@ -225,10 +225,7 @@ TEST(GrpoEndToEnd, ShortRunImprovesReward) {
   base.data.arithmetic.max_digits = 2;
   data::write_jsonl(dir / "train.jsonl", data::generate_records(base.data, 1, 1080, data::Split::train));
   data::write_jsonl(dir / "test.jsonl", data::generate_records(base.data, 1, 120, data::Split::test));
-  base.model.dim = 48;
-  base.model.n_heads = 2;
-  base.model.n_kv_heads = 1;
-  base.model.ffn_dim = 96;
+  base.model = testing::model_shape(0, 48, 2, 2, 1, 96, base.model.max_seq_len);  // a wider tiny_setup model
   base.sft.steps = 800;
   base.sft.batch_size = 32;
   base.sft.eval_samples = 16;
