@@ -61,7 +61,7 @@ struct LossScaleConfig {
 struct PrecisionConfig {
   PrecisionMode mode = PrecisionMode::bf16_sr;  // compute-weight format and rounding
   ComputeMode compute = ComputeMode::native;    // dtype of the forward/backward
-  int threads = 0;                              // CPU threads for our kernels; 0 = all cores
+  int threads = 0;                              // CPU threads for our kernels; 0 = all usable CPUs
   LossScaleConfig loss_scale;                   // used by fp16 and fp16_sr only
 
   template <class V>
@@ -71,7 +71,9 @@ struct PrecisionConfig {
     v("compute", compute,
       "native: compute in the weights' format where the backend has fast kernels; "
       "fp32: compute in FP32 on the rounded weights");
-    v("threads", threads, "CPU threads for the rounding and optimizer kernels; 0 = all cores");
+    v("threads", threads,
+      "CPU threads for the rounding and optimizer kernels; 0 = all CPUs this process may use "
+      "(affinity mask, cgroup CPU quota)");
     v("loss_scale", loss_scale, "dynamic loss scaling, used in fp16 and fp16_sr modes only");
   }
 };
