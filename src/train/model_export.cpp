@@ -29,6 +29,18 @@ io::DType dtype_of(torch::ScalarType t) {
   return t == torch::kBFloat16 ? io::DType::bf16 : t == torch::kHalf ? io::DType::f16 : io::DType::f32;
 }
 
+// checkpoints/step_<N, zero-padded> for `step`, or an empty path.
+fs::path checkpoint_of_step(const fs::path& checkpoints, int64_t step) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(checkpoints, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || name.size() == 5 || name.size() > 23 || name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    if (std::stoll(name.substr(5)) == step) return e.path();
+  }
+  return {};
+}
+
 }  // namespace
 
 io::DType parse_export_dtype(const std::string& name, const std::string& what) {
@@ -70,7 +82,7 @@ void write_final_model(const fs::path& run_dir, const RunConfig& config, const t
 }
 
 io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportOptions& opts) {
-  const fs::path ckpt = opts.step >= 0 ? run_dir / "checkpoints" / ("step_" + std::to_string(opts.step))
+  const fs::path ckpt = opts.step >= 0 ? checkpoint_of_step(run_dir / "checkpoints", opts.step)
                                        : latest_checkpoint(run_dir / "checkpoints");
   if (ckpt.empty() || !fs::exists(ckpt / "manifest.json"))
     throw UserError("export: no checkpoint " +
