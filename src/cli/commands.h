@@ -20,5 +20,6 @@ void add_reward_command(CLI::App& app);  // unstuck reward score --input F [--ou
 void add_tokenizer_command(CLI::App& app);  // unstuck tokenizer train|encode ...
 void add_train_commands(CLI::App& app);     // unstuck sft | train | eval | generate
 void add_launch_command(CLI::App& app);     // unstuck launch --nproc N -- train --config C
+void add_model_commands(CLI::App& app);     // unstuck inspect MODEL_DIR | export --run RUN_DIR --out DIR
 
 }  // namespace unstuck::cli

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   unstuck::cli::add_tokenizer_command(app);
   unstuck::cli::add_train_commands(app);
   unstuck::cli::add_launch_command(app);
+  unstuck::cli::add_model_commands(app);
   if (argc <= 1) {
     std::cout << app.help();
     return 0;

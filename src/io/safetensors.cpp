@@ -3,6 +3,10 @@
 // overlap, gap or trailing bytes; each range must match its shape and dtype.
 #include "unstuck/io/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 #include <limits>
@@ -210,19 +214,24 @@ const Tensor& SafetensorsFile::at(std::string_view name) const {
   return *t;
 }
 
-SafetensorsFile read_safetensors(const fs::path& path) {
+namespace {
+
+// The validated header of a safetensors file: entries sorted by offset (they tile the data
+// section), the metadata, and where the data section starts.
+struct ParsedHeader {
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;
+};
+
+// Reads and validates the header of `path` from `in` (positioned at the start).
+ParsedHeader read_header(const fs::path& path, std::istream& in, uint64_t file_size) {
   const std::string file = path.string();
   const std::string prefix = "safetensors file '" + file + "'";
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw UserError(prefix + " not found");
-  const uint64_t file_size = fs::file_size(path, ec);
-  std::ifstream in(path, std::ios::binary);
-  if (ec || !in) throw UserError(prefix + " cannot be opened");
   if (file_size < kLengthBytes) {
     throw UserError(prefix + " is truncated: " + std::to_string(file_size) +
                     " bytes, shorter than the 8-byte header length");
   }
-
   unsigned char length_field[kLengthBytes];
   in.read(reinterpret_cast<char*>(length_field), kLengthBytes);
   uint64_t header_size = 0;
@@ -254,30 +263,81 @@ SafetensorsFile read_safetensors(const fs::path& path) {
   HeaderParser parser(file, data_size);
   if (!header.is_object()) parser.fail("the JSON header is not an object");
 
-  SafetensorsFile result;
-  result.path = file;
-  std::vector<Entry> entries;
+  ParsedHeader result;
+  result.data_start = kLengthBytes + header_size;
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {
       result.metadata = parser.parse_metadata(value);
     } else {
-      entries.push_back(parser.parse_entry(name, value));
+      result.entries.push_back(parser.parse_entry(name, value));
     }
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+  std::sort(result.entries.begin(), result.entries.end(), [](const Entry& a, const Entry& b) {
     return std::make_pair(a.begin, a.end) < std::make_pair(b.begin, b.end);
   });
-  check_layout(parser, entries, data_size);
+  check_layout(parser, result.entries, data_size);
+  return result;
+}
 
+uint64_t checked_file_size(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw UserError("safetensors file '" + path.string() + "' not found");
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) throw UserError("safetensors file '" + path.string() + "' cannot be opened");
+  return size;
+}
+
+}  // namespace
+
+SafetensorsFile read_safetensors(const fs::path& path) {
+  const uint64_t file_size = checked_file_size(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError("safetensors file '" + path.string() + "' cannot be opened");
+  ParsedHeader header = read_header(path, in, file_size);
+  SafetensorsFile result;
+  result.path = path.string();
+  result.metadata = std::move(header.metadata);
   // The ranges tile the data section in this order, so one sequential read fills every tensor.
-  for (Entry& e : entries) {
+  for (Entry& e : header.entries) {
     e.tensor.bytes.resize(e.end - e.begin);
     in.read(reinterpret_cast<char*>(e.tensor.bytes.data()),
             static_cast<std::streamsize>(e.tensor.bytes.size()));
-    if (!in) throw UserError(prefix + " could not be read (tensor '" + e.tensor.name + "')");
+    if (!in) throw UserError("safetensors file '" + path.string() + "' could not be read (tensor '" + e.tensor.name + "')");
     result.tensors.push_back(std::move(e.tensor));
   }
   return result;
+}
+
+MappedSafetensors::MappedSafetensors(const fs::path& path) : path_(path.string()) {
+  const uint64_t file_size = checked_file_size(path);
+  ParsedHeader header;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw UserError("safetensors file '" + path_ + "' cannot be opened");
+    header = read_header(path, in, file_size);
+  }
+  metadata_ = std::move(header.metadata);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw UserError("safetensors file '" + path_ + "' cannot be opened");
+  size_ = static_cast<std::size_t>(file_size);
+  void* map = size_ > 0 ? ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+  ::close(fd);
+  if (map == MAP_FAILED) throw UserError("safetensors file '" + path_ + "' cannot be memory-mapped");
+  base_ = static_cast<const uint8_t*>(map);
+  for (Entry& e : header.entries) {
+    tensors_.push_back({std::move(e.tensor.name), e.tensor.dtype, std::move(e.tensor.shape),
+                        base_ + header.data_start + e.begin, static_cast<std::size_t>(e.end - e.begin)});
+  }
+}
+
+MappedSafetensors::~MappedSafetensors() {
+  if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
+}
+
+const TensorView* MappedSafetensors::find(std::string_view name) const {
+  for (const TensorView& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
 }
 
 void write_safetensors(const fs::path& path, std::vector<TensorView> tensors,

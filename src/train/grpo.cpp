@@ -4,6 +4,7 @@
 // (whole groups), the optimizer state is sharded (TrainableWeights), metrics are reduced before
 // rank 0 logs them, and rank 0 writes the checkpoints of the gathered state.
 #include "unstuck/train/grpo.h"
+#include "unstuck/train/model_export.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/spdlog.h>
@@ -471,6 +472,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     }
   }
   result.steps = cfg.grpo.steps;
+  if (lead && cfg.grpo.final_model) write_final_model(ctx.run_dir, cfg, weights.compute());
   return result;
 }
 

@@ -1,4 +1,5 @@
-// Loading a policy directory written by `unstuck sft` (or any HF Llama dir plus tokenizer.model).
+// Loading a policy directory written by `unstuck sft` or `unstuck export` (or any supported HF model
+// directory plus tokenizer.model).
 #include "unstuck/train/policy_dir.h"
 
 #include "unstuck/common/error.h"
@@ -15,7 +16,8 @@ Policy load_policy(const std::filesystem::path& dir, const std::vector<std::stri
   RunConfig config = load_run_config(std::filesystem::exists(cfg_path) ? cfg_path : "", overrides);
   model::LoadedModel loaded = model::load_pretrained(dir);
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(dir / kTokenizerFile);
-  if (tok.vocab_size() != loaded.config.vocab_size)
+  // Real checkpoints pad the embedding beyond the tokenizer (Qwen2.5: 151936 rows, 151665 tokens).
+  if (tok.vocab_size() > loaded.config.vocab_size)
     throw UserError(dir.string() + ": tokenizer.model has " + std::to_string(tok.vocab_size()) +
                     " pieces but config.json says vocab_size " + std::to_string(loaded.config.vocab_size));
   config.model = loaded.config;

@@ -15,6 +15,7 @@
 
 #include "unstuck/common/error.h"
 #include "unstuck/io/safetensors.h"
+#include "unstuck/io/safetensors_dir.h"
 
 namespace fs = std::filesystem;
 using unstuck::UserError;
@@ -23,6 +24,8 @@ using unstuck::io::read_safetensors;
 using unstuck::io::Tensor;
 using unstuck::io::TensorView;
 using unstuck::io::write_safetensors;
+using unstuck::io::MappedSafetensors;
+using unstuck::io::parse_byte_size;
 
 namespace {
 
@@ -308,4 +311,45 @@ with safe_open(path, framework="pt") as f:
     assert f.metadata() == {"source": "unstuck"}, f.metadata()
 )";
   EXPECT_EQ(run_python(script), 0);
+}
+
+// The memory-mapped reader sees the same tensors as the copying one, and validates the same way.
+TEST_F(SafetensorsTest, MappedReaderMatchesTheCopyingReader) {
+  const std::vector<Tensor> tensors = sample_tensors();
+  std::vector<TensorView> views;
+  for (const Tensor& t : tensors) views.push_back(view_of(t));
+  write_safetensors(path("m.safetensors"), views, {{"format", "pt"}});
+  const unstuck::io::SafetensorsFile copied = read_safetensors(path("m.safetensors"));
+  const MappedSafetensors mapped(path("m.safetensors"));
+  ASSERT_EQ(mapped.tensors().size(), copied.tensors.size());
+  EXPECT_EQ(mapped.metadata(), copied.metadata);
+  for (const Tensor& t : copied.tensors) {
+    const TensorView* m = mapped.find(t.name);
+    ASSERT_NE(m, nullptr) << t.name;
+    EXPECT_EQ(m->shape, t.shape);
+    EXPECT_EQ(m->dtype, t.dtype);
+    ASSERT_EQ(m->nbytes, t.bytes.size());
+    EXPECT_EQ(std::memcmp(m->data, t.bytes.data(), m->nbytes), 0) << t.name;
+  }
+  const std::string truncated = raw_file("t.safetensors", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8);
+  try {
+    MappedSafetensors bad(truncated);
+    ADD_FAILURE();
+  } catch (const UserError& e) {
+    expect_error(e.what(), "the file is truncated");
+  }
+}
+
+TEST(ByteSize, ParsesTransformersStyleSizes) {
+  EXPECT_EQ(parse_byte_size("2GB", "--shard-size"), 2'000'000'000u);
+  EXPECT_EQ(parse_byte_size("500MB", "--shard-size"), 500'000'000u);
+  EXPECT_EQ(parse_byte_size("1GiB", "--shard-size"), 1073741824u);
+  EXPECT_EQ(parse_byte_size("20KB", "--shard-size"), 20'000u);
+  EXPECT_EQ(parse_byte_size("4096", "--shard-size"), 4096u);
+  try {
+    parse_byte_size("big", "--shard-size");
+    ADD_FAILURE();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--shard-size"), std::string::npos);
+  }
 }

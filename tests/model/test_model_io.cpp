@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -144,7 +146,7 @@ TEST(ModelIo, MissingExtraAndMisshapenTensorsAreNamed) {
 
 TEST(ModelIo, BadConfigJsonIsNamed) {
   const fs::path dir = temp_dir("cfg");
-  std::ofstream(dir / "config.json") << R"({"vocab_size": 10, "hidden_size": "wide"})";
+  std::ofstream(dir / "config.json") << R"({"model_type": "llama", "vocab_size": 10, "hidden_size": "wide"})";
   try {
     load_pretrained(dir);
     ADD_FAILURE();
@@ -153,6 +155,78 @@ TEST(ModelIo, BadConfigJsonIsNamed) {
     EXPECT_NE(std::string(e.what()).find("hidden_size"), std::string::npos) << e.what();
   }
   fs::remove_all(dir);
+}
+
+// Rewrites dir/config.json with `edit` applied, then expects `needles` in the load error.
+void expect_config_error(const std::function<void(nlohmann::json&)>& edit, const std::vector<std::string>& needles) {
+  const ModelConfig c = model_shape(20, 16, 2, 2, 1, 24);
+  const fs::path dir = temp_dir("cfgsize");
+  save_pretrained(dir, c, random_weights(c, 1), io::DType::f32, {});
+  nlohmann::json hf = io::read_json_file(dir / "config.json");
+  edit(hf);
+  io::write_json_file(dir / "config.json", hf);
+  try {
+    load_pretrained(dir);
+    ADD_FAILURE() << "expected an error";
+  } catch (const UserError& e) {
+    for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ModelIo, AbsurdSizesAreCheckedAgainstTheTensorHeadersBeforeAllocating) {
+  expect_config_error([](auto& hf) { hf["num_hidden_layers"] = 1000000000; },
+                      {"config.json", "2^38", "n_layers 1000000000"});
+  // Under the parameter cap, so only the tensor headers can tell.
+  expect_config_error([](auto& hf) { hf["num_hidden_layers"] = 1000; },
+                      {"config.json", "num_hidden_layers 1000", "holds 2 layers"});
+  expect_config_error([](auto& hf) { hf["vocab_size"] = 1000000000000; }, {"config.json", "'vocab_size'", "2^38"});
+  expect_config_error([](auto& hf) { hf["vocab_size"] = 21; },
+                      {"config.json", "vocab_size 21", "model.embed_tokens.weight", "[20, 16]"});
+  expect_config_error([](auto& hf) { hf["num_attention_heads"] = 0; }, {"config.json", "'num_attention_heads'"});
+}
+
+TEST(ModelIo, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  expect_load_error(
+      [](auto& ts) {
+        for (auto& t : ts)
+          if (t.name == "model.layers.0.mlp.up_proj.weight") reinterpret_cast<float*>(t.bytes.data())[7] = NAN;
+      },
+      "tensor 'model.layers.0.mlp.up_proj.weight' holds NaN or infinite values");
+}
+
+TEST(ModelIo, ShardedAndSingleFileHoldTheSameWeights) {
+  ModelConfig c = model_shape(40, 32, 3, 4, 2, 48);
+  c.family = Family::qwen2;
+  c.qkv_bias = true;
+  const torch::Tensor flat = random_weights(c, 3);
+  const fs::path one = temp_dir("one"), many = temp_dir("many");
+  save_pretrained(one, c, flat, io::DType::f32, {1, 2, -1});
+  save_pretrained(many, c, flat, io::DType::f32, {1, 2, -1}, 8 * 1024);
+  EXPECT_TRUE(fs::exists(one / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(many / "model.safetensors"));
+  const nlohmann::json index = io::read_json_file(many / "model.safetensors.index.json");
+  EXPECT_GT(index["weight_map"].size(), 0u);
+  const std::string shard = index["weight_map"]["model.embed_tokens.weight"].get<std::string>();
+  EXPECT_NE(shard.find("-of-"), std::string::npos) << shard;
+  EXPECT_TRUE(fs::exists(many / shard)) << index.dump();
+  EXPECT_TRUE(torch::equal(load_pretrained(one).flat, flat));
+  EXPECT_TRUE(torch::equal(load_pretrained(many).flat, flat));
+  // Writing single-file weights over sharded ones leaves no stale shard behind.
+  save_pretrained(many, c, flat, io::DType::f32, {1, 2, -1});
+  EXPECT_FALSE(fs::exists(many / "model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(many / shard));
+  // An index naming a missing shard is named.
+  save_pretrained(many, c, flat, io::DType::f32, {1, 2, -1}, 8 * 1024);
+  fs::remove(many / shard);
+  try {
+    load_pretrained(many);
+    ADD_FAILURE();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(shard), std::string::npos) << e.what();
+  }
+  fs::remove_all(one);
+  fs::remove_all(many);
 }
 
 }  // namespace

@@ -61,6 +61,29 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 // the end of the file.
 SafetensorsFile read_safetensors(const std::filesystem::path& path);
 
+// A safetensors file memory-mapped read-only: the header is validated as read_safetensors does,
+// and each tensor's bytes are read straight from the page cache (no copy of a multi-GB file).
+// Tensor views stay valid while this object lives.
+class MappedSafetensors {
+ public:
+  explicit MappedSafetensors(const std::filesystem::path& path);
+  ~MappedSafetensors();
+  MappedSafetensors(const MappedSafetensors&) = delete;
+  MappedSafetensors& operator=(const MappedSafetensors&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::vector<TensorView>& tensors() const { return tensors_; }  // in file order
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const TensorView* find(std::string_view name) const;  // nullptr when absent
+
+ private:
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  std::size_t size_ = 0;
+  std::vector<TensorView> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
 // Writes `tensors` (sorted by name, data in that order, header padded with spaces to a multiple
 // of 8 bytes) and `metadata` to `path`, atomically: a failed write leaves an existing file intact.
 // Throws UserError for duplicate or empty names and byte counts that do not match the shape.

@@ -1,12 +1,15 @@
-// Llama-style decoder-only transformer on libtorch, Hugging Face's LlamaForCausalLM math: RMSNorm,
-// rotary embeddings (rotate-half convention), grouped-query attention, SwiGLU MLP. Its parameters
-// are views into one flat weight buffer (fp32, bf16 or fp16) that the precision core rewrites in
-// place each step. Two paths: full-sequence forward (training) and KV-cached decoding (rollouts).
+// Llama-family decoder-only transformer on libtorch, Hugging Face's LlamaForCausalLM math (RMSNorm,
+// rotary embeddings in the rotate-half convention, grouped-query attention, SwiGLU MLP) with the
+// optional parts of Qwen2 / Qwen3 / Mistral (named per-layer weights). Parameters are views into one
+// flat weight buffer (fp32, bf16 or fp16) that the precision core rewrites in place each step. Two
+// paths: full-sequence forward (training) and KV-cached decoding (rollouts).
 #pragma once
 
 #include <torch/types.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "unstuck/model/model_config.h"
@@ -19,9 +22,21 @@ namespace unstuck::model {
 struct KVCache {
   std::vector<torch::Tensor> k, v;  // per layer: (B, n_kv_heads, capacity, head_dim)
   torch::Tensor key_valid;          // (B, capacity) bool
+  torch::Tensor key_position;       // (B, capacity) int64: rotary position of each slot
   torch::Tensor next_position;      // (B) int64
   int64_t length = 0;               // slots filled so far
   int64_t capacity = 0;
+};
+
+// One transformer block's weights, by name; optional parts are undefined tensors when the family
+// has none. Each is a view into the flat buffer.
+struct LayerWeights {
+  torch::Tensor attn_norm;                   // (D) input_layernorm
+  torch::Tensor wq, wk, wv, wo;              // (H*hd, D), (G*hd, D), (G*hd, D), (D, H*hd)
+  torch::Tensor bq, bk, bv, bo;              // optional: (H*hd), (G*hd), (G*hd), (D)
+  torch::Tensor q_norm, k_norm;              // optional: (hd) per-head RMSNorm (Qwen3)
+  torch::Tensor mlp_norm;                    // (D) post_attention_layernorm
+  torch::Tensor w_gate, w_up, w_down;        // (F, D), (F, D), (D, F)
 };
 
 class LlamaModel {
@@ -53,17 +68,24 @@ class LlamaModel {
   // The shared body: x positions (B, T), attention mask (B, 1, T, Tk) bool.
   torch::Tensor run(const torch::Tensor& tokens, const torch::Tensor& positions,
                     const torch::Tensor& mask, KVCache* cache) const;
-  const torch::Tensor& param(std::size_t index) const { return params_[index]; }
+  const torch::Tensor& param(const std::string& name) const;  // by layout name; must exist
 
   ModelConfig config_;
   ParamLayout layout_;
   torch::Tensor flat_;
   std::vector<torch::Tensor> params_;
-  torch::Tensor inv_freq_;  // (head_dim / 2) float32
+  torch::Tensor embed_, final_norm_, head_;  // (V, D), (D), (V, D): head_ is embed_ when tied
+  std::vector<LayerWeights> layers_;
+  torch::Tensor inv_freq_;      // (head_dim / 2) float32, scaled as config.rope_scaling says
+  double rope_attention_ = 1;   // cos/sin multiplier (yarn's attention factor, else 1)
 };
 
+// Rotary inverse frequencies (head_dim / 2, float32) for `config`, with its RoPE scaling applied,
+// and the cos/sin multiplier; as transformers' rope initialization functions compute them.
+std::pair<torch::Tensor, double> rope_inv_freq(const ModelConfig& config);
+
 // Fills an FP32 flat buffer with a fresh initialization: normal(0, init_std) for matrices and
-// embeddings, ones for norms, zeros in the alignment gaps. Deterministic in `seed`.
+// embeddings, ones for norms, zeros for biases and in the alignment gaps. Deterministic in `seed`.
 void init_llama_weights(const ParamLayout& layout, const ModelConfig& config, torch::Tensor flat_fp32,
                         uint64_t seed);
 

@@ -1,6 +1,6 @@
 // The layout table of the flat parameter buffers (DESIGN.md, "Parameter storage"): every model
-// tensor is a range of one flat buffer, named as in Hugging Face's Llama checkpoints. Sharding, the
-// fused optimizer, rounding and checkpoints all work on these (offset, size) ranges.
+// tensor is a range of one flat buffer, named as in Hugging Face's checkpoints. Sharding, the fused
+// optimizer, rounding and checkpoints all work on these (offset, size) ranges.
 #pragma once
 
 #include <cstdint>
@@ -17,12 +17,16 @@ struct ParamEntry {
   std::vector<int64_t> shape;  // e.g. {n_heads * head_dim, dim}
   int64_t offset = 0;          // first element in the flat buffer (a multiple of kParamAlign)
   int64_t numel = 0;
-  bool decay = true;           // weight decay applies (matrices yes; norms and embeddings no)
+  bool decay = true;           // weight decay applies (matrices yes; norms, biases, embeddings no)
 };
 
 // Tensors start on multiples of this many elements (a stochastic-rounding tile), so the SIMD
 // kernels run on whole tiles; the gaps hold zeros and belong to no tensor.
 constexpr int64_t kParamAlign = 128;
+
+// Largest model we agree to lay out (elements of the flat buffer): 2^38, about 275 billion. A
+// larger count means a mistyped config (num_hidden_layers 1e9), refused before any allocation.
+constexpr int64_t kMaxParams = int64_t(1) << 38;
 
 struct ParamLayout {
   std::vector<ParamEntry> entries;  // in model order
@@ -33,10 +37,23 @@ struct ParamLayout {
   std::vector<precision::Segment> segments() const;
 };
 
-// Layout of a Llama model with `config` (validated: throws UserError naming the bad field).
+// One tensor of a transformer block: name suffix after "model.layers.{i}.", shape, decay. The one
+// list of what a layer holds for `config` (optional parts included only when the config has them).
+struct LayerTensor {
+  std::string suffix;          // e.g. "self_attn.q_proj.bias"
+  std::vector<int64_t> shape;
+  bool decay = true;
+};
+std::vector<LayerTensor> layer_tensors(const ModelConfig& config);
+
+// Layout of the model with `config` (validated: throws UserError naming the bad field).
 ParamLayout llama_layout(const ModelConfig& config);
 
-// Throws UserError with the dotted key (model.<field>) when the options are inconsistent.
+// Parameters of the model (without alignment padding), computed without building the layout.
+int64_t parameter_count(const ModelConfig& config);
+
+// Throws UserError with the dotted key (model.<field>) when the options are inconsistent, out of
+// range, or describe a model over kMaxParams elements. Never divides by a zero field.
 void validate_model_config(const ModelConfig& config);
 
 }  // namespace unstuck::model

@@ -35,6 +35,7 @@ struct GrpoConfig {
   int64_t eval_samples = 200;       // test records per evaluation (0 = all)
   int64_t checkpoint_every = 25;    // rollout batches between checkpoints (and at the end); 0 = end only
   int64_t keep_checkpoints = 2;     // newest checkpoints kept
+  bool final_model = true;          // write <run dir>/final_model/ (HF model dir, compute weights) at the end
 
   template <class V>
   void visit(V& v) {
@@ -62,6 +63,8 @@ struct GrpoConfig {
     v("checkpoint_every", checkpoint_every,
       "rollout batches between checkpoints (and one at the end); 0 = at the end only");
     v("keep_checkpoints", keep_checkpoints, "newest checkpoints kept in <run dir>/checkpoints");
+    v("final_model", final_model,
+      "at the end, write <run dir>/final_model/: a Hugging Face model directory of the final compute weights");
   }
 };
 

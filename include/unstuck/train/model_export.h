@@ -1,0 +1,44 @@
+// Hugging Face model directories out of a training run: `unstuck export` (from a GRPO checkpoint)
+// and RUN_DIR/final_model/ at the end of GRPO. The directory holds config.json,
+// generation_config.json, (sharded) safetensors, the base policy's tokenizer files and config.yaml,
+// so transformers, inference servers and `unstuck eval` all load it unchanged.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "unstuck/config/run_config.h"
+#include "unstuck/io/safetensors.h"
+
+namespace unstuck::train {
+
+inline constexpr uint64_t kDefaultShardBytes = 2'000'000'000;  // transformers' "2GB"
+
+struct ExportOptions {
+  int64_t step = -1;                       // checkpoint step; -1 = the newest
+  std::string dtype;                       // bf16 | fp16 | fp32; empty = the run's compute dtype
+  uint64_t shard_bytes = kDefaultShardBytes;  // largest safetensors file (0 = one file)
+};
+
+// Writes `out` from `flat` (layout.total elements; FP32 master or compute weights already in
+// `dtype`, written bit for bit) with `config`'s model and the tokenizer files of its base policy.
+void write_model_dir(const std::filesystem::path& out, const RunConfig& config, const torch::Tensor& flat,
+                     io::DType dtype, uint64_t shard_bytes = kDefaultShardBytes);
+
+// <run_dir>/final_model/ from the run's compute weights (in their own dtype, bit for bit).
+void write_final_model(const std::filesystem::path& run_dir, const RunConfig& config, const torch::Tensor& compute);
+
+// Exports the checkpoint of run_dir (checkpoints/step_N). With opts.dtype equal to the run's
+// compute dtype the exact compute weights of that step are written (regenerated from the master
+// with the run's rounding key: for bf16_sr the stochastically rounded ones); fp32 writes the
+// master; another dtype rounds the master to nearest. Returns the dtype written.
+io::DType export_run(const std::filesystem::path& run_dir, const std::filesystem::path& out,
+                     const ExportOptions& opts);
+
+// "bf16" / "fp16" / "fp32" -> DType; throws UserError naming `what`.
+io::DType parse_export_dtype(const std::string& name, const std::string& what);
+
+}  // namespace unstuck::train

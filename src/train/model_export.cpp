@@ -1,0 +1,105 @@
+// Export of trained weights as a Hugging Face model directory (config.json from the run's model
+// config, special tokens and tokenizer files from the base policy directory).
+#include "unstuck/train/model_export.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "unstuck/common/error.h"
+#include "unstuck/config/config.h"
+#include "unstuck/io/json_file.h"
+#include "unstuck/model/hf_config.h"
+#include "unstuck/model/model_io.h"
+#include "unstuck/train/checkpoint.h"
+#include "unstuck/train/run_setup.h"
+#include "unstuck/train/sft.h"
+#include "unstuck/train/trainable_weights.h"
+
+namespace unstuck::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Tokenizer files a Hugging Face directory may carry (copied when the base policy has them).
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json",   "tokenizer_config.json", "tokenizer.model",
+                                           "special_tokens_map.json", "added_tokens.json", "vocab.json",
+                                           "merges.txt",       "chat_template.jinja"};
+
+io::DType dtype_of(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? io::DType::bf16 : t == torch::kHalf ? io::DType::f16 : io::DType::f32;
+}
+
+// checkpoints/step_<N, zero-padded> for `step`, or an empty path.
+fs::path checkpoint_of_step(const fs::path& checkpoints, int64_t step) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(checkpoints, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || name.size() == 5 || name.size() > 23 || name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    if (std::stoll(name.substr(5)) == step) return e.path();
+  }
+  return {};
+}
+
+}  // namespace
+
+io::DType parse_export_dtype(const std::string& name, const std::string& what) {
+  if (name == "bf16") return io::DType::bf16;
+  if (name == "fp16") return io::DType::f16;
+  if (name == "fp32") return io::DType::f32;
+  throw UserError(what + " must be bf16, fp16 or fp32, got '" + name + "'");
+}
+
+void write_model_dir(const fs::path& out, const RunConfig& config, const torch::Tensor& flat, io::DType dtype,
+                     uint64_t shard_bytes) {
+  const fs::path base = config.grpo.base_model;
+  model::SpecialTokens tokens;
+  if (!base.empty() && fs::exists(base / "config.json")) tokens = model::read_hf_config(base / "config.json").tokens;
+  model::save_pretrained(out, config.model, flat, dtype, tokens, shard_bytes);
+  nlohmann::json gen = {{"_from_model_config", true}};
+  if (tokens.bos >= 0) gen["bos_token_id"] = tokens.bos;
+  if (tokens.eos_ids.size() > 1)
+    gen["eos_token_id"] = tokens.eos_ids;
+  else if (tokens.eos >= 0)
+    gen["eos_token_id"] = tokens.eos;
+  if (tokens.pad >= 0) gen["pad_token_id"] = tokens.pad;
+  io::write_json_file(out / "generation_config.json", gen);
+  bool copied = false;
+  for (const char* name : kTokenizerFiles)
+    if (!base.empty() && fs::exists(base / name)) {
+      fs::copy_file(base / name, out / name, fs::copy_options::overwrite_existing);
+      copied = true;
+    }
+  const fs::path tok = config.tokenizer.path;
+  if (!copied && !tok.empty() && fs::exists(tok))
+    fs::copy_file(tok, out / (tok.extension() == ".model" ? fs::path(kTokenizerFile) : tok.filename()),
+                  fs::copy_options::overwrite_existing);
+  std::ofstream(out / kRunConfigFile) << resolved_yaml(config);
+}
+
+void write_final_model(const fs::path& run_dir, const RunConfig& config, const torch::Tensor& compute) {
+  write_model_dir(run_dir / "final_model", config, compute, dtype_of(compute.scalar_type()));
+}
+
+io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportOptions& opts) {
+  const fs::path ckpt = opts.step >= 0 ? checkpoint_of_step(run_dir / "checkpoints", opts.step)
+                                       : latest_checkpoint(run_dir / "checkpoints");
+  if (ckpt.empty() || !fs::exists(ckpt / "manifest.json"))
+    throw UserError("export: no checkpoint " +
+                    (opts.step >= 0 ? "for step " + std::to_string(opts.step) + " " : std::string()) + "in '" +
+                    (run_dir / "checkpoints").string() + "'");
+  const TrainerState st = load_checkpoint(ckpt);
+  RunConfig config;
+  config::load_yaml_string(config::bind(config), st.config_yaml, (ckpt / kRunConfigFile).string());
+  validate(config);
+  // The compute weights of that step, regenerated exactly as the run did on resume.
+  TrainableWeights weights(config.model, st.master.clone(), config.precision, derive_seeds(config.run.seed).rounding);
+  weights.restore(st.master, st.exp_avg, st.exp_avg_sq, st.optimizer_steps, st.scaler);
+  const io::DType compute = dtype_of(weights.compute().scalar_type());
+  const io::DType dtype = opts.dtype.empty() ? compute : parse_export_dtype(opts.dtype, "--dtype");
+  const torch::Tensor& flat = dtype == compute ? weights.compute() : st.master;
+  write_model_dir(out, config, flat, dtype, opts.shard_bytes);
+  return dtype;
+}
+
+}  // namespace unstuck::train

@@ -1,0 +1,108 @@
+// Model directories out of a GRPO run: RUN_DIR/final_model/ holds the exact final compute weights
+// (bf16_sr: the stochastically rounded ones, not the master rounded to nearest); `unstuck export`
+// regenerates the same bits from the checkpoint, writes the master for --dtype fp32, shards on
+// --shard-size, and its output loads in transformers (same logits) and as an Unstuck policy.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "unstuck/io/json_file.h"
+#include "unstuck/io/safetensors_dir.h"
+#include "unstuck/model/llama.h"
+#include "unstuck/model/model_io.h"
+#include "unstuck/train/checkpoint.h"
+#include "unstuck/train/grpo.h"
+#include "unstuck/train/model_export.h"
+#include "unstuck/train/policy_dir.h"
+#include "train/tiny_task.h"
+
+namespace unstuck::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Raw bytes of every tensor of a model directory, by name.
+std::map<std::string, std::vector<uint8_t>> weight_bytes(const fs::path& dir) {
+  const io::SafetensorsDir w(dir);
+  std::map<std::string, std::vector<uint8_t>> out;
+  for (const std::string& name : w.names()) {
+    const io::TensorView* t = w.find(name);
+    const auto* p = static_cast<const uint8_t*>(t->data);
+    out[name].assign(p, p + t->nbytes);
+  }
+  return out;
+}
+
+TEST(ModelExport, FinalModelAndExportHoldTheRunsComputeWeights) {
+  const fs::path dir = fs::temp_directory_path() / ("unstuck_export_" + std::to_string(::getpid()));
+  const RunConfig base = tiny_sft_base(dir);
+  RunConfig c = tiny_grpo_config(base, "sr");
+  c.precision.mode = precision::PrecisionMode::bf16_sr;
+  c.grpo.steps = 2;
+  c.optim.lr = 1e-3;
+  const GrpoResult r = run_grpo(c);
+  const fs::path final_dir = r.run_dir / "final_model";
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.model", "config.yaml"})
+    EXPECT_TRUE(fs::exists(final_dir / f)) << f;
+  EXPECT_EQ(io::read_json_file(final_dir / "config.json")["dtype"], "bfloat16");
+
+  // The export of the last checkpoint in the compute dtype regenerates the same bits.
+  const fs::path exported = dir / "exported";
+  EXPECT_EQ(export_run(r.run_dir, exported, {}), io::DType::bf16);
+  const auto final_bytes = weight_bytes(final_dir);
+  EXPECT_EQ(weight_bytes(exported), final_bytes);
+
+  // They are the stochastically rounded weights: not the master rounded to nearest everywhere.
+  const TrainerState st = load_checkpoint(latest_checkpoint(r.run_dir / "checkpoints"));
+  const model::LoadedModel sr = model::load_pretrained(final_dir);
+  const torch::Tensor nearest = st.master.to(torch::kBFloat16).to(torch::kFloat32);
+  const double differ = (sr.flat != nearest).to(torch::kFloat64).mean().item<double>();
+  std::printf("final_model: %.3f of the elements differ from round-to-nearest of the master\n", differ);
+  EXPECT_GT(differ, 0.0);
+  EXPECT_TRUE(torch::equal(sr.flat.to(torch::kBFloat16).to(torch::kFloat32), sr.flat));
+
+  // --dtype fp32 writes the master exactly; the CLI shards on --shard-size.
+  ExportOptions fp32;
+  fp32.dtype = "fp32";
+  export_run(r.run_dir, dir / "master", fp32);
+  EXPECT_TRUE(torch::equal(model::load_pretrained(dir / "master").flat, st.master));
+  const fs::path hf_root = dir / "hf";
+  const std::string cmd = std::string(UNSTUCK_BINARY) + " export --run " + r.run_dir.string() + " --step 2 --out " +
+                          (hf_root / "fp16").string() + " --dtype fp16 --shard-size 20KB";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_TRUE(fs::exists(hf_root / "fp16" / "model.safetensors.index.json"));
+
+  // transformers loads the export and computes the same logits.
+  const model::LoadedModel half = model::load_pretrained(hf_root / "fp16");
+  const model::LlamaModel model(half.config, half.flat);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = torch::randint(0, half.config.vocab_size, {2, 10}, torch::kLong);
+  const torch::Tensor logits = model.forward(tokens);
+  nlohmann::json out = {{"architecture", "LlamaForCausalLM"}, {"tokens", nlohmann::json::array()},
+                        {"logits", nlohmann::json::array()}};
+  for (int64_t b = 0; b < 2; ++b) {
+    out["tokens"].push_back(std::vector<int64_t>(tokens[b].data_ptr<int64_t>(), tokens[b].data_ptr<int64_t>() + 10));
+    nlohmann::json rows = nlohmann::json::array();
+    for (int64_t t = 0; t < 10; ++t) {
+      const torch::Tensor l = logits[b][t].contiguous();
+      rows.push_back(std::vector<float>(l.data_ptr<float>(), l.data_ptr<float>() + l.numel()));
+    }
+    out["logits"].push_back(rows);
+  }
+  io::write_json_file(hf_root / "fp16" / "unstuck_logits.json", out, -1);
+  const std::string check = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR +
+                            "/tests/model/hf_families.py check " + hf_root.string() + " 2>&1";
+  EXPECT_EQ(std::system(check.c_str()), 0);
+
+  // And it is an Unstuck policy directory again.
+  const Policy p = load_policy(final_dir, {});
+  EXPECT_EQ(p.config.model.vocab_size, sr.config.vocab_size);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace unstuck::train
