@@ -15,6 +15,7 @@
 
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/sp_model_proto.h"
+#include "tokenizer/sp_to_hf.h"
 #include "unstuck/common/error.h"
 
 namespace unstuck::tokenizer {
@@ -38,6 +39,14 @@ std::string read_file(const fs::path& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  try {
+    return nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UserError(path.string() + ": not valid JSON (" + e.what() + ")");
+  }
 }
 
 bool looks_like_json(const std::string& bytes) {
@@ -86,8 +95,18 @@ fs::path Tokenizer::file_in_directory(const fs::path& dir) {
 Tokenizer Tokenizer::load(const fs::path& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
-    Tokenizer tok = load(file_in_directory(path));
-    if (fs::is_regular_file(path / "tokenizer_config.json")) tok.apply_config(path / "tokenizer_config.json");
+    const fs::path file = file_in_directory(path);
+    const fs::path config_path = path / "tokenizer_config.json";
+    if (!fs::is_regular_file(config_path)) return load(file);
+    const nlohmann::json config = read_json(config_path);
+    Tokenizer tok = load(file);
+    if (tok.processor_ && names_llama_tokenizer(config)) {
+      // A Llama 2 / Mistral style directory: tokenize as transformers' LlamaTokenizer does.
+      const std::string source = file.string() + " (as LlamaTokenizer)";
+      tok = Tokenizer(std::make_unique<HfTokenizer>(llama_tokenizer_json(*tok.processor_, config), source),
+                      source);
+    }
+    tok.apply_config(config, config_path);
     return tok;
   }
   if (!fs::is_regular_file(path, ec)) {
@@ -110,13 +129,7 @@ Tokenizer Tokenizer::from_serialized(const std::string& bytes, const std::string
   return Tokenizer(checked_processor(status, std::move(processor), source), source);
 }
 
-void Tokenizer::apply_config(const fs::path& config_json) {
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(read_file(config_json));
-  } catch (const nlohmann::json::parse_error& e) {
-    throw UserError(config_json.string() + ": not valid JSON (" + e.what() + ")");
-  }
+void Tokenizer::apply_config(const nlohmann::json& config, const fs::path& config_json) {
   const auto resolve = [&](const char* key, int32_t* id) {
     if (!config.contains(key) || config[key].is_null()) return;
     const std::string name = token_name(config[key]);

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace sentencepiece {
 class SentencePieceProcessor;
 }
@@ -47,7 +49,8 @@ class Tokenizer {
   // Loads `path`: a model directory, a tokenizer.json file or a SentencePiece .model file. In a
   // directory tokenizer.json is preferred over tokenizer.model (as transformers does), and
   // tokenizer_config.json, when present, names the bos/eos/pad tokens and (for SentencePiece) says
-  // whether BOS/EOS are added. Throws UserError naming the path when nothing loadable is there,
+  // whether BOS/EOS are added; a tokenizer.model whose config names LlamaTokenizer is tokenized as
+  // transformers' AutoTokenizer does (Metaspace, added tokens matched in text; docs/TOKENIZER.md). Throws UserError naming the path when nothing loadable is there,
   // and naming the JSON path of any tokenizer.json component that is not supported.
   static Tokenizer load(const std::filesystem::path& path);
   // The tokenizer file load() uses in model directory `dir` (tokenizer.json, else tokenizer.model).
@@ -104,7 +107,8 @@ class Tokenizer {
  private:
   Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> processor, std::string source);
   Tokenizer(std::unique_ptr<HfTokenizer> hf, std::string source);
-  void apply_config(const std::filesystem::path& config_json);
+  // Reads tokenizer_config.json (`config`, from `path`): bos/eos/pad tokens, add_bos/eos_token.
+  void apply_config(const nlohmann::json& config, const std::filesystem::path& path);
   void check_id(int32_t id) const;
 
   // Exactly one of processor_ (tokenizer.model) and hf_ (tokenizer.json) is set.
