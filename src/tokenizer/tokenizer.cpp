@@ -110,7 +110,7 @@ Tokenizer Tokenizer::load(const fs::path& path) {
     return tok;
   }
   if (!fs::is_regular_file(path, ec)) {
-    throw UserError("tokenizer '" + path.string() +
+    throw UserError("tokenizer model '" + path.string() +
                     "' not found; pass a model directory, a tokenizer.json or the .model file "
                     "written by `unstuck tokenizer train`");
   }

@@ -34,7 +34,13 @@ std::string read_text(const fs::path& p) {
   return s.str();
 }
 
-class HfTokenizerParity : public ::testing::TestWithParam<std::string> {
+// Every style is checked inside one test, so the reference script (which trains all of them) runs
+// once per ctest process.
+const char* const kStyles[] = {"gpt2",       "llama3",      "qwen2",
+                               "sentencepiece", "sentencepiece_legacy", "spm_llama2",
+                               "spm_legacy", "spm_bos_eos_no_prefix", "spm_minimal"};
+
+class HfTokenizerParity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new fs::path(fs::temp_directory_path() / ("unstuck_hf_tok_" + std::to_string(::getpid())));
@@ -56,13 +62,13 @@ class HfTokenizerParity : public ::testing::TestWithParam<std::string> {
 fs::path* HfTokenizerParity::dir_ = nullptr;
 json* HfTokenizerParity::reference_ = nullptr;
 
-TEST_P(HfTokenizerParity, IdsAndDecodesEqualTokenizersLibrary) {
-  const std::string style = GetParam();
-  const Tokenizer tok = Tokenizer::load(*dir_ / style);
+void check_style(const fs::path& dir, const json& reference, const std::string& style) {
+  SCOPED_TRACE(style);
+  const Tokenizer tok = Tokenizer::load(dir / style);
   // tokenizer.json styles, and tokenizer.model directories whose config names LlamaTokenizer.
   ASSERT_EQ(tok.format(), TokenizerFormat::tokenizer_json);
-  const json& strings = (*reference_)["strings"];
-  const json& ref = (*reference_)["styles"][style];
+  const json& strings = reference["strings"];
+  const json& ref = reference["styles"][style];
   ASSERT_GE(strings.size(), 2000u);
   size_t ids_equal = 0, special_equal = 0, decode_equal = 0, skip_equal = 0, round_trips = 0,
          ref_round_trips = 0;
@@ -98,7 +104,7 @@ TEST_P(HfTokenizerParity, IdsAndDecodesEqualTokenizersLibrary) {
   std::cout << "[parity] " << style << ": ids equal on " << ids_equal << "/" << n << ", with special tokens "
             << special_equal << "/" << n << ", decode equal " << decode_equal << "/" << n
             << ", decode(skip special) equal " << skip_equal << "/" << n << ", decode(encode(s)) == s on "
-            << round_trips << "/" << n << " (tokenizers: " << ref_round_trips << "/" << n << ")\n";
+            << round_trips << "/" << n << " (reference: " << ref_round_trips << "/" << n << ")\n";
   EXPECT_EQ(ids_equal, n);
   EXPECT_EQ(special_equal, n);
   EXPECT_EQ(decode_equal, n);
@@ -109,8 +115,145 @@ TEST_P(HfTokenizerParity, IdsAndDecodesEqualTokenizersLibrary) {
   if (style == "gpt2" || style == "llama3") EXPECT_EQ(round_trips, n);
 }
 
-INSTANTIATE_TEST_SUITE_P(Styles, HfTokenizerParity,
-                         ::testing::Values("gpt2", "llama3", "qwen2", "sentencepiece", "sentencepiece_legacy",
-                                           "spm_llama2", "spm_legacy", "spm_bos_eos_no_prefix", "spm_minimal"));
+// `unstuck tokenizer encode --special` on a model directory prints encode_for_model()'s ids.
+void check_cli(const fs::path& dir) {
+  SCOPED_TRACE("cli " + dir.string());
+  const std::string text = "<s>Hello  world 12345 🤖\tcafé";
+  const std::string command = std::string(UNSTUCK_BINARY) + " tokenizer encode --special --model '" +
+                              dir.string() + "' --text '" + text + "' 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  ASSERT_EQ(::pclose(pipe), 0) << output;
+  std::string ids;
+  for (const int32_t id : Tokenizer::load(dir).encode_for_model(text)) ids += (ids.empty() ? "" : " ") + std::to_string(id);
+  EXPECT_NE(output.find("ids:    " + ids + "\n"), std::string::npos) << output;
+}
+
+TEST_F(HfTokenizerParity, IdsAndDecodesEqualTheReferenceInEveryStyle) {
+  for (const char* style : kStyles) check_style(*dir_, *reference_, style);
+  for (const char* style : {"llama3", "spm_llama2"}) check_cli(*dir_ / style);
+}
+
+}  // namespace
+
+namespace {
+
+// A tiny hand-written tokenizer.json: "a", "b", "ab" with one merge, byte-level free.
+json tiny_tokenizer() {
+  return json::parse(R"({
+    "version": "1.0", "truncation": null, "padding": null,
+    "added_tokens": [{"id": 3, "content": "<eos>", "single_word": false, "lstrip": false,
+                      "rstrip": false, "normalized": false, "special": true}],
+    "normalizer": null, "pre_tokenizer": null, "post_processor": null, "decoder": null,
+    "model": {"type": "BPE", "dropout": null, "unk_token": null, "fuse_unk": false,
+              "byte_fallback": false, "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})");
+}
+
+class HfTokenizerFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("unstuck_hf_files_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // Error message of loading `j` written as tokenizer.json ("" when it loads).
+  std::string load_error(const json& j) {
+    std::ofstream(dir_ / "tokenizer.json") << j.dump();
+    try {
+      Tokenizer::load(dir_);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  fs::path dir_;
+};
+
+TEST_F(HfTokenizerFiles, UnsupportedComponentsAreRefusedByTypeAndPath) {
+  json j = tiny_tokenizer();
+  j["normalizer"] = json::parse(R"({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]})");
+  EXPECT_NE(load_error(j).find("normalizer.normalizers[1]: normalizer type 'Lowercase' is not supported"),
+            std::string::npos)
+      << load_error(j);
+  j = tiny_tokenizer();
+  j["pre_tokenizer"] = json::parse(R"({"type": "Whitespace"})");
+  EXPECT_NE(load_error(j).find("pre_tokenizer: pre_tokenizer type 'Whitespace' is not supported"), std::string::npos);
+  j = tiny_tokenizer();
+  j["decoder"] = json::parse(R"({"type": "Sequence", "decoders": [{"type": "WordPiece"}]})");
+  EXPECT_NE(load_error(j).find("decoder.decoders[0]: decoder type 'WordPiece' is not supported"), std::string::npos);
+  j = tiny_tokenizer();
+  j["post_processor"] = json::parse(R"({"type": "RobertaProcessing"})");
+  EXPECT_NE(load_error(j).find("post_processor type 'RobertaProcessing' is not supported"), std::string::npos);
+  j = tiny_tokenizer();
+  j["model"]["type"] = "WordPiece";
+  EXPECT_NE(load_error(j).find("model.type 'WordPiece' is not supported"), std::string::npos);
+  j = tiny_tokenizer();
+  j["model"]["dropout"] = 0.1;
+  EXPECT_NE(load_error(j).find("model.dropout: BPE dropout is not supported"), std::string::npos);
+  j = tiny_tokenizer();
+  j["model"]["merges"] = json::array({"a c"});
+  EXPECT_NE(load_error(j).find("model.merges[0]: \"a c\" uses a token that is not in the vocabulary"),
+            std::string::npos);
+  j = tiny_tokenizer();
+  j["padding"] = json::object();
+  EXPECT_NE(load_error(j).find("'padding' is set"), std::string::npos);
+  EXPECT_EQ(load_error(tiny_tokenizer()), "");
+}
+
+TEST_F(HfTokenizerFiles, EncodesDecodesAndRejectsBadInput) {
+  std::ofstream(dir_ / "tokenizer.json") << tiny_tokenizer().dump();
+  const Tokenizer tok = Tokenizer::load(dir_ / "tokenizer.json");
+  EXPECT_EQ(tok.encode("abab<eos>a"), (std::vector<int32_t>{2, 2, 3, 0}));
+  EXPECT_EQ(tok.decode({2, 3}, false), "ab <eos>");  // no decoder: tokens joined by spaces
+  EXPECT_EQ(tok.decode({2, 3}), "ab");               // special tokens skipped by default
+  EXPECT_EQ(tok.vocab_size(), 4);
+  EXPECT_EQ(tok.piece_to_id("<eos>"), 3);
+  EXPECT_EQ(tok.id_to_piece(2), "ab");
+  ASSERT_EQ(tok.added_tokens().size(), 1u);
+  EXPECT_TRUE(tok.added_tokens()[0].special);
+  // Round trip through serialized() (what a checkpoint keeps).
+  EXPECT_EQ(Tokenizer::from_serialized(tok.serialized(), "ckpt").encode("abab"), (std::vector<int32_t>{2, 2}));
+  std::string error;
+  try {
+    tok.encode("a\xff");
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("is not valid UTF-8 (byte 1)"), std::string::npos) << error;
+  EXPECT_THROW(tok.decode({7}), UserError);
+}
+
+TEST_F(HfTokenizerFiles, DirectoryPrefersTokenizerJsonAndReadsTheConfig) {
+  std::ofstream(dir_ / "tokenizer.json") << tiny_tokenizer().dump();
+  std::ofstream(dir_ / "tokenizer.model") << "not read: tokenizer.json wins";
+  std::ofstream(dir_ / "tokenizer_config.json") << R"({"eos_token": {"content": "<eos>"}, "pad_token": "a"})";
+  const Tokenizer tok = Tokenizer::load(dir_);
+  EXPECT_EQ(tok.format(), TokenizerFormat::tokenizer_json);
+  EXPECT_EQ(Tokenizer::file_in_directory(dir_), dir_ / "tokenizer.json");
+  EXPECT_EQ(tok.eos_id(), 3);
+  EXPECT_EQ(tok.pad_id(), 0);
+  EXPECT_EQ(tok.bos_id(), -1);
+  EXPECT_FALSE(tok.adds_bos());
+  std::ofstream(dir_ / "tokenizer_config.json") << R"({"bos_token": "<s>"})";
+  std::string error;
+  try {
+    Tokenizer::load(dir_);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("bos_token '<s>' is not in the vocabulary"), std::string::npos) << error;
+  fs::remove(dir_ / "tokenizer.json");
+  fs::remove(dir_ / "tokenizer.model");
+  error.clear();
+  try {
+    Tokenizer::load(dir_);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("has neither tokenizer.json nor tokenizer.model"), std::string::npos) << error;
+}
 
 }  // namespace
