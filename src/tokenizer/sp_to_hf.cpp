@@ -20,12 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string token_name(const json& j) {
-  if (j.is_string()) return j.get<std::string>();
-  if (j.is_object() && j.contains("content")) return j["content"].get<std::string>();
-  return "";
-}
-
 json added_token(int32_t id, const std::string& content, bool special) {
   return {{"id", id},         {"content", content}, {"single_word", false}, {"lstrip", false},
           {"rstrip", false},  {"normalized", false}, {"special", special}};
@@ -60,6 +54,12 @@ json generate_merges(const std::vector<std::string>& pieces, const std::unordere
 }
 
 }  // namespace
+
+std::string config_token_name(const json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object() && j.contains("content")) return j["content"].get<std::string>();
+  return "";
+}
 
 bool names_llama_tokenizer(const json& config) {
   const std::string cls = config.value("tokenizer_class", std::string());
@@ -105,7 +105,7 @@ std::string llama_tokenizer_json(const sentencepiece::SentencePieceProcessor& sp
   json specials = json::object();
   const auto template_token = [&](const char* flag, const char* key, bool default_on) {
     if (!config.value(flag, default_on) || !config.contains(key)) return;
-    const std::string name = token_name(config[key]);
+    const std::string name = config_token_name(config[key]);
     const auto it = vocab_map.find(name);
     if (it == vocab_map.end()) return;
     single.push_back({{"SpecialToken", {{"id", name}, {"type_id", 0}}}});

@@ -13,6 +13,9 @@ class SentencePieceProcessor;
 
 namespace unstuck::tokenizer {
 
+// A special token as tokenizer_config.json names it: "<s>" or {"content": "<s>", ...}; "" otherwise.
+std::string config_token_name(const nlohmann::json& j);
+
 // True when tokenizer_config.json asks for LlamaTokenizer (the class whose conversion we mirror).
 bool names_llama_tokenizer(const nlohmann::json& config);
 

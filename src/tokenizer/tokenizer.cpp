@@ -54,13 +54,6 @@ bool looks_like_json(const std::string& bytes) {
   return first != std::string::npos && bytes[first] == '{';
 }
 
-// tokenizer_config.json names special tokens as a string or as {"content": ...}.
-std::string token_name(const nlohmann::json& j) {
-  if (j.is_string()) return j.get<std::string>();
-  if (j.is_object() && j.contains("content")) return j["content"].get<std::string>();
-  return "";
-}
-
 }  // namespace
 
 Tokenizer::Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> processor,
@@ -132,7 +125,7 @@ Tokenizer Tokenizer::from_serialized(const std::string& bytes, const std::string
 void Tokenizer::apply_config(const nlohmann::json& config, const fs::path& config_json) {
   const auto resolve = [&](const char* key, int32_t* id) {
     if (!config.contains(key) || config[key].is_null()) return;
-    const std::string name = token_name(config[key]);
+    const std::string name = config_token_name(config[key]);
     const int32_t found = piece_to_id(name);
     if (found < 0) {
       throw UserError(config_json.string() + ": " + key + " '" + name + "' is not in the vocabulary of " +

@@ -122,11 +122,6 @@ bool is_numeric(char32_t cp) {
   return cat == UTF8PROC_CATEGORY_ND || cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO;
 }
 
-bool is_alphanumeric(char32_t cp) {
-  const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
-  return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) || is_numeric(cp);
-}
-
 bool is_regex_word_char(char32_t cp) {
   const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
   return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_ME) || cat == UTF8PROC_CATEGORY_ND ||

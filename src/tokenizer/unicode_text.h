@@ -1,6 +1,6 @@
 // UTF-8 and Unicode helpers for the tokenizer.json pipeline: decoding code points, the character
-// classes the Hugging Face `tokenizers` library uses (Rust's char::is_whitespace / is_alphanumeric
-// / is_numeric), Unicode normalization forms (utf8proc) and Rust's lossy UTF-8 decoding.
+// classes the Hugging Face `tokenizers` library uses (Rust's char::is_whitespace / is_numeric,
+// regex \w), Unicode normalization forms (utf8proc) and Rust's lossy UTF-8 decoding.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +29,6 @@ size_t invalid_utf8_offset(std::string_view text);
 std::string lossy_utf8(std::string_view bytes);
 
 bool is_whitespace(char32_t cp);    // Unicode White_Space (Rust char::is_whitespace)
-bool is_alphanumeric(char32_t cp);  // letters and numbers (Rust char::is_alphanumeric)
 bool is_numeric(char32_t cp);       // categories Nd, Nl, No (Rust char::is_numeric)
 bool is_regex_word_char(char32_t cp);  // \w: L*, M*, Nd, Nl, Pc, U+200C, U+200D
 
