@@ -84,7 +84,7 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
     const int rc = pcre2_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data.get(),
                                nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0 && rc != 0) {
+    if (rc < 0) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(rc, message, sizeof(message));
       throw std::runtime_error(std::string("regex match failed: ") +

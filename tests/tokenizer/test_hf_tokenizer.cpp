@@ -226,6 +226,30 @@ TEST_F(HfTokenizerFiles, EncodesDecodesAndRejectsBadInput) {
   EXPECT_THROW(tok.decode({7}), UserError);
 }
 
+TEST_F(HfTokenizerFiles, MillionCharacterPreTokensNeitherFailNorGoQuadratic) {
+  // Llama 3's split regex on a run of 1,000,000 spaces (one pre-token for `\s+(?!\S)`) and a
+  // 1,000,000-letter word: PCRE2 must not run out of stack and BPE must stay O(n log n).
+  json j = tiny_tokenizer();
+  j["model"]["vocab"] = json::parse(R"({" ": 0, "a": 1, "  ": 2, "b": 3, "ab": 4})");
+  j["model"]["merges"] = json::parse(R"([[" ", " "], ["a", "b"]])");
+  j["pre_tokenizer"] = {{"type", "Split"},
+                        {"pattern", {{"Regex", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                                               "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+                                               "\\s+(?!\\S)|\\s+"}}},
+                        {"behavior", "Isolated"},
+                        {"invert", false}};
+  std::ofstream(dir_ / "tokenizer.json") << j.dump();
+  const Tokenizer tok = Tokenizer::load(dir_);
+  std::string ab;
+  for (int i = 0; i < 500000; ++i) ab += "ab";
+  const std::vector<int32_t> ids = tok.encode(std::string(1000000, ' ') + "a" + ab);
+  // Pre-tokens: 999,999 spaces (-> 499,999 "  " and one " "), then " a" + "ab" * 500,000 (-> " ",
+  // "a" and 500,000 "ab").
+  ASSERT_EQ(ids.size(), 499999u + 1u + 1u + 1u + 500000u);
+  EXPECT_EQ(ids.front(), 2);
+  EXPECT_EQ(ids.back(), 4);
+}
+
 TEST_F(HfTokenizerFiles, DirectoryPrefersTokenizerJsonAndReadsTheConfig) {
   std::ofstream(dir_ / "tokenizer.json") << tiny_tokenizer().dump();
   std::ofstream(dir_ / "tokenizer.model") << "not read: tokenizer.json wins";

@@ -50,8 +50,9 @@ class Tokenizer {
   // directory tokenizer.json is preferred over tokenizer.model (as transformers does), and
   // tokenizer_config.json, when present, names the bos/eos/pad tokens and (for SentencePiece) says
   // whether BOS/EOS are added; a tokenizer.model whose config names LlamaTokenizer is tokenized as
-  // transformers' AutoTokenizer does (Metaspace, added tokens matched in text; docs/TOKENIZER.md). Throws UserError naming the path when nothing loadable is there,
-  // and naming the JSON path of any tokenizer.json component that is not supported.
+  // transformers' AutoTokenizer does (Metaspace, added tokens matched in text; docs/TOKENIZER.md).
+  // Throws UserError naming the path when nothing loadable is there, and naming the JSON path of
+  // any tokenizer.json component that is not supported.
   static Tokenizer load(const std::filesystem::path& path);
   // The tokenizer file load() uses in model directory `dir` (tokenizer.json, else tokenizer.model).
   static std::filesystem::path file_in_directory(const std::filesystem::path& dir);
