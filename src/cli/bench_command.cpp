@@ -8,6 +8,7 @@
 #include "bench/bench_generate.h"
 #include "bench/bench_precision.h"
 #include "bench/bench_step.h"
+#include "bench/bench_tokenizer.h"
 #include "cli/commands.h"
 
 namespace unstuck::cli {
@@ -74,6 +75,21 @@ void add_bench_command(CLI::App& app) {
   comm_cmd->add_option("--worker-out", comm->worker_out, "internal: run as a rank of the world-size-2 measurement")
       ->group("");
   comm_cmd->callback([comm] { bench::run_comm_bench(*comm, std::cout); });
+
+  auto tok = std::make_shared<bench::TokenizerBenchOptions>();
+  CLI::App* tok_cmd = bench->add_subcommand(
+      "tokenizer", "tokenizer.json encode MB/s on one thread vs the Python `tokenizers` library, same text");
+  tok_cmd->add_flag("--json", tok->json, "Print one JSON object instead of the table");
+  tok_cmd->add_option("--tokenizer", tok->tokenizer, "model directory or tokenizer.json (default: train a Llama-3-style one)");
+  tok_cmd->add_option("--text", tok->text, "UTF-8 text encoded line by line (default: a generated corpus)");
+  tok_cmd->add_option("--megabytes", tok->megabytes, "size of the generated corpus")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  tok_cmd->add_option("--repeats", tok->repeats, "timed passes per side (best kept)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  tok_cmd->add_option("--python", tok->python, "Python with `tokenizers` (default: $UNSTUCK_PYTHON, .venv, python3)");
+  tok_cmd->callback([tok] { bench::run_tokenizer_bench(*tok, std::cout); });
 }
 
 }  // namespace unstuck::cli

@@ -1,5 +1,6 @@
-// `unstuck tokenizer ...`: train a SentencePiece tokenizer on a text corpus, or show how one
-// encodes a text (ids and pieces). Conventions (special ids, round trips): docs/TOKENIZER.md.
+// `unstuck tokenizer ...`: train a SentencePiece tokenizer on a text corpus, or show how a
+// tokenizer (a model directory, tokenizer.json or .model file) encodes a text (ids and pieces).
+// Conventions (special ids, round trips, supported formats): docs/TOKENIZER.md.
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
@@ -80,12 +81,17 @@ void add_train(CLI::App& parent) {
 void add_encode(CLI::App& parent) {
   auto model = std::make_shared<std::string>();
   auto text = std::make_shared<std::string>();
+  auto special = std::make_shared<bool>(false);
   CLI::App* encode = parent.add_subcommand("encode", "Print the token ids and pieces of a text");
-  encode->add_option("--model", *model, "SentencePiece .model file")->required();
+  encode->add_option("--model", *model,
+                     "model directory (tokenizer.json or tokenizer.model), tokenizer.json or .model file")
+      ->required();
   encode->add_option("--text", *text, "text to encode")->required();
-  encode->callback([model, text] {
+  encode->add_flag("--special", *special,
+                   "add the special tokens the model was trained with (BOS/EOS), as AutoTokenizer does");
+  encode->callback([model, text, special] {
     const auto tok = tokenizer::Tokenizer::load(*model);
-    const std::vector<int32_t> ids = tok.encode(*text);
+    const std::vector<int32_t> ids = *special ? tok.encode_for_model(*text) : tok.encode(*text);
     std::string id_line;
     std::string piece_line;
     for (const int32_t id : ids) {
@@ -103,7 +109,7 @@ void add_encode(CLI::App& parent) {
 
 void add_tokenizer_command(CLI::App& app) {
   CLI::App* command =
-      app.add_subcommand("tokenizer", "Train SentencePiece tokenizers and inspect encodings");
+      app.add_subcommand("tokenizer", "Train SentencePiece tokenizers and inspect encodings (tokenizer.json or .model)");
   add_train(*command);
   add_encode(*command);
   // Bare `unstuck tokenizer` prints this command's help.

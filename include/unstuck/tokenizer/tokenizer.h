@@ -1,7 +1,7 @@
-// SentencePiece tokenizers: load a .model file and encode/decode text to token ids, or train one
-// from a text corpus with SentencePiece's own trainer. Tokenizers we train round-trip text exactly
-// (identity normalization, no dummy prefix) and use fixed special ids (kPadId ... kEosId).
-// docs/TOKENIZER.md has the conventions and the `unstuck tokenizer` command.
+// Tokenizers: a Hugging Face tokenizer.json (byte-level BPE of GPT-2 / Llama 3 / Qwen2, or the
+// SentencePiece-style BPE of Llama 2 / Mistral) or a SentencePiece .model file, chosen from what a
+// model directory holds; encode/decode text to token ids; train SentencePiece models. Tokenizers we
+// train round-trip text exactly and use fixed special ids (kPadId ... kEosId). docs/TOKENIZER.md.
 #pragma once
 
 #include <array>
@@ -13,11 +13,29 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace sentencepiece {
 class SentencePieceProcessor;
 }
 
 namespace unstuck::tokenizer {
+
+class HfTokenizer;
+
+// Which kind of file a Tokenizer was loaded from.
+enum class TokenizerFormat {
+  sentencepiece,   // tokenizer.model (SentencePiece protobuf)
+  tokenizer_json,  // tokenizer.json (Hugging Face `tokenizers`)
+};
+
+// An added token (tokenizer.json's added_tokens, a SentencePiece control or user-defined piece):
+// matched as a whole in text before any subword splitting.
+struct AddedTokenInfo {
+  int32_t id;
+  std::string content;
+  bool special;  // special tokens (BOS, EOS, chat markers) are dropped by decode() by default
+};
 
 // Special ids of every tokenizer train_tokenizer() writes; user-defined symbols follow from 4 on
 // in the order given. Models trained elsewhere keep their own ids (see Tokenizer).
@@ -28,11 +46,18 @@ inline constexpr int32_t kEosId = 3;  // "</s>"
 
 class Tokenizer {
  public:
-  // Loads a SentencePiece .model file. Throws UserError naming the path when it is missing or is
-  // not a SentencePiece model.
+  // Loads `path`: a model directory, a tokenizer.json file or a SentencePiece .model file. In a
+  // directory tokenizer.json is preferred over tokenizer.model (as transformers does), and
+  // tokenizer_config.json, when present, names the bos/eos/pad tokens and (for SentencePiece) says
+  // whether BOS/EOS are added; a tokenizer.model whose config names LlamaTokenizer is tokenized as
+  // transformers' AutoTokenizer does (Metaspace, added tokens matched in text; docs/TOKENIZER.md).
+  // Throws UserError naming the path when nothing loadable is there, and naming the JSON path of
+  // any tokenizer.json component that is not supported.
   static Tokenizer load(const std::filesystem::path& path);
-  // Loads a model from the bytes of a .model file (e.g. kept inside a checkpoint); `source` names
-  // it in errors.
+  // The tokenizer file load() uses in model directory `dir` (tokenizer.json, else tokenizer.model).
+  static std::filesystem::path file_in_directory(const std::filesystem::path& dir);
+  // Loads a tokenizer from serialized() bytes (a .model file or tokenizer.json text, e.g. kept
+  // inside a checkpoint); `source` names it in errors.
   static Tokenizer from_serialized(const std::string& bytes, const std::string& source);
 
   Tokenizer(Tokenizer&&) noexcept;
@@ -41,11 +66,19 @@ class Tokenizer {
 
   // Token ids of `text`, optionally framed by bos_id() / eos_id() (when the model has them).
   // "12+35=<answer>47</answer>" -> [1, 2, +, 3, 5, =, <answer>, 4, 7, </answer>] with a char model.
+  // Added/special tokens written in the text ("<|im_start|>") encode as their id (tokenizer.json).
   std::vector<int32_t> encode(std::string_view text, bool add_bos = false,
                               bool add_eos = false) const;
-  // Text of `ids`. Control ids (pad, bos, eos) decode to nothing, unk to " ⁇ ". Throws UserError
-  // for an id outside [0, vocab_size()) (a model whose vocabulary does not match this tokenizer).
-  std::string decode(const std::vector<int32_t>& ids) const;
+  // Token ids as the model saw them in training: what transformers' AutoTokenizer gives for
+  // `tokenizer(text)["input_ids"]` (tokenizer.json: its post_processor template, e.g. Llama's BOS;
+  // SentencePiece: add_bos_token / add_eos_token of tokenizer_config.json, default BOS only).
+  std::vector<int32_t> encode_for_model(std::string_view text) const;
+  bool adds_bos() const { return adds_bos_; }  // whether encode_for_model() starts with bos_id()
+  bool adds_eos() const { return adds_eos_; }  // whether encode_for_model() ends with eos_id()
+  // Text of `ids`. Special tokens (pad, bos, eos, chat markers) decode to nothing unless
+  // `skip_special_tokens` is false; SentencePiece's unk decodes to " ⁇ ". Throws UserError for an
+  // id outside the vocabulary (a model whose vocabulary does not match this tokenizer).
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = true) const;
 
   int32_t vocab_size() const;
   int32_t bos_id() const;  // -1 when the model has no bos piece
@@ -57,22 +90,35 @@ class Tokenizer {
   int32_t pad_id() const;
   bool has_pad_piece() const;
 
-  // The piece of `id` ("▁" stands for a space). Throws UserError for an id out of range.
+  TokenizerFormat format() const { return hf_ ? TokenizerFormat::tokenizer_json : TokenizerFormat::sentencepiece; }
+  // Added and special tokens, in id order.
+  std::vector<AddedTokenInfo> added_tokens() const;
+
+  // The piece of `id` ("▁" stands for a space; "Ġ" in byte-level BPE). Throws UserError for an
+  // id out of range.
   std::string id_to_piece(int32_t id) const;
   // The id of `piece`, or -1 when the vocabulary has no such piece.
   int32_t piece_to_id(std::string_view piece) const;
 
-  // The bytes of the .model file, for from_serialized().
+  // The bytes of the .model file or the tokenizer.json text, for from_serialized().
   std::string serialized() const;
   // Where the model came from (path or `source`), for messages.
   const std::string& source() const { return source_; }
 
  private:
   Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> processor, std::string source);
+  Tokenizer(std::unique_ptr<HfTokenizer> hf, std::string source);
+  // Reads tokenizer_config.json (`config`, from `path`): bos/eos/pad tokens, add_bos/eos_token.
+  void apply_config(const nlohmann::json& config, const std::filesystem::path& path);
   void check_id(int32_t id) const;
 
+  // Exactly one of processor_ (tokenizer.model) and hf_ (tokenizer.json) is set.
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  std::unique_ptr<HfTokenizer> hf_;
   std::string source_;
+  bool adds_bos_ = false;
+  bool adds_eos_ = false;
+  int32_t bos_id_ = -1, eos_id_ = -1, pad_id_ = -1;  // tokenizer.json / tokenizer_config.json
 };
 
 // ---- training -------------------------------------------------------------------------------

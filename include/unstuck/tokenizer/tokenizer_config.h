@@ -1,4 +1,4 @@
-// Options of the tokenizer component in the run config: which SentencePiece model a run uses.
+// Options of the tokenizer component in the run config: which tokenizer a run uses.
 #pragma once
 
 #include <string>
@@ -6,11 +6,13 @@
 namespace unstuck::tokenizer {
 
 struct TokenizerConfig {
-  std::string path;  // .model file; empty = data/<task>/tokenizer.model
+  std::string path;  // model dir, tokenizer.json or .model; empty = data/<task>/tokenizer.model
 
   template <class V>
   void visit(V& v) {
-    v("path", path, "SentencePiece .model file; empty: data/<task>/tokenizer.model");
+    v("path", path,
+      "tokenizer: a model directory, tokenizer.json or SentencePiece .model file; empty: "
+      "data/<task>/tokenizer.model");
   }
 };
 
