@@ -1,7 +1,7 @@
 // Chat templates: the Jinja subset that Hugging Face chat templates in the ChatML (Qwen2.5/Qwen3),
 // Llama-3 and Mistral-instruct styles use, rendered as transformers' apply_chat_template renders
 // them (trim_blocks and lstrip_blocks on). Anything outside the subset is refused at parse time
-// naming the construct and its line/column. docs/TOKENIZER.md lists the subset.
+// naming the construct and its line/column. docs/TASKS.md lists the subset.
 #pragma once
 
 #include <filesystem>
