@@ -258,7 +258,8 @@ class Parser {
     while (true) {
       const Tok& t = peek();
       if (t.kind == Tok::Kind::eof) {
-        if (!stops.empty()) fail(t.pos, "missing {% " + *stops.begin() + " %}");
+        for (const std::string& s : stops)
+          if (s.rfind("end", 0) == 0) fail(t.pos, "missing {% " + s + " %}");
         return body;
       }
       if (t.kind == Tok::Kind::text) {
