@@ -117,6 +117,8 @@ void add_eval(CLI::App& app) {
     const auto verifier =
         reward::make_verifier(reward::verifier_name(p.config.reward, config::enum_name(p.config.data.task)), p.config.reward);
     const data::PromptFormatter prompts(p.config.data, a->model);
+    records = train::drop_overlong_prompts(std::move(records), prompts, p.tokenizer,
+                                           p.config.model.max_seq_len - p.config.rollout.max_new_tokens, "eval");
     train::EvalOptions o;
     o.max_new_tokens = p.config.rollout.max_new_tokens;
     o.batch_size = a->batch;
