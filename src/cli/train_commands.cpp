@@ -12,6 +12,7 @@
 #include "unstuck/common/error.h"
 #include "unstuck/common/parallel.h"
 #include "unstuck/config/config.h"
+#include "unstuck/data/dataset.h"
 #include "unstuck/data/record.h"
 #include "unstuck/dist/communicator.h"
 #include "unstuck/reward/verifier.h"
@@ -111,16 +112,20 @@ void add_eval(CLI::App& app) {
     train::Policy p = train::load_policy(a->model, a->overrides, parse_dtype(a->dtype));
     at::set_num_threads(resolve_threads(p.config.precision.threads));
     const auto path = a->split == "test" ? data::test_file(p.config.data) : data::train_file(p.config.data);
-    std::vector<data::TaskRecord> records = data::read_jsonl(path);
+    std::vector<data::TaskRecord> records = data::read_dataset(path, p.config.data);
     if (a->samples > 0 && int64_t(records.size()) > a->samples) records.resize(std::size_t(a->samples));
-    const auto verifier = reward::make_verifier(config::enum_name(p.config.data.task), p.config.reward);
+    const auto verifier =
+        reward::make_verifier(reward::verifier_name(p.config.reward, config::enum_name(p.config.data.task)), p.config.reward);
+    const data::PromptFormatter prompts(p.config.data, a->model);
+    records = train::drop_overlong_prompts(std::move(records), prompts, p.tokenizer,
+                                           p.config.model.max_seq_len - p.config.rollout.max_new_tokens, "eval");
     train::EvalOptions o;
     o.max_new_tokens = p.config.rollout.max_new_tokens;
     o.batch_size = a->batch;
     o.k = a->k;
     o.temperature = a->temperature;
     o.seed = a->seed;
-    const train::EvalResult r = train::evaluate(*p.model, p.tokenizer, records, p.config.data, *verifier, o);
+    const train::EvalResult r = train::evaluate(*p.model, p.tokenizer, records, prompts, *verifier, o);
     nlohmann::ordered_json j{{"model", a->model}, {"split", a->split}, {"records", r.records},
                              {"greedy_accuracy", r.accuracy}, {"mean_reward", r.mean_reward},
                              {"statuses", r.statuses}};
@@ -175,12 +180,13 @@ void add_generate(CLI::App& app) {
     if (a->max_new_tokens > 0) o.sampling.max_new_tokens = a->max_new_tokens;
     o.eos_id = p.tokenizer.eos_id();
     o.pad_id = p.tokenizer.pad_id();
+    const data::PromptFormatter formatter(p.config.data, a->model);
     std::vector<std::vector<int32_t>> prompts;
     for (const std::string& t : texts) {
       data::TaskRecord r;
       r.task = config::enum_name(p.config.data.task);
       r.prompt = t;
-      prompts.push_back(train::prompt_ids(r, p.config.data, p.tokenizer));
+      prompts.push_back(train::prompt_ids(r, formatter, p.tokenizer));
     }
     const auto outs = rollout::generate(*p.model, prompts, o, at::make_generator<at::CPUGeneratorImpl>(a->seed));
     for (std::size_t i = 0; i < outs.size(); ++i)

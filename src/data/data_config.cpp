@@ -54,6 +54,10 @@ void validate(const DataConfig& config, const std::string& prefix) {
     throw UserError(p + "test_fraction must be in [0, 1), got " +
                     config::format_double(config.test_fraction));
   }
+  if (config.prompt_key.empty()) throw UserError(p + "prompt_key must name a record key, e.g. prompt or question");
+  if (config.answer_key.empty()) throw UserError(p + "answer_key must name a record key, e.g. answer or solution");
+  if (config.chat_template.empty())
+    throw UserError(p + "chat_template must be auto, none or a .jinja file, got an empty string");
   const ArithmeticOptions& a = config.arithmetic;
   check_range(p + "arithmetic.min_digits", a.min_digits, 1, 9);
   check_range(p + "arithmetic.max_digits", a.max_digits, 1, 9);

@@ -260,8 +260,11 @@ std::vector<TaskRecord> generate_records(const DataConfig& config, uint64_t seed
       return generate_arithmetic(config.arithmetic, config.test_fraction, seed, n, split);
     case TaskKind::countdown:
       return generate_countdown(config.countdown, config.test_fraction, seed, n, split);
+    case TaskKind::math:
+      break;
   }
-  throw UserError("unknown task");
+  throw UserError(std::string("data.task ") + config::enum_name(config.task) +
+                  " has no generator (math datasets are read from JSONL: data.train_path)");
 }
 
 }  // namespace unstuck::data

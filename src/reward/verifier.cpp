@@ -2,6 +2,7 @@
 // RewardConfig's checks.
 #include "unstuck/reward/verifier.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,15 @@ class FormatCreditVerifier : public Verifier {
 void validate(const RewardConfig& config, const std::string& prefix) {
   const std::string p = prefix.empty() ? "" : prefix + ".";
   parse_answer_formats(config.answer_formats, p + "answer_formats");
+  if (!config.verifier.empty()) {
+    const auto names = verifier_names();
+    if (std::find(names.begin(), names.end(), config.verifier) == names.end()) {
+      std::string known;
+      for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+      throw UserError(p + "verifier: unknown verifier '" + config.verifier + "' (known: " + known +
+                      "; empty: the one data.task names)");
+    }
+  }
   if (!(config.format_reward >= 0.0 && config.format_reward < 1.0)) {
     throw UserError(p + "format_reward must be in [0, 1) (a correct answer earns 1), got " +
                     config::format_double(config.format_reward));
@@ -44,6 +54,10 @@ void validate(const RewardConfig& config, const std::string& prefix) {
     throw UserError(p + "max_expression_depth must be in [1, 1000], got " +
                     std::to_string(config.max_expression_depth));
   }
+}
+
+std::string verifier_name(const RewardConfig& config, const std::string& data_task) {
+  return config.verifier.empty() ? data_task : config.verifier;
 }
 
 std::vector<std::string> verifier_names() { return {"math", "arithmetic", "countdown"}; }

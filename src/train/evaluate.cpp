@@ -3,20 +3,56 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
+#include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
 #include "unstuck/rollout/sampler.h"
 
 namespace unstuck::train {
 
-std::vector<int32_t> prompt_ids(const data::TaskRecord& record, const data::DataConfig& data,
+std::vector<int32_t> prompt_ids(const data::TaskRecord& record, const data::PromptFormatter& prompts,
                                 const tokenizer::Tokenizer& tok) {
   std::vector<int32_t> ids;
-  if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
-  const std::vector<int32_t> body = tok.encode(data::format_prompt(record, data));
+  if (prompts.prepend_bos() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+  const std::vector<int32_t> body = tok.encode(prompts.render(record));
   ids.insert(ids.end(), body.begin(), body.end());
   return ids;
+}
+
+PromptFit fit_prompts(std::vector<data::TaskRecord> records, const data::PromptFormatter& prompts,
+                      const tokenizer::Tokenizer& tok, int64_t max_prompt_tokens) {
+  PromptFit fit;
+  for (data::TaskRecord& r : records) {
+    const auto n = int64_t(prompt_ids(r, prompts, tok).size());
+    fit.lengths.push_back(n);
+    fit.longest = std::max(fit.longest, n);
+    if (n > max_prompt_tokens) {
+      ++fit.dropped;
+    } else {
+      fit.kept.push_back(std::move(r));
+    }
+  }
+  return fit;
+}
+
+std::vector<data::TaskRecord> drop_overlong_prompts(std::vector<data::TaskRecord> records,
+                                                    const data::PromptFormatter& prompts,
+                                                    const tokenizer::Tokenizer& tok,
+                                                    int64_t max_prompt_tokens, const std::string& what) {
+  const size_t total = records.size();
+  PromptFit fit = fit_prompts(std::move(records), prompts, tok, max_prompt_tokens);
+  if (fit.dropped > 0)
+    spdlog::warn("{}: dropped {} of {} records whose prompt exceeds {} tokens (model.max_seq_len - "
+                 "rollout.max_new_tokens); longest prompt: {} tokens",
+                 what, fit.dropped, total, max_prompt_tokens, fit.longest);
+  if (fit.kept.empty() && total > 0)
+    throw UserError(what + ": every prompt is longer than " + std::to_string(max_prompt_tokens) +
+                    " tokens (longest: " + std::to_string(fit.longest) +
+                    "); raise model.max_seq_len or lower rollout.max_new_tokens");
+  return std::move(fit.kept);
 }
 
 std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer::Tokenizer& tok) {
@@ -29,7 +65,7 @@ std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer:
 }
 
 EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& tok,
-                    const std::vector<data::TaskRecord>& records, const data::DataConfig& data,
+                    const std::vector<data::TaskRecord>& records, const data::PromptFormatter& formatter,
                     const reward::Verifier& verifier, const EvalOptions& o) {
   EvalResult r;
   r.records = int64_t(records.size());
@@ -48,7 +84,7 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
   for (std::size_t begin = 0; begin < records.size(); begin += std::size_t(o.batch_size)) {
     const std::size_t end = std::min(records.size(), begin + std::size_t(o.batch_size));
     std::vector<std::vector<int32_t>> prompts;
-    for (std::size_t i = begin; i < end; ++i) prompts.push_back(prompt_ids(records[i], data, tok));
+    for (std::size_t i = begin; i < end; ++i) prompts.push_back(prompt_ids(records[i], formatter, tok));
     const auto outs = rollout::generate(model, prompts, greedy, gen);
     std::vector<bool> solved(end - begin, false);
     for (std::size_t i = begin; i < end; ++i) {
@@ -59,7 +95,7 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
       correct += ok;
       ++r.statuses[config::enum_name(res.status)];
       if (r.examples.size() < 5)
-        r.examples.push_back(data::format_prompt(records[i], data) + " -> " + text + " [" +
+        r.examples.push_back(formatter.render(records[i]) + " -> " + text + " [" +
                              config::enum_name(res.status) + "]");
     }
     for (int64_t s = 0; s < o.k; ++s) {

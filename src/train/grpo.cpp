@@ -21,6 +21,7 @@
 #include "unstuck/algo/policy_loss.h"
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
+#include "unstuck/data/dataset.h"
 #include "unstuck/dist/data_parallel.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/log/tensorboard.h"
@@ -195,12 +196,16 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     io::write_json_file(ctx.run_dir / "run.json", run);
   }
 
-  const std::vector<data::TaskRecord> train = data::read_jsonl(data::train_file(cfg.data));
-  std::vector<data::TaskRecord> test = data::read_jsonl(data::test_file(cfg.data));
+  // Prompts longer than max_seq_len - max_new_tokens are dropped (and counted in the log).
+  const int64_t max_prompt = cfg.model.max_seq_len - cfg.rollout.max_new_tokens;
+  const std::vector<data::TaskRecord> train = drop_overlong_prompts(
+      data::read_dataset(data::train_file(cfg.data), cfg.data), ctx.prompts, tok, max_prompt, "train: training records");
+  std::vector<data::TaskRecord> test = drop_overlong_prompts(
+      data::read_dataset(data::test_file(cfg.data), cfg.data), ctx.prompts, tok, max_prompt, "train: test records");
   if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples) test.resize(std::size_t(cfg.grpo.eval_samples));
   const auto [test_begin, test_end] = dist::rank_range(int64_t(test.size()), world, rank);
   const std::vector<data::TaskRecord> my_test(test.begin() + test_begin, test.begin() + test_end);
-  const auto verifier = reward::make_verifier(config::enum_name(cfg.data.task), cfg.reward);
+  const auto verifier = reward::make_verifier(reward::verifier_name(cfg.reward, config::enum_name(cfg.data.task)), cfg.reward);
   spdlog::info("train: GRPO from {} ({} params), {} x {} rollouts per step, precision {} (forward {}), {} steps, "
                "{} rank(s) ({})",
                base.string(), weights.layout().total, cfg.grpo.prompts_per_step, cfg.grpo.group_size,
@@ -291,7 +296,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     for (int64_t row : my_rows) {
       records.push_back(step_records[std::size_t(row / G)]);
       // A prompt's G rows are consecutive, starting with completion 0: tokenize it once.
-      prompts.push_back(row % G == 0 ? prompt_ids(*records.back(), cfg.data, tok) : prompts.back());
+      prompts.push_back(row % G == 0 ? prompt_ids(*records.back(), ctx.prompts, tok) : prompts.back());
     }
     gen_opts.uniforms = uniforms.index_select(0, torch::tensor(my_rows, torch::kLong));
     const std::vector<rollout::Completion> outs = rollout::generate(weights.model(), prompts, gen_opts, sampling);
@@ -431,7 +436,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
       // Each rank scores its share of the test records.
       double correct_records[2] = {0, double(my_test.size())};
       if (!my_test.empty())
-        correct_records[0] = evaluate(weights.model(), tok, my_test, cfg.data, *verifier, eval_opts).accuracy *
+        correct_records[0] = evaluate(weights.model(), tok, my_test, ctx.prompts, *verifier, eval_opts).accuracy *
                              double(my_test.size());
       comm.all_reduce_sum(correct_records, 2);
       m["eval_accuracy"] = correct_records[0] / std::max(correct_records[1], 1.0);

@@ -43,13 +43,14 @@ RunContext setup_run(RunConfig& config, const std::string& command, int rank) {
                     tok_path.string() + " has " + std::to_string(tok.vocab_size()) +
                     " pieces (set model.vocab_size: 0 to take it from the tokenizer)");
   validate(config);
+  data::PromptFormatter prompts(config.data, tok_path.parent_path());
   const int threads = resolve_threads(config.precision.threads);
   at::set_num_threads(threads);
   const Seeds seeds = derive_seeds(config.run.seed);
   if (rank > 0) {
     setup_logging(std::max(config.run.log_level, LogLevel::warn));
     spdlog::set_pattern("[rank " + std::to_string(rank) + "] %^%l%$: %v");
-    return {run_dir(config), tok_path, std::move(tok), seeds};
+    return {run_dir(config), tok_path, std::move(tok), seeds, std::move(prompts)};
   }
   const std::filesystem::path dir = prepare_run_dir(config);
   setup_logging(config.run.log_level, dir / (command + ".log"));
@@ -62,8 +63,8 @@ RunContext setup_run(RunConfig& config, const std::string& command, int rank) {
                        {"precision_compute", config::enum_name(config.precision.compute)},
                        {"cpu_simd", simd_level_name(detect_simd_level())},
                        {"threads", threads}});
-  spdlog::info("{}: run directory {}", command, dir.string());
-  return {dir, tok_path, std::move(tok), seeds};
+  spdlog::info("{}: run directory {}; prompts from {}", command, dir.string(), prompts.describe());
+  return {dir, tok_path, std::move(tok), seeds, std::move(prompts)};
 }
 
 }  // namespace unstuck::train

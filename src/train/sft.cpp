@@ -13,6 +13,7 @@
 #include "unstuck/common/error.h"
 #include "unstuck/common/parallel.h"
 #include "unstuck/config/config.h"
+#include "unstuck/data/dataset.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/train/evaluate.h"
@@ -31,11 +32,11 @@ struct Example {
 
 std::vector<Example> encode_examples(const std::vector<data::TaskRecord>& records,
                                      const RunConfig& cfg, const tokenizer::Tokenizer& tok,
-                                     const std::string& source) {
+                                     const data::PromptFormatter& prompts, const std::string& source) {
   std::vector<Example> out;
   out.reserve(records.size());
   for (std::size_t i = 0; i < records.size(); ++i) {
-    Example e{prompt_ids(records[i], cfg.data, tok), tok.encode(data::format_completion(records[i], cfg.data))};
+    Example e{prompt_ids(records[i], prompts, tok), tok.encode(data::format_completion(records[i], cfg.data))};
     e.completion.push_back(tok.eos_id());
     if (int64_t(e.prompt.size() + e.completion.size()) > cfg.model.max_seq_len)
       throw UserError(source + " record " + std::to_string(i + 1) + ": " +
@@ -82,9 +83,10 @@ SftResult run_sft(RunConfig cfg) {
   const auto t_start = std::chrono::steady_clock::now();
   RunContext ctx = setup_run(cfg, "sft");
   const tokenizer::Tokenizer& tok = ctx.tokenizer;
-  const std::vector<data::TaskRecord> train_records = data::read_jsonl(data::train_file(cfg.data));
-  std::vector<data::TaskRecord> test_records = data::read_jsonl(data::test_file(cfg.data));
-  const std::vector<Example> train = encode_examples(train_records, cfg, tok, data::train_file(cfg.data).string());
+  const std::vector<data::TaskRecord> train_records = data::read_dataset(data::train_file(cfg.data), cfg.data);
+  std::vector<data::TaskRecord> test_records = data::read_dataset(data::test_file(cfg.data), cfg.data);
+  const std::vector<Example> train =
+      encode_examples(train_records, cfg, tok, ctx.prompts, data::train_file(cfg.data).string());
   if (train.empty()) throw UserError(data::train_file(cfg.data).string() + ": no training records");
   if (cfg.sft.eval_samples > 0 && int64_t(test_records.size()) > cfg.sft.eval_samples)
     test_records.resize(std::size_t(cfg.sft.eval_samples));
@@ -96,7 +98,7 @@ SftResult run_sft(RunConfig cfg) {
   torch::Tensor master = torch::empty({layout.total});
   model::init_llama_weights(layout, cfg.model, master, ctx.seeds.init);
   TrainableWeights weights(cfg.model, master, cfg.precision, ctx.seeds.rounding);
-  const auto verifier = reward::make_verifier(config::enum_name(cfg.data.task), cfg.reward);
+  const auto verifier = reward::make_verifier(reward::verifier_name(cfg.reward, config::enum_name(cfg.data.task)), cfg.reward);
   EvalOptions eval_opts;
   eval_opts.max_new_tokens = cfg.rollout.max_new_tokens;
 
@@ -127,7 +129,7 @@ SftResult run_sft(RunConfig cfg) {
     const bool last = step == cfg.sft.steps;
     const bool eval_now = last || (cfg.sft.eval_every > 0 && step % cfg.sft.eval_every == 0);
     if (eval_now) {
-      const EvalResult ev = evaluate(weights.model(), tok, test_records, cfg.data, *verifier, eval_opts);
+      const EvalResult ev = evaluate(weights.model(), tok, test_records, ctx.prompts, *verifier, eval_opts);
       accuracy = ev.accuracy;
       spdlog::info("sft step {}/{}: greedy test accuracy {:.3f} ({} records); e.g. {}", step,
                    cfg.sft.steps, ev.accuracy, ev.records, ev.examples.empty() ? "" : ev.examples[0]);

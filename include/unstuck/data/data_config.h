@@ -14,14 +14,30 @@
 
 namespace unstuck::data {
 
-// The synthetic tasks this project generates (docs/TASKS.md).
-enum class TaskKind { arithmetic, countdown };
+// What a dataset's records are (docs/TASKS.md): the synthetic tasks this project generates
+// (arithmetic, countdown) or math word problems (GSM8K, MATH, verl-style records; no generator).
+enum class TaskKind { arithmetic, countdown, math };
 
-inline constexpr std::array<std::pair<TaskKind, const char*>, 2> kTaskKindNames{{
+inline constexpr std::array<std::pair<TaskKind, const char*>, 3> kTaskKindNames{{
     {TaskKind::arithmetic, "arithmetic"},
     {TaskKind::countdown, "countdown"},
+    {TaskKind::math, "math"},
 }};
 constexpr const auto& enum_names(TaskKind) { return kTaskKindNames; }
+
+// How the reference answer is read out of a record's answer field.
+enum class AnswerExtraction {
+  none,   // the field as it is
+  gsm8k,  // the text after the last "####" of a GSM8K solution
+  boxed,  // the content of the last \boxed{...} of a MATH solution (nested braces)
+};
+
+inline constexpr std::array<std::pair<AnswerExtraction, const char*>, 3> kAnswerExtractionNames{{
+    {AnswerExtraction::none, "none"},
+    {AnswerExtraction::gsm8k, "gsm8k"},
+    {AnswerExtraction::boxed, "boxed"},
+}};
+constexpr const auto& enum_names(AnswerExtraction) { return kAnswerExtractionNames; }
 
 // Arithmetic: "a+b=" / "a*b=" with each operand's digit count uniform in [min_digits, max_digits].
 struct ArithmeticOptions {
@@ -56,9 +72,14 @@ struct CountdownOptions {
 };
 
 struct DataConfig {
-  TaskKind task = TaskKind::arithmetic;      // which task (and verifier) the run uses
+  TaskKind task = TaskKind::arithmetic;      // which task (and default verifier) the run uses
   std::string train_path;                    // JSONL; empty = data/<task>/train.jsonl
   std::string test_path;                     // JSONL; empty = data/<task>/test.jsonl
+  std::string prompt_key = "prompt";         // record key of the prompt: text or a message list
+  std::string answer_key = "answer";         // dotted path of the reference answer
+  AnswerExtraction answer_extraction = AnswerExtraction::none;  // gsm8k, boxed or none
+  std::string chat_template = "none";        // auto (the model's), none, or a .jinja file
+  std::string system_prompt;                 // system message put first with a chat template
   std::string prompt_template = "{prompt}";  // what the model is given
   std::string completion_template = "<answer>{answer}</answer>";  // SFT target after the prompt
   double test_fraction = 0.1;    // share of the problem space reserved for test
@@ -67,11 +88,28 @@ struct DataConfig {
 
   template <class V>
   void visit(V& v) {
-    v("task", task, "synthetic task: arithmetic (a+b=, a*b=) or countdown (make a target)");
+    v("task", task,
+      "task of the records: arithmetic (a+b=, a*b=), countdown (make a target) or math (word "
+      "problems: GSM8K, MATH, verl); picks the verifier unless reward.verifier is set");
     v("train_path", train_path, "training JSONL; empty: data/<task>/train.jsonl");
     v("test_path", test_path, "evaluation JSONL; empty: data/<task>/test.jsonl");
+    v("prompt_key", prompt_key,
+      "dotted key of a record's prompt: a string (GSM8K question, MATH problem) or a list of "
+      "{role, content} messages (verl's prompt)");
+    v("answer_key", answer_key,
+      "dotted key of the reference answer, e.g. answer, solution, reward_model.ground_truth");
+    v("answer_extraction", answer_extraction,
+      "how the reference answer is read from answer_key: none (as is), gsm8k (after the last "
+      "####), boxed (the last \\boxed{...})");
+    v("chat_template", chat_template,
+      "none (prompt_template text after BOS), auto (the chat template of the tokenizer's model "
+      "directory: chat_template.jinja or tokenizer_config.json) or a .jinja file");
+    v("system_prompt", system_prompt,
+      "with a chat template: a system message put before each record's messages (unless the "
+      "record has its own); empty: none");
     v("prompt_template", prompt_template,
-      "prompt given to the model; {prompt}, {answer}, {task} and any task field, e.g. {target}");
+      "prompt text (with a chat template: the user message); {prompt}, {answer}, {task} and any "
+      "task field, e.g. {target}");
     v("completion_template", completion_template,
       "SFT completion; same placeholders; must end in <answer>...</answer> for the verifiers");
     v("test_fraction", test_fraction,

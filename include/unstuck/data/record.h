@@ -16,6 +16,9 @@ struct TaskRecord {
   std::string prompt;  // the problem text, e.g. "12+35="
   std::string answer;  // what a correct completion puts in <answer>...</answer>
   nlohmann::json fields = nlohmann::json::object();  // task extras: numbers, target, ...
+  // The prompt as chat messages ([{"role", "content"}], verl-style records); empty when the
+  // prompt is plain text. `prompt` then holds the last user message.
+  nlohmann::json messages = nlohmann::json::array();
 };
 
 // The record as one flat JSON object: task, prompt, answer first, then the fields (sorted).

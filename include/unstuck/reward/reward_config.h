@@ -9,6 +9,7 @@
 namespace unstuck::reward {
 
 struct RewardConfig {
+  std::string verifier;  // math, arithmetic or countdown; empty = the one data.task names
   // Answer formats tried in order; the first one found in the completion is the answer.
   std::vector<std::string> answer_formats{"answer_tag", "boxed", "hashes"};
   double format_reward = 0.1;     // reward of a non-correct completion with <answer>...</answer>
@@ -17,6 +18,9 @@ struct RewardConfig {
 
   template <class V>
   void visit(V& v) {
+    v("verifier", verifier,
+      "what scores a completion: math (a number / fraction compared by value), arithmetic (the "
+      "same), countdown (an expression using the given numbers); empty: the one data.task names");
     v("answer_formats", answer_formats,
       "where the final answer is read, first found wins: answer_tag (<answer>x</answer>), "
       "boxed (\\boxed{x}), hashes (#### x)");

@@ -51,6 +51,10 @@ std::vector<std::string> verifier_names();
 // name throws UserError "unknown verifier 'x' (known: math, arithmetic, countdown)".
 std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardConfig& config);
 
+// The verifier a run uses: reward.verifier, or the data task's name when that is empty.
+//   {verifier: ""}, "countdown" -> "countdown";  {verifier: "math"}, "arithmetic" -> "math"
+std::string verifier_name(const RewardConfig& config, const std::string& data_task);
+
 // Correctness alone (reward 1 or 0), for callers that combine rewards themselves.
 std::unique_ptr<Verifier> make_math_verifier(const RewardConfig& config);
 std::unique_ptr<Verifier> make_countdown_verifier(const RewardConfig& config);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "unstuck/data/data_config.h"
+#include "unstuck/data/prompt_formatter.h"
 #include "unstuck/data/record.h"
 #include "unstuck/model/llama.h"
 #include "unstuck/reward/verifier.h"
@@ -34,15 +35,33 @@ struct EvalResult {
   std::vector<std::string> examples;         // a few "prompt -> completion [status]" lines
 };
 
-// Token ids a policy is prompted with: BOS (when the tokenizer has one) + the formatted prompt.
-std::vector<int32_t> prompt_ids(const data::TaskRecord& record, const data::DataConfig& data,
+// Token ids a policy is prompted with. Without a chat template: BOS (when the tokenizer has one)
+// + the prompt_template text; with one: the rendered template's ids alone (it writes BOS itself).
+std::vector<int32_t> prompt_ids(const data::TaskRecord& record, const data::PromptFormatter& prompts,
                                 const tokenizer::Tokenizer& tok);
+
+// Records whose prompt fits in `max_prompt_tokens` (max_seq_len - max_new_tokens), in order.
+struct PromptFit {
+  std::vector<data::TaskRecord> kept;
+  std::vector<int64_t> lengths;  // prompt tokens of every input record
+  int64_t dropped = 0;           // records whose prompt is longer than the limit
+  int64_t longest = 0;           // tokens of the longest prompt, kept or dropped
+};
+PromptFit fit_prompts(std::vector<data::TaskRecord> records, const data::PromptFormatter& prompts,
+                      const tokenizer::Tokenizer& tok, int64_t max_prompt_tokens);
+// fit_prompts() for a run: logs "<what>: dropped N of M records whose prompt exceeds L tokens
+// (longest: K)" when any is dropped; throws UserError when none is left (naming model.max_seq_len
+// and rollout.max_new_tokens).
+std::vector<data::TaskRecord> drop_overlong_prompts(std::vector<data::TaskRecord> records,
+                                                    const data::PromptFormatter& prompts,
+                                                    const tokenizer::Tokenizer& tok,
+                                                    int64_t max_prompt_tokens, const std::string& what);
 
 // Text of a sampled completion: its tokens up to (without) the EOS, decoded.
 std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer::Tokenizer& tok);
 
 EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& tok,
-                    const std::vector<data::TaskRecord>& records, const data::DataConfig& data,
+                    const std::vector<data::TaskRecord>& records, const data::PromptFormatter& prompts,
                     const reward::Verifier& verifier, const EvalOptions& options);
 
 }  // namespace unstuck::train

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "unstuck/config/run_config.h"
+#include "unstuck/data/prompt_formatter.h"
 #include "unstuck/tokenizer/tokenizer.h"
 
 namespace unstuck::train {
@@ -26,6 +27,7 @@ struct RunContext {
   std::filesystem::path tokenizer_path;
   tokenizer::Tokenizer tokenizer;
   Seeds seeds;
+  data::PromptFormatter prompts;  // data.prompt_template / chat template (auto: the tokenizer's folder)
 };
 
 // The tokenizer file of a config: tokenizer.path, or data/<task>/tokenizer.model.

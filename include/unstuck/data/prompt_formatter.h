@@ -1,0 +1,44 @@
+// The text a record becomes before tokenization, exactly as the model sees it. Without a chat
+// template: data.prompt_template filled from the record (the caller puts BOS in front). With one
+// (data.chat_template auto or a file): the record's messages, or one user message made from
+// prompt_template, after an optional data.system_prompt, rendered with add_generation_prompt as
+// transformers' apply_chat_template does; the template writes BOS itself when the model wants it.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "unstuck/data/data_config.h"
+#include "unstuck/data/record.h"
+#include "unstuck/tokenizer/chat_template.h"
+
+namespace unstuck::data {
+
+class PromptFormatter {
+ public:
+  // `model_dir` is where `auto` looks (the tokenizer's folder). Throws UserError for `auto` when
+  // the directory has no chat template, for a template file that cannot be read or parsed, and
+  // names data.chat_template.
+  PromptFormatter(const DataConfig& config, const std::filesystem::path& model_dir);
+
+  // Prompt text of a record. Throws UserError for a record given as messages when no chat
+  // template is configured (naming data.chat_template), and for raise_exception() in a template.
+  //   none, "12+35="                     -> "12+35="
+  //   ChatML template, system_prompt "Be brief.", prompt "2+2?"
+  //     -> "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+  std::string render(const TaskRecord& record) const;
+
+  // True without a chat template: the prompt is BOS + render() (the convention of our own
+  // tokenizers). With one, the ids are the rendered text's alone, as apply_chat_template(tokenize=True).
+  bool prepend_bos() const { return !chat_; }
+  // Where the prompt format comes from, for logs: "data.prompt_template" or the template's origin.
+  std::string describe() const;
+
+ private:
+  DataConfig config_;
+  std::shared_ptr<const tokenizer::ChatTemplate> chat_;
+  std::string bos_token_, eos_token_;
+};
+
+}  // namespace unstuck::data

@@ -1,0 +1,62 @@
+// PromptFormatter: data.prompt_template alone, or the records' messages through the chat template
+// that data.chat_template names (auto: the model directory's; or a .jinja file).
+#include "unstuck/data/prompt_formatter.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "unstuck/common/error.h"
+
+namespace unstuck::data {
+
+PromptFormatter::PromptFormatter(const DataConfig& config, const std::filesystem::path& model_dir) : config_(config) {
+  const std::string& choice = config.chat_template;
+  if (choice.empty() || choice == "none") return;
+  std::string source, origin;
+  if (choice == "auto") {
+    const auto found = tokenizer::find_chat_template(model_dir);
+    if (!found)
+      throw UserError("data.chat_template is auto but " + model_dir.string() +
+                      " has no chat template (no chat_template.jinja, no \"chat_template\" in "
+                      "tokenizer_config.json); name a .jinja file or set data.chat_template: none");
+    source = found->source;
+    origin = found->origin;
+    bos_token_ = found->bos_token;
+    eos_token_ = found->eos_token;
+  } else {
+    std::ifstream in(choice, std::ios::binary);
+    if (!in) throw UserError("data.chat_template: cannot read '" + choice + "' (auto, none or a .jinja file)");
+    std::ostringstream text;
+    text << in.rdbuf();
+    source = text.str();
+    origin = choice;
+    const tokenizer::ModelChatTemplate special = tokenizer::read_special_tokens(model_dir);
+    bos_token_ = special.bos_token;
+    eos_token_ = special.eos_token;
+  }
+  chat_ = std::make_shared<const tokenizer::ChatTemplate>(tokenizer::ChatTemplate::parse(source, origin));
+}
+
+std::string PromptFormatter::render(const TaskRecord& record) const {
+  if (!chat_) {
+    if (!record.messages.empty())
+      throw UserError("the record's prompt is a list of messages (data.prompt_key '" + config_.prompt_key +
+                      "'); set data.chat_template to auto or a .jinja file to render it");
+    return format_prompt(record, config_);
+  }
+  std::vector<tokenizer::ChatMessage> messages;
+  const bool own_system = !record.messages.empty() && record.messages[0].value("role", "") == "system";
+  if (!config_.system_prompt.empty() && !own_system) messages.push_back({"system", config_.system_prompt});
+  if (record.messages.empty()) {
+    messages.push_back({"user", format_prompt(record, config_)});
+  } else {
+    for (const auto& m : record.messages) messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return chat_->apply(messages, true, bos_token_, eos_token_);
+}
+
+std::string PromptFormatter::describe() const {
+  return chat_ ? "chat template " + chat_->name() : std::string("data.prompt_template");
+}
+
+}  // namespace unstuck::data
