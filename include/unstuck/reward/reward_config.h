@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "unstuck/reward/math_answer.h"
+
 namespace unstuck::reward {
 
 struct RewardConfig {
@@ -14,6 +16,7 @@ struct RewardConfig {
   double format_reward = 0.1;     // reward of a non-correct completion with <answer>...</answer>
   int max_answer_chars = 256;     // longer extracted answers are rejected (no_answer) unread
   int max_expression_depth = 32;  // countdown: deeper parenthesis nesting is rejected (no_answer)
+  MathOptions math;               // math: tolerance, units, "the answer is" fallback
 
   template <class V>
   void visit(V& v) {
@@ -27,6 +30,7 @@ struct RewardConfig {
       "longest extracted answer a verifier reads; longer ones score no_answer");
     v("max_expression_depth", max_expression_depth,
       "deepest parenthesis nesting a countdown expression may use; deeper ones score no_answer");
+    v("math", math, "math verifier strictness: numeric tolerance, units, \"the answer is\" fallback");
   }
 };
 
