@@ -7,6 +7,7 @@
 #include "bench/bench_comm.h"
 #include "bench/bench_generate.h"
 #include "bench/bench_precision.h"
+#include "bench/bench_reward.h"
 #include "bench/bench_step.h"
 #include "cli/commands.h"
 
@@ -74,6 +75,18 @@ void add_bench_command(CLI::App& app) {
   comm_cmd->add_option("--worker-out", comm->worker_out, "internal: run as a rank of the world-size-2 measurement")
       ->group("");
   comm_cmd->callback([comm] { bench::run_comm_bench(*comm, std::cout); });
+
+  auto rew = std::make_shared<bench::RewardBenchOptions>();
+  CLI::App* reward_cmd = bench->add_subcommand(
+      "reward", "Verifier completions/s (math, countdown), worst case, and math-verify on the same corpus");
+  reward_cmd->add_flag("--json", rew->json, "Print one JSON object instead of the table");
+  reward_cmd->add_option("--corpus", rew->corpus, "graded math corpus (JSONL)")->capture_default_str();
+  reward_cmd->add_option("--python", rew->python, "Python with math-verify for the baseline (\"\" skips it)")
+      ->capture_default_str();
+  reward_cmd->add_option("--repeats", rew->repeats, "passes over the corpus per timing")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  reward_cmd->callback([rew] { bench::run_reward_bench(*rew, std::cout); });
 }
 
 }  // namespace unstuck::cli

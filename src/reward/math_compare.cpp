@@ -34,6 +34,19 @@ class Comparer {
 
   bool same(int g, int a) { return same_element({g, 0}, {a, 0}); }
 
+  // An answer that is a number with no value: 1/0, 10^{10^{10}} (beyond what is evaluated).
+  bool undefined_number(int a) {
+    const MathNode& A = node(1, a);
+    switch (A.kind) {
+      case NodeKind::list: case NodeKind::set: case NodeKind::bracket: case NodeKind::union_of:
+      case NodeKind::matrix: case NodeKind::relation: case NodeKind::text: case NodeKind::empty_set:
+        return false;
+      default: break;
+    }
+    if (math::has_plus_minus(*trees_[1], a) || math::has_variables(*trees_[1], a)) return false;
+    return values(1, {a, 0})[0].kind == Num::invalid;
+  }
+
  private:
   const MathNode& node(int side, int n) const { return trees_[side]->nodes[static_cast<size_t>(n)]; }
 
@@ -75,7 +88,7 @@ class Comparer {
     std::vector<int> items;
     if (m.kind == NodeKind::list || m.kind == NodeKind::set) {
       items = m.kids;
-    } else {
+    } else if (m.kind != NodeKind::empty_set) {
       items = {n};
     }
     std::vector<Element> out;
@@ -122,12 +135,18 @@ class Comparer {
 
   static bool is_collection(NodeKind k) { return k == NodeKind::list || k == NodeKind::set; }
 
-  // x = 5, x \in [1, 2): the right side, when the left is a lone variable.
+  // x = 5, x \in [1, 2), (x, y) = (1, 2): the right side, when the left is a lone variable or a
+  // tuple of variables.
   int value_of_assignment(int side, int n) const {
     const MathNode& m = node(side, n);
     if (m.kind != NodeKind::relation || (m.rel != '=' && m.rel != 'i')) return -1;
-    if (node(side, m.kids[0]).kind != NodeKind::variable) return -1;
-    return m.kids[1];
+    const MathNode& lhs = node(side, m.kids[0]);
+    bool variables = lhs.kind == NodeKind::variable;
+    if (lhs.kind == NodeKind::bracket) {
+      variables = true;
+      for (const int k : lhs.kids) variables = variables && node(side, k).kind == NodeKind::variable;
+    }
+    return variables ? m.kids[1] : -1;
   }
 
   static char flipped(char rel) {
@@ -161,12 +180,10 @@ class Comparer {
     }
     const bool pm_g = eg.sign == 0 && math::has_plus_minus(*trees_[0], g);
     const bool pm_a = ea.sign == 0 && math::has_plus_minus(*trees_[1], a);
-    if (is_collection(G.kind) || is_collection(A.kind) || pm_g || pm_a) {
+    if (is_collection(G.kind) || is_collection(A.kind) || pm_g || pm_a ||
+        G.kind == NodeKind::empty_set || A.kind == NodeKind::empty_set) {
       // A one-member set against a bare value ({3} and 3) compares the member.
       return same_members(g, a);
-    }
-    if (G.kind == NodeKind::empty_set || A.kind == NodeKind::empty_set) {
-      return G.kind == A.kind;
     }
     if (G.kind == NodeKind::bracket || A.kind == NodeKind::bracket) {
       return G.kind == A.kind && G.open == A.open && G.close == A.close &&
@@ -254,7 +271,8 @@ MathMatch compare_math_answers(std::string_view gold, std::string_view answer,
     return math::normalize_text(g) == math::normalize_text(a) ? MathMatch::equal : MathMatch::different;
   }
   Comparer comparer(tg, ta, options);
-  return comparer.same(tg.root, ta.root) ? MathMatch::equal : MathMatch::different;
+  if (comparer.same(tg.root, ta.root)) return MathMatch::equal;
+  return comparer.undefined_number(ta.root) ? MathMatch::unreadable : MathMatch::different;
 }
 
 std::optional<std::string> extract_math_answer(std::string_view completion,

@@ -240,8 +240,31 @@ class Normalizer {
     second_argument_at_.push_back(depth_);
   }
 
+  // A digit group separator: "\\," "{,}" "\\ " or a space after a digit, before exactly three
+  // digits ("10\\,000", "45{,}000", "1 000"). Returns its length, 0 when there is none.
+  size_t group_separator() const {
+    if (out_.empty() || out_.back() < '0' || out_.back() > '9') return 0;
+    size_t n = 0;
+    if (s_.compare(i_, 2, "\\,") == 0 || s_.compare(i_, 2, "\\ ") == 0) n = 2;
+    else if (s_.compare(i_, 3, "{,}") == 0) n = 3;
+    else if (s_[i_] == ' ') n = 1;
+    if (n == 0) return 0;
+    const size_t j = i_ + n;
+    for (size_t k = 0; k < 3; ++k) {
+      if (j + k >= s_.size() || s_[j + k] < '0' || s_[j + k] > '9') return 0;
+    }
+    if (j + 3 < s_.size() && s_[j + 3] >= '0' && s_[j + 3] <= '9') return 0;
+    if (n == 1 && j + 3 < s_.size() && s_[j + 3] == '/') return 0;  // "3 125/1000": a mixed number
+    return n;
+  }
+
   void step() {
     const char c = s_[i_];
+    if (const size_t n = group_separator()) {
+      if (n == 3) out_ += ',';  // "45{,}000" -> "45,000", read as a thousands separator
+      i_ += n;
+      return;
+    }
     if (c == '\\') {
       command();
       return;

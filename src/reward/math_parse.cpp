@@ -366,7 +366,15 @@ class Parser {
   int term() {
     const size_t start = pos_;
     std::vector<int> factors{unary()};
-    const bool bare_integer = pos_ == start + 1 && is_integer_literal(factors[0]);
+    // A mixed number starts with an integer, or its negation: -2\frac{1}{2} is -(2 + 1/2).
+    const bool negated = pos_ == start + 2 && factors[0] >= 0 && nodes_[factors[0]].kind == NodeKind::neg &&
+                         is_integer_literal(nodes_[factors[0]].kids[0]);
+    const bool bare_integer = (pos_ == start + 1 && is_integer_literal(factors[0])) || negated;
+    const int whole = negated ? nodes_[factors[0]].kids[0] : factors[0];
+    auto mixed = [&](int fraction) {
+      const int sum = node(NodeKind::add, {whole, fraction});
+      return negated ? node(NodeKind::neg, {sum}) : sum;
+    };
     bool first = true;
     while (!failed_) {
       if (accept(Tok::star)) {
@@ -384,7 +392,7 @@ class Parser {
                                 nodes_[n.kids[1]].kind == NodeKind::recip &&
                                 is_integer_literal(nodes_[n.kids[1]].kids[0]) &&
                                 t_[before].kind == Tok::command && t_[before].text == "frac";
-        if (mixed_frac) return node(NodeKind::add, {factors[0], f});
+        if (mixed_frac) return mixed(f);
         if (number_next) {
           // "3 1/2": a mixed number; any other number after a number is unreadable ("12 34").
           if (!(first && bare_integer && is_integer_literal(f) && at(Tok::slash) &&
@@ -394,8 +402,7 @@ class Parser {
           ++pos_;
           const int den = unary();
           if (!is_integer_literal(den)) return fail();
-          return node(NodeKind::add,
-                      {factors[0], node(NodeKind::mul, {f, node(NodeKind::recip, {den})})});
+          return mixed(node(NodeKind::mul, {f, node(NodeKind::recip, {den})}));
         }
         factors.push_back(f);
       } else {
