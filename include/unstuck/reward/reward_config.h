@@ -22,7 +22,7 @@ struct RewardConfig {
   void visit(V& v) {
     v("answer_formats", answer_formats,
       "where the final answer is read, first found wins: answer_tag (<answer>x</answer>), "
-      "boxed (\\boxed{x}), hashes (#### x)");
+      "boxed (the last \\boxed{x} or \\fbox{x}), hashes (#### x)");
     v("format_reward", format_reward,
       "reward of a completion that is not correct but has a non-blank <answer>...</answer>; "
       "a correct one gets 1 (0 disables; must be < 1)");

@@ -1,5 +1,5 @@
 """Builds tests/reward/math_corpus.jsonl, the graded corpus of the math verifier, from the
-hand-written pairs.tsv (gold answer, final answer, human verdict; each final answer is wrapped into
+hand-written pairs.tsv and heldout.tsv (gold answer, final answer, human verdict; each final answer is wrapped into
 a completion, the wrapper chosen by position) and completions.tsv (whole completions), and records
 math-verify's verdict on each pair when math-verify is installed (requirements-bench.txt).
 
@@ -41,7 +41,8 @@ def read_tsv(path):
 
 def main():
     records = []
-    for i, (category, verdict, gold, answer) in enumerate(read_tsv(HERE / "pairs.tsv")):
+    pairs = read_tsv(HERE / "pairs.tsv") + read_tsv(HERE / "heldout.tsv")
+    for i, (category, verdict, gold, answer) in enumerate(pairs):
         completion = WRAPPERS[i % len(WRAPPERS)].format(a=answer)
         records.append((category, verdict, gold, completion, answer))
     for category, verdict, gold, completion in read_tsv(HERE / "completions.tsv"):
