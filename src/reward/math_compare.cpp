@@ -258,18 +258,22 @@ MathMatch compare_math_answers(std::string_view gold, std::string_view answer,
   const std::string a = math::normalize_latex(answer);
   const MathTree tg = math::parse_math(g);
   const MathTree ta = math::parse_math(a);
-  const bool text_gold = tg.root < 0 || tg.nodes[static_cast<size_t>(tg.root)].kind == NodeKind::text;
-  if (text_gold) {
-    // Free text ("Monday", "\text{no solution}"): compared as lowercase words.
-    const std::string wg = math::normalize_text(g);
-    if (wg.empty()) return MathMatch::unreadable;
-    return wg == math::normalize_text(a) ? MathMatch::equal : MathMatch::different;
+  auto same_string = [&] {
+    return math::normalize_symbols(g) == math::normalize_symbols(a) ? MathMatch::equal
+                                                                    : MathMatch::different;
+  };
+  if (tg.root < 0) {  // not math: compared as a string, symbols kept
+    return math::normalize_symbols(g).empty() ? MathMatch::unreadable : same_string();
   }
+  const bool text_gold = tg.nodes[static_cast<size_t>(tg.root)].kind == NodeKind::text;
+  const bool text_answer = ta.root >= 0 && ta.nodes[static_cast<size_t>(ta.root)].kind == NodeKind::text;
+  if (text_gold && text_answer) {  // "Monday" and "\text{monday}": the same words
+    const MathNode& G = tg.nodes[static_cast<size_t>(tg.root)];
+    const MathNode& A = ta.nodes[static_cast<size_t>(ta.root)];
+    return G.text == A.text ? MathMatch::equal : MathMatch::different;
+  }
+  if (text_gold || text_answer) return same_string();  // "\text{(B)}" and "B"
   if (ta.root < 0) return MathMatch::unreadable;
-  if (ta.nodes[static_cast<size_t>(ta.root)].kind == NodeKind::text) {
-    // "\text{(B)}" for gold B: the words of both.
-    return math::normalize_text(g) == math::normalize_text(a) ? MathMatch::equal : MathMatch::different;
-  }
   Comparer comparer(tg, ta, options);
   if (comparer.same(tg.root, ta.root)) return MathMatch::equal;
   return comparer.undefined_number(ta.root) ? MathMatch::unreadable : MathMatch::different;

@@ -1,6 +1,7 @@
 // LaTeX and unicode normalization for the math verifier: one pass maps unicode confusables to
 // ASCII/LaTeX, a second rewrites LaTeX commands into the parser's dialect. Both copy forward with
 // no backtracking, so the work is linear in the input.
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <string>
@@ -336,6 +337,22 @@ std::string normalize_text(std::string_view text) {
     } else {
       space = !out.empty();
     }
+  }
+  return out;
+}
+
+std::string normalize_symbols(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool escaped = i > 0 && text[i - 1] == '\\';  // \{ \} are set braces: kept
+    if (c == ' ' || c == kTextOpen || c == kTextClose || ((c == '{' || c == '}') && !escaped)) continue;
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  while (!out.empty() && out.back() == '.') out.pop_back();
+  if (out.size() > 2 && out.front() == '(' && out.back() == ')' &&
+      std::all_of(out.begin() + 1, out.end() - 1, [](char c) { return std::isalnum(static_cast<unsigned char>(c)); })) {
+    out = out.substr(1, out.size() - 2);
   }
   return out;
 }

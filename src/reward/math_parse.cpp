@@ -273,14 +273,17 @@ class Parser {
   }
 
   // Words and text spans up to the next separator: a text answer ("Monday", "no solution").
+  // Words are normalized (case, punctuation), anything else is kept: "\text{Area} + 1" and
+  // "\text{Area} - 1" differ.
   int text_item() {
     std::string words;
     while (!at(Tok::end) && !at_separator()) {
-      if (!words.empty()) words += ' ';
-      words += peek().text;
+      const bool word = at(Tok::word) || at(Tok::text) || at(Tok::variable);
+      const std::string piece = word ? normalize_text(peek().text) : peek().text;
+      if (!piece.empty()) words += (words.empty() ? "" : " ") + piece;
       ++pos_;
     }
-    return node(NodeKind::text, {}, normalize_text(words));
+    return node(NodeKind::text, {}, words);
   }
 
   // item := text | relation units?   relation := union (rel union)*

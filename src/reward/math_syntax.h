@@ -71,4 +71,9 @@ MathTree parse_math(std::string_view normalized);
 // Lowercase words of `text` (letters and digits), single-spaced; LaTeX commands and braces dropped.
 std::string normalize_text(std::string_view text);
 
+// `text` (normalize_latex's output) lowercased without spaces, braces, text-span markers and a
+// final full stop, every other symbol kept; "(b)" around a lone word or letter is unwrapped. For
+// answers compared as strings: "\text{(B)}" and "B" agree, "x+1" and "x-1" do not.
+std::string normalize_symbols(std::string_view text);
+
 }  // namespace unstuck::reward::math

@@ -46,8 +46,9 @@ inline constexpr std::array<std::pair<MathMatch, const char*>, 3> kMathMatchName
 }};
 constexpr const auto& enum_names(MathMatch) { return kMathMatchNames; }
 
-// Compares `answer` with `gold`. A gold answer that is not readable as math (words, "\text{...}")
-// is compared as normalized text (case, spaces and punctuation ignored). Never throws.
+// Compares `answer` with `gold`. Text answers ("Monday", "\text{no solution}") compare by their
+// lowercase words; a gold answer that is not readable as math, and text against math, compare as
+// strings without spaces, braces and case (symbols kept). Never throws.
 //   ("\frac12", "0.5") -> equal;  ("2x+3", "3+2x") -> equal;  ("0.1", "0.10000001") -> different
 //   ("[2,\infty)", "[2, \infty)") -> equal;  ("(1,2]", "[1,2)") -> different;  ("5", "x = 5") -> equal
 MathMatch compare_math_answers(std::string_view gold, std::string_view answer,
