@@ -1,6 +1,7 @@
 // Private: the math verifier's reading of an answer. normalize_latex() rewrites LaTeX and unicode
-// into one small ASCII dialect; parse_math() turns that into a tree of MathNodes (expressions,
-// brackets, sets, relations, matrices, text). Both are linear in the input; the parser's
+// into one small ASCII dialect (math_normalize.cpp); lex() cuts it into tokens (math_lex.cpp);
+// parse_math() turns those into a tree of MathNodes (math_parse.cpp: expressions,
+// brackets, sets, relations, matrices, text). All three are linear in the input; the parser's
 // recursion is bounded by kMaxMathDepth and the tree by kMaxMathNodes.
 #pragma once
 
@@ -64,6 +65,24 @@ struct MathTree {
   std::vector<MathNode> nodes;
   int root = -1;  // -1: not readable
 };
+
+enum class Tok {
+  end, number, variable, word, text, command, lparen, rparen, lbracket, rbracket, lgroup, rgroup,
+  lset, rset, comma, semicolon, plus, minus, star, slash, caret, underscore, relation, bang, bar,
+  amp, rowsep, other,
+};
+
+struct Token {
+  Tok kind = Tok::end;
+  std::string text;
+  bool space_before = false;
+};
+
+// Tokens of normalized text; `ok` false when it holds a character math has no reading for.
+std::vector<Token> lex(std::string_view normalized, bool& ok);
+
+// sin cos tan sec csc cot ln log lg exp arcsin arccos arctan sinh cosh tanh.
+bool is_function(std::string_view word);
 
 // Parses normalized text (normalize_latex's output). root -1 when it is not readable as math.
 MathTree parse_math(std::string_view normalized);
