@@ -3,6 +3,7 @@
 // `unstuck reward score` with the human verdicts of the graded corpus (>= 97%, no false
 // positive), and adversarial answers at the length limit that must get a clean verdict.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -155,6 +156,27 @@ TEST(MathCorpus, RewardScoreAgreesWithHumanVerdicts) {
               100.0 * agree / total, math_verify_agree, total);
   EXPECT_EQ(false_positives, 0);
   EXPECT_GE(static_cast<double>(agree) / total, 0.97) << agree << " / " << total;
+}
+
+TEST(MathCorpus, RewardScoreStrictnessFlags) {
+  const fs::path dir = fs::temp_directory_path() / ("math_flags_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "in.jsonl")
+      << R"({"task":"math","prompt":"p","answer":"5","completion":"<answer>5 cm</answer>"})" "\n"
+      << R"({"task":"math","prompt":"p","answer":"0.1","completion":"<answer>0.10000001</answer>"})" "\n";
+  auto statuses = [&](const std::string& flags) {
+    const std::string command = std::string("'") + UNSTUCK_BINARY + "' reward score --input '" +
+                                (dir / "in.jsonl").string() + "' --output '" +
+                                (dir / "out.jsonl").string() + "' " + flags + " > /dev/null";
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    std::ifstream in(dir / "out.jsonl");
+    std::string line, out;
+    while (std::getline(in, line)) out += nlohmann::json::parse(line)["status"].get<std::string>() + " ";
+    return out;
+  };
+  EXPECT_EQ(statuses(""), "correct wrong ");
+  EXPECT_EQ(statuses("--units-required --numeric-tolerance 1e-6"), "wrong correct ");
+  fs::remove_all(dir);
 }
 
 // ---- adversarial answers -----------------------------------------------------------------------
