@@ -7,6 +7,7 @@
 #include "bench/bench_comm.h"
 #include "bench/bench_generate.h"
 #include "bench/bench_precision.h"
+#include "bench/bench_reward.h"
 #include "bench/bench_step.h"
 #include "bench/bench_tokenizer.h"
 #include "cli/commands.h"
@@ -90,6 +91,18 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   tok_cmd->add_option("--python", tok->python, "Python with `tokenizers` (default: $UNSTUCK_PYTHON, .venv, python3)");
   tok_cmd->callback([tok] { bench::run_tokenizer_bench(*tok, std::cout); });
+
+  auto rew = std::make_shared<bench::RewardBenchOptions>();
+  CLI::App* reward_cmd = bench->add_subcommand(
+      "reward", "Verifier completions/s (math, countdown), worst case, and math-verify on the same corpus");
+  reward_cmd->add_flag("--json", rew->json, "Print one JSON object instead of the table");
+  reward_cmd->add_option("--corpus", rew->corpus, "graded math corpus (JSONL)")->capture_default_str();
+  reward_cmd->add_option("--python", rew->python, "Python with math-verify for the baseline (\"\" skips it)")
+      ->capture_default_str();
+  reward_cmd->add_option("--repeats", rew->repeats, "passes over the corpus per timing")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  reward_cmd->callback([rew] { bench::run_reward_bench(*rew, std::cout); });
 }
 
 }  // namespace unstuck::cli

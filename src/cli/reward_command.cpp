@@ -115,6 +115,11 @@ void add_score(CLI::App& parent) {
                   "answer formats tried in order: answer_tag, boxed, hashes")
       ->delimiter(',')
       ->capture_default_str();
+  cmd->add_option("--numeric-tolerance", args->config.math.numeric_tolerance,
+                  "math: relative tolerance between rational answers (0: exact)")
+      ->capture_default_str();
+  cmd->add_flag("!--units-required", args->config.math.units_optional,
+                "math: unit words after a number must match the gold answer's");
   cmd->callback([args] { score(*args); });
 }
 

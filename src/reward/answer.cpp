@@ -180,10 +180,17 @@ std::optional<std::string> extract_answer(std::string_view completion, AnswerFor
       return nonblank(completion.substr(open + kOpen.size(), close - open - kOpen.size()));
     }
     case AnswerFormat::boxed: {
-      constexpr std::string_view kBoxed = "\\boxed{";
-      const size_t start = completion.rfind(kBoxed);
-      if (start == std::string_view::npos) return std::nullopt;
-      const size_t begin = start + kBoxed.size();
+      // The last \boxed{ or \fbox{, whichever comes later.
+      const size_t boxed = completion.rfind("\\boxed{");
+      const size_t fbox = completion.rfind("\\fbox{");
+      size_t begin = 0;
+      if (boxed != std::string_view::npos && (fbox == std::string_view::npos || boxed > fbox)) {
+        begin = boxed + 7;
+      } else if (fbox != std::string_view::npos) {
+        begin = fbox + 6;
+      } else {
+        return std::nullopt;
+      }
       size_t depth = 1;
       for (size_t i = begin; i < completion.size(); ++i) {
         if (completion[i] == '{') ++depth;

@@ -50,6 +50,10 @@ void validate(const RewardConfig& config, const std::string& prefix) {
     throw UserError(p + "max_answer_chars must be in [1, 1048576], got " +
                     std::to_string(config.max_answer_chars));
   }
+  if (!(config.math.numeric_tolerance >= 0.0 && config.math.numeric_tolerance < 1.0)) {
+    throw UserError(p + "math.numeric_tolerance must be in [0, 1) (relative), got " +
+                    config::format_double(config.math.numeric_tolerance));
+  }
   if (config.max_expression_depth < 1 || config.max_expression_depth > 1000) {
     throw UserError(p + "max_expression_depth must be in [1, 1000], got " +
                     std::to_string(config.max_expression_depth));
@@ -65,8 +69,10 @@ std::vector<std::string> verifier_names() { return {"math", "arithmetic", "count
 std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardConfig& config) {
   validate(config);
   std::unique_ptr<Verifier> correctness;
-  if (name == "math" || name == "arithmetic") {
+  if (name == "math") {
     correctness = make_math_verifier(config);
+  } else if (name == "arithmetic") {
+    correctness = make_number_verifier(config);
   } else if (name == "countdown") {
     correctness = make_countdown_verifier(config);
   } else {

@@ -180,10 +180,10 @@ TEST(MathVerifier, AcceptedAndRejectedAnswers) {
           {"<answer></answer>", S::no_answer, 0.0},
           {"<answer>1234", S::no_answer, 0.0},
           {"<answer>12 34</answer>", S::no_answer, 0.1},
-          {"<answer>12,34</answer>", S::no_answer, 0.1},
-          {"<answer>1e3</answer>", S::no_answer, 0.1},
-          {"<answer>the answer is 1234</answer>", S::no_answer, 0.1},
-          {"<answer>\xef\xbc\x91\xef\xbc\x92\xef\xbc\x93\xef\xbc\x94</answer>", S::no_answer, 0.1},
+          {"<answer>12,34</answer>", S::wrong, 0.1},  // a list of two numbers
+          {"<answer>1e3</answer>", S::wrong, 0.1},    // 1000
+          {"<answer>the answer is 1234</answer>", S::correct, 1.0},
+          {"<answer>\xef\xbc\x91\xef\xbc\x92\xef\xbc\x93\xef\xbc\x94</answer>", S::correct, 1.0},
           {"\\boxed{1234", S::no_answer, 0.0},
       });
   expect_table(*v, math_record("0.5"),
@@ -199,21 +199,23 @@ TEST(MathVerifier, AcceptedAndRejectedAnswers) {
                    {"<answer>2/6</answer>", S::correct, 1.0},
                    {"<answer>0.333</answer>", S::wrong, 0.1},
                });
-  // A gold answer that is not a number is compared as trimmed text.
+  // Expressions compare by value (the number verifier of arithmetic compares them as text).
   expect_table(*v, math_record("x+1"),
                {
                    {"<answer> x+1 </answer>", S::correct, 1.0},
-                   {"<answer>1+x</answer>", S::wrong, 0.1},
+                   {"<answer>1+x</answer>", S::correct, 1.0},
+                   {"<answer>x-1</answer>", S::wrong, 0.1},
                });
 }
 
-TEST(MathVerifier, ArithmeticIsTheMathVerifierOnTheAnswer) {
+TEST(MathVerifier, ArithmeticComparesNumbers) {
   const auto v = make_verifier("arithmetic", RewardConfig{});
   TaskRecord r = math_record("700414");
   r.task = "arithmetic";
   EXPECT_EQ(v->score("<answer>700414</answer>", r).status, S::correct);
   EXPECT_EQ(v->score("<answer>700,414</answer>", r).status, S::correct);
   EXPECT_EQ(v->score("<answer>700413</answer>", r).status, S::wrong);
+  EXPECT_EQ(v->score("<answer>1e3</answer>", r).status, S::no_answer);  // numbers only
 }
 
 // ---- countdown ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ namespace unstuck::reward {
 
 enum class AnswerFormat {
   answer_tag,  // the last <answer>...</answer> pair
-  boxed,       // the last \boxed{...}, braces balanced
+  boxed,       // the last \boxed{...} or \fbox{...}, braces balanced
   hashes,      // the text after the last "####", to the end of its line
 };
 

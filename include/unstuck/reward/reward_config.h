@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "unstuck/reward/math_answer.h"
+
 namespace unstuck::reward {
 
 struct RewardConfig {
@@ -15,6 +17,7 @@ struct RewardConfig {
   double format_reward = 0.1;     // reward of a non-correct completion with <answer>...</answer>
   int max_answer_chars = 256;     // longer extracted answers are rejected (no_answer) unread
   int max_expression_depth = 32;  // countdown: deeper parenthesis nesting is rejected (no_answer)
+  MathOptions math;               // math: tolerance, units, "the answer is" fallback
 
   template <class V>
   void visit(V& v) {
@@ -23,7 +26,7 @@ struct RewardConfig {
       "same), countdown (an expression using the given numbers); empty: the one data.task names");
     v("answer_formats", answer_formats,
       "where the final answer is read, first found wins: answer_tag (<answer>x</answer>), "
-      "boxed (\\boxed{x}), hashes (#### x)");
+      "boxed (the last \\boxed{x} or \\fbox{x}), hashes (#### x)");
     v("format_reward", format_reward,
       "reward of a completion that is not correct but has a non-blank <answer>...</answer>; "
       "a correct one gets 1 (0 disables; must be < 1)");
@@ -31,6 +34,7 @@ struct RewardConfig {
       "longest extracted answer a verifier reads; longer ones score no_answer");
     v("max_expression_depth", max_expression_depth,
       "deepest parenthesis nesting a countdown expression may use; deeper ones score no_answer");
+    v("math", math, "math verifier strictness: numeric tolerance, units, \"the answer is\" fallback");
   }
 };
 

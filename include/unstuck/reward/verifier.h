@@ -1,6 +1,7 @@
 // Verifiers turn (completion, task record) into a reward and a status. The registry builds one by
-// task name: math and arithmetic (the answer compared as a number), countdown (an expression that
-// uses each given number once and equals the target). Reward: 1 when correct; otherwise
+// task name: math (the answer compared by mathematical equivalence: LaTeX, expressions, sets,
+// intervals), arithmetic (compared as a number), countdown (an expression that uses each given
+// number once and equals the target). Reward: 1 when correct; otherwise
 // format_reward when the completion has a non-blank <answer>...</answer>; otherwise 0.
 #pragma once
 
@@ -57,6 +58,7 @@ std::string verifier_name(const RewardConfig& config, const std::string& data_ta
 
 // Correctness alone (reward 1 or 0), for callers that combine rewards themselves.
 std::unique_ptr<Verifier> make_math_verifier(const RewardConfig& config);
+std::unique_ptr<Verifier> make_number_verifier(const RewardConfig& config);  // arithmetic
 std::unique_ptr<Verifier> make_countdown_verifier(const RewardConfig& config);
 
 // The combination rule: `correctness` unchanged when correct; otherwise reward = format_reward if
