@@ -271,9 +271,16 @@ void load_yaml_file(const Field& root, const std::filesystem::path& path) {
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError("cannot read config file " + path.string() + " (check its permissions)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  load_yaml_string(root, text.str(), path.string());
+  // Read at most kMaxConfigBytes (+1 to detect more): /dev/zero or a huge file by mistake would
+  // otherwise be read forever.
+  constexpr std::size_t kMaxConfigBytes = std::size_t(16) << 20;
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(std::size_t(in.gcount()));
+  if (text.size() > kMaxConfigBytes)
+    throw UserError("config file " + path.string() + " is larger than " + std::to_string(kMaxConfigBytes >> 20) +
+                    " MiB; give a YAML config file");
+  load_yaml_string(root, text, path.string());
 }
 
 void load_yaml_string(const Field& root, const std::string& text, const std::string& source) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
 #include "unstuck/rollout/sampler.h"
 
@@ -26,6 +27,19 @@ std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer:
     kept.push_back(t);
   }
   return tok.decode(kept);
+}
+
+void check_prompts_fit(const std::vector<data::TaskRecord>& records, const data::DataConfig& data,
+                       const tokenizer::Tokenizer& tok, int64_t max_new_tokens, int64_t max_seq_len,
+                       const std::string& source) {
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const int64_t prompt = int64_t(prompt_ids(records[i], data, tok).size());
+    if (prompt + max_new_tokens > max_seq_len)
+      throw UserError(source + " record " + std::to_string(i + 1) + ": prompt of " + std::to_string(prompt) +
+                      " tokens + rollout.max_new_tokens (" + std::to_string(max_new_tokens) +
+                      ") exceed model.max_seq_len (" + std::to_string(max_seq_len) +
+                      "); lower rollout.max_new_tokens or shorten the prompts");
+  }
 }
 
 EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& tok,

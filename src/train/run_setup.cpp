@@ -9,6 +9,7 @@
 #include "unstuck/common/parallel.h"
 #include "unstuck/common/simd.h"
 #include "unstuck/config/config.h"
+#include "unstuck/config/preflight.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/log/logging.h"
 
@@ -43,6 +44,7 @@ RunContext setup_run(RunConfig& config, const std::string& command, int rank) {
                     tok_path.string() + " has " + std::to_string(tok.vocab_size()) +
                     " pieces (set model.vocab_size: 0 to take it from the tokenizer)");
   validate(config);
+  preflight(config, command);  // the final model shape is known: limits and memory, before any allocation
   const int threads = resolve_threads(config.precision.threads);
   at::set_num_threads(threads);
   const Seeds seeds = derive_seeds(config.run.seed);

@@ -41,6 +41,13 @@ std::vector<int32_t> prompt_ids(const data::TaskRecord& record, const data::Data
 // Text of a sampled completion: its tokens up to (without) the EOS, decoded.
 std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer::Tokenizer& tok);
 
+// Pre-flight for rollouts and evaluation: throws UserError "<source> record 7: prompt of 120 tokens
+// + rollout.max_new_tokens (32) exceed model.max_seq_len (128)" for the first record whose prompt
+// leaves no room for a full completion, before any training step.
+void check_prompts_fit(const std::vector<data::TaskRecord>& records, const data::DataConfig& data,
+                       const tokenizer::Tokenizer& tok, int64_t max_new_tokens, int64_t max_seq_len,
+                       const std::string& source);
+
 EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& tok,
                     const std::vector<data::TaskRecord>& records, const data::DataConfig& data,
                     const reward::Verifier& verifier, const EvalOptions& options);
