@@ -11,6 +11,7 @@
 #include <random>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -131,24 +132,22 @@ fs::path latest_checkpoint(const fs::path& root) {
 
 namespace {
 
-// A JSON field of a checkpoint file with its type checked; errors name the file and the key.
+// A JSON field of a checkpoint file, reached by `keys` (object members; names may hold dots) with its
+// type checked; errors name the file and the dotted key.
 template <class T>
-T field(const nlohmann::json& j, const std::string& key, const fs::path& file) {
+T field(const nlohmann::json& j, std::initializer_list<std::string> keys, const fs::path& file) {
   const nlohmann::json* at = &j;
   std::string path;
-  for (std::size_t begin = 0, dot; begin <= key.size(); begin = dot + 1) {
-    dot = key.find('.', begin);
-    if (dot == std::string::npos) dot = key.size();
-    const std::string part = key.substr(begin, dot - begin);
-    path += (path.empty() ? "" : ".") + part;
-    if (!at->is_object() || !at->contains(part))
+  for (const std::string& key : keys) {
+    path += (path.empty() ? "" : ".") + key;
+    if (!at->is_object() || !at->contains(key))
       throw UserError("checkpoint file '" + file.string() + "': missing key '" + path + "'");
-    at = &(*at)[part];
+    at = &(*at)[key];
   }
   try {
     return at->get<T>();
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError("checkpoint file '" + file.string() + "': key '" + key + "' has the wrong type (" +
+  } catch (const nlohmann::json::exception&) {
+    throw UserError("checkpoint file '" + file.string() + "': key '" + path + "' has the wrong type (" +
                     at->type_name() + ")");
   }
 }
@@ -169,8 +168,8 @@ TrainerState load_checkpoint(const fs::path& dir) {
   const nlohmann::json manifest = io::read_json_file(manifest_path);
   for (const char* f : kFiles) {
     const fs::path p = dir / f;
-    const auto bytes_expected = field<std::size_t>(manifest, std::string(f) + ".bytes", manifest_path);
-    const auto checksum = field<std::string>(manifest, std::string(f) + ".fnv1a64", manifest_path);
+    const auto bytes_expected = field<std::size_t>(manifest, {f, "bytes"}, manifest_path);
+    const auto checksum = field<std::string>(manifest, {f, "fnv1a64"}, manifest_path);
     if (!fs::exists(p)) throw UserError("checkpoint file '" + p.string() + "' is missing");
     const std::string bytes = read_bytes(p);
     if (bytes.size() != bytes_expected)
@@ -213,16 +212,16 @@ TrainerState load_checkpoint(const fs::path& dir) {
   s.sampling_rng.assign(rng.begin(), rng.end());
   const fs::path trainer_path = dir / "trainer.json";
   const nlohmann::json j = io::read_json_file(trainer_path);
-  s.step = field<int64_t>(j, "step", trainer_path);
-  s.optimizer_steps = field<int64_t>(j, "optimizer_steps", trainer_path);
-  s.skipped_steps = field<int64_t>(j, "skipped_steps", trainer_path);
-  s.scaler.scale = field<double>(j, "scaler.scale", trainer_path);
-  s.scaler.growth_tracker = field<int64_t>(j, "scaler.growth_tracker", trainer_path);
-  s.scaler.hysteresis_tracker = field<int64_t>(j, "scaler.hysteresis_tracker", trainer_path);
-  s.scaler.skipped_steps = field<int64_t>(j, "scaler.skipped_steps", trainer_path);
-  s.data_rng = field<std::string>(j, "data_rng", trainer_path);
-  s.order = field<std::vector<int64_t>>(j, "order", trainer_path);
-  s.cursor = field<int64_t>(j, "cursor", trainer_path);
+  s.step = field<int64_t>(j, {"step"}, trainer_path);
+  s.optimizer_steps = field<int64_t>(j, {"optimizer_steps"}, trainer_path);
+  s.skipped_steps = field<int64_t>(j, {"skipped_steps"}, trainer_path);
+  s.scaler.scale = field<double>(j, {"scaler", "scale"}, trainer_path);
+  s.scaler.growth_tracker = field<int64_t>(j, {"scaler", "growth_tracker"}, trainer_path);
+  s.scaler.hysteresis_tracker = field<int64_t>(j, {"scaler", "hysteresis_tracker"}, trainer_path);
+  s.scaler.skipped_steps = field<int64_t>(j, {"scaler", "skipped_steps"}, trainer_path);
+  s.data_rng = field<std::string>(j, {"data_rng"}, trainer_path);
+  s.order = field<std::vector<int64_t>>(j, {"order"}, trainer_path);
+  s.cursor = field<int64_t>(j, {"cursor"}, trainer_path);
   require(s.step >= 1, trainer_path, "step " + std::to_string(s.step) + " (checkpoints start at step 1)");
   require(s.optimizer_steps >= 0 && s.skipped_steps >= 0, trainer_path,
           "optimizer_steps " + std::to_string(s.optimizer_steps) + " / skipped_steps " +
