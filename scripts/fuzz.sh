@@ -19,6 +19,7 @@ if ((${#targets[@]} == 0)); then
   for f in tests/fuzz/fuzz_*.cpp; do targets+=("$(basename "$f" .cpp)"); done
 fi
 export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1
+[[ -d /dev/shm && -w /dev/shm ]] && export TMPDIR=/dev/shm  # the file-reading targets' scratch files
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
 for t in "${targets[@]}"; do

@@ -1,6 +1,7 @@
 // Loading YAML into a bound config tree (files, strings, `a.b.c=value` overrides) with strict type
 // checking. Every error names where the bad input came from (file:line or the override text), the
 // dotted key, what was expected and what was found, and suggests the closest key for typos.
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -288,6 +289,8 @@ void load_yaml_string(const Field& root, const std::string& text, const std::str
   YAML::Node node;
   try {
     node = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {  // yaml-cpp's own depth guard; its message says "bad file"
+    throw UserError(ctx.at(e.mark) + "invalid YAML: nested deeper than " + std::to_string(e.depth()) + " levels");
   } catch (const YAML::Exception& e) {
     throw UserError(ctx.at(e.mark) + "invalid YAML: " + e.msg);
   }

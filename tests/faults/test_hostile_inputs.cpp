@@ -89,6 +89,10 @@ TEST(HostileConfig, DevZeroAndNulAndEmptyKeysAreNamed) {
   const std::string e = user_error([&] { load_run_config(dir.path / "nul.yaml"); });
   EXPECT_TRUE(has(e, "run.name must be a folder name without control characters") && has(e, "ab\\x00cd")) << e;
   EXPECT_TRUE(has(user_error([] { load_run_config("", {"run.name=a\tb"}); }), "run.name"));
+  // YAML nested 100,000 deep: yaml-cpp's depth guard, worded as such.
+  write_file(dir.path / "deep.yaml", "a: " + nested(100000) + "\n");
+  const std::string deep = user_error([&] { load_run_config(dir.path / "deep.yaml"); });
+  EXPECT_TRUE(has(deep, "deep.yaml:1: invalid YAML: nested deeper than")) << deep;
 }
 
 // Every size from the issue gets a bound or a memory estimate that names the key (and the bytes).
