@@ -16,6 +16,7 @@
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
 #include "unstuck/data/record.h"
+#include "unstuck/io/json_file.h"
 #include "unstuck/reward/verifier.h"
 
 namespace unstuck::cli {
@@ -51,7 +52,7 @@ void score(const ScoreArgs& args) {
   std::map<std::string, std::unique_ptr<reward::Verifier>> verifiers;
   std::vector<ScoredLine> scored;
   std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
+  for (long long number = 0; io::read_capped_line(in, line, io::kMaxJsonlLineBytes, args.input, number);) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = args.input + ":" + std::to_string(number);
     ScoredLine out{parse_line(line, where), {}};

@@ -13,6 +13,7 @@
 #include "unstuck/common/parallel.h"
 #include "unstuck/config/config.h"
 #include "unstuck/data/dataset.h"
+#include "unstuck/config/preflight.h"
 #include "unstuck/data/record.h"
 #include "unstuck/dist/communicator.h"
 #include "unstuck/reward/verifier.h"
@@ -66,12 +67,19 @@ void add_train(CLI::App& app) {
   cmd->add_option("overrides", a->overrides, "key=value overrides, e.g. precision.mode=bf16 optim.lr=3e-5");
   cmd->callback([a] {
     if (a->config.empty() && a->resume.empty()) throw UserError("give --config FILE or --resume RUN_DIR");
-    std::filesystem::path cfg_path = a->config;
+    std::filesystem::path cfg_path = a->config, resume_run_dir;
     if (!a->resume.empty()) {
       const std::filesystem::path ckpt = train::resolve_resume_checkpoint(a->resume);
-      cfg_path = ckpt.parent_path().parent_path() / "config.yaml";
+      resume_run_dir = std::filesystem::absolute(ckpt).lexically_normal().parent_path().parent_path();
+      cfg_path = resume_run_dir / "config.yaml";
     }
     RunConfig cfg = load_run_config(cfg_path, a->overrides);
+    if (!resume_run_dir.empty()) {
+      // Resume into the directory given, wherever the run was first written (a moved or copied run
+      // keeps writing where it is now, never into the recorded old place).
+      cfg.run.output_dir = resume_run_dir.parent_path().string();
+      cfg.run.name = resume_run_dir.filename().string();
+    }
     // Several ranks when started by `unstuck launch`, torchrun or Slurm (RANK, WORLD_SIZE, ...).
     const auto comm = dist::make_communicator(cfg.dist, dist::launch_env_from_environment());
     const train::GrpoResult r = train::run_grpo(std::move(cfg), a->resume, comm.get());
@@ -109,7 +117,17 @@ void add_eval(CLI::App& app) {
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->add_option("overrides", a->overrides, "key=value overrides of the model's run config, e.g. data.test_path=...");
   cmd->callback([a] {
+    // The task (verifier, templates) comes from the model's run config or from the command line,
+    // never from a default: a countdown model scored on arithmetic would report a silent 0.
+    bool task_given = false;
+    for (const std::string& o : a->overrides)
+      task_given = task_given || o.rfind("data.task=", 0) == 0 || o.rfind("reward.verifier=", 0) == 0;
+    if (!task_given && !std::filesystem::exists(std::filesystem::path(a->model) / train::kRunConfigFile))
+      throw UserError("eval: model directory '" + a->model + "' has no " + train::kRunConfigFile +
+                      " (the run config naming its task and templates); give the task, e.g. `unstuck eval --model " +
+                      a->model + " data.task=countdown`");
     train::Policy p = train::load_policy(a->model, a->overrides, parse_dtype(a->dtype));
+    preflight(p.config, "eval");
     at::set_num_threads(resolve_threads(p.config.precision.threads));
     const auto path = a->split == "test" ? data::test_file(p.config.data) : data::train_file(p.config.data);
     std::vector<data::TaskRecord> records = data::read_dataset(path, p.config.data);

@@ -1,6 +1,7 @@
 // Loading YAML into a bound config tree (files, strings, `a.b.c=value` overrides) with strict type
 // checking. Every error names where the bad input came from (file:line or the override text), the
 // dotted key, what was expected and what was found, and suggests the closest key for typos.
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -271,9 +272,16 @@ void load_yaml_file(const Field& root, const std::filesystem::path& path) {
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError("cannot read config file " + path.string() + " (check its permissions)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  load_yaml_string(root, text.str(), path.string());
+  // Read at most kMaxConfigBytes (+1 to detect more): /dev/zero or a huge file by mistake would
+  // otherwise be read forever.
+  constexpr std::size_t kMaxConfigBytes = std::size_t(16) << 20;
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(std::size_t(in.gcount()));
+  if (text.size() > kMaxConfigBytes)
+    throw UserError("config file " + path.string() + " is larger than " + std::to_string(kMaxConfigBytes >> 20) +
+                    " MiB; give a YAML config file");
+  load_yaml_string(root, text, path.string());
 }
 
 void load_yaml_string(const Field& root, const std::string& text, const std::string& source) {
@@ -281,6 +289,8 @@ void load_yaml_string(const Field& root, const std::string& text, const std::str
   YAML::Node node;
   try {
     node = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {  // yaml-cpp's own depth guard; its message says "bad file"
+    throw UserError(ctx.at(e.mark) + "invalid YAML: nested deeper than " + std::to_string(e.depth()) + " levels");
   } catch (const YAML::Exception& e) {
     throw UserError(ctx.at(e.mark) + "invalid YAML: " + e.msg);
   }

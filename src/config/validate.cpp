@@ -11,6 +11,11 @@
 namespace unstuck {
 namespace {
 
+// Upper bounds of counts that size a thread pool or a buffer directly; larger values are typos
+// (1e8 threads, a 1e9-token completion) that would only fail deep inside an allocation.
+constexpr int kMaxThreads = 4096;
+constexpr int64_t kMaxTokens = int64_t(1) << 24;  // model.max_seq_len, rollout.max_new_tokens
+
 std::string shown(double x) {
   std::string text = config::format_double(x);
   if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
@@ -20,6 +25,9 @@ std::string shown(double x) {
 void require(bool ok, const char* key, const char* rule, const std::string& got) {
   if (!ok) throw UserError(std::string(key) + " must be " + rule + ", got " + got);
 }
+void require(bool ok, const char* key, const std::string& rule, const std::string& got) {
+  require(ok, key, rule.c_str(), got);
+}
 void require(bool ok, const char* key, const char* rule, double got) {
   require(ok, key, rule, shown(got));
 }
@@ -27,7 +35,17 @@ void require(bool ok, const char* key, const char* rule, double got) {
 void validate_run(const RunOptions& run) {
   const bool plain_name = !run.name.empty() && run.name != "." && run.name != ".." &&
                           run.name.find_first_of("/\\") == std::string::npos;
-  require(plain_name, "run.name", "a plain folder name (not empty, no '/')", "'" + run.name + "'");
+  bool printable = true;  // a NUL or a control character would mangle or hide the directory name
+  for (const char c : run.name) printable = printable && (static_cast<unsigned char>(c) >= 0x20 && c != 0x7f);
+  std::string shown_name;
+  for (const char c : run.name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) shown_name += c;
+    else shown_name += "\\x" + std::string(1, "0123456789abcdef"[u >> 4]) + "0123456789abcdef"[u & 15];
+  }
+  require(plain_name, "run.name", "a plain folder name (not empty, no '/')", "'" + shown_name + "'");
+  require(printable, "run.name", "a folder name without control characters (NUL, newline, ...)",
+          "'" + shown_name + "'");
   require(!run.output_dir.empty(), "run.output_dir", "a folder path", "''");
 }
 
@@ -45,12 +63,15 @@ void validate_loss_scale(const precision::LossScaleConfig& ls) {
           "in (0, 1)", ls.backoff_factor);
   require(ls.growth_interval >= 1, "precision.loss_scale.growth_interval", ">= 1",
           std::to_string(ls.growth_interval));
+  require(ls.max_consecutive_skips >= 0, "precision.loss_scale.max_consecutive_skips", ">= 0 (0 = never stop)",
+          std::to_string(ls.max_consecutive_skips));
   require(ls.hysteresis >= 1, "precision.loss_scale.hysteresis", ">= 1",
           std::to_string(ls.hysteresis));
 }
 
 void validate_precision(const precision::PrecisionConfig& p) {
-  require(p.threads >= 0, "precision.threads", ">= 0 (0 = all cores)", std::to_string(p.threads));
+  require(p.threads >= 0 && p.threads <= kMaxThreads, "precision.threads",
+          "in [0, " + std::to_string(kMaxThreads) + "] (0 = all cores)", std::to_string(p.threads));
   validate_loss_scale(p.loss_scale);
 }
 
@@ -68,6 +89,8 @@ void validate_optim(const precision::OptimConfig& o) {
 void validate_model(model::ModelConfig m) {
   require(m.vocab_size >= 0, "model.vocab_size", ">= 0 (0 = from the tokenizer)",
           std::to_string(m.vocab_size));
+  require(m.max_seq_len <= kMaxTokens, "model.max_seq_len", "<= " + std::to_string(kMaxTokens),
+          std::to_string(m.max_seq_len));
   if (m.vocab_size == 0) m.vocab_size = 1;  // filled in from the tokenizer later
   model::validate_model_config(m);
 }
@@ -77,7 +100,8 @@ void validate_rollout(const rollout::SamplingConfig& r) {
           ">= 0 (0 = greedy)", r.temperature);
   require(r.top_k >= 0, "rollout.top_k", ">= 0 (0 = off)", std::to_string(r.top_k));
   require(r.top_p > 0 && r.top_p <= 1, "rollout.top_p", "in (0, 1]", r.top_p);
-  require(r.max_new_tokens >= 1, "rollout.max_new_tokens", ">= 1", std::to_string(r.max_new_tokens));
+  require(r.max_new_tokens >= 1 && r.max_new_tokens <= kMaxTokens, "rollout.max_new_tokens",
+          "in [1, " + std::to_string(kMaxTokens) + "]", std::to_string(r.max_new_tokens));
 }
 
 void validate_sft(const train::SftConfig& s) {

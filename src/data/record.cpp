@@ -5,6 +5,7 @@
 #include <string>
 
 #include "unstuck/common/error.h"
+#include "unstuck/io/json_file.h"
 
 namespace unstuck::data {
 namespace {
@@ -64,18 +65,7 @@ void to_json(nlohmann::json& out, const TaskRecord& record) {
 void from_json(const nlohmann::json& in, TaskRecord& record) { record = record_from_json(in); }
 
 nlohmann::ordered_json parse_json_line(const std::string& line, const std::string& where) {
-  try {
-    return nlohmann::ordered_json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann says "[json.exception.parse_error.101] parse error at line 1, column 3: ..."; the
-    // line is always 1 here, `where` names the real one.
-    std::string what = e.what();
-    for (const std::string prefix : {"] ", "parse error at line 1, "}) {
-      const auto at = what.find(prefix);
-      if (at != std::string::npos) what = what.substr(at + prefix.size());
-    }
-    throw UserError(where + ": invalid JSON: " + what);
-  }
+  return io::parse_ordered_json(line, where);  // depth cap, "<where>: invalid JSON: column 3: ..."
 }
 
 TaskRecord parse_record_line(const std::string& line, const std::string& where) {
@@ -92,7 +82,7 @@ std::vector<TaskRecord> read_jsonl(const std::filesystem::path& path) {
   if (!in) throw UserError("cannot open '" + path.string() + "' (a JSONL file of task records)");
   std::vector<TaskRecord> records;
   std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
+  for (long long number = 0; io::read_capped_line(in, line, io::kMaxJsonlLineBytes, path.string(), number);) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     records.push_back(parse_record_line(line, path.string() + ":" + std::to_string(number)));
   }

@@ -113,7 +113,7 @@ class GlooCommunicator final : public Communicator {
     }
   }
   [[noreturn]] void fail(const std::string& what, const std::exception& e) {
-    throw PeerFailure(roll_call(*store_, env_, what, e.what(), std::min(timeout_s_, 10.0)));
+    throw PeerFailure(roll_call(*store_, env_, what, short_error(e), std::min(timeout_s_, 10.0)));
   }
 
   LaunchEnv env_;

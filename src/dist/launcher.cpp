@@ -108,13 +108,26 @@ int launch_local(const LaunchOptions& o, std::ostream& log) {
 
   std::vector<pid_t> pids(std::size_t(o.nproc), 0);
   std::vector<bool> running(pids.size(), false);
+  std::vector<int> stopped_by(pids.size(), 0);  // signal that froze a rank (SIGSTOP, SIGTSTP, ...); 0 = not frozen
   for (int i = 0; i < o.nproc; ++i) {
     pids[std::size_t(i)] = spawn(o.command, rank_environment(o, i, port));
     running[std::size_t(i)] = true;
   }
   const auto signal_all = [&](int sig) {
     for (std::size_t i = 0; i < pids.size(); ++i)
-      if (running[i]) ::kill(pids[i], sig);
+      if (running[i]) ::kill(pids[i], stopped_by[i] ? SIGKILL : sig);  // a frozen rank cannot act on SIGTERM
+  };
+  const auto rank_of = [&](std::size_t i) { return o.node_rank * o.nproc + int(i); };
+  // " (rank 1, pid 123, is frozen: stopped by signal 19 (Stopped (signal)))" when a rank is frozen:
+  // the likely reason its peers timed out.
+  const auto frozen_ranks = [&] {
+    std::string out;
+    for (std::size_t i = 0; i < pids.size(); ++i)
+      if (running[i] && stopped_by[i])
+        out += "; rank " + std::to_string(rank_of(i)) + " (pid " + std::to_string(pids[i]) +
+               ") is frozen (stopped by signal " + std::to_string(stopped_by[i]) + ", " + strsignal(stopped_by[i]) +
+               "), the likely cause";
+    return out;
   };
   int result = 0, live = o.nproc;
   std::chrono::steady_clock::time_point kill_at{};
@@ -122,16 +135,24 @@ int launch_local(const LaunchOptions& o, std::ostream& log) {
   while (live > 0) {
     if (const int sig = g_forward_signal.exchange(0)) signal_all(sig);
     int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
     if (pid > 0) {
       for (std::size_t i = 0; i < pids.size(); ++i) {
         if (pids[i] != pid || !running[i]) continue;
+        if (WIFSTOPPED(status) || WIFCONTINUED(status)) {
+          stopped_by[i] = WIFSTOPPED(status) ? WSTOPSIG(status) : 0;
+          if (stopped_by[i]) {
+            log << "launch: rank " << rank_of(i) << " (pid " << pid << ") was stopped by signal " << stopped_by[i]
+                << " (" << strsignal(stopped_by[i]) << "); its peers will time out unless it continues" << std::endl;
+            if (stopping) ::kill(pid, SIGKILL);
+          }
+          continue;
+        }
         running[i] = false;
         --live;
         const bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
         if (failed && !stopping) {
-          const int global = o.node_rank * o.nproc + int(i);
-          log << "launch: rank " << global << " (pid " << pid << ") " << describe(status)
+          log << "launch: rank " << rank_of(i) << " (pid " << pid << ") " << describe(status) << frozen_ranks()
               << (live > 0 ? "; stopping the other ranks" : "") << std::endl;
           result = exit_code(status);
           stopping = true;

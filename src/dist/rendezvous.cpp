@@ -1,6 +1,7 @@
 // TCP store rendezvous and the roll call after a failed collective.
 #include "dist/rendezvous.h"
 
+#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
@@ -9,6 +10,14 @@
 #include "unstuck/dist/communicator.h"
 
 namespace unstuck::dist {
+
+std::string short_error(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
+  const auto end = text.find('\n');
+  if (end != std::string::npos) text.resize(end);
+  return text;
+}
 
 c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, double timeout_s) {
   c10d::TCPStoreOptions o;
@@ -20,10 +29,15 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, double timeo
   try {
     return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
   } catch (const std::exception& e) {
-    throw PeerFailure("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
-                      ": rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
-                      " failed within dist.timeout_s = " + std::to_string(timeout_s) +
-                      " s (are all ranks started, is MASTER_ADDR/MASTER_PORT right?): " + e.what());
+    const std::string why = short_error(e);
+    const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+    const std::string prefix = "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + ": ";
+    if (env.rank == 0 && (why.find("EADDRINUSE") != std::string::npos || why.find("in use") != std::string::npos))
+      throw PeerFailure(prefix + "port " + std::to_string(env.master_port) + " (MASTER_PORT) is already in use by "
+                        "another process; choose another port (`unstuck launch --master-port 0` picks a free one)");
+    throw PeerFailure(prefix + "rendezvous at " + where + " failed within dist.timeout_s = " +
+                      std::to_string(timeout_s) + " s (are all ranks started, is MASTER_ADDR/MASTER_PORT right?): " +
+                      why);
   }
 }
 

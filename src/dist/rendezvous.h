@@ -5,11 +5,16 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <exception>
 #include <string>
 
 #include "unstuck/dist/launch_env.h"
 
 namespace unstuck::dist {
+
+// The first line of an exception's message, without the C++ backtrace c10 errors carry, so a
+// failure prints one readable line.
+std::string short_error(const std::exception& e);
 
 // Rank 0 serves the store, the others connect (waiting up to `timeout_s`). Throws PeerFailure
 // naming the address when the store cannot be reached in time.

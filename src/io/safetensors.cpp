@@ -16,6 +16,7 @@
 
 #include "unstuck/common/error.h"
 #include "unstuck/io/atomic_file.h"
+#include "unstuck/io/json_file.h"
 
 // Tensor bytes are copied as they are: the file is little-endian, and so must the host be.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -251,9 +252,10 @@ ParsedHeader read_header(const fs::path& path, std::istream& in, uint64_t file_s
   if (!in) throw UserError(prefix + " could not be read");
 
   json header;
+  check_json_depth(header_text, prefix + "'s header");
   try {
     header = json::parse(header_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, out_of_range (a number such as 1e400)
     std::string why = e.what();  // "[json.exception.parse_error.101] parse error at ..."
     const auto at = why.find("] ");
     if (at != std::string::npos) why = why.substr(at + 2);

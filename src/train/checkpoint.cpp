@@ -4,9 +4,14 @@
 // into place once complete.
 #include "unstuck/train/checkpoint.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
+#include <cmath>
+#include <random>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -125,44 +130,129 @@ fs::path latest_checkpoint(const fs::path& root) {
   return all.empty() ? fs::path() : all.back();
 }
 
+namespace {
+
+// A JSON field of a checkpoint file, reached by `keys` (object members; names may hold dots) with its
+// type checked; errors name the file and the dotted key.
+template <class T>
+T field(const nlohmann::json& j, std::initializer_list<std::string> keys, const fs::path& file) {
+  const nlohmann::json* at = &j;
+  std::string path;
+  for (const std::string& key : keys) {
+    path += (path.empty() ? "" : ".") + key;
+    if (!at->is_object() || !at->contains(key))
+      throw UserError("checkpoint file '" + file.string() + "': missing key '" + path + "'");
+    at = &(*at)[key];
+  }
+  try {
+    return at->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw UserError("checkpoint file '" + file.string() + "': key '" + path + "' has the wrong type (" +
+                    at->type_name() + ")");
+  }
+}
+
+void require(bool ok, const fs::path& file, const std::string& what) {
+  if (!ok) throw UserError("checkpoint file '" + file.string() + "' is inconsistent: " + what);
+}
+
+// Bytes of a CPU generator's state in this libtorch (what rng.bin must hold).
+std::size_t sampling_rng_bytes() {
+  return std::size_t(at::make_generator<at::CPUGeneratorImpl>(0).get_state().numel());
+}
+
+}  // namespace
+
 TrainerState load_checkpoint(const fs::path& dir) {
-  const nlohmann::json manifest = io::read_json_file(dir / "manifest.json");
+  const fs::path manifest_path = dir / "manifest.json";
+  const nlohmann::json manifest = io::read_json_file(manifest_path);
   for (const char* f : kFiles) {
     const fs::path p = dir / f;
-    if (!manifest.contains(f)) throw UserError("checkpoint " + dir.string() + ": manifest.json lacks " + f);
+    const auto bytes_expected = field<std::size_t>(manifest, {f, "bytes"}, manifest_path);
+    const auto checksum = field<std::string>(manifest, {f, "fnv1a64"}, manifest_path);
     if (!fs::exists(p)) throw UserError("checkpoint file '" + p.string() + "' is missing");
     const std::string bytes = read_bytes(p);
-    if (bytes.size() != manifest[f]["bytes"].get<std::size_t>())
+    if (bytes.size() != bytes_expected)
       throw UserError("checkpoint file '" + p.string() + "' is truncated or altered: " +
-                      std::to_string(bytes.size()) + " bytes, manifest says " +
-                      std::to_string(manifest[f]["bytes"].get<std::size_t>()));
-    if (fnv1a64(bytes) != manifest[f]["fnv1a64"].get<std::string>())
+                      std::to_string(bytes.size()) + " bytes, manifest says " + std::to_string(bytes_expected));
+    if (fnv1a64(bytes) != checksum)
       throw UserError("checkpoint file '" + p.string() + "' is corrupted (checksum mismatch)");
   }
+  // The checksums prove the files are the ones written; what follows proves they make sense (a
+  // tampered or buggy writer), before anything of the run is touched.
   TrainerState s;
-  const io::SafetensorsFile st = io::read_safetensors(dir / "state.safetensors");
+  const fs::path state_path = dir / "state.safetensors";
+  const io::SafetensorsFile st = io::read_safetensors(state_path);
+  int64_t length = -1;
   const auto tensor = [&](const char* name) {
     const io::Tensor& t = st.at(name);
-    return torch::from_blob(const_cast<uint8_t*>(t.bytes.data()), {io::numel(t.shape)}, torch::kFloat32).clone();
+    require(t.dtype == io::DType::f32, state_path,
+            std::string("tensor '") + name + "' is " + io::dtype_name(t.dtype) + ", expected F32");
+    require(t.shape.size() == 1, state_path, std::string("tensor '") + name + "' is not a flat (1-D) buffer");
+    const int64_t n = io::numel(t.shape);
+    require(t.bytes.size() == std::size_t(n) * 4, state_path, std::string("tensor '") + name + "' byte size");
+    if (length < 0) length = n;
+    require(n == length, state_path,
+            std::string("tensor '") + name + "' has " + std::to_string(n) + " elements, master has " +
+                std::to_string(length));
+    torch::Tensor out = torch::from_blob(const_cast<uint8_t*>(t.bytes.data()), {n}, torch::kFloat32).clone();
+    require(torch::isfinite(out).all().item<bool>(), state_path,
+            std::string("tensor '") + name + "' holds NaN/Inf values");
+    return out;
   };
   s.master = tensor("master");
   s.exp_avg = tensor("exp_avg");
   s.exp_avg_sq = tensor("exp_avg_sq");
-  const std::string rng = read_bytes(dir / "rng.bin");
+  require((s.exp_avg_sq >= 0).all().item<bool>(), state_path, "tensor 'exp_avg_sq' holds negative values");
+  const fs::path rng_path = dir / "rng.bin";
+  const std::string rng = read_bytes(rng_path);
+  require(rng.size() == sampling_rng_bytes(), rng_path,
+          std::to_string(rng.size()) + " bytes, a sampling generator state has " +
+              std::to_string(sampling_rng_bytes()));
   s.sampling_rng.assign(rng.begin(), rng.end());
-  const nlohmann::json j = io::read_json_file(dir / "trainer.json");
-  s.step = j.at("step").get<int64_t>();
-  s.optimizer_steps = j.at("optimizer_steps").get<int64_t>();
-  s.skipped_steps = j.at("skipped_steps").get<int64_t>();
-  s.scaler.scale = j.at("scaler").at("scale").get<double>();
-  s.scaler.growth_tracker = j.at("scaler").at("growth_tracker").get<int64_t>();
-  s.scaler.hysteresis_tracker = j.at("scaler").at("hysteresis_tracker").get<int64_t>();
-  s.scaler.skipped_steps = j.at("scaler").at("skipped_steps").get<int64_t>();
-  s.data_rng = j.at("data_rng").get<std::string>();
-  s.order = j.at("order").get<std::vector<int64_t>>();
-  s.cursor = j.at("cursor").get<int64_t>();
+  const fs::path trainer_path = dir / "trainer.json";
+  const nlohmann::json j = io::read_json_file(trainer_path);
+  s.step = field<int64_t>(j, {"step"}, trainer_path);
+  s.optimizer_steps = field<int64_t>(j, {"optimizer_steps"}, trainer_path);
+  s.skipped_steps = field<int64_t>(j, {"skipped_steps"}, trainer_path);
+  s.scaler.scale = field<double>(j, {"scaler", "scale"}, trainer_path);
+  s.scaler.growth_tracker = field<int64_t>(j, {"scaler", "growth_tracker"}, trainer_path);
+  s.scaler.hysteresis_tracker = field<int64_t>(j, {"scaler", "hysteresis_tracker"}, trainer_path);
+  s.scaler.skipped_steps = field<int64_t>(j, {"scaler", "skipped_steps"}, trainer_path);
+  s.data_rng = field<std::string>(j, {"data_rng"}, trainer_path);
+  s.order = field<std::vector<int64_t>>(j, {"order"}, trainer_path);
+  s.cursor = field<int64_t>(j, {"cursor"}, trainer_path);
+  require(s.step >= 1, trainer_path, "step " + std::to_string(s.step) + " (checkpoints start at step 1)");
+  require(s.optimizer_steps >= 0 && s.skipped_steps >= 0, trainer_path,
+          "optimizer_steps " + std::to_string(s.optimizer_steps) + " / skipped_steps " +
+              std::to_string(s.skipped_steps));
+  require(std::isfinite(s.scaler.scale) && s.scaler.scale > 0, trainer_path, "scaler.scale must be finite and > 0");
+  require(s.scaler.growth_tracker >= 0 && s.scaler.hysteresis_tracker >= 0 && s.scaler.skipped_steps >= 0,
+          trainer_path, "negative loss-scaler counters");
+  require(s.cursor >= 0 && std::size_t(s.cursor) <= s.order.size(), trainer_path,
+          "cursor " + std::to_string(s.cursor) + " outside the data order of " + std::to_string(s.order.size()));
+  std::vector<bool> seen(s.order.size(), false);  // the order must be a permutation of 0..n-1
+  for (const int64_t i : s.order) {
+    require(i >= 0 && std::size_t(i) < s.order.size() && !seen[std::size_t(i)], trainer_path,
+            "data order is not a permutation (index " + std::to_string(i) + ")");
+    seen[std::size_t(i)] = true;
+  }
+  std::mt19937_64 engine;
+  std::istringstream rng_text(s.data_rng);
+  rng_text >> engine;
+  require(!rng_text.fail() && (rng_text >> std::ws).eof(), trainer_path, "data_rng is not a generator state");
   s.config_yaml = read_bytes(dir / "config.yaml");
   return s;
+}
+
+void check_checkpoint_fits(const TrainerState& s, int64_t flat_params, std::size_t train_records,
+                           const fs::path& dir) {
+  if (s.master.numel() != flat_params)
+    throw UserError("checkpoint " + dir.string() + " holds " + std::to_string(s.master.numel()) +
+                    " parameters, the model (grpo.base_model) has " + std::to_string(flat_params));
+  if (s.order.size() != train_records)
+    throw UserError("checkpoint " + dir.string() + " was written for " + std::to_string(s.order.size()) +
+                    " training records, the data has " + std::to_string(train_records));
 }
 
 }  // namespace unstuck::train

@@ -32,6 +32,7 @@
 #include "unstuck/train/record_order.h"
 #include "unstuck/train/run_setup.h"
 #include "unstuck/train/sft.h"
+#include "unstuck/train/skip_guard.h"
 #include "unstuck/train/trainable_weights.h"
 
 namespace unstuck::train {
@@ -119,15 +120,39 @@ class StopSignals {
   void (*prev_term_)(int);
 };
 
-// Keeps the metrics lines of steps <= `last_step` (a resumed run rewrites what came after).
-void truncate_metrics(const std::filesystem::path& path, int64_t last_step) {
-  std::vector<std::string> keep;
+// Keeps the metrics lines of steps <= `last_step` (a resumed run rewrites what came after). A torn
+// last line (the run was killed while writing it) is dropped with a warning; a bad line elsewhere is
+// an error naming file and line. Returns the first kept line's reward_mean (0 when none).
+double truncate_metrics(const std::filesystem::path& path, int64_t last_step) {
+  std::vector<std::string> lines, keep;
   std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && nlohmann::json::parse(line).value("step", int64_t(0)) <= last_step) keep.push_back(line);
+  long long number = 0;
+  for (std::string line; io::read_capped_line(in, line, io::kMaxJsonlLineBytes, path.string(), number);)
+    lines.push_back(line);
   in.close();
+  double first_reward = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].empty()) continue;
+    const std::string where = path.string() + ":" + std::to_string(i + 1);
+    nlohmann::json m;
+    try {
+      m = io::parse_json(lines[i], where);
+    } catch (const UserError& e) {
+      if (i + 1 != lines.size()) throw;
+      spdlog::warn("train: dropping the torn last line of {} (the run was stopped while writing it): {}",
+                   path.string(), e.what());
+      continue;
+    }
+    if (!m.is_object() || !m.contains("step") || !m["step"].is_number_integer())
+      throw UserError(where + ": expected a metrics object with an integer \"step\"");
+    if (m["step"].get<int64_t>() > last_step) continue;
+    if (keep.empty() && m.contains("reward_mean") && m["reward_mean"].is_number())
+      first_reward = m["reward_mean"].get<double>();
+    keep.push_back(lines[i]);
+  }
   std::ofstream out(path, std::ios::trunc);
   for (const auto& l : keep) out << l << "\n";
+  return first_reward;
 }
 
 double masked_sum(const torch::Tensor& x, const torch::Tensor& mask) { return (x * mask).sum().item<double>(); }
@@ -170,9 +195,24 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
   const bool lead = rank == 0;  // writes metrics, TensorBoard events and checkpoints
   // The base policy fixes the model shape and the tokenizer.
   const std::filesystem::path base = cfg.grpo.base_model;
+  if (base.empty() || !std::filesystem::is_directory(base))
+    throw UserError("grpo.base_model must be a policy directory (an `unstuck sft` output), got '" + base.string() +
+                    "'" + (base.empty() ? "" : " which is not a directory"));
   model::LoadedModel loaded = model::load_pretrained(base);
   cfg.model = loaded.config;
   if (cfg.tokenizer.path.empty()) cfg.tokenizer.path = (base / kTokenizerFile).string();
+  // Everything that can fail before training fails here, before the run directory is touched:
+  // the data, the checkpoint to resume (contents checked against this model and data).
+  const std::vector<data::TaskRecord> train = data::read_jsonl(data::train_file(cfg.data));
+  std::vector<data::TaskRecord> test = data::read_jsonl(data::test_file(cfg.data));
+  if (train.empty()) throw UserError(data::train_file(cfg.data).string() + ": no training records");
+  std::optional<TrainerState> resumed;
+  std::filesystem::path ckpt;
+  if (!resume.empty()) {
+    ckpt = resolve_resume_checkpoint(resume);
+    resumed = load_checkpoint(ckpt);
+    check_checkpoint_fits(*resumed, model::llama_layout(cfg.model).total, train.size(), ckpt);
+  }
   RunContext ctx = setup_run(cfg, "train", rank);
   // Global rows (prompt x completion) of each rank's share of a rollout batch.
   std::vector<std::vector<int64_t>> rows_of(static_cast<std::size_t>(world));
@@ -239,20 +279,15 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     throw UserError("run directory " + ctx.run_dir.string() +
                     " already holds checkpoints of an earlier run; continue it with `unstuck train --resume " +
                     ctx.run_dir.string() + "` or pick another run.name");
-  if (!resume.empty()) {
-    const std::filesystem::path ckpt = resolve_resume_checkpoint(resume);
-    const TrainerState st = load_checkpoint(ckpt);
+  if (resumed) {
+    const TrainerState& st = *resumed;
     weights.restore(st.master, st.exp_avg, st.exp_avg_sq, st.optimizer_steps, st.scaler);
     order.restore(st.data_rng, st.order, st.cursor, "checkpoint " + ckpt.string());
     sampling.set_state(torch::from_blob(const_cast<uint8_t*>(st.sampling_rng.data()),
                                         {int64_t(st.sampling_rng.size())}, torch::kUInt8).clone());
     skipped = st.skipped_steps;
     first_step = st.step + 1;
-    if (lead) truncate_metrics(metrics_path, st.step);
-    std::ifstream earlier(metrics_path);
-    std::string first_line;
-    if (std::getline(earlier, first_line) && !first_line.empty())
-      result.first_reward_mean = nlohmann::json::parse(first_line).value("reward_mean", 0.0);
+    if (lead) result.first_reward_mean = truncate_metrics(metrics_path, st.step);
     spdlog::info("train: resumed from {} at step {}", ckpt.string(), st.step);
   }
   std::ofstream metrics_file;
@@ -282,6 +317,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     spdlog::info("train: checkpoint {}", dir.string());
   };
   const auto t_run = std::chrono::steady_clock::now();
+  SkipGuard skip_guard(cfg, "train");
   const int64_t G = cfg.grpo.group_size, N_global = cfg.grpo.prompts_per_step * G;
   for (int64_t step = first_step; step <= cfg.grpo.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -374,6 +410,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
         last = weights.optimizer_step(cfg.optim, lr);
         optimizer_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
         skipped += last.skipped;
+        skip_guard.record(step, last.skipped, last.loss_scale, lr);
         sums.clipped.push_back(pl.clip_frac * std::max(mask.sum().item<double>(), 1.0));
         sums.update_tokens.push_back(std::max(mask.sum().item<double>(), 1.0));
         grad_norm += last.grad_norm;

@@ -9,6 +9,7 @@
 #include "unstuck/common/parallel.h"
 #include "unstuck/common/simd.h"
 #include "unstuck/config/config.h"
+#include "unstuck/config/preflight.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/log/logging.h"
 
@@ -44,6 +45,7 @@ RunContext setup_run(RunConfig& config, const std::string& command, int rank) {
                     " pieces (set model.vocab_size: 0 to take it from the tokenizer)");
   validate(config);
   data::PromptFormatter prompts(config.data, tok_path.parent_path());
+  preflight(config, command);  // the final model shape is known: limits and memory, before any allocation
   const int threads = resolve_threads(config.precision.threads);
   at::set_num_threads(threads);
   const Seeds seeds = derive_seeds(config.run.seed);

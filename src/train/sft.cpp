@@ -20,6 +20,7 @@
 #include "unstuck/train/lr_schedule.h"
 #include "unstuck/train/record_order.h"
 #include "unstuck/train/run_setup.h"
+#include "unstuck/train/skip_guard.h"
 #include "unstuck/train/trainable_weights.h"
 
 namespace unstuck::train {
@@ -77,6 +78,22 @@ io::DType save_dtype(SaveDtype d) {
   return io::DType::f32;
 }
 
+// Creates `dir` and writes and removes a probe file in it; throws UserError naming `key` otherwise.
+void check_writable_dir(const std::filesystem::path& dir, const char* key) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::filesystem::path probe = dir / ".unstuck_write_probe";
+  bool ok = !ec && std::filesystem::is_directory(dir);
+  if (ok) {
+    std::ofstream out(probe, std::ios::trunc);
+    ok = bool(out << "probe") && bool(out.flush());
+  }
+  std::filesystem::remove(probe, ec);
+  if (!ok)
+    throw UserError(std::string(key) + ": cannot write the model directory '" + dir.string() +
+                    "' (not a writable folder); fix it before training, the model is saved there at the end");
+}
+
 }  // namespace
 
 SftResult run_sft(RunConfig cfg) {
@@ -90,6 +107,12 @@ SftResult run_sft(RunConfig cfg) {
   if (train.empty()) throw UserError(data::train_file(cfg.data).string() + ": no training records");
   if (cfg.sft.eval_samples > 0 && int64_t(test_records.size()) > cfg.sft.eval_samples)
     test_records.resize(std::size_t(cfg.sft.eval_samples));
+  // Pre-flight: what would fail at the first evaluation or at the save fails now, not after training.
+  test_records = drop_overlong_prompts(std::move(test_records), ctx.prompts, tok,
+                                      cfg.model.max_seq_len - cfg.rollout.max_new_tokens, "sft: test records");
+  const std::filesystem::path model_dir =
+      cfg.sft.output.empty() ? ctx.run_dir / "model" : std::filesystem::path(cfg.sft.output);
+  check_writable_dir(model_dir, cfg.sft.output.empty() ? "run.output_dir" : "sft.output");
   spdlog::info("sft: {} train / {} eval records, model {} params, precision {}", train.size(),
                test_records.size(), model::llama_layout(cfg.model).total,
                config::enum_name(cfg.precision.mode));
@@ -108,6 +131,7 @@ SftResult run_sft(RunConfig cfg) {
   double loss_sum = 0.0;
   int64_t tokens_seen = 0;
   auto t_last = std::chrono::steady_clock::now();
+  SkipGuard skip_guard(cfg, "sft");
   for (int64_t step = 1; step <= cfg.sft.steps; ++step) {
     std::vector<std::size_t> idx;
     while (int64_t(idx.size()) < cfg.sft.batch_size) idx.push_back(order.next());
@@ -123,6 +147,7 @@ SftResult run_sft(RunConfig cfg) {
     const double lr = scheduled_lr(LrSchedule::cosine, cfg.optim.lr, step, cfg.sft.steps,
                                    cfg.sft.warmup_steps, cfg.sft.min_lr_ratio);
     const OptimizerStepStats st = weights.optimizer_step(cfg.optim, lr);
+    skip_guard.record(step, st.skipped, st.loss_scale, lr);
     loss_sum += loss.item<double>();
     tokens_seen += int64_t(mask.sum().item<double>());
 
@@ -157,7 +182,7 @@ SftResult run_sft(RunConfig cfg) {
   }
 
   SftResult result;
-  result.model_dir = cfg.sft.output.empty() ? ctx.run_dir / "model" : std::filesystem::path(cfg.sft.output);
+  result.model_dir = model_dir;
   const model::SpecialTokens special{tok.bos_id(), tok.eos_id(), tok.pad_id()};
   model::save_pretrained(result.model_dir, cfg.model, weights.master(), save_dtype(cfg.sft.save_dtype), special);
   std::filesystem::copy_file(ctx.tokenizer_path, result.model_dir / kTokenizerFile,

@@ -45,6 +45,7 @@ struct LossScaleConfig {
   int hysteresis = 2;              // overflowing steps tolerated before backing off
   double min_scale = 1.0;          // the scale never drops below this
   double max_scale = 16777216.0;   // the scale never grows above this (2^24)
+  int64_t max_consecutive_skips = 50;  // stop training after this many skipped steps in a row; 0 = never
 
   template <class V>
   void visit(V& v) {
@@ -55,6 +56,9 @@ struct LossScaleConfig {
     v("hysteresis", hysteresis, "overflowing steps tolerated before the scale backs off");
     v("min_scale", min_scale, "lower bound of the loss scale");
     v("max_scale", max_scale, "upper bound of the loss scale");
+    v("max_consecutive_skips", max_consecutive_skips,
+      "stop training with an error after this many optimizer steps in a row were skipped for "
+      "non-finite gradients (any mode); 0 = never stop");
   }
 };
 

@@ -33,9 +33,16 @@ struct TrainerState {
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir,
                                       const TrainerState& state, int keep);
 
-// Loads a checkpoint directory after verifying every file against its manifest. Throws UserError
-// naming the file that is missing, truncated or altered.
+// Loads a checkpoint directory after verifying every file against its manifest, then the contents
+// (dtype, shape and element count of the buffers, finite values, counters >= 0, the data order a
+// permutation, generator states of the right form). Throws UserError naming the file that is
+// missing, truncated, altered or inconsistent; reads only, so a failed resume changes nothing.
 TrainerState load_checkpoint(const std::filesystem::path& dir);
+
+// Throws UserError when a loaded checkpoint does not fit this run: `flat_params` elements of the
+// model's flat buffer and `train_records` training records.
+void check_checkpoint_fits(const TrainerState& state, int64_t flat_params, std::size_t train_records,
+                           const std::filesystem::path& dir);
 
 // The newest step_* directory under `checkpoints_dir` that has a manifest (empty path if none).
 std::filesystem::path latest_checkpoint(const std::filesystem::path& checkpoints_dir);

@@ -1,0 +1,38 @@
+// Pre-flight checks of a run config against the final model shape and this machine, before any
+// large allocation or training step: cross-key limits (prompt + completion within model.max_seq_len)
+// and an estimate of the run's memory, refused by name when it cannot fit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "unstuck/config/run_config.h"
+
+namespace unstuck {
+
+// One part of a run's memory estimate: what it is, the config keys that size it, its bytes.
+struct MemoryPart {
+  std::string what;  // "rollout sampling uniforms and KV cache"
+  std::string keys;  // "rollout.max_new_tokens (1000000000) x grpo.prompts_per_step (32) x ..."
+  double bytes = 0;
+};
+
+// The largest buffers `command` ("sft", "train", "eval") allocates for `config` (model shape final),
+// computed in double so absurd sizes (1e12 layers) do not overflow. Sorted, largest first.
+std::vector<MemoryPart> estimate_memory(const RunConfig& config, const std::string& command);
+
+// Physical memory of this machine in bytes (0 when unknown).
+double physical_memory_bytes();
+
+// "1.5 GiB", "384.0 TiB".
+std::string format_bytes(double bytes);
+
+// Throws UserError when rollout.max_new_tokens leaves no room for a prompt within model.max_seq_len,
+// or when the memory estimate exceeds `limit_bytes` (default: physical memory), naming the
+// largest part's keys and the estimated bytes, e.g. "estimated memory 32.0 GiB exceeds this
+// machine's 24.0 GiB; largest part: rollout sampling buffers 29.8 GiB from rollout.max_new_tokens
+// (1000000000) x ...".
+void preflight(const RunConfig& config, const std::string& command, double limit_bytes = -1);
+
+}  // namespace unstuck

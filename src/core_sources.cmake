@@ -1,0 +1,14 @@
+# Sources of the libtorch-free core (unstuck_core) and their per-file flags, shared by
+# src/CMakeLists.txt and the instrumented core-only build (tests/core_only: fuzzing, sanitizers).
+set(UNSTUCK_SRC_DIR ${CMAKE_CURRENT_LIST_DIR})
+file(GLOB UNSTUCK_CORE_SOURCES CONFIGURE_DEPENDS
+  ${UNSTUCK_SRC_DIR}/common/*.cpp ${UNSTUCK_SRC_DIR}/config/*.cpp ${UNSTUCK_SRC_DIR}/log/*.cpp
+  ${UNSTUCK_SRC_DIR}/precision/*.cpp ${UNSTUCK_SRC_DIR}/data/*.cpp ${UNSTUCK_SRC_DIR}/reward/*.cpp
+  ${UNSTUCK_SRC_DIR}/tokenizer/*.cpp ${UNSTUCK_SRC_DIR}/io/*.cpp ${UNSTUCK_SRC_DIR}/model/param_layout.cpp
+  ${UNSTUCK_SRC_DIR}/model/hf_config.cpp)
+
+# Kernel files: ISA flags per file, and no floating-point contraction anywhere in the kernels, so
+# scalar, AVX2, AVX-512 and CUDA paths produce identical bits (-ffp-contract=off on the target).
+set_source_files_properties(${UNSTUCK_SRC_DIR}/precision/kernels_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c")
+set_source_files_properties(${UNSTUCK_SRC_DIR}/precision/kernels_avx512.cpp PROPERTIES
+  COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx2;-mf16c;-Wno-maybe-uninitialized")
