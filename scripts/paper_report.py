@@ -357,7 +357,7 @@ def write_drift(add, drift):
     for row in drift["rows"]:
         probe = row.get("probe") or {}
         accs = (f"{probe['base']:.3f} / {probe['unrounded']:.3f} / {probe['bf16_rounded']:.3f}" if probe else "n/a")
-        add(f"| s{row['seed']} | {int(row['fraction'] * 100)}% | {row['step']} | {row['median']:.2f} | "
+        add(f"| s{row['seed']} | {row['level']} | {row['target_step']} ({row['step']}) | {row['median']:.2f} | "
             f"{row['mean']:.2f} | {row['below_one']:.3f} | {accs} | {fmt(probe.get('retained'), 2)} |")
     add("")
 
