@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Plots, table and verdicts of a reproduction sweep (scripts/reproduce.sh) -> RESULTS.md + PNGs.
+"""Plots, tables and verdicts of a sweep of scripts/compare.py (or scripts/reproduce.sh) -> RESULTS.md + PNGs.
 
-Reads <sweep>/sweep.json, <sweep>/base_eval.json and <sweep>/<arm>/seed<k>/metrics.jsonl. Every
-number in the output is computed here from those files; the definitions are written into the
-report next to the numbers.
+Reads <sweep>/sweep.json, <sweep>/base_eval.json, <sweep>/drift.json (scripts/paper_drift.py, if
+there) and <sweep>/<arm>/seed<k>/metrics.jsonl. Every number in the output is computed here from
+those files; the definitions and rules (scripts/paper_verdicts.py) are written into the report
+next to the numbers. Sweeps of the paper presets get the verdicts and size targets; comparisons on
+a user's config (sweep.json "verdicts": false) get the same tables without them.
 
     .venv/bin/python scripts/paper_report.py --sweep runs/paper-quick --results docs/RESULTS.md \
         --plots docs/results/quick
@@ -282,8 +284,8 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
             f"{describe_diffs(d_kl, sci=True)} |")
     add("")
     t_crit = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36}.get(n_seeds, 2.0)
-    add(f"t = mean / (sd / sqrt(seeds)) of the paired differences; with {n_seeds} seeds |t| > {t_crit} is the "
-        f"two-sided 5% level of Student's t" + (f"; the verdicts below use |t| > {T_CLEAR} (about one-sided 10% at "
+    add("t = mean / (sd / sqrt(seeds)) of the paired differences (n/a with one seed)" + (
+        f"; with {n_seeds} seeds |t| > {t_crit} is the two-sided 5% level of Student's t" if n_seeds > 1 else "") + (f"; the verdicts below use |t| > {T_CLEAR} (about one-sided 10% at "
                                                 "3 seeds) as \"clearly nonzero\"." if paper else "."))
     add("")
     add(f"## Size of the effect, per seed (levels: {', '.join(f'{int(q * 100)}%' for q in LEVELS)} of "
@@ -302,7 +304,7 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
     if paper:
         write_verdicts(add, a, runs, rows, levels, steps, w)
     if drift:
-        write_drift(add, drift)
+        write_drift(add, drift, labels)
     add("## Plots")
     add("")
     rel = os.path.relpath(a.plots, os.path.dirname(os.path.abspath(a.results)) or ".")
@@ -346,13 +348,14 @@ def write_verdicts(add, a, runs, rows, levels, steps, w):
     add("")
 
 
-def write_drift(add, drift):
-    add("## Drift of FP16's weights in BF16 half-ulps, and the retained-gain probe")
+def write_drift(add, drift, labels):
+    arm = labels.get(drift["arm"], drift["arm"]).split(" @")[0]
+    add(f"## Drift of {arm}'s weights in BF16 half-ulps, and the retained-gain probe")
     add("")
     add(drift["definition"])
     add("")
     add("| seed | level | step (checkpoint) | median drift | mean drift | drift < 1 half-ulp | "
-        "eval acc: base / FP16 weights / BF16-rounded | retained gain |")
+        f"eval acc: base / {arm} weights / BF16-rounded | retained gain |")
     add("|---|---|---|---|---|---|---|---|")
     for row in drift["rows"]:
         probe = row.get("probe") or {}
