@@ -154,45 +154,36 @@ def size_targets(runs, levels, steps, min_gain=MIN_FP16_GAIN):
         return [(r, why) for r in rules]
     by_seed = {arm: {r.seed: r for r in runs[arm]} for arm in need}
     seeds = sorted(by_seed["fp16"])
-    out = []
-    # T1
-    parts, ok = [], True
-    for s in seeds:
-        f = levels.steps_to(by_seed["fp16"][s], 0.5)
-        b = levels.steps_to(by_seed["bf16"][s], 0.5)
+    steps50 = lambda arm, s: levels.steps_to(by_seed[arm][s], 0.5)
+
+    def t1(s):  # -> (met in this seed, text)
+        f, b = steps50("fp16", s), steps50("bf16", s)
         ratio = (steps + 1 if b is None else b) / f
-        ok &= ratio >= RN_SLOWDOWN_TARGET
-        parts.append(f"s{s}: {steps_text(b, steps)} / {f} = {'>= ' if b is None else ''}{ratio:.2f}")
-    out.append((rules[0], f"**{'met' if ok else 'missed'}** (BF16-RN / FP16 steps to 50%: {'; '.join(parts)})"))
-    # T2
-    parts, ok = [], True
-    for s in seeds:
-        f = levels.steps_to(by_seed["fp16"][s], 0.5)
-        b = levels.steps_to(by_seed["bf16_sr"][s], 0.5)
+        return ratio >= RN_SLOWDOWN_TARGET, f"s{s}: {steps_text(b, steps)} / {f} = {'>= ' if b is None else ''}{ratio:.2f}"
+
+    def t2(s):
+        f, b = steps50("fp16", s), steps50("bf16_sr", s)
         if b is None:
-            ok = False
-            parts.append(f"s{s}: > {steps} / {f} (not reached)")
-            continue
-        ok &= abs(b / f - 1) <= SR_WITHIN + 1e-12
-        parts.append(f"s{s}: {b} / {f} = {b / f:.2f}")
-    out.append((rules[1], f"**{'met' if ok else 'missed'}** (BF16-SR / FP16 steps to 50%: {'; '.join(parts)})"))
-    # T3
-    parts, ok = [], True
-    for s in seeds:
-        k = levels.kl_at(by_seed["bf16_lr_k"][s], 0.5)
-        r = levels.kl_at(by_seed["bf16_sr"][s], 0.5)
+            return False, f"s{s}: > {steps} / {f} (not reached)"
+        return abs(b / f - 1) <= SR_WITHIN + 1e-12, f"s{s}: {b} / {f} = {b / f:.2f}"
+
+    def t3(s):
+        k, r = levels.kl_at(by_seed["bf16_lr_k"][s], 0.5), levels.kl_at(by_seed["bf16_sr"][s], 0.5)
         if k is None or r is None:
-            ok = False
-            parts.append(f"s{s}: level not reached by {'BF16-RN @ k*x' if k is None else 'BF16-SR'}")
-            continue
-        ok &= k > r
-        parts.append(f"s{s}: {k:.2e} vs {r:.2e}")
-    out.append((rules[2], f"**{'met' if ok else 'missed'}** (KL at 50% of FP16's gain, BF16-RN @ k*x vs "
-                          f"BF16-SR: {'; '.join(parts)})"))
+            return False, f"s{s}: level not reached by {'BF16-RN @ k*x' if k is None else 'BF16-SR'}"
+        return k > r, f"s{s}: {k:.2e} vs {r:.2e}"
+
+    what = ["BF16-RN / FP16 steps to 50%", "BF16-SR / FP16 steps to 50%",
+            "KL at 50% of FP16's gain, BF16-RN @ k*x vs BF16-SR"]
+    out = []
+    for rule, name, check in zip(rules, what, (t1, t2, t3)):
+        per_seed = [check(s) for s in seeds]
+        met = all(ok for ok, _ in per_seed)
+        out.append((rule, f"**{'met' if met else 'missed'}** ({name}: {'; '.join(t for _, t in per_seed)})"))
     return out
 
 
-def claim_verdicts(runs, rows, levels, tolerances, w, min_gain=MIN_FP16_GAIN, matched=None):
+def claim_verdicts(runs, rows, levels, tolerances, w, min_gain=MIN_FP16_GAIN):
     """The three claims, judged with the stated rules on the paired per-seed differences. A claim
     reads "reproduced" only when FP16's gain reaches `min_gain` in every seed."""
     if not all(arm in runs for arm in ("fp16", "bf16", "bf16_lr_k", "bf16_sr")):
