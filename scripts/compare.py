@@ -404,6 +404,9 @@ def main(argv=None):
     except subprocess.CalledProcessError as e:
         print(f"compare.py: error: {shlex.join(map(str, e.cmd))} failed (exit {e.returncode})", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside the runs (build, SFT of the base, report)
+        say(f"interrupted; rerun `{command}` to continue")
+        return 130
 
 
 if __name__ == "__main__":

@@ -167,7 +167,14 @@ def main():
         check(target(text, 1) == "missed", "T1 missed when one seed is not slow")
         check(target(text, 2) == "missed", "T2 missed when SR is slow in one seed")
 
-        # Case 7: an unfinished run is an error that names the file, not a silent partial table.
+        # Case 7: BF16-RN at 70% of FP16's speed reaches the 50% level within the run: T1 is met on
+        # measured steps (ratio about 1.4), not on the lower bound of a level never reached.
+        _, text = new_sweep(tmp, "measured-slowdown", dict(base, bf16=0.0028), dict(kl, bf16_lr_k=0.2), 7)
+        line = next(l for l in text.splitlines() if l.startswith("* *T1,"))
+        check(target(text, 1) == "met" and "> 40" not in line.split("Result:")[1],
+              "T1 met on measured steps when BF16-RN needs 1.4x FP16's steps")
+
+        # Case 8: an unfinished run is an error that names the file, not a silent partial table.
         os.remove(os.path.join(d, "bf16", "seed2", "metrics.jsonl"))
         r, _ = run_report(d)
         check(r.returncode == 2 and "bf16/seed2/metrics.jsonl" in r.stderr, "missing run named in the error")
