@@ -368,6 +368,11 @@ class Scheduler:
 
 def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
+    for name in ("config", "out", "results", "plots", "base"):  # the user's paths, from the checkout's root
+        p = getattr(a, name)
+        if p:
+            p = os.path.abspath(p)
+            setattr(a, name, os.path.relpath(p, ROOT) if p.startswith(ROOT + os.sep) else p)
     os.chdir(ROOT)
     command = a.command_line or "scripts/compare.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     unstuck = os.path.join(os.environ.get("UNSTUCK_BUILD_DIR", "build"), "unstuck")

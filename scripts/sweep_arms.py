@@ -85,7 +85,8 @@ def resolved_config(unstuck, config, overrides):
     r = subprocess.run([unstuck, "config", "show", config, "--no-docs"] + list(overrides),
                        capture_output=True, text=True)
     if r.returncode != 0:
-        raise SweepError(f"{config}: {r.stderr.strip()}")
+        msg = r.stderr.strip()
+        raise SweepError(msg[len("error: "):] if msg.startswith("error: ") else msg)
     return r.stdout
 
 
