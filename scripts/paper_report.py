@@ -291,8 +291,9 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
     add(f"## Size of the effect, per seed (levels: {', '.join(f'{int(q * 100)}%' for q in LEVELS)} of "
         f"{ref_label}'s gain)")
     add("")
-    add(f"| arm | steps to the level | Δ area under the reward curve vs {ref_label} | KL at the level (matched reward) |")
-    add("|---|---|---|---|")
+    add(f"| arm | steps to the level | Δ area under the reward curve vs {ref_label} | KL at the level (matched reward) | "
+        f"Δ KL at the level vs {ref_label} (paired) |")
+    add("|---|---|---|---|---|")
     for row in size_measures(runs, ref, levels, steps):
         arm = row.split(" | ")[0][2:]
         add(row.replace(f"| {arm} |", f"| {labels.get(arm, arm)} |", 1))

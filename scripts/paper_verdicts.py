@@ -128,9 +128,12 @@ def size_measures(runs, ref, levels, steps):
         rel = {s: d / levels.area[s] if levels.area.get(s) else float("nan") for s, d in area.items()}
         kls = "; ".join(f"{int(q * 100)}%: " + ", ".join(f"s{r.seed} {fmt(levels.kl_at(r, q), sci=True)}" for r in rs)
                         for q in LEVELS)
-        area_txt = "-" if arm == ref else (f"{describe_diffs(area, 4)}; relative to FP16's area above its start: "
-                                           + ", ".join(f"s{s}: {fmt(v, 2)}" for s, v in sorted(rel.items())))
-        rows.append(f"| {arm} | {stl} | {area_txt} | {kls} |")
+        area_txt = "-" if arm == ref else (f"{describe_diffs(area, 4)}; relative to the reference's area above its start: "
+                                           + ", ".join(f"s{s}: {fmt(v, 3)}" for s, v in sorted(rel.items())))
+        dkl = "-" if arm == ref else "; ".join(
+            f"{int(q * 100)}%: " + (describe_diffs(d, sci=True) if d else "n/a")
+            for q, d in ((q, paired(rs, runs[ref], lambda r, q=q: levels.kl_at(r, q))) for q in LEVELS))
+        rows.append(f"| {arm} | {stl} | {area_txt} | {kls} | {dkl} |")
     return rows
 
 
