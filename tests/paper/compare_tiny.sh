@@ -49,7 +49,7 @@ pgrep -f "$OUT/cmp/" > /dev/null && fail "trainers still running after the sweep
 # Rerun: resumes the interrupted runs and finishes.
 compare > "$OUT/log2" 2>&1 || { cat "$OUT/log2"; fail "the resumed sweep failed"; }
 cat "$OUT/log2"
-grep -q -- "train --resume $OUT/cmp/fp16/seed1" "$OUT/cmp/fp16/seed1.console.log" ||
+grep -q -- "train --resume [^ ]*cmp/fp16/seed1$" "$OUT/cmp/fp16/seed1.console.log" ||
   fail "the interrupted run was not resumed with unstuck train --resume"
 grep -q "ETA" "$OUT/log2" || fail "no progress line with an ETA"
 for arm in fp16 bf16 bf16_sr bf16_lr2x; do
