@@ -52,6 +52,16 @@ cat "$OUT/log2"
 grep -q -- "train --resume [^ ]*cmp/fp16/seed1$" "$OUT/cmp/fp16/seed1.console.log" ||
   fail "the interrupted run was not resumed with unstuck train --resume"
 grep -q "ETA" "$OUT/log2" || fail "no progress line with an ETA"
+# The stopped-and-resumed run equals the same run made in one go (the driver resumes what it started).
+first=$(grep -m1 '^\$ ' "$OUT/cmp/fp16/seed1.console.log" | cut -c3-)
+eval "$first run.output_dir=$OUT/oneshot" > "$OUT/oneshot.log" 2>&1 || { cat "$OUT/oneshot.log"; fail "one-shot run"; }
+"$PY" - "$OUT/cmp/fp16/seed1/metrics.jsonl" "$OUT/oneshot/seed1/metrics.jsonl" <<'EOF' || fail "resumed run differs from the one-shot run"
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+keys = ("step", "reward_mean", "kl_ref_exact", "sticking_frac", "changed_from_start_frac")
+assert [[r[k] for k in keys] for r in a] == [[r[k] for k in keys] for r in b], "metrics differ"
+print(f"resumed run equals the one-shot run over {len(a)} steps")
+EOF
 for arm in fp16 bf16 bf16_sr bf16_lr2x; do
   for s in 1 2; do
     d=$OUT/cmp/$arm/seed$s
