@@ -23,7 +23,7 @@ grep -q "^  compute: fp32" "$OUT/bf16/seed1/config.yaml" || fail "the paper pres
 grep -q "^## Drift of FP16" "$OUT/RESULTS.md" || fail "no drift table in the report"
 grep -q "^## Size targets" "$OUT/RESULTS.md" || fail "no size targets in the report"
 # The smoke base gains nothing in 4 steps: no claim may read reproduced, no target be met.
-grep -q "reproduced\*\*\|Result: \*\*met" "$OUT/RESULTS.md" && fail "a verdict passed on the smoke sweep"
+grep -q "\*\*reproduced\|Result: \*\*met" "$OUT/RESULTS.md" && fail "a verdict passed on the smoke sweep"
 .venv/bin/python - "$OUT/drift.json" <<'EOF' || fail "drift.json"
 import json, sys
 d = json.load(open(sys.argv[1]))
