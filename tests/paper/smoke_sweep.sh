@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # ctest `paper.smoke_sweep`: scripts/reproduce.sh --smoke end to end (tiny base policy, every arm,
-# one seed, a few steps), then a rerun that must find every run finished and only rewrite the report.
+# one seed, a few steps, every arm computing in FP32), then a rerun that must find every run finished
+# and only rewrite the report, and a different sweep in the same folder, which must be refused.
 # Usage: smoke_sweep.sh BUILD_DIR OUT_DIR
 set -euo pipefail
 BUILD_DIR=$1 OUT=$2
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
 fail() { echo "FAILED: $*" >&2; exit 1; }
 rm -rf "$OUT"
 UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build --out "$OUT" | tee "$OUT.log1"
@@ -16,7 +18,19 @@ done
 for arm in "FP32 (control)" "FP16 @ x" "BF16-RN @ x" "BF16-RN @ k\*x" "BF16-SR @ x" "FP16-SR @ x"; do
   grep -q "^| $arm |" "$OUT/RESULTS.md" || fail "no table row for $arm"
 done
-[[ $(ls "$OUT"/plots/*.png | wc -l) == 7 ]] || fail "expected 7 plots in $OUT/plots"
+[[ $(ls "$OUT"/plots/*.png | wc -l) == 9 ]] || fail "expected 9 plots in $OUT/plots (7 + drift + probe)"
+grep -q "^  compute: fp32" "$OUT/bf16/seed1/config.yaml" || fail "the paper preset must compute every arm in FP32"
+grep -q "^## Drift of FP16" "$OUT/RESULTS.md" || fail "no drift table in the report"
+grep -q "^## Size targets" "$OUT/RESULTS.md" || fail "no size targets in the report"
+# The smoke base gains nothing in 4 steps: no claim may read reproduced, no target be met.
+grep -q "\*\*reproduced\|Result: \*\*met" "$OUT/RESULTS.md" && fail "a verdict passed on the smoke sweep"
+.venv/bin/python - "$OUT/drift.json" <<'EOF' || fail "drift.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["rows"]:
+    assert 0 < r["max_abs_drift"] <= 3 * r["lr"] * r["step"], r  # else the flat layout is misread
+    assert r["probe"] and 0 <= r["probe"]["bf16_rounded"] <= 1, r
+EOF
 UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build --out "$OUT" | tee "$OUT.log2"
 grep -q "6 of 6 runs already finished" "$OUT.log2" || fail "the rerun did not reuse the finished runs"
 if UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build --out "$OUT" --steps 5 2> "$OUT.err"; then

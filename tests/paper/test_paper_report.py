@@ -22,8 +22,9 @@ MODES = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "bf16_lr_k": "bf16", "b
          "fp16_sr": "fp16_sr"}
 
 
-def write_sweep(folder, speed, kl_gain, rng):
-    """speed[arm]: accuracy gained per step; kl_gain[arm]: KL per unit of accuracy gained."""
+def write_sweep(folder, speed, kl_gain, rng, noise=0.002):
+    """speed[arm]: accuracy gained per step (one number, or one per seed); kl_gain[arm]: KL per unit
+    of accuracy gained; noise: standard deviation of the per-step accuracy noise."""
     arms = list(speed)
     with open(os.path.join(folder, "sweep.json"), "w") as f:
         json.dump({"preset": "test", "steps": STEPS, "seeds": SEEDS, "arms": " ".join(arms),
@@ -41,8 +42,9 @@ def write_sweep(folder, speed, kl_gain, rng):
                         f"optim:\n  lr: {LRS[arm]}\n")
             with open(os.path.join(d, "metrics.jsonl"), "w") as f:
                 for t in range(1, STEPS + 1):
-                    gain = speed[arm] * t
-                    acc = 0.3 + gain + seed_offsets[s - 1] + rng.normal(0, 0.002)
+                    v = speed[arm][s - 1] if isinstance(speed[arm], list) else speed[arm]
+                    gain = v * t
+                    acc = 0.3 + gain + seed_offsets[s - 1] + rng.normal(0, noise)
                     m = {"step": t, "reward_mean": acc + 0.05, "accuracy": acc,
                          "kl_ref_exact": kl_gain[arm] * gain * (1 + rng.normal(0, 0.01)),
                          "sticking_frac": 0.5, "changed_from_start_frac": 0.9, "step_seconds": 1.0}
@@ -51,10 +53,10 @@ def write_sweep(folder, speed, kl_gain, rng):
                     f.write(json.dumps(m) + "\n")
 
 
-def run_report(folder):
+def run_report(folder, *extra):
     out = os.path.join(folder, "RESULTS.md")
     r = subprocess.run([sys.executable, REPORT, "--sweep", folder, "--results", out, "--plots",
-                        os.path.join(folder, "plots")], capture_output=True, text=True)
+                        os.path.join(folder, "plots"), *extra], capture_output=True, text=True)
     return r, (open(out).read() if os.path.exists(out) else "")
 
 
@@ -68,6 +70,24 @@ def check(cond, what):
 def verdict(text, n):
     line = next((l for l in text.splitlines() if l.startswith(f"{n}. ")), "")
     return line.split(":", 1)[1] if ":" in line else line
+
+
+def target(text, n):
+    """The result of size target Tn: 'met', 'missed' or 'not testable'."""
+    line = next((l for l in text.splitlines() if l.startswith(f"* *T{n},")), "")
+    for word in ("not testable", "missed", "met"):
+        if f"Result: **{word}**" in line:
+            return word
+    return line
+
+
+def new_sweep(tmp, name, speed, kl_gain, seed, **kw):
+    d = os.path.join(tmp, name)
+    os.makedirs(d)
+    write_sweep(d, speed, kl_gain, np.random.default_rng(seed), **kw)
+    r, text = run_report(d)
+    check(r.returncode == 0, f"report on the {name} sweep exits 0 ({r.stderr.strip()})")
+    return d, text
 
 
 def main():
@@ -89,6 +109,14 @@ def main():
         check("**reproduced**" in verdict(text, 1), "claim 1 reproduced when BF16-RN is built slower")
         check("**reproduced**" in verdict(text, 2), "claim 2 reproduced when BF16 @ k*x pays twice the KL")
         check("**reproduced**" in verdict(text, 3), "claim 3 reproduced when SR equals FP16")
+        check(target(text, 1) == "met", "T1 met when BF16-RN needs twice FP16's steps")
+        check(target(text, 2) == "met", "T2 met when SR learns at FP16's speed")
+        check(target(text, 3) == "met", "T3 met when BF16 @ k*x pays twice SR's KL per unit of progress")
+        check("Rules: no claim can read reproduced unless FP16's gain" in text and "**0.05**" in text,
+              "the minimum gain is stated in the report")
+        r, text_strict = run_report(d, "--min-gain", "0.5")
+        check(r.returncode == 0 and "not testable" in verdict(text_strict, 1) and target(text_strict, 1) ==
+              "not testable", "--min-gain above FP16's gain makes the claims and targets not testable")
 
         # Case 2: precision does not matter. No claim may be judged reproduced.
         d = os.path.join(tmp, "null")
@@ -108,7 +136,45 @@ def main():
         check("**reproduced in direction, not in size**" in verdict(text, 1),
               "a consistent gap below the tolerance is reported as such")
 
-        # Case 4: an unfinished run is an error that names the file, not a silent partial table.
+        # Case 4: the gain vanishes (FP16 gains 0.014 in 40 steps), BF16-RN is at half of it and
+        # the noise is tiny, so the paired difference is clearly nonzero: still no claim and no
+        # target may read reproduced / met.
+        tiny = {arm: v / 10 for arm, v in base.items()}
+        dv, text = new_sweep(tmp, "vanishing", dict(tiny, bf16=tiny["bf16"] / 2), dict(kl, bf16_lr_k=0.2), 4,
+                             noise=0.0001)
+        _, ungated = run_report(dv, "--min-gain", "0")
+        check("**reproduced**" in verdict(ungated, 1),
+              "without the minimum gain the vanishing sweep's claim 1 would read reproduced (the gate matters)")
+        check("t = -" in verdict(text, 1) and float(verdict(text, 1).split("t = ")[1].split(";")[0]) < -2,
+              "the vanishing-gain sweep has a clearly nonzero paired difference")
+        for n in (1, 2, 3):
+            check("**reproduced" not in verdict(text, n) and "not testable" in verdict(text, n),
+                  f"claim {n} not testable when FP16's gain is below the minimum")
+            check(target(text, n) == "not testable", f"T{n} not testable when FP16's gain is below the minimum")
+
+        # Case 5: the targets' failures. BF16-RN only 11% slower (T1 needs 30%), SR 33% slower
+        # (T2 allows 10%), BF16 @ k*x pays less KL per unit of progress than SR (T3 needs more).
+        _, text = new_sweep(tmp, "small-effects", dict(base, bf16=0.0036, bf16_sr=0.003),
+                            dict(kl, bf16_lr_k=0.08), 5)
+        for n in (1, 2, 3):
+            check(target(text, n) == "missed", f"T{n} missed when the effect is built below its target")
+
+        # Case 6: "in every seed": BF16-RN at half speed in seeds 1 and 2 but at FP16's speed in
+        # seed 3; SR slow in seed 2 only; BF16 @ k*x's extra KL in seeds 1 and 3 only.
+        _, text = new_sweep(tmp, "one-seed-off", dict(base, bf16=[0.002, 0.002, 0.004],
+                                                      bf16_sr=[0.004, 0.003, 0.004]),
+                            dict(kl, bf16_lr_k=0.2), 6)
+        check(target(text, 1) == "missed", "T1 missed when one seed is not slow")
+        check(target(text, 2) == "missed", "T2 missed when SR is slow in one seed")
+
+        # Case 7: BF16-RN at 70% of FP16's speed reaches the 50% level within the run: T1 is met on
+        # measured steps (ratio about 1.4), not on the lower bound of a level never reached.
+        _, text = new_sweep(tmp, "measured-slowdown", dict(base, bf16=0.0028), dict(kl, bf16_lr_k=0.2), 7)
+        line = next(l for l in text.splitlines() if l.startswith("* *T1,"))
+        check(target(text, 1) == "met" and "> 40" not in line.split("Result:")[1],
+              "T1 met on measured steps when BF16-RN needs 1.4x FP16's steps")
+
+        # Case 8: an unfinished run is an error that names the file, not a silent partial table.
         os.remove(os.path.join(d, "bf16", "seed2", "metrics.jsonl"))
         r, _ = run_report(d)
         check(r.returncode == 2 and "bf16/seed2/metrics.jsonl" in r.stderr, "missing run named in the error")
