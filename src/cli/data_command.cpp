@@ -108,13 +108,13 @@ void check(const CheckArgs& args) {
   // As `unstuck train` resolves them: a GRPO run takes its tokenizer and max_seq_len from the base model.
   if (!cfg.grpo.base_model.empty()) {
     const std::filesystem::path base = cfg.grpo.base_model;
-    if (cfg.tokenizer.path.empty()) cfg.tokenizer.path = (base / train::kTokenizerFile).string();
-    cfg.model.max_seq_len =
-        model::model_config_from_hf(io::read_json_file(base / "config.json"), (base / "config.json").string()).max_seq_len;
+    if (cfg.tokenizer.path.empty()) cfg.tokenizer.path = base.string();  // tokenizer.json or tokenizer.model
+    cfg.model.max_seq_len = model::read_hf_config(base / "config.json").model.max_seq_len;
   }
   const std::filesystem::path tok_path = train::tokenizer_file(cfg);
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_path);
-  const data::PromptFormatter prompts(cfg.data, tok_path.parent_path());
+  const data::PromptFormatter prompts(cfg.data,
+                                      std::filesystem::is_directory(tok_path) ? tok_path : tok_path.parent_path());
   const int64_t max_prompt = cfg.model.max_seq_len - cfg.rollout.max_new_tokens;
   std::cout << "tokenizer " << tok_path.string() << "; prompts from " << prompts.describe()
             << (prompts.prepend_bos() ? " after BOS" : "") << "\nprompt limit " << max_prompt

@@ -85,6 +85,23 @@ fs::path Tokenizer::file_in_directory(const fs::path& dir) {
                   "' has neither tokenizer.json nor tokenizer.model");
 }
 
+void copy_tokenizer_files(const fs::path& source, const fs::path& out) {
+  static constexpr const char* kFiles[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                                           "special_tokens_map.json", "added_tokens.json", "vocab.json",
+                                           "merges.txt", "chat_template.jinja"};
+  std::error_code ec;
+  if (fs::is_directory(source, ec)) {
+    (void)Tokenizer::file_in_directory(source);  // names the directory when it holds no tokenizer
+    for (const char* name : kFiles)
+      if (fs::is_regular_file(source / name))
+        fs::copy_file(source / name, out / name, fs::copy_options::overwrite_existing);
+    return;
+  }
+  if (!fs::is_regular_file(source, ec)) throw UserError("tokenizer '" + source.string() + "' does not exist");
+  const fs::path name = source.extension() == ".model" ? fs::path("tokenizer.model") : source.filename();
+  fs::copy_file(source, out / name, fs::copy_options::overwrite_existing);
+}
+
 Tokenizer Tokenizer::load(const fs::path& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {

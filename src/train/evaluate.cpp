@@ -38,20 +38,23 @@ PromptFit fit_prompts(std::vector<data::TaskRecord> records, const data::PromptF
   return fit;
 }
 
+void report_prompt_fit(const PromptFit& fit, int64_t max_prompt_tokens, const std::string& what) {
+  if (fit.dropped > 0)
+    spdlog::warn("{}: dropped {} of {} records whose prompt exceeds {} tokens (model.max_seq_len - "
+                 "rollout.max_new_tokens); longest prompt: {} tokens",
+                 what, fit.dropped, fit.lengths.size(), max_prompt_tokens, fit.longest);
+  if (fit.kept.empty() && !fit.lengths.empty())
+    throw UserError(what + ": every prompt is longer than " + std::to_string(max_prompt_tokens) +
+                    " tokens (longest: " + std::to_string(fit.longest) +
+                    "); raise model.max_seq_len or lower rollout.max_new_tokens");
+}
+
 std::vector<data::TaskRecord> drop_overlong_prompts(std::vector<data::TaskRecord> records,
                                                     const data::PromptFormatter& prompts,
                                                     const tokenizer::Tokenizer& tok,
                                                     int64_t max_prompt_tokens, const std::string& what) {
-  const size_t total = records.size();
   PromptFit fit = fit_prompts(std::move(records), prompts, tok, max_prompt_tokens);
-  if (fit.dropped > 0)
-    spdlog::warn("{}: dropped {} of {} records whose prompt exceeds {} tokens (model.max_seq_len - "
-                 "rollout.max_new_tokens); longest prompt: {} tokens",
-                 what, fit.dropped, total, max_prompt_tokens, fit.longest);
-  if (fit.kept.empty() && total > 0)
-    throw UserError(what + ": every prompt is longer than " + std::to_string(max_prompt_tokens) +
-                    " tokens (longest: " + std::to_string(fit.longest) +
-                    "); raise model.max_seq_len or lower rollout.max_new_tokens");
+  report_prompt_fit(fit, max_prompt_tokens, what);
   return std::move(fit.kept);
 }
 
@@ -59,7 +62,9 @@ std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer:
   std::vector<int32_t> kept;
   for (int32_t t : tokens) {
     if (t == tok.eos_id()) break;
-    kept.push_back(t);
+    // Rows of an embedding padded beyond the tokenizer (real checkpoints) decode to nothing, as in
+    // the tokenizers library.
+    if (t < tok.vocab_size()) kept.push_back(t);
   }
   return tok.decode(kept);
 }

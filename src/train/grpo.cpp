@@ -200,12 +200,24 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
                     "'" + (base.empty() ? "" : " which is not a directory"));
   model::LoadedModel loaded = model::load_pretrained(base);
   cfg.model = loaded.config;
-  if (cfg.tokenizer.path.empty()) cfg.tokenizer.path = (base / kTokenizerFile).string();
+  if (cfg.tokenizer.path.empty()) cfg.tokenizer.path = base.string();  // tokenizer.json or tokenizer.model
   // Everything that can fail before training fails here, before the run directory is touched:
-  // the data, the checkpoint to resume (contents checked against this model and data).
-  const std::vector<data::TaskRecord> train = data::read_jsonl(data::train_file(cfg.data));
-  std::vector<data::TaskRecord> test = data::read_jsonl(data::test_file(cfg.data));
-  if (train.empty()) throw UserError(data::train_file(cfg.data).string() + ": no training records");
+  // the config, the data (prompts longer than max_seq_len - max_new_tokens are dropped and counted),
+  // the checkpoint to resume (contents checked against this model and data).
+  RunContext ctx = prepare_run(cfg, "train", /*model_from_checkpoint=*/true);
+  const int64_t max_prompt = cfg.model.max_seq_len - cfg.rollout.max_new_tokens;
+  PromptFit train_fit = fit_prompts(data::read_dataset(data::train_file(cfg.data), cfg.data), ctx.prompts,
+                                    ctx.tokenizer, max_prompt);
+  PromptFit test_fit = fit_prompts(data::read_dataset(data::test_file(cfg.data), cfg.data), ctx.prompts,
+                                   ctx.tokenizer, max_prompt);
+  if (train_fit.lengths.empty()) throw UserError(data::train_file(cfg.data).string() + ": no training records");
+  const auto report_fits = [&] {  // logged once the run's log file is open; throws when none is left
+    report_prompt_fit(train_fit, max_prompt, "train: training records");
+    report_prompt_fit(test_fit, max_prompt, "train: test records");
+  };
+  if (train_fit.kept.empty() || test_fit.kept.empty()) report_fits();
+  const std::vector<data::TaskRecord>& train = train_fit.kept;
+  std::vector<data::TaskRecord>& test = test_fit.kept;
   std::optional<TrainerState> resumed;
   std::filesystem::path ckpt;
   if (!resume.empty()) {
@@ -213,7 +225,8 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     resumed = load_checkpoint(ckpt);
     check_checkpoint_fits(*resumed, model::llama_layout(cfg.model).total, train.size(), ckpt);
   }
-  RunContext ctx = setup_run(cfg, "train", rank);
+  open_run(ctx, cfg, "train", rank);
+  report_fits();
   // Global rows (prompt x completion) of each rank's share of a rollout batch.
   std::vector<std::vector<int64_t>> rows_of(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r)
@@ -236,12 +249,6 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     io::write_json_file(ctx.run_dir / "run.json", run);
   }
 
-  // Prompts longer than max_seq_len - max_new_tokens are dropped (and counted in the log).
-  const int64_t max_prompt = cfg.model.max_seq_len - cfg.rollout.max_new_tokens;
-  const std::vector<data::TaskRecord> train = drop_overlong_prompts(
-      data::read_dataset(data::train_file(cfg.data), cfg.data), ctx.prompts, tok, max_prompt, "train: training records");
-  std::vector<data::TaskRecord> test = drop_overlong_prompts(
-      data::read_dataset(data::test_file(cfg.data), cfg.data), ctx.prompts, tok, max_prompt, "train: test records");
   if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples) test.resize(std::size_t(cfg.grpo.eval_samples));
   const auto [test_begin, test_end] = dist::rank_range(int64_t(test.size()), world, rank);
   const std::vector<data::TaskRecord> my_test(test.begin() + test_begin, test.begin() + test_end);

@@ -20,11 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Tokenizer files a Hugging Face directory may carry (copied when the base policy has them).
-constexpr const char* kTokenizerFiles[] = {"tokenizer.json",   "tokenizer_config.json", "tokenizer.model",
-                                           "special_tokens_map.json", "added_tokens.json", "vocab.json",
-                                           "merges.txt",       "chat_template.jinja"};
-
 io::DType dtype_of(torch::ScalarType t) {
   return t == torch::kBFloat16 ? io::DType::bf16 : t == torch::kHalf ? io::DType::f16 : io::DType::f32;
 }
@@ -39,6 +34,10 @@ fs::path checkpoint_of_step(const fs::path& checkpoints, int64_t step) {
     if (std::stoll(name.substr(5)) == step) return e.path();
   }
   return {};
+}
+
+bool has_tokenizer(const fs::path& dir) {
+  return fs::is_regular_file(dir / "tokenizer.json") || fs::is_regular_file(dir / "tokenizer.model");
 }
 
 }  // namespace
@@ -64,16 +63,10 @@ void write_model_dir(const fs::path& out, const RunConfig& config, const torch::
     gen["eos_token_id"] = tokens.eos;
   if (tokens.pad >= 0) gen["pad_token_id"] = tokens.pad;
   io::write_json_file(out / "generation_config.json", gen);
-  bool copied = false;
-  for (const char* name : kTokenizerFiles)
-    if (!base.empty() && fs::exists(base / name)) {
-      fs::copy_file(base / name, out / name, fs::copy_options::overwrite_existing);
-      copied = true;
-    }
-  const fs::path tok = config.tokenizer.path;
-  if (!copied && !tok.empty() && fs::exists(tok))
-    fs::copy_file(tok, out / (tok.extension() == ".model" ? fs::path(kTokenizerFile) : tok.filename()),
-                  fs::copy_options::overwrite_existing);
+  // The base's own tokenizer files when it has them (transformers loads them unchanged), else the
+  // run's tokenizer.
+  const fs::path tok = !base.empty() && fs::is_directory(base) && has_tokenizer(base) ? base : fs::path(config.tokenizer.path);
+  if (!tok.empty()) tokenizer::copy_tokenizer_files(tok, out);
   std::ofstream(out / kRunConfigFile) << resolved_yaml(config);
 }
 

@@ -35,28 +35,37 @@ std::filesystem::path tokenizer_file(const RunConfig& config) {
   return std::filesystem::path("data") / config::enum_name(config.data.task) / "tokenizer.model";
 }
 
-RunContext setup_run(RunConfig& config, const std::string& command, int rank) {
+RunContext prepare_run(RunConfig& config, const std::string& command, bool model_from_checkpoint) {
   const std::filesystem::path tok_path = tokenizer_file(config);
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_path);
   if (config.model.vocab_size == 0) config.model.vocab_size = tok.vocab_size();
-  if (config.model.vocab_size != tok.vocab_size())
+  // Real checkpoints may pad the embedding beyond the tokenizer (Qwen2.5: 151936 rows for 151665
+  // tokens); a tokenizer with ids the model has no row for cannot work, and a model trained here
+  // gets exactly the tokenizer's vocabulary.
+  if (config.model.vocab_size < tok.vocab_size() ||
+      (!model_from_checkpoint && config.model.vocab_size != tok.vocab_size()))
     throw UserError("model.vocab_size is " + std::to_string(config.model.vocab_size) + " but the tokenizer " +
                     tok_path.string() + " has " + std::to_string(tok.vocab_size()) +
                     " pieces (set model.vocab_size: 0 to take it from the tokenizer)");
   validate(config);
-  data::PromptFormatter prompts(config.data, tok_path.parent_path());
+  // chat_template: auto looks next to the tokenizer (its model directory).
+  data::PromptFormatter prompts(config.data,
+                                std::filesystem::is_directory(tok_path) ? tok_path : tok_path.parent_path());
   preflight(config, command);  // the final model shape is known: limits and memory, before any allocation
-  const int threads = resolve_threads(config.precision.threads);
-  at::set_num_threads(threads);
-  const Seeds seeds = derive_seeds(config.run.seed);
+  at::set_num_threads(resolve_threads(config.precision.threads));
+  return {{}, tok_path, std::move(tok), derive_seeds(config.run.seed), std::move(prompts)};
+}
+
+void open_run(RunContext& ctx, const RunConfig& config, const std::string& command, int rank) {
   if (rank > 0) {
     setup_logging(std::max(config.run.log_level, LogLevel::warn));
     spdlog::set_pattern("[rank " + std::to_string(rank) + "] %^%l%$: %v");
-    return {run_dir(config), tok_path, std::move(tok), seeds, std::move(prompts)};
+    ctx.run_dir = run_dir(config);
+    return;
   }
-  const std::filesystem::path dir = prepare_run_dir(config);
-  setup_logging(config.run.log_level, dir / (command + ".log"));
-  io::write_json_file(dir / "run.json",
+  ctx.run_dir = prepare_run_dir(config);
+  setup_logging(config.run.log_level, ctx.run_dir / (command + ".log"));
+  io::write_json_file(ctx.run_dir / "run.json",
                       {{"command", command},
                        {"unstuck_version", UNSTUCK_VERSION},
                        {"libtorch_version", TORCH_VERSION},
@@ -64,9 +73,14 @@ RunContext setup_run(RunConfig& config, const std::string& command, int rank) {
                        {"precision_mode", config::enum_name(config.precision.mode)},
                        {"precision_compute", config::enum_name(config.precision.compute)},
                        {"cpu_simd", simd_level_name(detect_simd_level())},
-                       {"threads", threads}});
-  spdlog::info("{}: run directory {}; prompts from {}", command, dir.string(), prompts.describe());
-  return {dir, tok_path, std::move(tok), seeds, std::move(prompts)};
+                       {"threads", resolve_threads(config.precision.threads)}});
+  spdlog::info("{}: run directory {}; prompts from {}", command, ctx.run_dir.string(), ctx.prompts.describe());
+}
+
+RunContext setup_run(RunConfig& config, const std::string& command, int rank) {
+  RunContext ctx = prepare_run(config, command);
+  open_run(ctx, config, command, rank);
+  return ctx;
 }
 
 }  // namespace unstuck::train

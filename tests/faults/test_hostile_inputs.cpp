@@ -104,22 +104,28 @@ TEST(HostileConfig, AbsurdSizesNameTheKey) {
   EXPECT_TRUE(has(user_error([] { load_run_config("", {"model.max_seq_len=1000000000000"}); }), "model.max_seq_len"));
   const double kMachine = 24.0 * (1 << 30);
   const auto preflight_error = [&](const std::vector<std::string>& overrides, const char* command) {
-    RunConfig c = load_run_config("", overrides);
-    if (c.model.vocab_size == 0) c.model.vocab_size = 1000;
-    return user_error([&] { preflight(c, command, kMachine); });
+    return user_error([&] {
+      RunConfig c = load_run_config("", overrides);
+      if (c.model.vocab_size == 0) c.model.vocab_size = 1000;
+      preflight(c, command, kMachine);
+    });
   };
+  // Sizes past any real model (2^38 parameters) are refused when the config loads.
+  EXPECT_TRUE(has(preflight_error({"model.n_layers=1000000000000"}, "sft"), "model.n_layers must be in [1, 2^38]"));
+  EXPECT_TRUE(has(preflight_error({"model.vocab_size=1000000000000"}, "eval"), "model.vocab_size"));
   // Within limits: the defaults fit in 24 GiB for every command.
   for (const char* command : {"sft", "train", "eval"}) EXPECT_EQ(preflight_error({}, command), "<no UserError>");
-  const std::string layers = preflight_error({"model.n_layers=1000000000000"}, "sft");
+  // Sizes that load but cannot fit: the pre-flight memory estimate names the key.
+  const std::string layers = preflight_error({"model.n_layers=100000"}, "sft");
   EXPECT_TRUE(has(layers, "sft: estimated memory") && has(layers, "exceeds this machine's 24.0 GiB") &&
-              has(layers, "model.n_layers (1000000000000)"))
+              has(layers, "model.n_layers (100000)"))
       << layers;
   const std::string prompts = preflight_error({"grpo.prompts_per_step=1000000000000"}, "train");
   EXPECT_TRUE(has(prompts, "grpo.prompts_per_step (1000000000000)")) << prompts;
   const std::string batch = preflight_error({"sft.batch_size=1000000000000"}, "sft");
   EXPECT_TRUE(has(batch, "sft.batch_size (1000000000000)")) << batch;
-  const std::string vocab = preflight_error({"model.vocab_size=1000000000000"}, "eval");
-  EXPECT_TRUE(has(vocab, "model.vocab_size (1000000000000)")) << vocab;
+  const std::string vocab = preflight_error({"model.vocab_size=500000000"}, "eval");
+  EXPECT_TRUE(has(vocab, "model.vocab_size (500000000)")) << vocab;
   // Completion longer than the context: named before any allocation.
   EXPECT_TRUE(has(preflight_error({"rollout.max_new_tokens=200", "model.max_seq_len=128"}, "train"),
                   "rollout.max_new_tokens (200) must be < model.max_seq_len (128)"));

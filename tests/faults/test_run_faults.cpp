@@ -11,6 +11,7 @@
 #include <iostream>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -269,6 +270,12 @@ TEST_F(RunFaults, KilledRunsResumeBitExactlyInTheirNewPlace) {
   write_file(config, resolved_yaml(c));
   ASSERT_EQ(run_cli("train --config '" + config.string() + "'", dir_ / "ref.log").code, 0);
   const torch::Tensor expected = train::load_checkpoint(train::latest_checkpoint(dir_ / "runs" / "reference" / "checkpoints")).master;
+  // The kill window is the reference run's time after its first checkpoint (steps 2-4 and their
+  // checkpoints, from metrics.jsonl), so the trials land mid-run on a fast or a loaded machine.
+  double window = 0;
+  for (const auto& m : train::read_metrics(dir_ / "runs" / "reference"))
+    if (m["step"].get<int64_t>() > 1) window += m["step_seconds"].get<double>();
+  window = std::max(window, 0.05);
   std::mt19937 rng(14);
   int interrupted = 0;  // trials killed before the run finished (the others resume nothing)
   for (int trial = 0; trial < 4; ++trial) {
@@ -287,10 +294,10 @@ TEST_F(RunFaults, KilledRunsResumeBitExactlyInTheirNewPlace) {
       ::_exit(127);
     }
     // Training starts once the checkpoints folder exists (the first checkpoint is being written or
-    // done); kill at a random moment of the next second, which spans steps and checkpoint writes.
+    // done); kill at a random moment of the window, which spans steps and checkpoint writes.
     for (int i = 0; i < 6000 && !fs::exists(run / "checkpoints"); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    const double kill_after = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    const double kill_after = std::uniform_real_distribution<double>(0.0, window)(rng);
     std::this_thread::sleep_for(std::chrono::duration<double>(kill_after));
     ::kill(pid, SIGKILL);
     int status = 0;

@@ -121,6 +121,12 @@ class Tokenizer {
   int32_t bos_id_ = -1, eos_id_ = -1, pad_id_ = -1;  // tokenizer.json / tokenizer_config.json
 };
 
+// Copies the tokenizer at `source` into directory `out` so that Tokenizer::load(out) and
+// transformers' AutoTokenizer load the same tokenizer: from a model directory every tokenizer file
+// it holds (tokenizer.json, tokenizer.model, tokenizer_config.json, chat_template.jinja, ...); from
+// a single .model file that file as tokenizer.model, from a tokenizer.json that file.
+void copy_tokenizer_files(const std::filesystem::path& source, const std::filesystem::path& out);
+
 // ---- training -------------------------------------------------------------------------------
 
 // SentencePiece model types offered by `unstuck tokenizer train`.

@@ -49,9 +49,11 @@ struct PromptFit {
 };
 PromptFit fit_prompts(std::vector<data::TaskRecord> records, const data::PromptFormatter& prompts,
                       const tokenizer::Tokenizer& tok, int64_t max_prompt_tokens);
-// fit_prompts() for a run: logs "<what>: dropped N of M records whose prompt exceeds L tokens
-// (longest: K)" when any is dropped; throws UserError when none is left (naming model.max_seq_len
-// and rollout.max_new_tokens).
+// Logs "<what>: dropped N of M records whose prompt exceeds L tokens (longest: K)" when `fit`
+// dropped any; throws UserError when none is left (naming model.max_seq_len and
+// rollout.max_new_tokens).
+void report_prompt_fit(const PromptFit& fit, int64_t max_prompt_tokens, const std::string& what);
+// fit_prompts() then report_prompt_fit(): the records that fit.
 std::vector<data::TaskRecord> drop_overlong_prompts(std::vector<data::TaskRecord> records,
                                                     const data::PromptFormatter& prompts,
                                                     const tokenizer::Tokenizer& tok,

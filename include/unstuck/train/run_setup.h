@@ -33,10 +33,19 @@ struct RunContext {
 // The tokenizer file of a config: tokenizer.path, or data/<task>/tokenizer.model.
 std::filesystem::path tokenizer_file(const RunConfig& config);
 
-// Loads the tokenizer, sets model.vocab_size from it when 0 (a different non-zero value is an
-// error), validates, prepares the run directory (config.yaml, <command>.log, run.json) and sets
-// libtorch's thread count from precision.threads. Ranks other than 0 of a multi-process run write
-// nothing: they log warnings and errors to stderr, prefixed with their rank.
+// Everything before the run directory, writing no file: loads the tokenizer, sets model.vocab_size
+// from it when 0 (another value is an error, except a larger one for a model loaded from a
+// checkpoint: a padded embedding, as Qwen2.5 has), validates, runs the pre-flight checks, builds
+// the prompt formatter, derives the seeds and sets libtorch's thread count from precision.threads.
+// run_dir stays empty.
+RunContext prepare_run(RunConfig& config, const std::string& command, bool model_from_checkpoint = false);
+
+// Creates the run directory (config.yaml, <command>.log, run.json) of a prepared run. Ranks other
+// than 0 of a multi-process run write nothing: they log warnings and errors to stderr, prefixed
+// with their rank.
+void open_run(RunContext& ctx, const RunConfig& config, const std::string& command, int rank = 0);
+
+// prepare_run() then open_run().
 RunContext setup_run(RunConfig& config, const std::string& command, int rank = 0);
 
 }  // namespace unstuck::train
