@@ -1,7 +1,7 @@
 // libFuzzer target: the JSON file reader used for checkpoint manifests, trainer.json, run.json and
 // HF config.json (read_json_file), and the one-value parser behind every JSONL reader. The
-// checkpoint and config.json interpretation on top of them needs libtorch, which this build leaves
-// out (tests/faults covers those with tampered files).
+// checkpoint interpretation on top of it needs libtorch, which this build leaves out (tests/faults
+// covers it with tampered files); config.json's has its own target (fuzz_hf_config).
 #include <unistd.h>
 
 #include <cstddef>
