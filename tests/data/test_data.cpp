@@ -19,6 +19,7 @@
 #include "unstuck/data/generators.h"
 #include "unstuck/data/record.h"
 #include "unstuck/reward/verifier.h"
+#include "common/error_of.h"
 
 namespace unstuck::data {
 namespace {
@@ -32,14 +33,7 @@ fs::path temp_file(const std::string& name, const std::string& text) {
   return path;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using unstuck::testing::error_of;
 
 TaskRecord countdown_record() {
   TaskRecord r;

@@ -15,6 +15,7 @@
 #include "unstuck/data/generators.h"
 #include "unstuck/data/prompt_formatter.h"
 #include "unstuck/reward/verifier.h"
+#include "common/error_of.h"
 
 namespace unstuck::data {
 namespace {
@@ -31,14 +32,7 @@ fs::path write_file(const std::string& name, const std::string& text) {
   return path;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using unstuck::testing::error_of;
 
 DataConfig gsm8k_config() {
   DataConfig c;

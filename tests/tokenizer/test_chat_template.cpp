@@ -12,6 +12,7 @@
 
 #include "unstuck/common/error.h"
 #include "unstuck/tokenizer/chat_template.h"
+#include "common/error_of.h"
 
 namespace unstuck::tokenizer {
 namespace {
@@ -25,14 +26,7 @@ fs::path temp_dir(const std::string& name) {
   return dir;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using unstuck::testing::error_of;
 
 std::string render(const std::string& source, const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
   return ChatTemplate::parse(source, "t").render(context);
