@@ -335,7 +335,10 @@ class Scheduler:
                 for p in [p for p in self.running if p.poll() is not None]:
                     arm, seed = self.running.pop(p)
                     log = s.run_dir(arm, seed) + ".console.log"
-                    if p.returncode != 0:
+                    # Our own SIGTERM can land after the trainer has put back the default handler (its
+                    # run was ending): that run stopped, it did not fail; a rerun resumes or keeps it.
+                    stopped_by_us = self.stopping and p.returncode == -signal.SIGTERM
+                    if p.returncode != 0 and not stopped_by_us:
                         self.stopping = True
                         self.stop_all()
                         for q in self.running:

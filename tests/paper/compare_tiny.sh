@@ -26,12 +26,13 @@ optim: {lr: 1.0e-3, beta2: 0.99, weight_decay: 0.0, grad_clip: 1.0}
 rollout: {temperature: 1.0, max_new_tokens: 8}
 grpo: {base_model: $OUT/base, round_base_to_bf16: true, steps: 50, prompts_per_step: 4, group_size: 4, eval_samples: 8}
 EOF
-COMPARE=("$PY" scripts/compare.py --config "$OUT/my.yaml" --modes fp16,bf16,bf16_sr,bf16@2x --seeds 2 --steps 6
+COMPARE=("$PY" scripts/compare.py --config "$OUT/my.yaml" --modes fp16,bf16,bf16_sr,bf16@2x --seeds 2 --steps 30
          --checkpoint-every 1 --eval-every 3 --eval-samples 8 --jobs 2 --no-build --progress-every 1 --out "$OUT/cmp")
 export UNSTUCK_BUILD_DIR=$BUILD_DIR
 compare() { "${COMPARE[@]}" "$@"; }
 
-# First invocation: stopped by SIGTERM once the first run has a checkpoint.
+# First invocation: stopped by SIGTERM once the first run has a checkpoint (30 steps, so the signal
+# lands mid-run even where a step takes milliseconds).
 "${COMPARE[@]}" > "$OUT/log1" 2>&1 &
 pid=$!
 for _ in $(seq 1200); do
@@ -65,7 +66,7 @@ EOF
 for arm in fp16 bf16 bf16_sr bf16_lr2x; do
   for s in 1 2; do
     d=$OUT/cmp/$arm/seed$s
-    [[ $(wc -l < "$d/metrics.jsonl") == 6 ]] || fail "$arm seed $s: expected 6 steps of metrics"
+    [[ $(wc -l < "$d/metrics.jsonl") == 30 ]] || fail "$arm seed $s: expected 30 steps of metrics"
     grep -q "^  seed: $s" "$d/config.yaml" || fail "$arm seed $s: run.seed is not $s"
   done
 done
