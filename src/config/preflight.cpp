@@ -6,7 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
 
 #include "unstuck/common/error.h"
 
@@ -14,6 +18,15 @@ namespace unstuck {
 namespace {
 
 std::string num(int64_t v) { return std::to_string(v); }
+
+// A positive count from the environment (WORLD_SIZE, LOCAL_WORLD_SIZE), else 1.
+int64_t env_count(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return 1;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  return end != v && *end == '\0' && n >= 1 ? n : 1;
+}
 
 // Parameters of the Llama layout (param_layout.cpp), in double.
 double param_count(const model::ModelConfig& m) {
@@ -36,38 +49,92 @@ std::vector<MemoryPart> estimate_memory(const RunConfig& c, const std::string& c
   const double kv_dim = m.n_heads > 0 ? double(m.n_kv_heads) * double(m.dim / m.n_heads) : 0.0;
   const double S = double(m.max_seq_len), T = double(c.rollout.max_new_tokens);
   std::vector<MemoryPart> parts;
-  // Weights: eval holds the FP32 weights and a compute copy; training adds gradients, the AdamW
-  // moments, the starting point and (GRPO) the frozen reference: ~9 FP32 copies.
-  const double weight_copies = command == "eval" ? 2 : command == "sft" ? 6 : 9;
-  parts.push_back({"weights and optimizer state", model_keys(m), P * 4 * weight_copies});
+  if (command != "train") {
+    // Weights: eval holds the FP32 weights and a compute copy; SFT adds gradients, the AdamW moments
+    // and the starting point: ~6 FP32 copies.
+    parts.push_back({"weights and optimizer state", model_keys(m), P * 4 * (command == "eval" ? 2 : 6), ""});
+  }
   if (command == "train") {
-    const double N = double(c.grpo.prompts_per_step) * double(c.grpo.group_size);
+    // Per rank (GrpoTrainer): the ranks of WORLD_SIZE shard the master and moments and split the batch.
+    const double W = double(env_count("WORLD_SIZE"));
+    const double cb = c.precision.mode == precision::PrecisionMode::fp32 ? 4 : 2;  // compute dtype bytes
+    // FP16 weights compute in FP32 on the CPU, and precision.compute: fp32 always does (DESIGN.md).
+    const bool fp16 = c.precision.mode == precision::PrecisionMode::fp16 ||
+                      c.precision.mode == precision::PrecisionMode::fp16_sr;
+    const double fb = c.precision.compute == precision::ComputeMode::fp32 || fp16 ? 4 : cb;  // forward dtype
+    const std::string mk = model_keys(m);
+    parts.push_back({"base weights as loaded (FP32)", mk, P * 4, ""});
+    parts.push_back({"FP32 master and AdamW moments (this rank's shard)", mk, P * 4 * 3 / W,
+                     "more ranks (WORLD_SIZE) shard them"});
+    parts.push_back({"gradients (flat FP32 and per parameter)", mk, P * 4 * (1 + (W > 1 ? 1 / W : 0)) + P * fb, ""});
+    parts.push_back({"compute weights, FP32 forward copy and two snapshots (metrics)", mk,
+                     P * cb * 3 + (fb != cb ? P * fb : 0), ""});
+    if (c.grpo.kl_coef > 0 || c.grpo.ref_metrics_every > 0)
+      parts.push_back({"frozen reference policy (forward dtype)", mk, P * fb,
+                       "grpo.ref_metrics_every: 0 with grpo.kl_coef: 0 keeps no reference"});
+    const double N = double(c.grpo.prompts_per_step) * double(c.grpo.group_size), N_rank = std::ceil(N / W);
     const std::string batch = "grpo.prompts_per_step (" + num(c.grpo.prompts_per_step) + ") x grpo.group_size (" +
                               num(c.grpo.group_size) + ")";
-    // Sampling uniforms (N, T) and the KV cache (2 x layers x N x S x kv_dim), FP32.
+    // Sampling uniforms of the whole batch (N, T) and this rank's KV cache (2 x layers x rows x S x kv_dim).
     parts.push_back({"rollout sampling buffers and KV cache",
                      "rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") x " + batch,
-                     N * T * 4 + 2 * L * N * std::min(S, T + S) * kv_dim * 4});
-    // Log-probabilities over the vocabulary at every completion position, (N, T, V): the policy's
-    // and the reference's, their exponentials and the gradient.
-    const double rows = N / std::max<double>(1.0, double(c.grpo.minibatches));
-    parts.push_back({"completion log-probabilities (rows x completion tokens x vocabulary)",
-                     "rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") x " + batch +
-                         " x model.vocab_size (" + num(m.vocab_size) + ")",
-                     N * T * V * 4 * 4 + rows * T * V * 4 * 3});
+                     N * T * 4 + 2 * L * N_rank * S * kv_dim * fb, "lower grpo.prompts_per_step or rollout.max_new_tokens"});
+    // Rows per forward of the log-prob passes: a minibatch, or grpo.logprob_chunk_rows of it.
+    double rows = std::ceil(N_rank / std::max<double>(1.0, double(c.grpo.minibatches)));
+    std::string row_keys = batch + " / grpo.minibatches (" + num(c.grpo.minibatches) + ")";
+    if (c.grpo.logprob_chunk_rows > 0 && double(c.grpo.logprob_chunk_rows) < rows) {
+      rows = double(c.grpo.logprob_chunk_rows);
+      row_keys = "grpo.logprob_chunk_rows (" + num(c.grpo.logprob_chunk_rows) + ")";
+    }
+    const std::string knob = "raise grpo.minibatches or lower grpo.logprob_chunk_rows (sequences per forward)";
+    // Logits over the whole sequence and their gradient, the reference's logits, and the
+    // log-softmax slices of grpo.logprob_chunk_tokens positions (all T with the entropy bonus).
+    const double slice = c.grpo.entropy_coef > 0 || c.grpo.logprob_chunk_tokens <= 0
+                             ? T : std::min(T, double(c.grpo.logprob_chunk_tokens));
+    const bool ref = c.grpo.kl_coef > 0 || c.grpo.ref_metrics_every > 0;
+    parts.push_back({"logits and log-prob slices (rows per forward x sequence x vocabulary)",
+                     row_keys + " x model.max_seq_len (" + num(m.max_seq_len) + ") x model.vocab_size (" +
+                         num(m.vocab_size) + ")",
+                     rows * S * V * 4 * (ref ? 3 : 2) + rows * slice * V * 4 * 3, knob});
+    // Activations kept for the backward: about 8 of width dim + ffn_dim per token and layer.
+    parts.push_back({"activations kept for the backward",
+                     row_keys + " x model.max_seq_len (" + num(m.max_seq_len) + ") x model.n_layers (" +
+                         num(m.n_layers) + ") x model.ffn_dim (" + num(m.ffn_dim) + ")",
+                     rows * S * L * double(m.dim + m.ffn_dim) * fb * 8, knob});
   } else if (command == "sft") {
     // Logits (B, S, V), their gradient and the cross-entropy's log-softmax; activations per layer
     // kept for backward (about 8 of width dim + ffn_dim per token and layer).
     const std::string batch = "sft.batch_size (" + num(c.sft.batch_size) + ") x model.max_seq_len (" +
                               num(m.max_seq_len) + ")";
     parts.push_back({"batch logits", batch + " x model.vocab_size (" + num(m.vocab_size) + ")",
-                     double(c.sft.batch_size) * S * V * 4 * 3});
+                     double(c.sft.batch_size) * S * V * 4 * 3, "lower sft.batch_size"});
     parts.push_back({"batch activations", batch + " x model.n_layers (" + num(m.n_layers) + ") x model.ffn_dim (" +
                                               num(m.ffn_dim) + ")",
-                     double(c.sft.batch_size) * S * L * double(m.dim + m.ffn_dim) * 4 * 8});
+                     double(c.sft.batch_size) * S * L * double(m.dim + m.ffn_dim) * 4 * 8, "lower sft.batch_size"});
   }
   std::sort(parts.begin(), parts.end(), [](const MemoryPart& a, const MemoryPart& b) { return a.bytes > b.bytes; });
   return parts;
+}
+
+std::string memory_report(const std::vector<MemoryPart>& parts) {
+  double total = 0;
+  std::string out;
+  for (const MemoryPart& p : parts) {
+    total += p.bytes;
+    out += "\n  " + format_bytes(p.bytes) + "  " + p.what;
+  }
+  return "estimated memory per rank " + format_bytes(total) + ":" + out;
+}
+
+double available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return physical_memory_bytes();
 }
 
 double physical_memory_bytes() {
@@ -92,16 +159,28 @@ void preflight(const RunConfig& c, const std::string& command, double limit_byte
     throw UserError("rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) +
                     ") must be < model.max_seq_len (" + num(c.model.max_seq_len) +
                     "): prompt and completion together must fit the model's context");
-  if (limit_bytes < 0) limit_bytes = physical_memory_bytes();
+  // The ranks started on this machine (LOCAL_WORLD_SIZE) share its memory.
+  double ranks_here = 1;
+  std::string where = "this machine's";
+  if (limit_bytes < 0) {
+    // A CUDA run keeps its step on the GPU, whose memory this build does not query: nothing to
+    // compare the host against.
+    if (c.run.device == DeviceKind::cuda) return;
+    limit_bytes = available_memory_bytes();
+    ranks_here = double(env_count("LOCAL_WORLD_SIZE"));
+    where = ranks_here > 1 ? "the available memory shared by LOCAL_WORLD_SIZE (" + num(int64_t(ranks_here)) +
+                                 ") ranks on this machine,"
+                           : "this machine's available";
+  }
   if (limit_bytes <= 0) return;  // unknown machine size: nothing to compare against
   const std::vector<MemoryPart> parts = estimate_memory(c, command);
   double total = 0;
   for (const MemoryPart& p : parts) total += p.bytes;
-  if (total <= limit_bytes) return;
+  if (total * ranks_here <= limit_bytes) return;
   const MemoryPart& big = parts.front();
-  throw UserError(command + ": estimated memory " + format_bytes(total) + " exceeds this machine's " +
+  throw UserError(command + ": estimated memory " + format_bytes(total * ranks_here) + " exceeds " + where + " " +
                   format_bytes(limit_bytes) + "; largest part: " + big.what + ", " + format_bytes(big.bytes) +
-                  ", sized by " + big.keys + " (lower it)");
+                  ", sized by " + big.keys + " (" + (big.knob.empty() ? "lower it" : big.knob) + ")");
 }
 
 }  // namespace unstuck

@@ -131,6 +131,9 @@ void validate_grpo(const train::GrpoConfig& g) {
   require(g.eval_samples >= 0, "grpo.eval_samples", ">= 0", std::to_string(g.eval_samples));
   require(g.checkpoint_every >= 0, "grpo.checkpoint_every", ">= 0", std::to_string(g.checkpoint_every));
   require(g.keep_checkpoints >= 1, "grpo.keep_checkpoints", ">= 1", std::to_string(g.keep_checkpoints));
+  require(g.ref_metrics_every >= 0, "grpo.ref_metrics_every", ">= 0", std::to_string(g.ref_metrics_every));
+  require(g.logprob_chunk_rows >= 0, "grpo.logprob_chunk_rows", ">= 0", std::to_string(g.logprob_chunk_rows));
+  require(g.logprob_chunk_tokens >= 0, "grpo.logprob_chunk_tokens", ">= 0", std::to_string(g.logprob_chunk_tokens));
 }
 
 void validate_dist(const dist::DistConfig& d) {

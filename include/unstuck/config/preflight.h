@@ -16,6 +16,7 @@ struct MemoryPart {
   std::string what;  // "rollout sampling uniforms and KV cache"
   std::string keys;  // "rollout.max_new_tokens (1000000000) x grpo.prompts_per_step (32) x ..."
   double bytes = 0;
+  std::string knob;  // what to change when this part does not fit ("raise grpo.minibatches ..."); may be empty
 };
 
 // The largest buffers `command` ("sft", "train", "eval") allocates for `config` (model shape final),
@@ -24,15 +25,20 @@ std::vector<MemoryPart> estimate_memory(const RunConfig& config, const std::stri
 
 // Physical memory of this machine in bytes (0 when unknown).
 double physical_memory_bytes();
+// Memory available to new allocations (MemAvailable; the physical memory when unknown).
+double available_memory_bytes();
+// One line of the total, then one line per part: "  1.5 GiB  frozen reference policy ...".
+std::string memory_report(const std::vector<MemoryPart>& parts);
 
 // "1.5 GiB", "384.0 TiB".
 std::string format_bytes(double bytes);
 
 // Throws UserError when rollout.max_new_tokens leaves no room for a prompt within model.max_seq_len,
-// or when the memory estimate exceeds `limit_bytes` (default: physical memory), naming the
+// or when the memory estimate exceeds `limit_bytes` (default: the available memory of this machine
+// shared by its LOCAL_WORLD_SIZE ranks; no check for run.device: cuda), naming the
 // largest part's keys and the estimated bytes, e.g. "estimated memory 32.0 GiB exceeds this
-// machine's 24.0 GiB; largest part: rollout sampling buffers 29.8 GiB from rollout.max_new_tokens
-// (1000000000) x ...".
+// machine's 24.0 GiB; largest part: logits ..., 29.8 GiB, sized by grpo.prompts_per_step (...) x ...
+// (raise grpo.minibatches or lower grpo.logprob_chunk_rows ...)".
 void preflight(const RunConfig& config, const std::string& command, double limit_bytes = -1);
 
 }  // namespace unstuck

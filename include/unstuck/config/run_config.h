@@ -4,9 +4,11 @@
 // validate().
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "unstuck/data/data_config.h"
@@ -23,12 +25,23 @@
 
 namespace unstuck {
 
+// Where a run computes: auto = the CUDA device of this rank (LOCAL_RANK) when one is usable, else
+// the CPU (decided by resolve_device(), config/device.h).
+enum class DeviceKind { auto_, cpu, cuda };
+inline constexpr std::array<std::pair<DeviceKind, const char*>, 3> kDeviceKindNames{{
+    {DeviceKind::auto_, "auto"},
+    {DeviceKind::cpu, "cpu"},
+    {DeviceKind::cuda, "cuda"},
+}};
+constexpr const auto& enum_names(DeviceKind) { return kDeviceKindNames; }
+
 // Identity and bookkeeping of a run.
 struct RunOptions {
   std::string name = "run";         // run directory is output_dir/name
   std::string output_dir = "runs";  // folder holding the run directories
   uint64_t seed = 1;                // root of every random stream (data, sampling, rounding)
   LogLevel log_level = LogLevel::info;
+  DeviceKind device = DeviceKind::auto_;  // auto | cpu | cuda
 
   template <class V>
   void visit(V& v) {
@@ -36,6 +49,9 @@ struct RunOptions {
     v("output_dir", output_dir, "folder that holds the run directories");
     v("seed", seed, "run seed; the data, sampling and rounding streams are derived from it");
     v("log_level", log_level, "verbosity of the console and of the run's log file");
+    v("device", device,
+      "auto: this rank's CUDA device (LOCAL_RANK) when one is usable, else the CPU; cpu; cuda (an error "
+      "without a usable device)");
   }
 };
 

@@ -36,6 +36,9 @@ struct GrpoConfig {
   int64_t checkpoint_every = 25;    // rollout batches between checkpoints (and at the end); 0 = end only
   int64_t keep_checkpoints = 2;     // newest checkpoints kept
   bool final_model = true;          // write <run dir>/final_model/ (HF model dir, compute weights) at the end
+  int64_t ref_metrics_every = 1;    // rollout batches between KL-to-reference measurements (kl_coef > 0: every)
+  int64_t logprob_chunk_rows = 0;   // sequences per forward(/backward) of the log-prob passes; 0 = whole minibatch
+  int64_t logprob_chunk_tokens = 256;  // completion positions per log-softmax slice; 0 = all at once
 
   template <class V>
   void visit(V& v) {
@@ -65,6 +68,14 @@ struct GrpoConfig {
     v("keep_checkpoints", keep_checkpoints, "newest checkpoints kept in <run dir>/checkpoints");
     v("final_model", final_model,
       "at the end, write <run dir>/final_model/: a Hugging Face model directory of the final compute weights");
+    v("ref_metrics_every", ref_metrics_every,
+      "rollout batches between the KL-to-reference metrics (kl_ref_k3, kl_ref_exact), also at the last step; "
+      "steps without them log ref_metrics: false; 0 = never; kl_coef > 0 computes them every step");
+    v("logprob_chunk_rows", logprob_chunk_rows,
+      "sequences per forward (and backward) pass of the log-prob computations; 0 = the whole minibatch. "
+      "Lower it when the logits (rows x sequence x vocabulary) do not fit");
+    v("logprob_chunk_tokens", logprob_chunk_tokens,
+      "completion positions per log-softmax slice over the vocabulary; 0 = all at once");
   }
 };
 

@@ -1,0 +1,411 @@
+// GrpoTrainer: the phases of one GRPO step. Every tensor of a step lives on the trainer's device;
+// the host sees the completions (for the verifiers) and a handful of scalars per step (token
+// counts per minibatch, the metric sums in one copy, the optimizer's statistics).
+#include "train/grpo_trainer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "unstuck/algo/advantages.h"
+#include "unstuck/algo/token_logprobs.h"
+#include "unstuck/config/config.h"
+#include "unstuck/dist/data_parallel.h"
+#include "unstuck/train/lr_schedule.h"
+
+namespace unstuck::train {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Row ranges [begin, end) of at most `chunk` rows (0: one range).
+std::vector<std::pair<int64_t, int64_t>> row_chunks(int64_t begin, int64_t end, int64_t chunk) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const int64_t step = chunk > 0 ? chunk : std::max<int64_t>(end - begin, 1);
+  for (int64_t b = begin; b < end; b += step) out.emplace_back(b, std::min(end, b + step));
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor RolloutBatch::targets(const torch::Tensor& rows) const {
+  return tokens.index_select(0, rows).narrow(1, prompt_len, tokens.size(1) - prompt_len);
+}
+
+GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm,
+                         torch::Tensor master, const std::vector<data::TaskRecord>& train,
+                         std::vector<data::TaskRecord> my_test, torch::Device device)
+    : cfg_(config),
+      ctx_(ctx),
+      comm_(comm),
+      device_(device),
+      train_(train),
+      my_test_(std::move(my_test)),
+      weights_(config.model, master.to(device), config.precision, ctx.seeds.rounding, &comm),
+      verifier_(reward::make_verifier(reward::verifier_name(config.reward, config::enum_name(config.data.task)),
+                                      config.reward)),
+      order_(train.size(), ctx.seeds.data),
+      sampling_(at::make_generator<at::CPUGeneratorImpl>(ctx.seeds.sampling)),
+      skip_guard_(config, "train") {
+  const auto& g = cfg_.grpo;
+  for (int r = 0; r < comm_.world_size(); ++r)
+    rows_of_.push_back(dist::rank_rows(g.prompts_per_step, g.minibatches, g.group_size, comm_.world_size(), r));
+  // The reference is the starting policy as the trainer computes with it (its forward weights: the
+  // compute dtype, or FP32 where the forward runs in FP32), so at step 1 the policy equals it.
+  if (g.kl_coef > 0 || g.ref_metrics_every > 0)
+    reference_ = std::make_unique<model::LlamaModel>(cfg_.model, weights_.model().flat_weights().clone());
+  start_compute_ = weights_.compute().clone();
+  gen_opts_.sampling = cfg_.rollout;
+  gen_opts_.eos_id = ctx_.tokenizer.eos_id();
+  gen_opts_.pad_id = ctx_.tokenizer.pad_id();
+  loss_opts_.clip_low = g.clip_low;
+  loss_opts_.clip_high = g.clip_high;
+  loss_opts_.aggregation = g.loss_aggregation;
+  loss_opts_.max_new_tokens = cfg_.rollout.max_new_tokens;
+  loss_opts_.kl_coef = g.kl_coef;
+  loss_opts_.kl_estimator = g.kl_estimator;
+  loss_opts_.entropy_coef = g.entropy_coef;
+  total_opt_steps_ = g.steps * g.minibatches * g.ppo_epochs;
+}
+
+std::string GrpoTrainer::reference_dtype() const {
+  return reference_ ? std::string(c10::toString(reference_->flat_weights().scalar_type())) : "none";
+}
+
+bool GrpoTrainer::reference_due(int64_t step) const {
+  const int64_t every = cfg_.grpo.ref_metrics_every;
+  return cfg_.grpo.kl_coef > 0 || (every > 0 && (step % every == 0 || step == cfg_.grpo.steps));
+}
+
+MetricsLine GrpoTrainer::step(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Timings time;
+  time.comm_before = comm_.stats();
+  const Rollouts ro = rollout();
+  time.rollout = seconds_since(t0);
+  const auto t_reward = std::chrono::steady_clock::now();
+  const Scores sc = score(ro);
+  time.reward = seconds_since(t_reward);
+  const algo::Advantages adv = algo::group_advantages(sc.rewards, cfg_.grpo.group_size, cfg_.grpo.advantage);
+  const RolloutBatch batch = make_batch(ro);
+  const torch::Tensor advantages = torch::tensor(adv.values).to(device_);  // (N)
+  const bool with_ref = reference_due(step);
+  // One epoch of one minibatch: the training forward measures too (same weights as sampling).
+  std::optional<Measurement> meas;
+  if (cfg_.grpo.ppo_epochs != 1 || cfg_.grpo.minibatches != 1) meas = measure(batch, with_ref);
+  const auto t_update = std::chrono::steady_clock::now();
+  const torch::Tensor compute_before = weights_.compute().clone();
+  const UpdateStats up = update(step, batch, advantages, with_ref, &meas);
+  time.update = seconds_since(t_update);
+  time.step = seconds_since(t0);
+  return metrics(step, sc, adv, batch, *meas, up, compute_before, time);
+}
+
+// G completions per prompt of this rank's share, from the current compute weights. Every rank
+// draws the records and the sampling uniforms of the whole batch (same streams on all ranks) and
+// keeps its rows, so the samples do not depend on the world size.
+GrpoTrainer::Rollouts GrpoTrainer::rollout() {
+  const int64_t G = cfg_.grpo.group_size, N_global = cfg_.grpo.prompts_per_step * G;
+  const std::vector<int64_t>& my_rows = rows_of_[std::size_t(comm_.rank())];
+  std::vector<const data::TaskRecord*> step_records;
+  for (int64_t p = 0; p < cfg_.grpo.prompts_per_step; ++p) step_records.push_back(&train_[order_.next()]);
+  const torch::Tensor uniforms = at::rand({N_global, cfg_.rollout.max_new_tokens}, sampling_);  // (N_global, T)
+  Rollouts ro;
+  for (int64_t row : my_rows) {
+    ro.records.push_back(step_records[std::size_t(row / G)]);
+    // A prompt's G rows are consecutive, starting with completion 0: tokenize it once.
+    ro.prompts.push_back(row % G == 0 ? prompt_ids(*ro.records.back(), ctx_.prompts, ctx_.tokenizer)
+                                      : ro.prompts.back());
+  }
+  gen_opts_.uniforms = uniforms.index_select(0, torch::tensor(my_rows, torch::kLong)).to(device_);
+  ro.completions = rollout::generate(weights_.model(), ro.prompts, gen_opts_, sampling_);
+  return ro;
+}
+
+GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro) const {
+  Scores sc;
+  sc.rewards.resize(ro.completions.size());
+  for (std::size_t i = 0; i < ro.completions.size(); ++i) {
+    const auto& c = ro.completions[i];
+    const reward::RewardResult r = verifier_->score(completion_text(c.tokens, ctx_.tokenizer), *ro.records[i]);
+    sc.rewards[i] = float(r.reward);
+    sc.correct += r.status == reward::RewardStatus::correct;
+    sc.gen_tokens += double(c.tokens.size());
+  }
+  return sc;
+}
+
+RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
+  const auto& prompts = ro.prompts;
+  const auto& outs = ro.completions;
+  const int64_t N = int64_t(prompts.size());
+  int64_t P = 0, T = 1;
+  for (const auto& p : prompts) P = std::max<int64_t>(P, int64_t(p.size()));
+  for (const auto& c : outs) T = std::max<int64_t>(T, int64_t(c.tokens.size()));
+  // Filled on the host (the completions are host vectors), then one copy each to the device.
+  RolloutBatch b;
+  b.prompt_len = P;
+  b.tokens = torch::full({N, P + T}, int64_t(ctx_.tokenizer.pad_id()), torch::kLong);
+  b.valid = torch::zeros({N, P + T}, torch::kBool);
+  b.mask = torch::zeros({N, T});
+  b.old_logp = torch::zeros({N, T});
+  auto tok = b.tokens.accessor<int64_t, 2>();
+  auto val = b.valid.accessor<bool, 2>();
+  auto msk = b.mask.accessor<float, 2>();
+  auto olp = b.old_logp.accessor<float, 2>();
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t start = P - int64_t(prompts[n].size());
+    for (std::size_t i = 0; i < prompts[n].size(); ++i) {
+      tok[n][start + int64_t(i)] = prompts[n][i];
+      val[n][start + int64_t(i)] = true;
+    }
+    for (int64_t t = 0; t < T; ++t) val[n][P + t] = true;
+    for (std::size_t t = 0; t < outs[n].tokens.size(); ++t) {
+      tok[n][P + int64_t(t)] = outs[n].tokens[t];
+      msk[n][int64_t(t)] = 1.0f;
+      olp[n][int64_t(t)] = outs[n].logprobs[t];
+    }
+  }
+  b.tokens = b.tokens.to(device_);
+  b.valid = b.valid.to(device_);
+  b.mask = b.mask.to(device_);
+  b.old_logp = b.old_logp.to(device_);
+  return b;
+}
+
+torch::Tensor GrpoTrainer::completion_logits(const model::LlamaModel& m, const RolloutBatch& b,
+                                             const torch::Tensor& rows) const {
+  const torch::Tensor tokens = b.tokens.index_select(0, rows);
+  const torch::Tensor valid = b.valid.index_select(0, rows);
+  const int64_t L = tokens.size(1), T = L - b.prompt_len;
+  const torch::Tensor logits = m.forward(tokens.narrow(1, 0, L - 1), valid.narrow(1, 0, L - 1));  // (n, L-1, V)
+  return logits.narrow(1, b.prompt_len - 1, T);                                                  // (n, T, V)
+}
+
+Measurement GrpoTrainer::measure(const RolloutBatch& batch, bool with_ref) const {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> lp, ent, kl, ref;
+  for (const auto& [b, e] : row_chunks(0, batch.rows(), cfg_.grpo.logprob_chunk_rows)) {
+    const torch::Tensor rows = torch::arange(b, e, torch::TensorOptions(torch::kLong).device(device_));
+    const torch::Tensor ref_logits = with_ref ? completion_logits(*reference_, batch, rows) : torch::Tensor();
+    algo::TokenStats s = algo::token_stats(completion_logits(weights_.model(), batch, rows), ref_logits,
+                                           batch.targets(rows), cfg_.grpo.logprob_chunk_tokens);
+    lp.push_back(s.logp);
+    ent.push_back(s.entropy);
+    if (with_ref) {
+      kl.push_back(s.kl_exact);
+      ref.push_back(s.ref_logp);
+    }
+  }
+  Measurement m{torch::cat(lp), torch::cat(ent), {}, {}};
+  if (with_ref) {
+    m.kl_exact = torch::cat(kl);
+    m.ref_logp = torch::cat(ref);
+  }
+  return m;
+}
+
+GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& batch, const torch::Tensor& advantages,
+                                             bool with_ref, std::optional<Measurement>* measured) {
+  const auto& g = cfg_.grpo;
+  const int64_t N = batch.rows();
+  const bool measure_here = !measured->has_value();
+  const bool need_ref_logits = g.kl_coef > 0 || (measure_here && with_ref);
+  std::vector<torch::Tensor> m_lp, m_ent, m_kl, m_ref;
+  UpdateStats up;
+  int64_t updates = 0;
+  for (int64_t epoch = 0; epoch < g.ppo_epochs; ++epoch)
+    for (int64_t mb = 0; mb < g.minibatches; ++mb) {
+      const int64_t begin = N * mb / g.minibatches, end = N * (mb + 1) / g.minibatches;
+      const auto chunks = row_chunks(begin, end, g.logprob_chunk_rows);
+      const double mb_tokens = batch.mask.narrow(0, begin, end - begin).sum().item<double>();
+      // The loss is normalized by the whole minibatch's tokens (or sequences) across ranks and chunks.
+      double counts[2] = {mb_tokens, double(end - begin)};
+      loss_opts_.normalizer = 0;
+      if (comm_.world_size() > 1 || chunks.size() > 1) {
+        if (comm_.world_size() > 1) comm_.all_reduce_sum(counts, 2);
+        loss_opts_.normalizer =
+            g.loss_aggregation == algo::LossAggregation::token_mean ? std::max(counts[0], 1.0) : counts[1];
+      }
+      double clipped = 0;
+      for (const auto& [cb, ce] : chunks) {
+        const torch::Tensor rows = torch::arange(cb, ce, torch::TensorOptions(torch::kLong).device(device_));
+        const torch::Tensor targets = batch.targets(rows);                            // (n, T)
+        const torch::Tensor logits = completion_logits(weights_.model(), batch, rows);  // (n, T, V)
+        torch::Tensor ref_logits, lp, ent, ref;
+        if (need_ref_logits) {
+          torch::NoGradGuard no_grad;
+          ref_logits = completion_logits(*reference_, batch, rows);
+          if (g.kl_coef > 0) ref = algo::token_log_probs(ref_logits, targets, g.logprob_chunk_tokens);
+        }
+        if (g.entropy_coef > 0) {
+          // The entropy bonus needs the gradient of the whole distribution: its log-softmax is kept.
+          const torch::Tensor lp_all = torch::log_softmax(logits, -1);  // (n, T, V)
+          lp = lp_all.gather(2, targets.unsqueeze(2)).squeeze(2);
+          ent = -(lp_all.exp() * lp_all).sum(-1);
+        } else {
+          lp = algo::token_log_probs(logits, targets, g.logprob_chunk_tokens);
+        }
+        if (measure_here) {
+          algo::TokenStats s = algo::token_stats(logits.detach(), with_ref ? ref_logits : torch::Tensor(), targets,
+                                                 g.logprob_chunk_tokens);
+          m_lp.push_back(s.logp);
+          m_ent.push_back(s.entropy);
+          m_kl.push_back(s.kl_exact);
+          m_ref.push_back(s.ref_logp);
+        }
+        const torch::Tensor mask = batch.mask.index_select(0, rows);
+        const algo::PolicyLoss pl = algo::policy_loss(lp, batch.old_logp.index_select(0, rows),
+                                                      advantages.index_select(0, rows), mask, ref, ent, loss_opts_);
+        (pl.loss * weights_.loss_scale()).backward();
+        weights_.accumulate_grads();
+        clipped += pl.clip_frac * (chunks.size() > 1 ? std::max(mask.sum().item<double>(), 1.0) : std::max(mb_tokens, 1.0));
+      }
+      up.lr = scheduled_lr(g.lr_schedule, cfg_.optim.lr, weights_.optimizer_steps() + 1, total_opt_steps_,
+                           g.warmup_steps, 0.1);
+      const auto t_opt = std::chrono::steady_clock::now();
+      up.last = weights_.optimizer_step(cfg_.optim, up.lr);
+      up.optimizer_seconds += seconds_since(t_opt);
+      skipped_ += up.last.skipped;
+      skip_guard_.record(step, up.last.skipped, up.last.loss_scale, up.lr);
+      up.clipped.push_back(clipped);
+      up.tokens.push_back(std::max(mb_tokens, 1.0));
+      up.grad_norm += up.last.grad_norm;
+      up.loss_scale = up.last.loss_scale;
+      ++updates;
+    }
+  up.grad_norm /= double(updates);
+  if (measure_here) {
+    Measurement m{torch::cat(m_lp), torch::cat(m_ent), {}, {}};
+    if (with_ref) {
+      m.kl_exact = torch::cat(m_kl);
+      m.ref_logp = torch::cat(m_ref);
+    }
+    *measured = std::move(m);
+  }
+  return up;
+}
+
+MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Advantages& adv, const RolloutBatch& batch,
+                                 const Measurement& meas, const UpdateStats& up, const torch::Tensor& compute_before,
+                                 const Timings& time) const {
+  const bool with_ref = meas.ref_logp.defined();
+  // Device-side sums, copied to the host in one go: sums over this rank's completion tokens, then
+  // the weight statistics.
+  const torch::Tensor& mask = batch.mask;
+  const auto masked_sum = [&](const torch::Tensor& x) { return (x * mask).sum(); };
+  const torch::Tensor zero = torch::zeros({}, mask.options());
+  const torch::Tensor after = weights_.compute();
+  const auto as_float = [](const torch::Tensor& t) { return t.to(torch::kFloat32); };
+  std::vector<torch::Tensor> sums{
+      with_ref ? masked_sum(algo::kl_estimate(meas.logp, meas.ref_logp, algo::KlEstimator::k3)) : zero,
+      with_ref ? masked_sum(meas.kl_exact) : zero, masked_sum(meas.entropy),
+      masked_sum((meas.logp - batch.old_logp).abs()), mask.sum(),
+      (as_float(after) - as_float(compute_before)).norm(), as_float(compute_before).norm(),
+      (after != start_compute_).sum()};
+  for (torch::Tensor& t : sums) t = t.to(torch::kDouble);  // exact for float sums and counts < 2^53
+  const torch::Tensor host = torch::stack(sums).cpu();
+  const double* h = host.data_ptr<double>();
+  // Summed over ranks by one all-reduce: counts, token sums, and per optimizer step the clipped
+  // tokens and tokens.
+  std::vector<double> v{sc.correct, sc.gen_tokens, double(adv.zero_variance_groups), double(adv.groups),
+                        h[0], h[1], h[2], h[3], h[4]};
+  v.insert(v.end(), up.clipped.begin(), up.clipped.end());
+  v.insert(v.end(), up.tokens.begin(), up.tokens.end());
+  comm_.all_reduce_sum(v.data(), v.size());
+  const std::size_t updates = up.clipped.size();
+  const double correct = v[0], gen_tokens = v[1], zero_var = v[2], groups = v[3], tokens = std::max(v[8], 1.0);
+  double clip_frac = 0;
+  for (std::size_t u = 0; u < updates; ++u) clip_frac += v[9 + u] / v[9 + updates + u];
+  clip_frac /= double(updates);
+  // Rewards of the whole batch, back in global row order.
+  const int64_t N_global = cfg_.grpo.prompts_per_step * cfg_.grpo.group_size;
+  std::vector<float> gathered(static_cast<std::size_t>(N_global)), all_rewards(gathered.size());
+  comm_.all_gather(sc.rewards.data(), gathered.data(), sc.rewards.size(), dist::DataType::f32);
+  for (std::size_t r = 0, k = 0; r < rows_of_.size(); ++r)
+    for (int64_t row : rows_of_[r]) all_rewards[std::size_t(row)] = gathered[k++];
+  const torch::Tensor r = torch::tensor(all_rewards);
+  MetricsLine m;
+  m["step"] = step;
+  m["reward_mean"] = r.mean().item<double>();
+  m["reward_std"] = r.std().item<double>();
+  m["accuracy"] = correct / double(N_global);
+  // Steps without the reference pass (grpo.ref_metrics_every) leave its metrics out.
+  m["ref_metrics"] = with_ref;
+  if (with_ref) {
+    m["kl_ref_k3"] = v[4] / tokens;
+    m["kl_ref_exact"] = v[5] / tokens;
+  }
+  m["entropy"] = v[6] / tokens;
+  m["response_len_mean"] = gen_tokens / double(N_global);
+  m["clip_frac"] = clip_frac;
+  m["grad_norm"] = up.grad_norm;
+  m["lr"] = up.lr;
+  m["loss_scale"] = up.loss_scale;
+  m["skipped_steps"] = skipped_;
+  m["sticking_frac"] = up.last.elements ? 1.0 - double(up.last.changed) / double(up.last.elements) : 0.0;
+  m["update_ratio"] = h[5] / std::max(h[6], 1e-30);
+  m["logprob_mismatch"] = v[7] / tokens;
+  m["zero_adv_frac"] = zero_var / std::max(1.0, groups);
+  m["tokens_per_s"] = sc.gen_tokens / std::max(time.rollout, 1e-9);
+  m["step_seconds"] = time.step;
+  m["rollout_seconds"] = time.rollout;
+  m["reward_seconds"] = time.reward;
+  m["forward_backward_seconds"] = time.update - up.optimizer_seconds;
+  m["optimizer_seconds"] = up.optimizer_seconds;
+  m["collective_seconds"] = comm_.stats().seconds - time.comm_before.seconds;
+  m["collective_bytes"] = double(comm_.stats().bytes - time.comm_before.bytes);
+  m["changed_from_start_frac"] = h[7] / double(weights_.layout().total);
+  MetricsLine per_tensor = MetricsLine::object();
+  for (std::size_t i = 0; i < weights_.layout().entries.size() && i < up.last.changed_per_tensor.size(); ++i) {
+    const auto& e = weights_.layout().entries[i];
+    per_tensor[e.name] = 1.0 - double(up.last.changed_per_tensor[i]) / double(std::max<int64_t>(1, e.numel));
+  }
+  m["sticking_frac_per_tensor"] = per_tensor;
+  return m;
+}
+
+double GrpoTrainer::evaluate() {
+  EvalOptions opts;
+  opts.max_new_tokens = cfg_.rollout.max_new_tokens;
+  double correct_records[2] = {0, double(my_test_.size())};  // each rank scores its share
+  if (!my_test_.empty())
+    correct_records[0] = train::evaluate(weights_.model(), ctx_.tokenizer, my_test_, ctx_.prompts, *verifier_, opts)
+                             .accuracy * double(my_test_.size());
+  comm_.all_reduce_sum(correct_records, 2);
+  return correct_records[0] / std::max(correct_records[1], 1.0);
+}
+
+void GrpoTrainer::restore(const TrainerState& st, const std::string& where) {
+  weights_.restore(st.master.to(device_), st.exp_avg.to(device_), st.exp_avg_sq.to(device_), st.optimizer_steps,
+                   st.scaler);
+  order_.restore(st.data_rng, st.order, st.cursor, where);
+  sampling_.set_state(torch::from_blob(const_cast<uint8_t*>(st.sampling_rng.data()),
+                                       {int64_t(st.sampling_rng.size())}, torch::kUInt8).clone());
+  skipped_ = st.skipped_steps;
+}
+
+TrainerState GrpoTrainer::checkpoint_state(int64_t step) {
+  FullOptimizerState full = weights_.gather_state();  // every rank takes part
+  TrainerState st;
+  st.step = step;
+  st.optimizer_steps = weights_.optimizer_steps();
+  st.skipped_steps = skipped_;
+  st.scaler = weights_.scaler_state();
+  st.data_rng = order_.rng_state();
+  st.order = order_.permutation();
+  st.cursor = order_.cursor();
+  const torch::Tensor gen_state = sampling_.get_state();
+  st.sampling_rng.assign(gen_state.data_ptr<uint8_t>(), gen_state.data_ptr<uint8_t>() + gen_state.numel());
+  st.master = full.master.cpu();
+  st.exp_avg = full.exp_avg.cpu();
+  st.exp_avg_sq = full.exp_avg_sq.cpu();
+  st.config_yaml = resolved_yaml(cfg_);
+  return st;
+}
+
+}  // namespace unstuck::train

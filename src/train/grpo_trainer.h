@@ -1,0 +1,129 @@
+// Private: one GRPO step as the data flow of DESIGN.md, on one device: rollout -> score ->
+// advantages -> measure -> update -> metrics. The trainer owns the trainable weights, the frozen
+// reference, the data order and the sampling stream; the run driver (grpo.cpp) owns loading,
+// resuming, evaluation cadence, checkpoints and stop signals.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train/grpo_metrics.h"
+#include "unstuck/algo/policy_loss.h"
+#include "unstuck/config/run_config.h"
+#include "unstuck/data/record.h"
+#include "unstuck/dist/communicator.h"
+#include "unstuck/reward/verifier.h"
+#include "unstuck/rollout/sampler.h"
+#include "unstuck/train/checkpoint.h"
+#include "unstuck/train/evaluate.h"
+#include "unstuck/train/record_order.h"
+#include "unstuck/train/run_setup.h"
+#include "unstuck/train/skip_guard.h"
+#include "unstuck/train/trainable_weights.h"
+
+namespace unstuck::train {
+
+// A rollout batch as tensors on the trainer's device: N = prompts x group sequences of P
+// (left-padded) prompt tokens and T completion tokens.
+struct RolloutBatch {
+  torch::Tensor tokens;    // (N, P + T) int64
+  torch::Tensor valid;     // (N, P + T) bool: real prompt tokens and every completion slot
+  torch::Tensor mask;      // (N, T) float: 1 on sampled completion tokens
+  torch::Tensor old_logp;  // (N, T) sampling log-probs
+  int64_t prompt_len = 0;
+  int64_t rows() const { return tokens.size(0); }
+  torch::Tensor targets(const torch::Tensor& rows) const;  // (n, T) completion tokens of `rows`
+};
+
+// Per-token measurements of the policy on a rollout batch before its update, each (N, T); the
+// reference's are undefined on steps without the reference metrics.
+struct Measurement {
+  torch::Tensor logp, entropy, kl_exact, ref_logp;
+};
+
+class GrpoTrainer {
+ public:
+  // `master`: the base policy's FP32 flat weights (on any device; moved to `device`). `train`: the
+  // training records (outlive the trainer); `my_test`: this rank's share of the test records.
+  GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm, torch::Tensor master,
+              const std::vector<data::TaskRecord>& train, std::vector<data::TaskRecord> my_test,
+              torch::Device device);
+
+  // One rollout batch: sample, score, update; returns its metrics line, reduced across ranks.
+  MetricsLine step(int64_t step);
+  // Greedy accuracy on the test records, over all ranks (a collective).
+  double evaluate();
+
+  // Continues from a checkpoint (master, moments, optimizer step, data order, sampling stream).
+  void restore(const TrainerState& state, const std::string& where);
+  // The checkpoint state after `step` (a collective: every rank gathers; rank 0's is complete).
+  TrainerState checkpoint_state(int64_t step);
+
+  const TrainableWeights& weights() const { return weights_; }
+  torch::Device device() const { return device_; }
+  // The frozen reference's weight dtype (none: no reference is kept, see grpo.ref_metrics_every).
+  std::string reference_dtype() const;
+
+ private:
+  struct Rollouts {
+    std::vector<const data::TaskRecord*> records;  // per row
+    std::vector<std::vector<int32_t>> prompts;     // per row
+    std::vector<rollout::Completion> completions;  // per row
+  };
+  struct Scores {
+    std::vector<float> rewards;  // per row
+    double correct = 0, gen_tokens = 0;
+  };
+  struct UpdateStats {
+    double grad_norm = 0, lr = 0, loss_scale = 1, optimizer_seconds = 0;
+    std::vector<double> clipped, tokens;  // per optimizer step: clipped tokens, tokens (this rank)
+    OptimizerStepStats last;
+  };
+  struct Timings {
+    double step = 0, rollout = 0, reward = 0, update = 0;
+    dist::CommStats comm_before;
+  };
+
+  Rollouts rollout();
+  Scores score(const Rollouts& rollouts) const;
+  // Log-probs, entropy and (with_ref) the reference's log-probs on every row, without gradients.
+  Measurement measure(const RolloutBatch& batch, bool with_ref) const;
+  // Minibatches x epochs of clipped policy-gradient steps. With one epoch of one minibatch the
+  // training forward also yields the measurement (`*measured`), saving a forward pass.
+  UpdateStats update(int64_t step, const RolloutBatch& batch, const torch::Tensor& advantages, bool with_ref,
+                     std::optional<Measurement>* measured);
+  MetricsLine metrics(int64_t step, const Scores& scores, const algo::Advantages& adv, const RolloutBatch& batch,
+                      const Measurement& meas, const UpdateStats& up, const torch::Tensor& compute_before,
+                      const Timings& time) const;
+  // (n, T, V) logits at the positions predicting the completion tokens of `rows`.
+  torch::Tensor completion_logits(const model::LlamaModel& m, const RolloutBatch& batch,
+                                  const torch::Tensor& rows) const;
+  RolloutBatch make_batch(const Rollouts& rollouts) const;
+  bool reference_due(int64_t step) const;
+
+  const RunConfig& cfg_;
+  const RunContext& ctx_;
+  dist::Communicator& comm_;
+  torch::Device device_;
+  const std::vector<data::TaskRecord>& train_;
+  std::vector<data::TaskRecord> my_test_;
+  std::vector<std::vector<int64_t>> rows_of_;  // global rows (prompt x completion) of each rank
+  TrainableWeights weights_;
+  std::unique_ptr<model::LlamaModel> reference_;  // frozen start policy in the forward dtype
+  torch::Tensor start_compute_;
+  std::unique_ptr<reward::Verifier> verifier_;
+  RecordOrder order_;
+  at::Generator sampling_;
+  rollout::GenerateOptions gen_opts_;
+  algo::PolicyLossOptions loss_opts_;
+  SkipGuard skip_guard_;
+  int64_t skipped_ = 0;
+  int64_t total_opt_steps_ = 0;
+};
+
+}  // namespace unstuck::train
