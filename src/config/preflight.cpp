@@ -159,28 +159,26 @@ void preflight(const RunConfig& c, const std::string& command, double limit_byte
     throw UserError("rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) +
                     ") must be < model.max_seq_len (" + num(c.model.max_seq_len) +
                     "): prompt and completion together must fit the model's context");
-  // The ranks started on this machine (LOCAL_WORLD_SIZE) share its memory.
-  double ranks_here = 1;
-  std::string where = "this machine's";
   if (limit_bytes < 0) {
     // A CUDA run keeps its step on the GPU, whose memory this build does not query: nothing to
     // compare the host against.
     if (c.run.device == DeviceKind::cuda) return;
     limit_bytes = available_memory_bytes();
-    ranks_here = double(env_count("LOCAL_WORLD_SIZE"));
-    where = ranks_here > 1 ? "the available memory shared by LOCAL_WORLD_SIZE (" + num(int64_t(ranks_here)) +
-                                 ") ranks on this machine,"
-                           : "this machine's available";
   }
   if (limit_bytes <= 0) return;  // unknown machine size: nothing to compare against
+  // The ranks started on this machine (LOCAL_WORLD_SIZE) share its memory.
+  const int64_t ranks_here = env_count("LOCAL_WORLD_SIZE");
   const std::vector<MemoryPart> parts = estimate_memory(c, command);
   double total = 0;
   for (const MemoryPart& p : parts) total += p.bytes;
-  if (total * ranks_here <= limit_bytes) return;
+  if (total * double(ranks_here) <= limit_bytes) return;
   const MemoryPart& big = parts.front();
-  throw UserError(command + ": estimated memory " + format_bytes(total * ranks_here) + " exceeds " + where + " " +
-                  format_bytes(limit_bytes) + "; largest part: " + big.what + ", " + format_bytes(big.bytes) +
-                  ", sized by " + big.keys + " (" + (big.knob.empty() ? "lower it" : big.knob) + ")");
+  throw UserError(command + ": estimated memory " + format_bytes(total * double(ranks_here)) +
+                  (ranks_here > 1 ? " (" + format_bytes(total) + " per rank x LOCAL_WORLD_SIZE " + num(ranks_here) + ")"
+                                  : std::string()) +
+                  " exceeds this machine's " + format_bytes(limit_bytes) + "; largest part: " + big.what + ", " +
+                  format_bytes(big.bytes) + ", sized by " + big.keys + " (" + (big.knob.empty() ? "lower it" : big.knob) +
+                  ")");
 }
 
 }  // namespace unstuck

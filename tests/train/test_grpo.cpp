@@ -139,6 +139,70 @@ TEST_F(GrpoTest, ResumeContinuesBitExactly) {
 }
 
 // A corrupted newest checkpoint is detected and named; the previous one still loads.
+// grpo.logprob_chunk_rows splits each minibatch's forward/backward into row chunks (gradients
+// accumulated in FP32, the loss normalized by the whole minibatch): the same training up to float
+// summation order. Rewards of the first step are bit-identical (same weights, same samples); grad
+// norms and per-token metrics agree within 1e-5 relative over three steps, the weights within 1e-6.
+TEST_F(GrpoTest, RowChunkedLogProbsTrainLikeTheWholeMinibatch) {
+  RunConfig whole = grpo_config("chunk_whole", precision::PrecisionMode::fp32);
+  whole.optim.lr = 1e-3;
+  whole.grpo.minibatches = 2;
+  RunConfig chunked = whole;
+  chunked.run.name = "chunk_rows";
+  chunked.grpo.logprob_chunk_rows = 3;  // minibatches of 16 rows: chunks of 3, 3, 3, 3, 3, 1
+  chunked.grpo.logprob_chunk_tokens = 2;
+  const auto a = read_metrics(run_grpo(whole).run_dir), b = read_metrics(run_grpo(chunked).run_dir);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(a[0]["reward_mean"], b[0]["reward_mean"]);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (const char* key : {"grad_norm", "kl_ref_k3", "kl_ref_exact", "entropy", "logprob_mismatch", "clip_frac"}) {
+      const double x = a[i][key].get<double>(), y = b[i][key].get<double>();
+      EXPECT_NEAR(x, y, 1e-5 * std::abs(x) + 1e-7) << "step " << i + 1 << " " << key;
+    }
+  const auto wa = load_checkpoint(latest_checkpoint(dir_ / "runs" / "chunk_whole" / "checkpoints")).master;
+  const auto wb = load_checkpoint(latest_checkpoint(dir_ / "runs" / "chunk_rows" / "checkpoints")).master;
+  EXPECT_LT((wa - wb).abs().max().item<float>(), 1e-6f);
+  EXPECT_GT(a.back()["changed_from_start_frac"].get<double>(), 0.5) << "the runs must have trained";
+}
+
+// grpo.ref_metrics_every: 2 over 3 steps measures the reference at steps 2 and 3 (the last), says
+// so in ref_metrics, and leaves kl_ref_* out elsewhere (no fake zeros); with kl_coef 0 the training
+// is bit-identical to measuring every step. run.json records the reference dtype and the device.
+TEST_F(GrpoTest, ReferenceMetricsEveryNStepsAreLabelled) {
+  RunConfig every = grpo_config("ref_every_1", precision::PrecisionMode::bf16_sr);
+  RunConfig sparse = every;
+  sparse.run.name = "ref_every_2";
+  sparse.grpo.ref_metrics_every = 2;
+  RunConfig none = every;
+  none.run.name = "ref_never";
+  none.grpo.ref_metrics_every = 0;
+  const GrpoResult ra = run_grpo(every), rb = run_grpo(sparse), rc = run_grpo(none);
+  const auto a = read_metrics(ra.run_dir), b = read_metrics(rb.run_dir), c = read_metrics(rc.run_dir);
+  ASSERT_EQ(b.size(), 3u);
+  ASSERT_EQ(c.size(), 3u);
+  const bool want[3] = {false, true, true};
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(a[i]["ref_metrics"], true);
+    EXPECT_EQ(b[i]["ref_metrics"], want[i]) << "step " << i + 1;
+    EXPECT_EQ(b[i].contains("kl_ref_k3"), want[i]) << "step " << i + 1;
+    EXPECT_EQ(b[i].contains("kl_ref_exact"), want[i]) << "step " << i + 1;
+    EXPECT_EQ(c[i]["ref_metrics"], false);
+    EXPECT_FALSE(c[i].contains("kl_ref_k3"));
+    if (want[i]) EXPECT_EQ(a[i]["kl_ref_exact"], b[i]["kl_ref_exact"]) << "step " << i + 1;
+    for (const char* key : {"reward_mean", "grad_norm", "entropy", "logprob_mismatch", "sticking_frac"}) {
+      EXPECT_EQ(a[i][key], b[i][key]) << "step " << i + 1 << " " << key;
+      EXPECT_EQ(a[i][key], c[i][key]) << "step " << i + 1 << " " << key;
+    }
+  }
+  // The reference is the starting policy in the compute dtype: no KL at the first step.
+  EXPECT_EQ(a[0]["kl_ref_exact"].get<double>(), 0.0);
+  EXPECT_GT(a[2]["kl_ref_exact"].get<double>(), 0.0);
+  const nlohmann::json run = nlohmann::json::parse(std::ifstream(ra.run_dir / "run.json"));
+  EXPECT_EQ(run["reference_dtype"], "BFloat16");
+  EXPECT_EQ(run["device"], "cpu");
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(rc.run_dir / "run.json"))["reference_dtype"], "none");
+}
+
 TEST_F(GrpoTest, CorruptedCheckpointIsNamedAndThePreviousStillLoads) {
   RunConfig c = grpo_config("corrupt", precision::PrecisionMode::bf16);
   c.grpo.checkpoint_every = 1;
