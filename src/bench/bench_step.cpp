@@ -1,15 +1,22 @@
 // `unstuck bench step`: runs a few GRPO steps of the default config in each precision mode
-// (interleaved, best of `repeats`) and reports seconds per phase and sr_overhead = bf16_sr / bf16.
+// (interleaved, best of `repeats`) and reports seconds per phase, rollout and training tokens/s, the
+// model FLOP utilization (6 x params per trained token + 2 x params per generated token, over the
+// step time, against the device's peak) and sr_overhead = bf16_sr / bf16.
 #include "bench/bench_step.h"
 
 #include <torch/torch.h>
 
+#include <ATen/Parallel.h>
+
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <iomanip>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "unstuck/common/error.h"
+#include "unstuck/common/simd.h"
 #include "unstuck/config/config.h"
 #include "unstuck/model/llama.h"
 #include "unstuck/model/model_io.h"
@@ -26,6 +33,31 @@ using Json = nlohmann::ordered_json;
 
 const char* kPhases[] = {"step_seconds", "rollout_seconds", "reward_seconds", "forward_backward_seconds",
                          "optimizer_seconds"};
+// The value of an enum by its config name; UserError naming the option otherwise.
+template <class E>
+E enum_of(const std::string& name, const char* option) {
+  std::string names;
+  for (const auto& [v, n] : enum_names(E{})) {
+    if (name == n) return v;
+    names += std::string(names.empty() ? "" : ", ") + n;
+  }
+  throw UserError(std::string(option) + ": unknown '" + name + "' (expected one of " + names + ")");
+}
+
+// Averaged with the phases, for the throughput keys.
+const char* kCounts[] = {"tokens_per_s", "response_len_mean", "train_tokens"};
+
+// A CPU's FP32 peak: threads x clock x FLOPs per cycle (two FMA units of 8 lanes with AVX2, 16 with
+// AVX-512). A rough estimate; --peak-tflops replaces it.
+double estimated_cpu_peak_flops() {
+  double mhz = 0;
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line) && mhz == 0;)
+    if (line.rfind("cpu MHz", 0) == 0) mhz = std::stod(line.substr(line.find(':') + 1));
+  if (mhz <= 0) mhz = 2500;
+  const double per_cycle = detect_simd_level() == SimdLevel::avx512 ? 64 : detect_simd_level() == SimdLevel::avx2 ? 32 : 8;
+  return double(at::get_num_threads()) * mhz * 1e6 * per_cycle;
+}
 
 // A randomly initialized policy of the config's model shape, for when no trained one exists: step
 // time does not depend on what the weights know (completions then run to max_new_tokens).
@@ -51,6 +83,7 @@ std::map<std::string, double> phase_means(const fs::path& run_dir) {
     const auto m = nlohmann::json::parse(line);
     if (m["step"].get<int64_t>() == 1) continue;
     for (const char* p : kPhases) sum[p] += m[p].get<double>();
+    for (const char* p : kCounts) sum[p] += m.value(p, 0.0);
     ++n;
   }
   for (auto& [k, v] : sum) v /= double(std::max<int64_t>(n, 1));
@@ -72,16 +105,31 @@ void run_step_bench(const StepBenchOptions& opt, std::ostream& out) {
   base.grpo.eval_every = 0;
   base.grpo.eval_samples = 1;
   base.grpo.checkpoint_every = 0;
-  const std::vector<precision::PrecisionMode> modes = {
+  base.run.device = enum_of<DeviceKind>(opt.device, "--device");
+  std::vector<precision::PrecisionMode> modes = {
       precision::PrecisionMode::fp32, precision::PrecisionMode::fp16, precision::PrecisionMode::bf16,
       precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16_sr};
+  if (!opt.modes.empty()) {
+    modes.clear();
+    std::stringstream list(opt.modes);
+    for (std::string name; std::getline(list, name, ',');)
+      modes.push_back(enum_of<precision::PrecisionMode>(name, "--modes"));
+  }
   std::map<std::string, std::map<std::string, double>> best;
+  double params = 0;
+  std::string device;
   for (int r = 0; r < opt.repeats; ++r)
     for (auto mode : modes) {
       RunConfig c = base;
       c.precision.mode = mode;
       c.run.name = std::string(config::enum_name(mode)) + "_" + std::to_string(r);
-      const auto means = phase_means(train::run_grpo(c).run_dir);
+      const fs::path run_dir = train::run_grpo(c).run_dir;
+      if (params == 0) {
+        const nlohmann::json run = nlohmann::json::parse(std::ifstream(run_dir / "run.json"));
+        device = run.value("device", "cpu");
+        params = double(model::llama_layout(model::load_pretrained(c.grpo.base_model).config).total);
+      }
+      const auto means = phase_means(run_dir);
       auto& b = best[config::enum_name(mode)];
       if (b.empty() || means.at("step_seconds") < b.at("step_seconds")) b = means;
     }
@@ -95,9 +143,27 @@ void run_step_bench(const StepBenchOptions& opt, std::ostream& out) {
   result["group_size"] = base.grpo.group_size;
   result["measured_steps"] = base.grpo.steps - 1;
   result["repeats"] = opt.repeats;
-  for (auto mode : modes) result[config::enum_name(mode)] = best[config::enum_name(mode)];
-  result["sr_overhead"] = best["bf16_sr"]["step_seconds"] / best["bf16"]["step_seconds"];
-  result["sr_optimizer_overhead"] = best["bf16_sr"]["optimizer_seconds"] / best["bf16"]["optimizer_seconds"];
+  const bool cuda = device.rfind("cuda", 0) == 0;
+  if (cuda && opt.peak_tflops <= 0)
+    throw UserError("bench step --device cuda: pass the GPU's peak as --peak-tflops (dense, in the compute dtype)");
+  const double peak = opt.peak_tflops > 0 ? opt.peak_tflops * 1e12 : estimated_cpu_peak_flops();
+  result["device"] = device;
+  result["params"] = params;
+  result["peak_tflops"] = peak / 1e12;
+  result["peak_source"] = opt.peak_tflops > 0 ? "--peak-tflops" : "estimated: threads x clock x FP32 FMA width";
+  for (auto mode : modes) {
+    auto& b = best[config::enum_name(mode)];
+    const double N = double(base.grpo.prompts_per_step * base.grpo.group_size), generated = b["response_len_mean"] * N;
+    b["rollout_tokens_per_s"] = b["tokens_per_s"];
+    b["training_tokens_per_s"] = b["train_tokens"] / std::max(b["forward_backward_seconds"], 1e-12);
+    b["model_flop_utilization"] = (6 * params * b["train_tokens"] + 2 * params * generated) /
+                                  std::max(b["step_seconds"], 1e-12) / peak;
+    result[config::enum_name(mode)] = b;
+  }
+  if (best.count("bf16_sr") && best.count("bf16")) {
+    result["sr_overhead"] = best["bf16_sr"]["step_seconds"] / best["bf16"]["step_seconds"];
+    result["sr_optimizer_overhead"] = best["bf16_sr"]["optimizer_seconds"] / best["bf16"]["optimizer_seconds"];
+  }
   if (opt.json) {
     out << result.dump() << "\n";
     return;
@@ -106,13 +172,19 @@ void run_step_bench(const StepBenchOptions& opt, std::ostream& out) {
       << " samples per step, mean of " << base.grpo.steps - 1 << " steps after a warm-up, best of "
       << opt.repeats << " (seconds)\n\n"
       << std::left << std::setw(9) << "mode" << std::right;
-  for (const char* h : {"step", "rollout", "reward", "fwd+bwd", "optim+round"}) out << std::setw(13) << h;
+  for (const char* h : {"step", "rollout", "reward", "fwd+bwd", "optim+round", "rollout tok/s", "train tok/s", "MFU"})
+    out << std::setw(13) << h;
   out << "\n";
   for (auto mode : modes) {
+    auto& b = best[config::enum_name(mode)];
     out << std::left << std::setw(9) << config::enum_name(mode) << std::right << std::fixed << std::setprecision(3);
-    for (const char* p : kPhases) out << std::setw(13) << best[config::enum_name(mode)][p];
-    out << "\n";
+    for (const char* p : kPhases) out << std::setw(13) << b[p];
+    out << std::setprecision(0) << std::setw(13) << b["rollout_tokens_per_s"] << std::setw(13)
+        << b["training_tokens_per_s"] << std::setprecision(4) << std::setw(13) << b["model_flop_utilization"] << "\n";
   }
+  out << "\ndevice " << device << ", " << params << " params, peak " << std::setprecision(3) << peak / 1e12
+      << " TFLOP/s (" << result["peak_source"].get<std::string>() << ")\n";
+  if (!result.contains("sr_overhead")) return;
   out << "\nsr_overhead (bf16_sr / bf16 step time) " << std::setprecision(3) << result["sr_overhead"].get<double>()
       << " (target <= 1.02); optimizer+rounding phase alone " << result["sr_optimizer_overhead"].get<double>() << "\n";
 }

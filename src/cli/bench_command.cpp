@@ -62,6 +62,13 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(2, 1000))
       ->capture_default_str();
   step_cmd->add_option("--repeats", step->repeats, "runs per mode; best kept")->check(CLI::Range(1, 100))->capture_default_str();
+  step_cmd->add_option("--device", step->device, "run.device of the timed runs: auto | cpu | cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  step_cmd->add_option("--peak-tflops", step->peak_tflops,
+                       "device peak (TFLOP/s) for model_flop_utilization; default: estimated from the CPU's cores")
+      ->check(CLI::NonNegativeNumber);
+  step_cmd->add_option("--modes", step->modes, "comma-separated precision modes to time (default: all)");
   step_cmd->callback([step] { bench::run_step_bench(*step, std::cout); });
 
   auto comm = std::make_shared<bench::CommBenchOptions>();

@@ -316,6 +316,8 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
                         h[0], h[1], h[2], h[3], h[4]};
   v.insert(v.end(), up.clipped.begin(), up.clipped.end());
   v.insert(v.end(), up.tokens.begin(), up.tokens.end());
+  // Positions through the training forward and backward: rows x (P + T - 1) per optimizer pass.
+  v.push_back(double(batch.rows()) * double(batch.tokens.size(1) - 1) * double(cfg_.grpo.ppo_epochs));
   comm_.all_reduce_sum(v.data(), v.size());
   const std::size_t updates = up.clipped.size();
   const double correct = v[0], gen_tokens = v[1], zero_var = v[2], groups = v[3], tokens = std::max(v[8], 1.0);
@@ -360,6 +362,7 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
   m["collective_seconds"] = comm_.stats().seconds - time.comm_before.seconds;
   m["collective_bytes"] = double(comm_.stats().bytes - time.comm_before.bytes);
   m["changed_from_start_frac"] = h[7] / double(weights_.layout().total);
+  m["train_tokens"] = v.back();
   MetricsLine per_tensor = MetricsLine::object();
   for (std::size_t i = 0; i < weights_.layout().entries.size() && i < up.last.changed_per_tensor.size(); ++i) {
     const auto& e = weights_.layout().entries[i];
