@@ -199,7 +199,9 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     throw UserError("grpo.base_model must be a policy directory (an `unstuck sft` output), got '" + base.string() +
                     "'" + (base.empty() ? "" : " which is not a directory"));
   model::LoadedModel loaded = model::load_pretrained(base);
+  const bool activation_checkpointing = cfg.model.activation_checkpointing;  // a training choice, not the model's
   cfg.model = loaded.config;
+  cfg.model.activation_checkpointing = activation_checkpointing;
   if (cfg.tokenizer.path.empty()) cfg.tokenizer.path = base.string();  // tokenizer.json or tokenizer.model
   // Everything that can fail before training fails here, before the run directory is touched:
   // the config, the data (prompts longer than max_seq_len - max_new_tokens are dropped and counted),
@@ -260,6 +262,8 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
                world, comm.backend_name());
 
   RecordOrder order(train.size(), ctx.seeds.data);
+  // Rollouts draw counter-based uniforms (rollout::sampling_uniforms); this generator is never
+  // advanced by training and stays in checkpoints (rng.bin) only for their format.
   at::Generator sampling = at::make_generator<at::CPUGeneratorImpl>(ctx.seeds.sampling);
   rollout::GenerateOptions gen_opts;
   gen_opts.sampling = cfg.rollout;
@@ -330,18 +334,19 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     const auto t0 = std::chrono::steady_clock::now();
     const dist::CommStats comm_before = comm.stats();
     // ---- rollout: G completions per prompt of this rank's share, from the current compute weights.
-    // Every rank draws the records and the sampling uniforms of the whole batch (same streams on
-    // all ranks) and keeps its rows, so the samples do not depend on the world size.
+    // Every rank draws the records of the whole batch (same stream on all ranks) and keeps its rows;
+    // the sampling uniforms are keyed by (seed, step, global row, token), so the samples do not
+    // depend on the world size, and a checkpoint needs only the step to continue them.
     std::vector<const data::TaskRecord*> step_records, records;
     for (int64_t p = 0; p < cfg.grpo.prompts_per_step; ++p) step_records.push_back(&train[order.next()]);
-    const torch::Tensor uniforms = at::rand({N_global, cfg.rollout.max_new_tokens}, sampling);  // (N_global, T)
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t row : my_rows) {
       records.push_back(step_records[std::size_t(row / G)]);
       // A prompt's G rows are consecutive, starting with completion 0: tokenize it once.
       prompts.push_back(row % G == 0 ? prompt_ids(*records.back(), ctx.prompts, tok) : prompts.back());
     }
-    gen_opts.uniforms = uniforms.index_select(0, torch::tensor(my_rows, torch::kLong));
+    gen_opts.uniforms = rollout::sampling_uniforms(ctx.seeds.sampling, step, my_rows, cfg.rollout.max_new_tokens,
+                                                   weights.compute().device());  // (rows, T)
     const std::vector<rollout::Completion> outs = rollout::generate(weights.model(), prompts, gen_opts, sampling);
     const double rollout_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
