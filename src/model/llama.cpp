@@ -231,6 +231,28 @@ torch::Tensor window_mask(int64_t T, int64_t W, const torch::TensorOptions& long
   return ((i >= j) & (i - j < W)).view({1, 1, T, T});
 }
 
+// Whether a step of T tokens on this cache takes the CPU decoding path of decode_attention().
+bool decodes_over_capacity(const KVCache& cache, int64_t T) {
+  return T == 1 && cache.length > 0 && !cache.key_valid.is_cuda();
+}
+
+// One query per row on the CPU: q (B, H, 1, hd) against the whole cache k, v (B, G, C, hd), slots
+// masked by `mask` (B, 1, 1, C), as two batched matrix products with the H / G query heads of a
+// group stacked as rows (GQA without copying keys). Why not SDPA on the filled slots: libtorch's CPU
+// flash kernel runs a single query as one matrix-vector product per (row, head), and batched
+// products on a slice of the cache copy it (BF16) or fall back to the same per-row products (FP32);
+// on the contiguous whole buffer they run as one batched product, faster even with the unfilled
+// slots included. Scores are formed in the compute dtype and normalized in FP32 (as transformers'
+// eager attention does).
+torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& mask) {
+  const int64_t B = q.size(0), H = q.size(1), hd = q.size(3), G = k.size(1);
+  const torch::Tensor qg = q.reshape({B, G, H / G, hd}) * (1.0 / std::sqrt(double(hd)));  // (B, G, H/G, hd)
+  const torch::Tensor scores = at::matmul(qg, k.transpose(2, 3)).masked_fill_(mask.logical_not(), -INFINITY);
+  const torch::Tensor probs = at::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());  // (B, G, H/G, C)
+  return at::matmul(probs, v).view({B, H, 1, hd});  // (B, H, 1, hd)
+}
+
 }  // namespace
 
 torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const torch::Tensor& cos,
@@ -257,16 +279,21 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
     k = cache->k[layer].narrow(2, 0, cache->length + T);  // (B, G, Tk, hd)
     v = cache->v[layer].narrow(2, 0, cache->length + T);
   }
-  // Grouped-query attention without copying keys/values, except where a mask is needed on CUDA:
-  // there the memory-efficient kernel takes masks but not enable_gqa (flash takes GQA, not masks).
-  const bool native_gqa = !(mask.defined() && x_in.is_cuda());
-  if (G != H && !native_gqa) {
-    k = k.repeat_interleave(H / G, 1);
-    v = v.repeat_interleave(H / G, 1);
+  torch::Tensor attn;  // (B, H, T, hd)
+  if (cache && decodes_over_capacity(*cache, T)) {
+    // CPU decoding attends over the whole (contiguous) cache; `mask` hides unfilled slots.
+    attn = decode_attention(q, cache->k[layer], cache->v[layer], mask);
+  } else {
+    // Grouped-query attention without copying keys/values, except where a mask is needed on CUDA:
+    // there the memory-efficient kernel takes masks but not enable_gqa (flash takes GQA, not masks).
+    const bool native_gqa = !(mask.defined() && x_in.is_cuda());
+    if (G != H && !native_gqa) {
+      k = k.repeat_interleave(H / G, 1);
+      v = v.repeat_interleave(H / G, 1);
+    }
+    attn = at::scaled_dot_product_attention(q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
+                                            0.0, causal, std::nullopt, /*enable_gqa=*/G != H && native_gqa);
   }
-  const torch::Tensor attn = at::scaled_dot_product_attention(
-      q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt, 0.0, causal, std::nullopt,
-      /*enable_gqa=*/G != H && native_gqa);  // (B, H, T, hd)
   const torch::Tensor x = x_in + linear(attn.transpose(1, 2).reshape({B, T, H * hd}), w.wo, w.bo);
   const torch::Tensor h2 = rms_norm(x, w.mlp_norm, config_.norm_eps);
   return x + at::linear(torch::silu(at::linear(h2, w.w_gate)) * at::linear(h2, w.w_up), w.w_down);  // (B, T, D)
@@ -402,6 +429,9 @@ torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KVCache& c
       mask = window_mask(S, W, tokens.options());
     else
       causal = true;
+  } else if (decodes_over_capacity(cache, S)) {  // CPU decoding over the whole cache: the filled slots
+    mask = cache.key_valid.view({B, 1, 1, cache.capacity});
+    if (W > 0 && Tk > W) mask = mask & ((positions - cache.key_position) < W).view({B, 1, 1, cache.capacity});
   } else if (S == 1) {  // one decode step: every filled key is at or before the query
     if (cache.has_holes) mask = cache.key_valid.narrow(1, 0, Tk).view({B, 1, 1, Tk});
     if (W > 0 && Tk > W) {
