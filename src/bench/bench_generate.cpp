@@ -1,13 +1,17 @@
 // `unstuck bench generate`: tokens/s of the rollout engine with the KV cache and with full
-// recompute of the growing sequence at every step, on the same prompts and weights, FP32 and BF16.
+// recompute of the growing sequence at every step, on the same prompts and weights, FP32 and BF16;
+// medians and ranges over repeated runs after a warm-up.
 #include "bench/bench_generate.h"
 
 #include <torch/torch.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
+#include <sstream>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "unstuck/common/parallel.h"
@@ -19,19 +23,38 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// Tokens generated per second, after a short warm-up run of the same path (first-call set-up of
-// libtorch's kernels is not part of the measurement).
-double tokens_per_second(const model::LlamaModel& m, const std::vector<std::vector<int32_t>>& prompts,
-                         const rollout::GenerateOptions& o) {
+// Steady-state timing of one generation path: a warm-up run of the same shape (first-call set-up of
+// libtorch's kernels and allocator is not measured; 4 tokens for the slow recompute path), then `repeats` timed runs. Returns the seconds
+// of each run and checks every run generated all tokens.
+std::vector<double> time_runs(const model::LlamaModel& m, const std::vector<std::vector<int32_t>>& prompts,
+                              const rollout::GenerateOptions& o, int repeats) {
   rollout::GenerateOptions warm = o;
-  warm.sampling.max_new_tokens = std::min<int64_t>(4, o.sampling.max_new_tokens);
+  if (!o.use_cache) warm.sampling.max_new_tokens = std::min<int64_t>(4, o.sampling.max_new_tokens);  // slow path
   (void)rollout::generate(m, prompts, warm, at::make_generator<at::CPUGeneratorImpl>(1));
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto out = rollout::generate(m, prompts, o, at::make_generator<at::CPUGeneratorImpl>(1));
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  int64_t tokens = 0;
-  for (const auto& c : out) tokens += int64_t(c.tokens.size());
-  return double(tokens) / s;
+  std::vector<double> seconds;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto out = rollout::generate(m, prompts, o, at::make_generator<at::CPUGeneratorImpl>(2 + r));
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (const auto& c : out)
+      if (int64_t(c.tokens.size()) != o.sampling.max_new_tokens) throw std::logic_error("bench generate: short completion");
+  }
+  return seconds;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// {median tokens/s, [min, max] tokens/s, median seconds} of timed runs that made `tokens` tokens each.
+Json throughput(const std::vector<double>& seconds, double tokens, const char* prefix) {
+  const auto [lo, hi] = std::minmax_element(seconds.begin(), seconds.end());
+  const std::string p(prefix);
+  return {{p + "_tokens_per_s", tokens / median(seconds)},
+          {p + "_tokens_per_s_range", {tokens / *hi, tokens / *lo}},
+          {p + "_seconds", median(seconds)}};
 }
 
 }  // namespace
@@ -52,23 +75,29 @@ void run_generate_bench(const GenerateBenchOptions& opt, std::ostream& out) {
 
   rollout::GenerateOptions o;
   o.sampling.max_new_tokens = opt.new_tokens;  // no EOS: every sequence generates all tokens
+  const double tokens = double(opt.sequences * opt.new_tokens);
   Json result;
   result["sequences"] = opt.sequences;
   result["prompt_tokens"] = opt.prompt_tokens;
   result["new_tokens"] = opt.new_tokens;
+  result["repeats"] = opt.repeats;
   result["model"] = {{"dim", cfg.dim}, {"n_layers", cfg.n_layers}, {"n_heads", cfg.n_heads},
                      {"vocab_size", cfg.vocab_size}, {"params", layout.total}};
   result["threads"] = at::get_num_threads();
   for (auto [name, dtype] : {std::pair{"fp32", torch::kFloat32}, std::pair{"bf16", torch::kBFloat16}}) {
+    if (opt.dtype != "both" && opt.dtype != name) continue;
     const model::LlamaModel m(cfg, master.to(dtype));
     o.use_cache = true;
-    const double cached = tokens_per_second(m, prompts, o);
-    o.use_cache = false;
-    const double full = tokens_per_second(m, prompts, o);
-    result[name] = {{"kv_tokens_per_s", cached}, {"recompute_tokens_per_s", full},
-                    {"kv_speedup", cached / full}};
+    Json r = throughput(time_runs(m, prompts, o, opt.repeats), tokens, "kv");
+    if (opt.recompute) {
+      o.use_cache = false;
+      // The baseline is ~30x slower: at most 2 timed runs of it.
+      r.update(throughput(time_runs(m, prompts, o, std::min(opt.repeats, 2)), tokens, "recompute"));
+      r["kv_speedup"] = r["kv_tokens_per_s"].get<double>() / r["recompute_tokens_per_s"].get<double>();
+    }
+    result[name] = r;
   }
-  result["kv_speedup"] = result["fp32"]["kv_speedup"];
+  if (opt.recompute && result.contains("fp32")) result["kv_speedup"] = result["fp32"]["kv_speedup"];
   if (opt.json) {
     out << result.dump() << "\n";
     return;
@@ -76,16 +105,23 @@ void run_generate_bench(const GenerateBenchOptions& opt, std::ostream& out) {
   out << "unstuck bench generate: " << opt.sequences << " sequences x " << opt.new_tokens
       << " new tokens (prompt " << opt.prompt_tokens << "), model dim " << cfg.dim << " x "
       << cfg.n_layers << " layers, " << result["threads"].get<int>() << " threads\n\n";
-  out << std::left << std::setw(8) << "compute" << std::right << std::setw(18) << "KV cache tok/s"
-      << std::setw(18) << "recompute tok/s" << std::setw(12) << "speedup" << "\n";
+  out << std::left << std::setw(8) << "compute" << std::right << std::setw(30) << "KV cache tok/s (range)"
+      << std::setw(30) << "recompute tok/s (range)" << std::setw(10) << "speedup" << "\n";
+  const auto cell = [&](const Json& r, const std::string& p) {
+    std::ostringstream c;
+    c << std::fixed << std::setprecision(0) << r[p + "_tokens_per_s"].get<double>() << " ("
+      << r[p + "_tokens_per_s_range"][0].get<double>() << "-" << r[p + "_tokens_per_s_range"][1].get<double>() << ")";
+    return c.str();
+  };
   for (const char* name : {"fp32", "bf16"}) {
+    if (!result.contains(name)) continue;
     const Json& r = result[name];
-    out << std::left << std::setw(8) << name << std::right << std::fixed << std::setprecision(0)
-        << std::setw(18) << r["kv_tokens_per_s"].get<double>() << std::setw(18)
-        << r["recompute_tokens_per_s"].get<double>() << std::setprecision(2) << std::setw(12)
-        << r["kv_speedup"].get<double>() << "\n";
+    out << std::left << std::setw(8) << name << std::right << std::setw(30) << cell(r, "kv") << std::setw(30)
+        << (opt.recompute ? cell(r, "recompute") : std::string("-"));
+    if (opt.recompute) out << std::fixed << std::setprecision(2) << std::setw(10) << r["kv_speedup"].get<double>();
+    out << "\n";
   }
-  out << "\ntarget: kv_speedup >= 5\n";
+  out << "\nmedians over " << opt.repeats << " runs after a warm-up; target: kv_speedup >= 5\n";
 }
 
 }  // namespace unstuck::bench

@@ -1,9 +1,11 @@
 // Private: `unstuck bench generate`, batched sampling throughput with the KV cache against full
-// recompute (the baseline), in FP32 and BF16 compute, measured in the same run.
+// recompute (the baseline), in FP32 and BF16 compute, measured in the same run: steady state after a
+// warm-up, median and range over repeats.
 #pragma once
 
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 namespace unstuck::bench {
 
@@ -13,6 +15,9 @@ struct GenerateBenchOptions {
   int64_t prompt_tokens = 16;      // tokens per prompt
   int64_t new_tokens = 64;         // tokens generated per sequence
   int threads = 0;                 // libtorch threads (0 = all cores)
+  int repeats = 5;                 // timed runs per measurement after a warm-up (median and range)
+  std::string dtype = "both";      // fp32, bf16 or both
+  bool recompute = true;           // also time the full-recompute baseline (kv_speedup)
 };
 
 void run_generate_bench(const GenerateBenchOptions& options, std::ostream& out);

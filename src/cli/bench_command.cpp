@@ -50,6 +50,14 @@ void add_bench_command(CLI::App& app) {
   generate->add_option("--threads", gen->threads, "libtorch threads (0 = all cores)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  generate->add_option("--repeats", gen->repeats, "Timed runs per measurement after a warm-up (median, range)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  generate->add_option("--dtype", gen->dtype, "Compute dtype: fp32, bf16 or both")
+      ->check(CLI::IsMember({"fp32", "bf16", "both"}))
+      ->capture_default_str();
+  generate->add_flag("--no-recompute", [gen](int64_t) { gen->recompute = false; },
+                     "Skip the full-recompute baseline (no kv_speedup)");
   generate->callback([gen] { bench::run_generate_bench(*gen, std::cout); });
 
   auto step = std::make_shared<bench::StepBenchOptions>();

@@ -1,12 +1,15 @@
-// Llama-family forward passes (full and KV-cached) on named parameters that view one flat buffer.
-// Shapes use B batch, T new tokens, Tk attended keys, H query heads, G kv heads, hd head size, D
-// model width, F MLP width.
+// Llama-family forward passes (full and KV-cached) on named parameters that view one flat buffer,
+// helper tensors on the weights' device, optional activation checkpointing per block. Shapes use
+// B batch, T new tokens, Tk attended keys, H query heads, G kv heads, hd head size, D model width,
+// F MLP width.
 #include "unstuck/model/llama.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/autograd.h>
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 
@@ -100,6 +103,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, torch::Tensor flat_weights)
   for (const ParamEntry& e : layout_.entries)
     params_.push_back(torch::from_blob(base + e.offset * elem, e.shape, flat_.options()));
   std::tie(inv_freq_, rope_attention_) = rope_inv_freq(config_);
+  inv_freq_ = inv_freq_.to(flat_.device());
   // Name every tensor once; a family's optional parts stay undefined when its layout lacks them.
   embed_ = param("model.embed_tokens.weight");
   final_norm_ = param("model.norm.weight");
@@ -133,58 +137,200 @@ void LlamaModel::set_requires_grad(bool requires_grad) {
   for (torch::Tensor& p : params_) p.set_requires_grad(requires_grad);
 }
 
-torch::Tensor LlamaModel::run(const torch::Tensor& tokens, const torch::Tensor& positions,
-                              const torch::Tensor& mask, KVCache* cache) const {
-  const int64_t B = tokens.size(0), T = tokens.size(1);
+namespace {
+
+// Parameters of one block that take gradients, in a fixed order (the checkpointed block's inputs).
+std::vector<torch::Tensor> trainable(const LayerWeights& w) {
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.bo, &w.q_norm,
+                                 &w.k_norm, &w.mlp_norm, &w.w_gate, &w.w_up, &w.w_down})
+    if (t->defined() && t->requires_grad()) out.push_back(*t);
+  return out;
+}
+
+// Activation checkpointing: the forward keeps only the block's input; the backward recomputes the
+// block with gradients on and differentiates it. The recomputation is the same deterministic code
+// on the same inputs, so the gradients equal the plain path's.
+struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin, const std::optional<torch::Tensor>& mask,
+                               at::TensorList weights, const LlamaModel* model, int64_t layer, bool causal) {
+    const bool has_mask = mask.has_value() && mask->defined();
+    ctx->saved_data["model"] = int64_t(reinterpret_cast<intptr_t>(model));
+    ctx->saved_data["layer"] = layer;
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["has_mask"] = has_mask;
+    ctx->saved_data["weights"] = int64_t(weights.size());
+    ctx->save_for_backward(has_mask ? torch::autograd::variable_list{x, cos, sin, *mask}
+                                    : torch::autograd::variable_list{x, cos, sin});
+    return model->block(layer, x, cos, sin, has_mask ? *mask : torch::Tensor(), causal, nullptr);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const auto* model = reinterpret_cast<const LlamaModel*>(intptr_t(ctx->saved_data["model"].toInt()));
+    const int64_t layer = ctx->saved_data["layer"].toInt();
+    const torch::Tensor x = saved[0].detach().requires_grad_(true);
+    const torch::Tensor mask = ctx->saved_data["has_mask"].toBool() ? saved[3] : torch::Tensor();
+    torch::Tensor y;
+    {
+      torch::AutoGradMode grad_on(true);
+      y = model->block(layer, x, saved[1], saved[2], mask, ctx->saved_data["causal"].toBool(), nullptr);
+    }
+    torch::autograd::variable_list inputs{x};
+    for (const torch::Tensor& w : trainable(model->layer_weights(layer))) inputs.push_back(w);
+    TORCH_INTERNAL_ASSERT(int64_t(inputs.size()) == 1 + ctx->saved_data["weights"].toInt());
+    const auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]}, false, false, /*allow_unused=*/true);
+    // One entry per forward argument: x, cos, sin, mask, each weight, model, layer, causal.
+    torch::autograd::variable_list out{grads[0], {}, {}, {}};
+    out.insert(out.end(), grads.begin() + 1, grads.end());
+    out.insert(out.end(), 3, torch::Tensor());
+    return out;
+  }
+};
+
+// Whether each row of `valid` (B, T) is padding, one run of real tokens, padding; and gather indices
+// that rotate every row so its run starts at 0, and back. One host read for the three checks.
+struct RowRotation {
+  bool one_run = false;    // every row is padding, one run of real tokens, padding
+  bool no_lead = false;    // no row starts with padding: nothing to rotate
+  bool all_real = false;   // no padding at all
+  torch::Tensor to_front;  // (B, T) int64: rotated[b][i] = x[b][to_front[b][i]]
+  torch::Tensor to_back;   // (B, T) int64: x[b][i] = rotated[b][to_back[b][i]]
+};
+
+RowRotation row_rotation(const torch::Tensor& valid) {
+  const int64_t T = valid.size(1);
+  const torch::Tensor idx = torch::arange(T, valid.options().dtype(torch::kLong));  // (T)
+  const torch::Tensor count = valid.sum(1, false, torch::kLong).unsqueeze(1);       // (B, 1)
+  const torch::Tensor first = valid.to(torch::kLong).argmax(1).unsqueeze(1);        // (B, 1): first real
+  const torch::Tensor run = (idx >= first) & (idx < first + count);                 // (B, T)
+  const torch::Tensor facts = torch::stack({run.eq(valid).all(), first.max().eq(0), valid.all()}).cpu();
+  const bool* f = facts.data_ptr<bool>();
+  RowRotation r{f[0], f[1], f[2], {}, {}};
+  if (r.one_run && !r.no_lead) {
+    r.to_front = (idx + first) % T;
+    r.to_back = (idx - first + T) % T;
+  }
+  return r;
+}
+
+// x (B, T, ...) gathered along dim 1 by index (B, T').
+torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& index) {
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape[1] = index.size(1);
+  torch::Tensor ix = index;
+  for (int64_t d = 2; d < x.dim(); ++d) ix = ix.unsqueeze(-1);
+  return x.gather(1, ix.expand(shape));
+}
+
+// Mistral's window over index positions 0..T-1: query i sees keys j with i - W < j <= i.
+torch::Tensor window_mask(int64_t T, int64_t W, const torch::TensorOptions& long_opts) {
+  const torch::Tensor i = torch::arange(T, long_opts).unsqueeze(1), j = i.view({1, T});
+  return ((i >= j) & (i - j < W)).view({1, 1, T, T});
+}
+
+// Whether a step of T tokens on this cache takes the CPU decoding path of decode_attention().
+bool decodes_over_capacity(const KVCache& cache, int64_t T) {
+  return T == 1 && cache.length > 0 && !cache.key_valid.is_cuda();
+}
+
+// One query per row on the CPU: q (B, H, 1, hd) against the whole cache k, v (B, G, C, hd), slots
+// masked by `mask` (B, 1, 1, C), as two batched matrix products with the H / G query heads of a
+// group stacked as rows (GQA without copying keys). Why not SDPA on the filled slots: libtorch's CPU
+// flash kernel runs a single query as one matrix-vector product per (row, head), and batched
+// products on a slice of the cache copy it (BF16) or fall back to the same per-row products (FP32);
+// on the contiguous whole buffer they run as one batched product, faster even with the unfilled
+// slots included. Scores are formed in the compute dtype and normalized in FP32 (as transformers'
+// eager attention does).
+torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& mask) {
+  const int64_t B = q.size(0), H = q.size(1), hd = q.size(3), G = k.size(1);
+  const torch::Tensor qg = q.reshape({B, G, H / G, hd}) * (1.0 / std::sqrt(double(hd)));  // (B, G, H/G, hd)
+  const torch::Tensor scores = at::matmul(qg, k.transpose(2, 3)).masked_fill_(mask.logical_not(), -INFINITY);
+  const torch::Tensor probs = at::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());  // (B, G, H/G, C)
+  return at::matmul(probs, v).view({B, H, 1, hd});  // (B, H, 1, hd)
+}
+
+}  // namespace
+
+torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const torch::Tensor& cos,
+                                const torch::Tensor& sin, const torch::Tensor& mask, bool causal,
+                                KVCache* cache) const {
+  const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t H = config_.n_heads, G = config_.n_kv_heads, hd = config_.head_dim();
+  const LayerWeights& w = layers_[std::size_t(layer)];
+  const torch::Tensor h = rms_norm(x_in, w.attn_norm, config_.norm_eps);
+  torch::Tensor q = linear(h, w.wq, w.bq).view({B, T, H, hd});  // (B, T, H, hd)
+  torch::Tensor k = linear(h, w.wk, w.bk).view({B, T, G, hd});  // (B, T, G, hd)
+  if (w.q_norm.defined()) {  // Qwen3: RMSNorm over each head's hd values, before RoPE
+    q = rms_norm(q, w.q_norm, config_.norm_eps);
+    k = rms_norm(k, w.k_norm, config_.norm_eps);
+  }
+  q = q.transpose(1, 2);  // (B, H, T, hd)
+  k = k.transpose(1, 2);  // (B, G, T, hd)
+  torch::Tensor v = linear(h, w.wv, w.bv).view({B, T, G, hd}).transpose(1, 2);
+  q = q * cos + rotate_half(q) * sin;
+  k = k * cos + rotate_half(k) * sin;
+  if (cache) {
+    cache->k[layer].narrow(2, cache->length, T).copy_(k);
+    cache->v[layer].narrow(2, cache->length, T).copy_(v);
+    k = cache->k[layer].narrow(2, 0, cache->length + T);  // (B, G, Tk, hd)
+    v = cache->v[layer].narrow(2, 0, cache->length + T);
+  }
+  torch::Tensor attn;  // (B, H, T, hd)
+  if (cache && decodes_over_capacity(*cache, T)) {
+    // CPU decoding attends over the whole (contiguous) cache; `mask` hides unfilled slots.
+    attn = decode_attention(q, cache->k[layer], cache->v[layer], mask);
+  } else {
+    // Grouped-query attention without copying keys/values, except where a mask is needed on CUDA:
+    // there the memory-efficient kernel takes masks but not enable_gqa (flash takes GQA, not masks).
+    const bool native_gqa = !(mask.defined() && x_in.is_cuda());
+    if (G != H && !native_gqa) {
+      k = k.repeat_interleave(H / G, 1);
+      v = v.repeat_interleave(H / G, 1);
+    }
+    attn = at::scaled_dot_product_attention(q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
+                                            0.0, causal, std::nullopt, /*enable_gqa=*/G != H && native_gqa);
+  }
+  const torch::Tensor x = x_in + linear(attn.transpose(1, 2).reshape({B, T, H * hd}), w.wo, w.bo);
+  const torch::Tensor h2 = rms_norm(x, w.mlp_norm, config_.norm_eps);
+  return x + at::linear(torch::silu(at::linear(h2, w.w_gate)) * at::linear(h2, w.w_up), w.w_down);  // (B, T, D)
+}
+
+torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                 const torch::Tensor& mask, bool causal, KVCache* cache) const {
   const auto dtype = flat_.scalar_type();
   torch::Tensor x = at::embedding(embed_, tokens);  // (B, T, D)
-
   // Rotary tables as Hugging Face builds them: FP32 angles (times yarn's attention factor), cast to
   // the compute dtype.
   const torch::Tensor freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_;  // (B, T, hd/2)
   const torch::Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);                // (B, 1, T, hd)
-  const torch::Tensor cos = (emb.cos() * rope_attention_).to(dtype), sin = (emb.sin() * rope_attention_).to(dtype);
-
-  torch::Tensor attn_mask = mask;
-  if (config_.sliding_window > 0) {
-    // Mistral: a query sees keys fewer than `sliding_window` positions back (itself included).
-    const torch::Tensor key_pos = cache ? cache->key_position.narrow(1, 0, cache->length + T) : positions;  // (B, Tk)
-    const torch::Tensor near = (positions.unsqueeze(2) - key_pos.unsqueeze(1)) < config_.sliding_window;  // (B, T, Tk)
-    attn_mask = attn_mask & near.unsqueeze(1);
+  torch::Tensor cos = emb.cos(), sin = emb.sin();
+  if (rope_attention_ != 1.0) {
+    cos = cos * rope_attention_;
+    sin = sin * rope_attention_;
   }
-
+  cos = cos.to(dtype);
+  sin = sin.to(dtype);
+  const bool checkpoint = config_.activation_checkpointing && !cache && torch::GradMode::is_enabled();
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
-    const LayerWeights& w = layers_[std::size_t(layer)];
-    const torch::Tensor h = rms_norm(x, w.attn_norm, config_.norm_eps);
-    torch::Tensor q = linear(h, w.wq, w.bq).view({B, T, H, hd});  // (B, T, H, hd)
-    torch::Tensor k = linear(h, w.wk, w.bk).view({B, T, G, hd});  // (B, T, G, hd)
-    if (w.q_norm.defined()) {  // Qwen3: RMSNorm over each head's hd values, before RoPE
-      q = rms_norm(q, w.q_norm, config_.norm_eps);
-      k = rms_norm(k, w.k_norm, config_.norm_eps);
+    if (checkpoint) {
+      const std::vector<torch::Tensor> weights = trainable(layers_[std::size_t(layer)]);
+      if (!weights.empty() || x.requires_grad()) {
+        x = CheckpointedBlock::apply(x, cos, sin, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
+                                     at::TensorList(weights), this, layer, causal);
+        continue;
+      }
     }
-    q = q.transpose(1, 2);  // (B, H, T, hd)
-    k = k.transpose(1, 2);  // (B, G, T, hd)
-    torch::Tensor v = linear(h, w.wv, w.bv).view({B, T, G, hd}).transpose(1, 2);
-    q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
-    if (cache) {
-      cache->k[layer].narrow(2, cache->length, T).copy_(k);
-      cache->v[layer].narrow(2, cache->length, T).copy_(v);
-      k = cache->k[layer].narrow(2, 0, cache->length + T);  // (B, G, Tk, hd)
-      v = cache->v[layer].narrow(2, 0, cache->length + T);
-    }
-    if (G != H) {
-      k = k.repeat_interleave(H / G, 1);
-      v = v.repeat_interleave(H / G, 1);
-    }
-    const torch::Tensor attn = at::scaled_dot_product_attention(q, k, v, attn_mask);  // (B, H, T, hd)
-    x = x + linear(attn.transpose(1, 2).reshape({B, T, H * hd}), w.wo, w.bo);
-    const torch::Tensor h2 = rms_norm(x, w.mlp_norm, config_.norm_eps);
-    x = x + at::linear(torch::silu(at::linear(h2, w.w_gate)) * at::linear(h2, w.w_up), w.w_down);  // (B, T, D)
+    x = block(layer, x, cos, sin, mask, causal, cache);
   }
-  x = rms_norm(x, final_norm_, config_.norm_eps);
-  return at::linear(x, head_).to(torch::kFloat32);  // (B, T, V)
+  return x;
+}
+
+torch::Tensor LlamaModel::head(const torch::Tensor& x) const {
+  return at::linear(rms_norm(x, final_norm_, config_.norm_eps), head_).to(torch::kFloat32);  // (B, T, V)
 }
 
 torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, const torch::Tensor& valid) const {
@@ -192,16 +338,26 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, const torch::Tens
   if (T > config_.max_seq_len)
     throw UserError("sequence of " + std::to_string(T) + " tokens exceeds model.max_seq_len (" +
                     std::to_string(config_.max_seq_len) + ")");
-  const auto opts = torch::TensorOptions().dtype(torch::kBool);
-  const torch::Tensor causal = torch::ones({T, T}, opts).tril();  // (T, T)
-  if (!valid.defined()) {
-    const torch::Tensor positions = torch::arange(T, torch::kLong).unsqueeze(0).expand({B, T});
-    return run(tokens, positions, causal.view({1, 1, T, T}), nullptr);
+  const int64_t W = config_.sliding_window;
+  const RowRotation rot = valid.defined() ? row_rotation(valid) : RowRotation{true, true, true, {}, {}};
+  if (rot.one_run) {
+    // Real tokens at 0..n-1 of each (rotated) row, padding after: plain causal attention, rotary
+    // position = index. Mistral's window needs a mask only when the sequence is longer than it.
+    const torch::Tensor positions = torch::arange(T, tokens.options()).unsqueeze(0).expand({B, T});
+    const torch::Tensor window = W > 0 && T > W ? window_mask(T, W, tokens.options()) : torch::Tensor();
+    const bool rotate = !rot.no_lead;
+    const torch::Tensor x = hidden(rotate ? tokens.gather(1, rot.to_front) : tokens, positions, window,
+                                   !window.defined(), nullptr);  // (B, T, D)
+    return head(rotate ? gather_rows(x, rot.to_back) : x);
   }
-  // Padded keys are hidden; every query may still see itself so no softmax row is empty.
-  const torch::Tensor eye = torch::eye(T, opts);
-  const torch::Tensor mask = (causal.unsqueeze(0) & valid.unsqueeze(1)) | eye.unsqueeze(0);  // (B, T, T)
-  return run(tokens, positions_from_valid(valid, {}), mask.unsqueeze(1), nullptr);
+  // Padding inside rows: a dense mask. Padded keys are hidden; every query may still see itself so
+  // no softmax row is empty.
+  const auto bool_opts = tokens.options().dtype(torch::kBool);
+  const torch::Tensor positions = positions_from_valid(valid, {});
+  const torch::Tensor causal = torch::ones({T, T}, bool_opts).tril();  // (T, T)
+  torch::Tensor mask = (causal.unsqueeze(0) & valid.unsqueeze(1)) | torch::eye(T, bool_opts).unsqueeze(0);  // (B, T, T)
+  if (W > 0) mask = mask & ((positions.unsqueeze(2) - positions.unsqueeze(1)) < W);
+  return head(hidden(tokens, positions, mask.unsqueeze(1), false, nullptr));
 }
 
 KVCache LlamaModel::new_cache(int64_t batch, int64_t capacity) const {
@@ -214,35 +370,94 @@ KVCache LlamaModel::new_cache(int64_t batch, int64_t capacity) const {
     cache.k.push_back(torch::zeros({batch, config_.n_kv_heads, capacity, config_.head_dim()}, opts));
     cache.v.push_back(torch::zeros({batch, config_.n_kv_heads, capacity, config_.head_dim()}, opts));
   }
-  cache.key_valid = torch::zeros({batch, capacity}, torch::kBool);
-  cache.key_position = torch::zeros({batch, capacity}, torch::kLong);
-  cache.next_position = torch::zeros({batch}, torch::kLong);
+  cache.key_valid = torch::zeros({batch, capacity}, opts.dtype(torch::kBool));
+  cache.key_position = torch::zeros({batch, capacity}, opts.dtype(torch::kLong));
+  cache.next_position = torch::zeros({batch}, opts.dtype(torch::kLong));
   cache.capacity = capacity;
   return cache;
 }
 
-torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KVCache& cache,
-                                         const torch::Tensor& valid_in) const {
+void KVCache::keep_rows(const torch::Tensor& rows) {
+  const int64_t n = rows.size(0);
+  for (std::vector<torch::Tensor>* kv : {&k, &v}) {
+    for (torch::Tensor& t : *kv) {
+      const torch::Tensor kept = t.narrow(2, 0, length).index_select(0, rows);  // (n, G, length, hd)
+      t = t.narrow(0, 0, n);  // the first n rows of the same buffer
+      t.narrow(2, 0, length).copy_(kept);
+    }
+  }
+  key_valid = key_valid.index_select(0, rows);
+  key_position = key_position.index_select(0, rows);
+  next_position = next_position.index_select(0, rows);
+}
+
+torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KVCache& cache, const torch::Tensor& valid_in,
+                                         bool last_only) const {
   const int64_t B = tokens.size(0), S = tokens.size(1);
   if (cache.length + S > cache.capacity)
     throw UserError("KV cache full: " + std::to_string(cache.length) + " + " + std::to_string(S) +
                     " tokens exceed its capacity of " + std::to_string(cache.capacity));
-  const torch::Tensor valid = valid_in.defined() ? valid_in : torch::ones({B, S}, torch::kBool);
-  const torch::Tensor positions = positions_from_valid(valid, cache.next_position);  // (B, S)
-  cache.key_valid.narrow(1, cache.length, S).copy_(valid);
-  cache.key_position.narrow(1, cache.length, S).copy_(positions);
-  const int64_t Tk = cache.length + S;
-  // Query j (slot length + j) sees real keys in slots <= length + j, and always itself.
-  const auto opts = torch::TensorOptions().dtype(torch::kBool);
-  const torch::Tensor causal = torch::ones({S, Tk}, opts).tril(cache.length);  // (S, Tk)
-  const torch::Tensor self = torch::zeros({S, Tk}, opts);
-  self.narrow(1, cache.length, S).copy_(torch::eye(S, opts));
-  const torch::Tensor keys = cache.key_valid.narrow(1, 0, Tk).unsqueeze(1);  // (B, 1, Tk)
-  const torch::Tensor mask = ((causal.unsqueeze(0) & keys) | self.unsqueeze(0)).unsqueeze(1);
-  torch::Tensor logits = run(tokens, positions, mask, &cache);
-  cache.next_position = cache.next_position + valid.to(torch::kLong).sum(1);
+  if (B != cache.batch())
+    throw std::invalid_argument("forward_cached: " + std::to_string(B) + " rows for a cache of " +
+                                std::to_string(cache.batch()));
+  const int64_t W = config_.sliding_window, L = cache.length, Tk = L + S;
+  // A fresh cache whose rows each hold one run of real tokens is filled causally without a mask:
+  // rows are rotated so their real tokens come first (later steps attend by key_valid, so the
+  // order of the slots does not matter to them).
+  RowRotation rot{L == 0 && !valid_in.defined(), true, true, {}, {}};
+  if (L == 0 && valid_in.defined()) rot = row_rotation(valid_in);
+  const bool rotate = rot.one_run && !rot.no_lead;
+  const torch::Tensor toks = rotate ? tokens.gather(1, rot.to_front) : tokens;
+  torch::Tensor valid;
+  if (valid_in.defined()) {
+    valid = rotate ? valid_in.gather(1, rot.to_front) : valid_in;
+    if (!(L == 0 ? rot.all_real : valid.all().item<bool>())) cache.has_holes = true;
+  }
+  const torch::Tensor positions =
+      valid.defined() ? positions_from_valid(valid, cache.next_position)
+                      : cache.next_position.unsqueeze(1) + torch::arange(S, tokens.options()).unsqueeze(0);  // (B, S)
+  if (valid.defined())
+    cache.key_valid.narrow(1, L, S).copy_(valid);
+  else
+    cache.key_valid.narrow(1, L, S).fill_(true);
+  cache.key_position.narrow(1, L, S).copy_(positions);
+
+  torch::Tensor mask;
+  bool causal = false;
+  if (rot.one_run) {  // fresh cache, real tokens first in every row
+    if (W > 0 && S > W)
+      mask = window_mask(S, W, tokens.options());
+    else
+      causal = true;
+  } else if (decodes_over_capacity(cache, S)) {  // CPU decoding over the whole cache: the filled slots
+    mask = cache.key_valid.view({B, 1, 1, cache.capacity});
+    if (W > 0 && Tk > W) mask = mask & ((positions - cache.key_position) < W).view({B, 1, 1, cache.capacity});
+  } else if (S == 1) {  // one decode step: every filled key is at or before the query
+    if (cache.has_holes) mask = cache.key_valid.narrow(1, 0, Tk).view({B, 1, 1, Tk});
+    if (W > 0 && Tk > W) {
+      const torch::Tensor near = ((positions - cache.key_position.narrow(1, 0, Tk)) < W).view({B, 1, 1, Tk});
+      mask = mask.defined() ? mask & near : near;
+    }
+  } else {
+    // Query j (slot L + j) sees real keys in slots <= L + j, and always itself.
+    const auto bool_opts = tokens.options().dtype(torch::kBool);
+    const torch::Tensor causal_mask = torch::ones({S, Tk}, bool_opts).tril(L);  // (S, Tk)
+    const torch::Tensor self = torch::zeros({S, Tk}, bool_opts);
+    self.narrow(1, L, S).copy_(torch::eye(S, bool_opts));
+    const torch::Tensor keys = cache.key_valid.narrow(1, 0, Tk).unsqueeze(1);  // (B, 1, Tk)
+    mask = (causal_mask.unsqueeze(0) & keys) | self.unsqueeze(0);             // (B, S, Tk)
+    if (W > 0) mask = mask & ((positions.unsqueeze(2) - cache.key_position.narrow(1, 0, Tk).unsqueeze(1)) < W);
+    mask = mask.unsqueeze(1);
+  }
+  torch::Tensor x = hidden(toks, positions, mask, causal, &cache);  // (B, S, D)
+  cache.next_position = cache.next_position + (valid.defined() ? valid.sum(1, false, torch::kLong)
+                                                                : torch::full_like(cache.next_position, S));
   cache.length += S;
-  return logits;
+  if (last_only)
+    x = rotate ? gather_rows(x, rot.to_back.narrow(1, S - 1, 1)) : x.narrow(1, S - 1, 1);
+  else if (rotate)
+    x = gather_rows(x, rot.to_back);
+  return head(x);
 }
 
 void init_llama_weights(const ParamLayout& layout, const ModelConfig& config, torch::Tensor flat,

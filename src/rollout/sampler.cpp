@@ -1,52 +1,73 @@
-// Batched sampling: left-pad the prompts, prefill the KV cache, then one decode step per token
-// (or, without the cache, a full forward over the growing sequence each step).
+// Batched sampling on the model's device: left-pad the prompts, prefill the KV cache (last position's
+// logits only), then one decode step per token (or, without the cache, a full forward over the
+// growing sequence each step). Tokens and log-probs are written into device tensors; rows that
+// sampled EOS leave the decode batch; the host reads the results once at the end.
 #include "unstuck/rollout/sampler.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "unstuck/common/error.h"
+#include "unstuck/rollout/sampling_uniform.h"
 
 namespace unstuck::rollout {
 namespace {
 
-// Logits (B, V) -> next tokens (B) and their log-probs under the temperature-scaled distribution.
-// With `uniform` (B) defined, the token is the first whose cumulative probability exceeds
-// uniform * total (inverse CDF; tokens filtered to probability 0 are never picked).
+// Logits (A, V) -> next tokens (A) and their log-probs under the temperature-scaled distribution
+// (before top-k / top-p), log p = scaled[token] - logsumexp(scaled): no (A, V) log-softmax is kept.
+// The token is the first whose cumulative probability exceeds uniform * total (inverse CDF over the
+// filtered, unnormalized probabilities; tokens filtered to probability 0 are never picked).
 std::pair<torch::Tensor, torch::Tensor> sample(const torch::Tensor& logits, const SamplingConfig& s,
-                                               at::Generator& gen, const torch::Tensor& uniform) {
+                                               const torch::Tensor& uniform) {
   if (s.temperature == 0.0) {
-    const torch::Tensor next = logits.argmax(-1);
-    const torch::Tensor logp = torch::log_softmax(logits, -1).gather(1, next.unsqueeze(1)).squeeze(1);
+    const torch::Tensor next = logits.argmax(-1);  // (A)
+    const torch::Tensor logp = logits.gather(1, next.unsqueeze(1)).squeeze(1) - logits.logsumexp(-1);
     return {next, logp};
   }
-  const torch::Tensor scaled = logits / s.temperature;
-  const torch::Tensor logp_all = torch::log_softmax(scaled, -1);  // (B, V)
-  torch::Tensor filtered = scaled.clone();
+  const torch::Tensor scaled = s.temperature == 1.0 ? logits : logits / s.temperature;  // (A, V)
+  const torch::Tensor lse = scaled.logsumexp(-1, true);                                   // (A, 1)
   const int64_t V = logits.size(-1);
+  torch::Tensor filtered = scaled;
   if (s.top_k > 0 && s.top_k < V) {
     const torch::Tensor kth = std::get<0>(scaled.topk(s.top_k, -1)).narrow(1, s.top_k - 1, 1);
-    filtered.masked_fill_(scaled < kth, -INFINITY);
+    filtered = scaled.masked_fill(scaled < kth, -INFINITY);
   }
   if (s.top_p < 1.0) {
     auto [sorted, order] = filtered.sort(-1, /*descending=*/true);
-    const torch::Tensor cum = torch::softmax(sorted, -1).cumsum(-1);
+    const torch::Tensor p = torch::softmax(sorted, -1);
     // Drop a token when the mass before it already reaches top_p (the top token always stays).
-    const torch::Tensor drop_sorted = (cum - torch::softmax(sorted, -1)) >= s.top_p;
-    filtered.scatter_(1, order, sorted.masked_fill(drop_sorted, -INFINITY));
+    const torch::Tensor drop_sorted = (p.cumsum(-1) - p) >= s.top_p;
+    filtered = filtered.scatter(1, order, sorted.masked_fill(drop_sorted, -INFINITY));
   }
-  const torch::Tensor probs = torch::softmax(filtered, -1);
-  torch::Tensor next;
-  if (uniform.defined()) {
-    const torch::Tensor cum = probs.cumsum(-1);  // (B, V)
-    const torch::Tensor target = (uniform.to(cum.scalar_type()) * cum.select(1, V - 1)).unsqueeze(1);
-    next = (cum <= target).sum(-1).clamp_max(V - 1);
-  } else {
-    next = at::multinomial(probs, 1, false, gen).squeeze(1);
+  const torch::Tensor cum = (filtered - lse).exp_().cumsum(-1);                          // (A, V)
+  const torch::Tensor target = uniform.to(cum.scalar_type()).unsqueeze(1) * cum.narrow(1, V - 1, 1);  // (A, 1)
+  const torch::Tensor next = at::searchsorted(cum, target, /*out_int32=*/false, /*right=*/true).squeeze(1).clamp_max(V - 1);
+  return {next, scaled.gather(1, next.unsqueeze(1)).squeeze(1) - lse.squeeze(1)};
+}
+
+// Left-padded prompts (B, P) and, when their lengths differ, which slots are real; built on the host
+// and copied to `device` once.
+std::pair<torch::Tensor, torch::Tensor> pad_prompts(const std::vector<std::vector<int32_t>>& prompts, int64_t P,
+                                                    int32_t pad_id, const torch::Device& device) {
+  const int64_t B = int64_t(prompts.size());
+  std::vector<int64_t> ids(std::size_t(B * P), int64_t(pad_id));
+  std::vector<uint8_t> real(std::size_t(B * P), 0);
+  bool padded = false;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& p = prompts[std::size_t(b)];
+    const int64_t start = P - int64_t(p.size());
+    padded = padded || start > 0;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      ids[std::size_t(b * P + start) + i] = p[i];
+      real[std::size_t(b * P + start) + i] = 1;
+    }
   }
-  return {next, logp_all.gather(1, next.unsqueeze(1)).squeeze(1)};
+  const torch::Tensor tokens = torch::from_blob(ids.data(), {B, P}, torch::kLong).to(device, false, true);
+  if (!padded) return {tokens, {}};
+  return {tokens, torch::from_blob(real.data(), {B, P}, torch::kUInt8).to(device, torch::kBool, false, true)};
 }
 
 }  // namespace
@@ -58,13 +79,23 @@ void validate_sampling(const SamplingConfig& s) {
   if (s.max_new_tokens < 1) throw UserError("rollout.max_new_tokens must be >= 1, got " + std::to_string(s.max_new_tokens));
 }
 
+torch::Tensor sampling_uniforms(uint64_t seed, int64_t step, const std::vector<int64_t>& global_rows, int64_t tokens,
+                                const torch::Device& device) {
+  torch::Tensor u = torch::empty({int64_t(global_rows.size()), tokens}, torch::kFloat32);  // (rows, tokens)
+  float* out = u.data_ptr<float>();
+  for (std::size_t i = 0; i < global_rows.size(); ++i)
+    for (int64_t t = 0; t < tokens; ++t)
+      *out++ = sampling_uniform(seed, uint64_t(step), uint64_t(global_rows[i]), uint64_t(t));
+  return u.to(device);
+}
+
 std::vector<Completion> generate(const model::LlamaModel& model,
                                  const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerateOptions& o, at::Generator gen) {
   validate_sampling(o.sampling);
   torch::NoGradGuard no_grad;
   const int64_t B = int64_t(prompts.size());
-  std::vector<Completion> out(B);
+  std::vector<Completion> out(static_cast<std::size_t>(B));
   if (B == 0) return out;
   int64_t P = 0;
   for (const auto& p : prompts) {
@@ -78,48 +109,93 @@ std::vector<Completion> generate(const model::LlamaModel& model,
     throw UserError("generate: prompt (" + std::to_string(P) + " tokens) + max_new_tokens (" +
                     std::to_string(N) + ") exceed model.max_seq_len (" +
                     std::to_string(model.config().max_seq_len) + ")");
+  const torch::Device device = model.flat_weights().device();
+  const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
 
-  // Left-padded prompt batch: (B, P) tokens and validity.
-  torch::Tensor tokens = torch::full({B, P + N}, int64_t(o.pad_id), torch::kLong);
-  torch::Tensor valid = torch::zeros({B, P + N}, torch::kBool);
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& p = prompts[b];
-    const int64_t start = P - int64_t(p.size());
-    for (std::size_t i = 0; i < p.size(); ++i) tokens[b][start + int64_t(i)] = int64_t(p[i]);
-    valid[b].narrow(0, start, int64_t(p.size())).fill_(true);
+  // (B, N) uniforms; without given ones, rows 0..B-1 at step 0 under a seed from the generator.
+  torch::Tensor uniforms;
+  if (o.sampling.temperature > 0) {
+    if (o.uniforms.defined()) {
+      uniforms = o.uniforms.narrow(1, 0, N).to(device, torch::kFloat32);
+    } else {
+      const auto seed = at::randint(std::numeric_limits<int64_t>::max(), {1}, gen, torch::kLong).item<int64_t>();
+      std::vector<int64_t> rows(static_cast<std::size_t>(B));
+      for (int64_t b = 0; b < B; ++b) rows[std::size_t(b)] = b;
+      uniforms = sampling_uniforms(uint64_t(seed), 0, rows, N, device);
+    }
   }
-  valid.narrow(1, P, N).fill_(true);
+
+  const auto [prompt, prompt_valid] = pad_prompts(prompts, P, o.pad_id, device);  // (B, P), (B, P) or undefined
+  // Results of every row, written by tensor ops: (B, N) tokens and log-probs.
+  const torch::Tensor gen_tokens = torch::full({B, N}, int64_t(o.pad_id), long_opts);
+  const torch::Tensor gen_logp = torch::zeros({B, N}, long_opts.dtype(torch::kFloat32));
+  torch::Tensor active = torch::arange(B, long_opts);  // (A) original row of each decode-batch row
+  int64_t A = B;
 
   model::KVCache cache;
-  torch::Tensor logits;  // (B, V) of the last position
+  torch::Tensor seq, seq_valid;  // recompute path: (A, P + N) tokens and validity
+  torch::Tensor logits;          // (A, V) at the last position
   if (o.use_cache) {
     cache = model.new_cache(B, P + N);
-    logits = model.forward_cached(tokens.narrow(1, 0, P), cache, valid.narrow(1, 0, P)).select(1, P - 1);
+    logits = model.forward_cached(prompt, cache, prompt_valid, /*last_only=*/true).select(1, 0);
   } else {
-    logits = model.forward(tokens.narrow(1, 0, P), valid.narrow(1, 0, P)).select(1, P - 1);
+    seq = torch::cat({prompt, torch::full({B, N}, int64_t(o.pad_id), long_opts)}, 1);
+    if (prompt_valid.defined())
+      seq_valid = torch::cat({prompt_valid, torch::ones({B, N}, prompt_valid.options())}, 1);
+    logits = model.forward(prompt, prompt_valid).select(1, P - 1);
   }
-  std::vector<bool> done(B, false);
-  int64_t remaining = B;
-  for (int64_t t = 0; t < N && remaining > 0; ++t) {
-    auto [next, logp] = sample(logits, o.sampling, gen, o.uniforms.defined() ? o.uniforms.select(1, t) : torch::Tensor());
-    const auto next_a = next.accessor<int64_t, 1>();
-    const auto logp_a = logp.accessor<float, 1>();
-    for (int64_t b = 0; b < B; ++b) {
-      if (done[b]) continue;
-      out[b].tokens.push_back(int32_t(next_a[b]));
-      out[b].logprobs.push_back(logp_a[b]);
-      if (o.eos_id >= 0 && next_a[b] == o.eos_id) {
-        out[b].finish = FinishReason::eos;
-        done[b] = true;
-        --remaining;
+  // Rows that sampled EOS but are still in the decode batch (they are dropped in batches, see below).
+  torch::Tensor done = torch::zeros({A}, long_opts.dtype(torch::kBool));
+  for (int64_t t = 0; t < N; ++t) {
+    auto [next, logp] = sample(logits, o.sampling, uniforms.defined() ? uniforms.select(1, t).index_select(0, active) : torch::Tensor());
+    // Rows already finished keep sampling until dropped; what they sample after their EOS is never read.
+    gen_tokens.select(1, t).index_copy_(0, active, next);
+    gen_logp.select(1, t).index_copy_(0, active, logp);
+    if (t + 1 == N) break;
+    if (o.eos_id >= 0) {
+      done = done | next.eq(o.eos_id);
+      const int64_t finished = done.sum().item<int64_t>();  // the step's one host read
+      if (finished == A) break;
+      // Compacting the cache costs about one step's attention reads: do it once an eighth of the
+      // batch has finished, not for every single row.
+      if (o.drop_finished && finished > 0 && finished * 8 >= A) {
+        const torch::Tensor keep = done.logical_not().nonzero().squeeze(1);  // (A') ascending
+        active = active.index_select(0, keep);
+        next = next.index_select(0, keep);
+        if (o.use_cache) {
+          cache.keep_rows(keep);
+        } else {
+          seq = seq.index_select(0, keep);
+          if (seq_valid.defined()) seq_valid = seq_valid.index_select(0, keep);
+        }
+        A -= finished;
+        done = torch::zeros({A}, done.options());
       }
     }
-    if (remaining == 0 || t + 1 == N) break;
-    tokens.select(1, P + t).copy_(next);
-    if (o.use_cache)
-      logits = model.forward_cached(tokens.narrow(1, P + t, 1), cache).select(1, 0);
-    else
-      logits = model.forward(tokens.narrow(1, 0, P + t + 1), valid.narrow(1, 0, P + t + 1)).select(1, P + t);
+    if (o.use_cache) {
+      logits = model.forward_cached(next.unsqueeze(1), cache, {}, /*last_only=*/true).select(1, 0);
+    } else {
+      seq.select(1, P + t).copy_(next);
+      const int64_t L = P + t + 1;
+      logits = model.forward(seq.narrow(1, 0, L), seq_valid.defined() ? seq_valid.narrow(1, 0, L) : torch::Tensor())
+                   .select(1, L - 1);
+    }
+  }
+
+  // One read of the results: each row up to and including its first EOS.
+  const torch::Tensor tokens_host = gen_tokens.cpu(), logp_host = gen_logp.cpu();
+  const auto tok = tokens_host.accessor<int64_t, 2>();
+  const auto lp = logp_host.accessor<float, 2>();
+  for (int64_t b = 0; b < B; ++b) {
+    Completion& c = out[std::size_t(b)];
+    for (int64_t t = 0; t < N; ++t) {
+      c.tokens.push_back(int32_t(tok[b][t]));
+      c.logprobs.push_back(lp[b][t]);
+      if (o.eos_id >= 0 && tok[b][t] == o.eos_id) {
+        c.finish = FinishReason::eos;
+        break;
+      }
+    }
   }
   return out;
 }

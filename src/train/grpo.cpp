@@ -82,7 +82,9 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     throw UserError("grpo.base_model must be a policy directory (an `unstuck sft` output), got '" + base.string() +
                     "'" + (base.empty() ? "" : " which is not a directory"));
   model::LoadedModel loaded = model::load_pretrained(base);
+  const bool activation_checkpointing = cfg.model.activation_checkpointing;  // a training choice, not the model's
   cfg.model = loaded.config;
+  cfg.model.activation_checkpointing = activation_checkpointing;
   if (cfg.tokenizer.path.empty()) cfg.tokenizer.path = base.string();  // tokenizer.json or tokenizer.model
   // Everything that can fail before training fails here, before the run directory is touched:
   // the config, the device, the data (prompts longer than max_seq_len - max_new_tokens are dropped

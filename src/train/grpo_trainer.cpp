@@ -49,6 +49,8 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
       verifier_(reward::make_verifier(reward::verifier_name(config.reward, config::enum_name(config.data.task)),
                                       config.reward)),
       order_(train.size(), ctx.seeds.data),
+      // Rollouts draw counter-based uniforms (rollout::sampling_uniforms); this generator is never
+      // advanced by training and stays in checkpoints (rng.bin) only for their format.
       sampling_(at::make_generator<at::CPUGeneratorImpl>(ctx.seeds.sampling)),
       skip_guard_(config, "train") {
   const auto& g = cfg_.grpo;
@@ -85,7 +87,7 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   Timings time;
   time.comm_before = comm_.stats();
-  const Rollouts ro = rollout();
+  const Rollouts ro = rollout(step);
   time.rollout = seconds_since(t0);
   const auto t_reward = std::chrono::steady_clock::now();
   const Scores sc = score(ro);
@@ -106,14 +108,14 @@ MetricsLine GrpoTrainer::step(int64_t step) {
 }
 
 // G completions per prompt of this rank's share, from the current compute weights. Every rank
-// draws the records and the sampling uniforms of the whole batch (same streams on all ranks) and
-// keeps its rows, so the samples do not depend on the world size.
-GrpoTrainer::Rollouts GrpoTrainer::rollout() {
-  const int64_t G = cfg_.grpo.group_size, N_global = cfg_.grpo.prompts_per_step * G;
+// draws the records of the whole batch (same stream on all ranks) and keeps its rows; the sampling
+// uniforms are keyed by (seed, step, global row, token), so the samples do not depend on the world
+// size, and a checkpoint needs only the step to continue them.
+GrpoTrainer::Rollouts GrpoTrainer::rollout(int64_t step) {
+  const int64_t G = cfg_.grpo.group_size;
   const std::vector<int64_t>& my_rows = rows_of_[std::size_t(comm_.rank())];
   std::vector<const data::TaskRecord*> step_records;
   for (int64_t p = 0; p < cfg_.grpo.prompts_per_step; ++p) step_records.push_back(&train_[order_.next()]);
-  const torch::Tensor uniforms = at::rand({N_global, cfg_.rollout.max_new_tokens}, sampling_);  // (N_global, T)
   Rollouts ro;
   for (int64_t row : my_rows) {
     ro.records.push_back(step_records[std::size_t(row / G)]);
@@ -121,7 +123,8 @@ GrpoTrainer::Rollouts GrpoTrainer::rollout() {
     ro.prompts.push_back(row % G == 0 ? prompt_ids(*ro.records.back(), ctx_.prompts, ctx_.tokenizer)
                                       : ro.prompts.back());
   }
-  gen_opts_.uniforms = uniforms.index_select(0, torch::tensor(my_rows, torch::kLong)).to(device_);
+  gen_opts_.uniforms = rollout::sampling_uniforms(ctx_.seeds.sampling, step, my_rows, cfg_.rollout.max_new_tokens,
+                                                  device_);  // (rows, T)
   ro.completions = rollout::generate(weights_.model(), ro.prompts, gen_opts_, sampling_);
   return ro;
 }

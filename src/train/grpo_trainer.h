@@ -89,7 +89,7 @@ class GrpoTrainer {
     dist::CommStats comm_before;
   };
 
-  Rollouts rollout();
+  Rollouts rollout(int64_t step);
   Scores score(const Rollouts& rollouts) const;
   // Log-probs, entropy and (with_ref) the reference's log-probs on every row, without gradients.
   Measurement measure(const RolloutBatch& batch, bool with_ref) const;

@@ -1,6 +1,8 @@
 // Llama model: the KV-cached path equals the full forward (FP32: 1e-5 relative; BF16: stated
-// tolerance), left padding with a validity mask equals the unpadded sequence, parameters view the
-// flat buffer, gradients reach every parameter, and bad buffers are rejected.
+// tolerance), padding (one run per row: rotated, causal; holes: dense mask) equals the unpadded
+// sequence, a sliding window agrees between paths, dropped cache rows decode as before, activation
+// checkpointing gives the plain gradients, parameters view the flat buffer, gradients reach every
+// parameter, bad buffers are rejected, and CUDA (when present) matches the CPU.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -116,6 +118,138 @@ TEST(Llama, RejectsBadBuffersAndOptions) {
   EXPECT_THROW(model.forward(random_tokens(1, 65, c.vocab_size, 1)), UserError);
   KVCache cache = model.new_cache(1, 4);
   EXPECT_THROW(model.forward_cached(random_tokens(1, 5, c.vocab_size, 1), cache), UserError);
+}
+
+
+// Rows padded differently (left, right, both, none, and a hole inside: the dense-mask path) give the
+// logits of each sequence alone, in the full and the cached forward.
+TEST(Llama, AnyPaddingPatternEqualsUnpadded) {
+  const ModelConfig c = small_config();
+  LlamaModel model(c, fresh_weights(c, torch::kFloat32));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor real = random_tokens(4, 12, c.vocab_size, 21);
+  const std::vector<std::pair<int64_t, int64_t>> pads = {{3, 0}, {0, 3}, {1, 2}, {0, 0}};  // (left, right)
+  const int64_t T = 12;
+  torch::Tensor tokens = torch::zeros({4, T}, torch::kLong), valid = torch::zeros({4, T}, torch::kBool);
+  for (int64_t b = 0; b < 4; ++b) {
+    const int64_t left = pads[std::size_t(b)].first, n = T - left - pads[std::size_t(b)].second;
+    tokens[b].narrow(0, left, n).copy_(real[b].narrow(0, 0, n));
+    valid[b].narrow(0, left, n).fill_(true);
+  }
+  const auto check = [&](const torch::Tensor& out, const char* what) {
+    for (int64_t b = 0; b < 4; ++b) {
+      const int64_t left = pads[std::size_t(b)].first, n = T - left - pads[std::size_t(b)].second;
+      const torch::Tensor alone = model.forward(real[b].narrow(0, 0, n).unsqueeze(0))[0];
+      EXPECT_LT(rel_error(out[b].narrow(0, left, n), alone), 1e-5) << what << " row " << b;
+    }
+  };
+  check(model.forward(tokens, valid), "full");
+  KVCache cache = model.new_cache(4, T);
+  check(model.forward_cached(tokens, cache, valid), "cached");
+  // A hole inside row 3 (tokens 4..5 padding): the dense-mask path.
+  torch::Tensor holed = valid.clone();
+  holed[3].narrow(0, 4, 2).fill_(false);
+  const torch::Tensor out = model.forward(tokens, holed)[3];
+  const torch::Tensor without = torch::cat({real[3].narrow(0, 0, 4), real[3].narrow(0, 6, 6)}).unsqueeze(0);
+  const torch::Tensor alone = model.forward(without)[0];
+  EXPECT_LT(rel_error(torch::cat({out.narrow(0, 0, 4), out.narrow(0, 6, 6)}), alone), 1e-5);
+}
+
+// Mistral's sliding window: the full forward over a sequence longer than the window (index mask),
+// the same sequence left padded (rotated), and KV-cached decoding (position mask) agree.
+TEST(Llama, SlidingWindowAgreesAcrossPaths) {
+  ModelConfig c = small_config();
+  c.family = Family::mistral;
+  c.sliding_window = 5;
+  LlamaModel model(c, fresh_weights(c, torch::kFloat32));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = random_tokens(2, 20, c.vocab_size, 4);
+  const torch::Tensor full = model.forward(tokens);
+  KVCache cache = model.new_cache(2, 20);
+  std::vector<torch::Tensor> parts{model.forward_cached(tokens.narrow(1, 0, 3), cache)};
+  for (int64_t t = 3; t < 20; ++t) parts.push_back(model.forward_cached(tokens.narrow(1, t, 1), cache));
+  EXPECT_LT(rel_error(torch::cat(parts, 1), full), 1e-5);
+  const torch::Tensor padded = torch::cat({torch::zeros({2, 4}, torch::kLong), tokens}, 1);
+  const torch::Tensor valid = torch::cat({torch::zeros({2, 4}, torch::kBool), torch::ones({2, 20}, torch::kBool)}, 1);
+  EXPECT_LT(rel_error(model.forward(padded, valid).narrow(1, 4, 20), full), 1e-5);
+  // Without the window the logits differ: the test would notice a mask that is not applied.
+  ModelConfig unlimited = c;
+  unlimited.sliding_window = 0;
+  LlamaModel plain(unlimited, model.flat_weights());
+  EXPECT_GT(rel_error(plain.forward(tokens).narrow(1, 10, 10), full.narrow(1, 10, 10)), 1e-3);
+}
+
+// Dropping rows from the cache (finished sequences) leaves the other rows decoding exactly as
+// before; last_only returns the last position's logits.
+TEST(Llama, KeepRowsDecodesTheKeptRowsUnchanged) {
+  const ModelConfig c = small_config();
+  LlamaModel model(c, fresh_weights(c, torch::kFloat32));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = random_tokens(5, 14, c.vocab_size, 12);
+  KVCache all = model.new_cache(5, 16), some = model.new_cache(5, 16);
+  const torch::Tensor pre = model.forward_cached(tokens.narrow(1, 0, 10), all);
+  const torch::Tensor last = model.forward_cached(tokens.narrow(1, 0, 10), some, {}, /*last_only=*/true);
+  EXPECT_LT(rel_error(last, pre.narrow(1, 9, 1)), 1e-6);
+  const torch::Tensor keep = torch::tensor({0, 2, 4}, torch::kLong);
+  some.keep_rows(keep);
+  EXPECT_EQ(some.batch(), 3);
+  for (int64_t t = 10; t < 14; ++t) {
+    const torch::Tensor a = model.forward_cached(tokens.narrow(1, t, 1), all);
+    const torch::Tensor b = model.forward_cached(tokens.narrow(1, t, 1).index_select(0, keep), some);
+    EXPECT_LT(rel_error(b, a.index_select(0, keep)), 1e-6) << "step " << t;
+  }
+}
+
+// model.activation_checkpointing recomputes each block in the backward pass: same loss, same
+// gradients as keeping the activations (left-padded batch, GQA).
+TEST(Llama, ActivationCheckpointingGivesTheSameGradients) {
+  ModelConfig c = small_config();
+  const torch::Tensor flat = fresh_weights(c, torch::kFloat32);
+  const torch::Tensor tokens = random_tokens(3, 12, c.vocab_size, 17);
+  torch::Tensor valid = torch::ones({3, 12}, torch::kBool);
+  valid[1].narrow(0, 0, 4).fill_(false);
+  std::vector<std::vector<torch::Tensor>> grads;
+  std::vector<double> losses;
+  for (bool checkpointing : {false, true}) {
+    c.activation_checkpointing = checkpointing;
+    LlamaModel model(c, flat.clone());
+    model.set_requires_grad(true);
+    const torch::Tensor logits = model.forward(tokens, valid);
+    const torch::Tensor loss = torch::nn::functional::cross_entropy(logits.narrow(1, 4, 8).reshape({-1, c.vocab_size}),
+                                                                    tokens.narrow(1, 4, 8).reshape({-1}));
+    loss.backward();
+    losses.push_back(loss.item<double>());
+    grads.emplace_back();
+    for (const torch::Tensor& p : model.parameters()) grads.back().push_back(p.grad().clone());
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  double worst = 0;
+  for (std::size_t i = 0; i < grads[0].size(); ++i)
+    worst = std::max(worst, (grads[1][i] - grads[0][i]).abs().max().item<double>() / grads[0][i].abs().max().item<double>());
+  std::printf("checkpointed vs plain gradients: max |difference| / max |gradient| = %.3g\n", worst);
+  for (std::size_t i = 0; i < grads[0].size(); ++i) {
+    const double scale = grads[0][i].abs().max().item<double>();
+    EXPECT_GT(scale, 0.0) << i;
+    EXPECT_LE((grads[1][i] - grads[0][i]).abs().max().item<double>(), 1e-6 * scale) << i;
+  }
+}
+
+// Device-generic model: on a CUDA device (skipped without one) the logits equal the CPU's within
+// 1e-4 of the largest (TF32 is off by default in libtorch), with padding and the KV cache.
+TEST(Llama, CudaMatchesCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const ModelConfig c = small_config();
+  const torch::Tensor flat = fresh_weights(c, torch::kFloat32);
+  LlamaModel cpu(c, flat), gpu(c, flat.to(torch::kCUDA));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = random_tokens(3, 16, c.vocab_size, 2);
+  torch::Tensor valid = torch::ones({3, 16}, torch::kBool);
+  valid[0].narrow(0, 0, 5).fill_(false);
+  EXPECT_LT(rel_error(gpu.forward(tokens.cuda(), valid.cuda()).cpu(), cpu.forward(tokens, valid)), 1e-4);
+  KVCache a = cpu.new_cache(3, 20), b = gpu.new_cache(3, 20);
+  EXPECT_LT(rel_error(gpu.forward_cached(tokens.cuda(), b, valid.cuda()).cpu(), cpu.forward_cached(tokens, a, valid)), 1e-4);
+  const torch::Tensor next = random_tokens(3, 1, c.vocab_size, 3);
+  EXPECT_LT(rel_error(gpu.forward_cached(next.cuda(), b).cpu(), cpu.forward_cached(next, a)), 1e-4);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // rotary embeddings in the rotate-half convention, grouped-query attention, SwiGLU MLP) with the
 // optional parts of Qwen2 / Qwen3 / Mistral (named per-layer weights). Parameters are views into one
 // flat weight buffer (fp32, bf16 or fp16) that the precision core rewrites in place each step. Two
-// paths: full-sequence forward (training) and KV-cached decoding (rollouts).
+// paths: full-sequence forward (training) and KV-cached decoding (rollouts). Every helper tensor
+// lives on the weights' device; attention is SDPA (causal flag, native GQA) without a dense mask
+// whenever each row's real tokens form one run.
 #pragma once
 
 #include <torch/types.h>
@@ -18,7 +20,8 @@
 namespace unstuck::model {
 
 // Keys and values of every layer for incremental decoding, plus which cache slots hold real tokens
-// (left-padded prompts leave holes) and the rotary position each row continues from.
+// (padded prompts leave holes) and the rotary position each row continues from. Allocated once at
+// full capacity; dropping rows compacts them into the first rows of the same buffers.
 struct KVCache {
   std::vector<torch::Tensor> k, v;  // per layer: (B, n_kv_heads, capacity, head_dim)
   torch::Tensor key_valid;          // (B, capacity) bool
@@ -26,6 +29,12 @@ struct KVCache {
   torch::Tensor next_position;      // (B) int64
   int64_t length = 0;               // slots filled so far
   int64_t capacity = 0;
+  bool has_holes = false;           // some filled slot is padding (decoding then needs a key mask)
+
+  int64_t batch() const { return next_position.size(0); }
+  // Keeps rows `rows` (ascending int64 indices on the cache's device), in that order, as rows
+  // 0..rows.size(0)-1; the others are dropped. No reallocation of the key/value buffers.
+  void keep_rows(const torch::Tensor& rows);
 };
 
 // One transformer block's weights, by name; optional parts are undefined tensors when the family
@@ -53,21 +62,33 @@ class LlamaModel {
   const std::vector<torch::Tensor>& parameters() const { return params_; }
   void set_requires_grad(bool requires_grad);
 
-  // Full forward. tokens: (B, T) int64. valid: (B, T) bool marking real tokens, or undefined for
-  // "all real". Right padding needs no mask (causal attention never looks right); left padding
-  // passes `valid`, and rotary positions then count real tokens only. Returns (B, T, V) float32.
+  // Full forward. tokens: (B, T) int64 on the weights' device. valid: (B, T) bool marking real
+  // tokens, or undefined for "all real". Right padding needs no mask (causal attention never looks
+  // right); left padding passes `valid`, and rotary positions then count real tokens only. Rows
+  // whose real tokens form one run (left and/or right padding) are rotated to start at 0 and run
+  // causally without a mask; other patterns get a (B, 1, T, T) mask. Outputs at padding positions
+  // are unspecified. Returns (B, T, V) float32. With model.activation_checkpointing and gradients
+  // on, each layer's activations are recomputed in the backward pass instead of kept.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& valid = {}) const;
 
   KVCache new_cache(int64_t batch, int64_t capacity) const;
-  // Appends tokens (B, S) to the cache and returns their logits (B, S, V) float32; equal to the
-  // matching rows of forward() on the whole sequence.
-  torch::Tensor forward_cached(const torch::Tensor& tokens, KVCache& cache,
-                               const torch::Tensor& valid = {}) const;
+  // Appends tokens (B, S) to the cache and returns their logits (B, S, V) float32, or only the
+  // last position's (B, 1, V) with `last_only`; equal to the matching rows of forward() on the
+  // whole sequence.
+  torch::Tensor forward_cached(const torch::Tensor& tokens, KVCache& cache, const torch::Tensor& valid = {},
+                               bool last_only = false) const;
+
+  // One transformer block (public for the activation-checkpointing backward): x (B, T, D), rotary
+  // tables cos/sin (B, 1, T, hd), attention mask (B|1, 1, T, Tk) bool or undefined with `causal`.
+  torch::Tensor block(int64_t layer, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                      const torch::Tensor& mask, bool causal, KVCache* cache) const;
+  const LayerWeights& layer_weights(int64_t layer) const { return layers_[std::size_t(layer)]; }
 
  private:
-  // The shared body: x positions (B, T), attention mask (B, 1, T, Tk) bool.
-  torch::Tensor run(const torch::Tensor& tokens, const torch::Tensor& positions,
-                    const torch::Tensor& mask, KVCache* cache) const;
+  // Hidden states after the last block (B, T, D) for tokens at rotary `positions` (B, T).
+  torch::Tensor hidden(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& mask,
+                       bool causal, KVCache* cache) const;
+  torch::Tensor head(const torch::Tensor& x) const;  // final norm + LM head -> (B, T, V) float32
   const torch::Tensor& param(const std::string& name) const;  // by layout name; must exist
 
   ModelConfig config_;

@@ -75,6 +75,7 @@ struct ModelConfig {
   bool qk_norm = false;        // per-head RMSNorm of queries and keys before RoPE (Qwen3)
   int64_t sliding_window = 0;  // attention looks back at most this many tokens; 0 = unlimited
   double init_std = 0.02;      // std of the normal init of weight matrices (training from scratch)
+  bool activation_checkpointing = false;  // recompute each layer in the backward pass instead of keeping its activations
 
   int64_t head_dim() const { return head_size > 0 ? head_size : (n_heads > 0 ? dim / n_heads : 0); }
 
@@ -98,6 +99,9 @@ struct ModelConfig {
     v("qk_norm", qk_norm, "per-head RMSNorm of queries and keys before RoPE (Qwen3)");
     v("sliding_window", sliding_window, "attention looks back at most this many tokens (0 = unlimited)");
     v("init_std", init_std, "std of the normal initialization of weight matrices");
+    v("activation_checkpointing", activation_checkpointing,
+      "keep only each layer's input in training forwards and recompute the layer in the backward pass "
+      "(less activation memory, about one more forward of compute)");
   }
 };
 

@@ -1,6 +1,7 @@
 // Rollout engine: batched sampling from the policy with a KV cache (or full recompute, for
-// benchmarks and checks). Temperature, top-k, top-p, max new tokens, stop at EOS; keeps each
-// sampled token's log-probability and each sequence's finish reason.
+// benchmarks and checks) on the weights' device. Temperature, top-k, top-p, max new tokens, stop at
+// EOS (finished rows leave the decode batch); keeps each sampled token's log-probability and each
+// sequence's finish reason. Tokens are drawn by inverse CDF from counter-based uniforms.
 #pragma once
 
 #include <torch/types.h>
@@ -34,17 +35,26 @@ struct GenerateOptions {
   int32_t eos_id = -1;     // stop token (< 0: none)
   int32_t pad_id = 0;      // fills left padding; never attended
   bool use_cache = true;   // false: recompute the whole sequence every step (reference path)
-  // Optional (B, max_new_tokens) uniforms in [0, 1): token t of row b is drawn by inverse CDF with
-  // uniforms[b][t] instead of from the generator, so a row's sample does not depend on which other
-  // rows share its batch (data-parallel ranks draw the global batch's uniforms and take their rows).
+  bool drop_finished = true;  // rows that sampled EOS leave the decode batch (KV cache rows compacted)
+  // Optional (B, >= max_new_tokens) uniforms in [0, 1): token t of row b is the first whose
+  // cumulative probability exceeds uniforms[b][t] (inverse CDF), so a row's sample does not depend on
+  // which other rows share its batch. Data-parallel GRPO passes sampling_uniforms() of its global
+  // rows. Undefined: the uniforms of rows 0..B-1 at step 0 under a seed drawn from the generator.
   torch::Tensor uniforms;
 };
 
-// Samples one completion per prompt. Prompts may differ in length (they are left padded).
-// Deterministic for a given generator state.
+// Samples one completion per prompt. Prompts may differ in length (they are left padded). Runs on
+// the model's device; the host sees one flag per decode step (all rows finished?) when an EOS is
+// set, and the results once at the end. Deterministic for given uniforms (or generator state).
 std::vector<Completion> generate(const model::LlamaModel& model,
                                  const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerateOptions& options, at::Generator generator);
+
+// (rows, tokens) float32 uniforms on `device`: element [i][t] is sampling_uniform(seed, step,
+// global_rows[i], t) (unstuck/rollout/sampling_uniform.h). A rank passes its own global rows, so
+// every rank samples what a single process would.
+torch::Tensor sampling_uniforms(uint64_t seed, int64_t step, const std::vector<int64_t>& global_rows,
+                                int64_t tokens, const torch::Device& device);
 
 // Throws UserError naming rollout.<field> for out-of-range sampling options.
 void validate_sampling(const SamplingConfig& config);
