@@ -4,31 +4,31 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <torch/version.h>
+
 #include <cstdlib>
+#include <string>
 
 #include "dist/rendezvous.h"
 #include "unstuck/dist/communicator.h"
 
-// The PyPI wheel ships ProcessGroupGloo.hpp but not the gloo headers it includes, so the exported
-// entry points we call are declared here, with the members of ProcessGroupGloo::Options in the
-// header's order (we set `devices`). The object is only ever used through c10d::Backend, and it is
-// allocated with room to spare (kReserved) because its real size is not visible here.
-namespace gloo::transport {
-class Device;
-}
+// The PyPI wheel ships ProcessGroupGloo.hpp but not the gloo headers it includes, so the few
+// exported entry points we call are declared here. Nothing of the classes' layouts is relied on
+// (the members of ProcessGroupGloo::Options moved between releases: global_ranks_in_group went to
+// Backend::Options), so the declaration holds for every libtorch with these signatures (our pin
+// 2.14 and the GPU machine's 2.11; scripts/gpu_check.sh compiles against the latter): the options
+// come from create_default(), which reads
+// GLOO_SOCKET_IFNAME, and the object is allocated with room to spare (kReserved) because its real
+// size is not visible here. It is only ever used through c10d::Backend.
 namespace c10d {
 class ProcessGroupGloo : public Backend {
  public:
   struct Options : public Backend::Options {
     explicit Options(std::chrono::milliseconds timeout);
     static c10::intrusive_ptr<Options> create_default(std::chrono::milliseconds timeout);
-    std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
-    int threads{2};
   };
-  static std::shared_ptr<::gloo::transport::Device> createDeviceForHostname(const std::string& hostname,
-                                                                            bool lazyInit);
-  static std::shared_ptr<::gloo::transport::Device> createDeviceForInterface(const std::string& interface,
-                                                                             bool lazyInit);
   ProcessGroupGloo(const c10::intrusive_ptr<Store>& store, int rank, int size, c10::intrusive_ptr<Options> options);
   ~ProcessGroupGloo() override;
 
@@ -59,21 +59,49 @@ bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
+// Name of this machine's loopback interface ("lo" on Linux), "" if none is up.
+std::string loopback_interface() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string name;
+  for (ifaddrs* a = list; a; a = a->ifa_next)
+    if ((a->ifa_flags & IFF_LOOPBACK) && (a->ifa_flags & IFF_UP) && a->ifa_name) {
+      name = a->ifa_name;
+      break;
+    }
+  freeifaddrs(list);
+  return name;
+}
+
+// Gloo options as torch.distributed makes them: GLOO_SOCKET_IFNAME when set, else (for a
+// single-machine run) the loopback interface, else the address this host's name resolves to.
+// create_default() reads the variable, so for the loopback case it is set for the duration of the
+// call and removed again.
+c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> gloo_options(const LaunchEnv& env,
+                                                                 std::chrono::milliseconds timeout) {
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  const std::string lo = (ifname && *ifname) || !is_loopback(env.master_addr) ? "" : loopback_interface();
+  if (lo.empty()) return c10d::ProcessGroupGloo::Options::create_default(timeout);
+  setenv("GLOO_SOCKET_IFNAME", lo.c_str(), 1);
+  try {
+    auto options = c10d::ProcessGroupGloo::Options::create_default(timeout);
+    unsetenv("GLOO_SOCKET_IFNAME");
+    return options;
+  } catch (...) {
+    unsetenv("GLOO_SOCKET_IFNAME");
+    throw;
+  }
+}
+
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(const LaunchEnv& env, double timeout_s)
       : Communicator(env.rank, env.world_size), env_(env), timeout_s_(timeout_s) {
     store_ = connect_store(env, timeout_s);
     const auto timeout = std::chrono::milliseconds(int64_t(timeout_s * 1000));
-    auto options = c10d::ProcessGroupGloo::Options::create_default(timeout);
-    // Same interface choice as torch.distributed: GLOO_SOCKET_IFNAME, else the loopback device for
-    // a single-machine run, else the address this host's name resolves to.
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
-      options->devices = {c10d::ProcessGroupGloo::createDeviceForInterface(ifname, false)};
-    else if (is_loopback(env.master_addr))
-      options->devices = {c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1", false)};
     try {
-      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world_size, options);
+      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world_size,
+                                                           gloo_options(env, timeout));
     } catch (const std::exception& e) {
       fail("connecting the gloo process group", e);
     }
@@ -87,11 +115,19 @@ class GlooCommunicator final : public Communicator {
   }
   void do_reduce_scatter(const void* input, void* output, std::size_t count, DataType type) override {
     at::Tensor in = wrap(input, count * std::size_t(world_size()), type), out = wrap(output, count, type);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
     run("reduce_scatter", [&] { return group_->reduce_scatter_single(out, in); });
+#else  // the older name (still there, deprecated, in 2.14)
+    run("reduce_scatter", [&] { return group_->_reduce_scatter_base(out, in); });
+#endif
   }
   void do_all_gather(const void* input, void* output, std::size_t count, DataType type) override {
     at::Tensor in = wrap(input, count, type), out = wrap(output, count * std::size_t(world_size()), type);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
     run("all_gather", [&] { return group_->all_gather_single(out, in); });
+#else
+    run("all_gather", [&] { return group_->_allgather_base(out, in); });
+#endif
   }
   void do_broadcast(void* data, std::size_t count, DataType type, int root) override {
     std::vector<at::Tensor> t{wrap(data, count, type)};

@@ -1,7 +1,9 @@
 // NCCL backend through NCCL's own API: ncclCommInitRank with the unique id that rank 0 publishes in
-// the TCP store, one CUDA stream on the GPU of LOCAL_RANK. The trainer's flat buffers live in host
-// memory, so each collective stages them through a device buffer (grown on demand); a collective
-// that does not finish within dist.timeout_s aborts the communicator and names the silent ranks.
+// the TCP store, one CUDA stream on the GPU of LOCAL_RANK. Device buffers (a trainer on CUDA) go to
+// NCCL as they are, after the communicator's stream waits for the work already queued on the
+// default stream; host buffers (a CPU trainer, small flags and counts) are staged through a device
+// buffer grown on demand. A collective that does not finish within dist.timeout_s aborts the
+// communicator and names the silent ranks.
 #include "unstuck/dist/communicator.h"
 
 #include "unstuck/common/cuda_info.h"
@@ -70,23 +72,34 @@ class NcclCommunicator final : public Communicator {
     }
     check_nccl(ncclCommInitRank(&comm_, env.world_size, id, env.rank), "ncclCommInitRank");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~NcclCommunicator() override {
     if (buffer_) cudaFree(buffer_);
     if (comm_) ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
+    if (ready_) cudaEventDestroy(ready_);
   }
   const char* backend_name() const override { return "nccl"; }
 
  protected:
   void do_all_reduce(void* data, std::size_t count, DataType type) override {
     const std::size_t bytes = count * element_size(type);
+    if (on_device(data)) {
+      run("all_reduce", [&] { return ncclAllReduce(data, data, count, nccl_type(type), ncclSum, comm_, stream_); });
+      return;
+    }
     char* d = stage_in(data, bytes, bytes);
     run("all_reduce", [&] { return ncclAllReduce(d, d, count, nccl_type(type), ncclSum, comm_, stream_); });
     stage_out(data, d, bytes);
   }
   void do_reduce_scatter(const void* input, void* output, std::size_t count, DataType type) override {
     const std::size_t out_bytes = count * element_size(type), in_bytes = out_bytes * std::size_t(world_size());
+    if (on_device(input, output)) {
+      run("reduce_scatter",
+          [&] { return ncclReduceScatter(input, output, count, nccl_type(type), ncclSum, comm_, stream_); });
+      return;
+    }
     char* d = stage_in(input, in_bytes, in_bytes + out_bytes);
     char* out = d + in_bytes;
     run("reduce_scatter", [&] { return ncclReduceScatter(d, out, count, nccl_type(type), ncclSum, comm_, stream_); });
@@ -94,6 +107,10 @@ class NcclCommunicator final : public Communicator {
   }
   void do_all_gather(const void* input, void* output, std::size_t count, DataType type) override {
     const std::size_t in_bytes = count * element_size(type), out_bytes = in_bytes * std::size_t(world_size());
+    if (on_device(input, output)) {
+      run("all_gather", [&] { return ncclAllGather(input, output, count, nccl_type(type), comm_, stream_); });
+      return;
+    }
     // In place: this rank's piece already sits at its slot of the output.
     char* d = stage_in(nullptr, 0, out_bytes);
     char* mine = d + in_bytes * std::size_t(rank());
@@ -103,6 +120,10 @@ class NcclCommunicator final : public Communicator {
   }
   void do_broadcast(void* data, std::size_t count, DataType type, int root) override {
     const std::size_t bytes = count * element_size(type);
+    if (on_device(data)) {
+      run("broadcast", [&] { return ncclBroadcast(data, data, count, nccl_type(type), root, comm_, stream_); });
+      return;
+    }
     char* d = stage_in(data, bytes, bytes);
     run("broadcast", [&] { return ncclBroadcast(d, d, count, nccl_type(type), root, comm_, stream_); });
     stage_out(data, d, bytes);
@@ -127,8 +148,25 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
     wait("copy back");
   }
+  // True when `p` (and `q`, if given) is device memory; a mix of host and device is an error.
+  static bool on_device(const void* p, const void* q = nullptr) {
+    const auto device = [](const void* x) {
+      cudaPointerAttributes a{};
+      if (cudaPointerGetAttributes(&a, x) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky "invalid value" of a plain host pointer
+        return false;
+      }
+      return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+    };
+    const bool a = device(p);
+    if (q && device(q) != a) throw std::invalid_argument("NCCL collective: one buffer on the device, the other on the host");
+    return a;
+  }
   template <class F>
   void run(const char* what, F&& launch) {
+    // Work queued on the legacy default stream (libtorch's, our kernels') comes first.
+    check_cuda(cudaEventRecord(ready_, cudaStreamLegacy), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
     const ncclResult_t r = launch();
     if (r != ncclSuccess) fail(what, ncclGetErrorString(r));
     wait(what);
@@ -158,6 +196,7 @@ class NcclCommunicator final : public Communicator {
   c10::intrusive_ptr<c10d::Store> store_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
   void* buffer_ = nullptr;
   std::size_t capacity_ = 0;
 };

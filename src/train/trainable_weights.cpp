@@ -1,6 +1,7 @@
 // Flat trainable state: gradient collection, loss-scaler handling, clipping and the fused AdamW step
 // that rounds the master into the compute weights; with several ranks, the ZeRO-1 sharding of that
 // step (reduce-scatter of the gradient, update of the own shard, all-gather of the compute weights).
+// A master on a CUDA device keeps every buffer there and runs the CUDA kernels (same bits).
 #include "unstuck/train/trainable_weights.h"
 
 #include <ATen/ATen.h>
@@ -8,7 +9,11 @@
 
 #include <cmath>
 
+#include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
+#if defined(UNSTUCK_HAVE_CUDA)
+#include "unstuck/precision/cuda_kernels.h"
+#endif
 
 namespace unstuck::train {
 namespace {
@@ -38,6 +43,22 @@ torch::ScalarType compute_dtype(precision::RoundMode mode) {
   return torch::kFloat32;
 }
 
+bool TrainableWeights::on_device() const { return master_.is_cuda(); }
+
+void TrainableWeights::materialize_compute(const torch::Tensor& full_master) {
+  const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
+  if (on_device()) {
+#if defined(UNSTUCK_HAVE_CUDA)
+    // The legacy default stream: libtorch's current stream unless a caller set another.
+    precision::materialize_cuda(full_master.data_ptr<float>(), compute_.data_ptr(), std::size_t(total_),
+                                round_mode_, key, 0, nullptr);
+#endif
+    return;
+  }
+  precision::materialize(full_master.data_ptr<float>(), compute_.data_ptr(), std::size_t(total_), round_mode_,
+                         key, 0, {precision_.threads});
+}
+
 TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
                                    const precision::PrecisionConfig& precision,
                                    uint64_t rounding_seed, dist::Communicator* comm)
@@ -51,6 +72,17 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
                     " elements");
   master = master.contiguous();
   const int64_t world = world_of(comm_), rank = comm_ ? comm_->rank() : 0;
+  if (master.is_cuda()) {
+    if (!cuda_compiled())
+      throw UserError("trainable weights: the master is on " + master.device().str() +
+                      " but this build has no CUDA kernels (configure with UNSTUCK_CUDA=ON)");
+    if (world > 1 && std::string(comm_->backend_name()) != "nccl")
+      throw UserError(std::string("trainable weights on ") + master.device().str() + " need dist.backend nccl, not " +
+                      comm_->backend_name() + " (Gloo moves host buffers only)");
+  } else if (!master.is_cpu()) {
+    throw UserError("trainable weights: unsupported device " + master.device().str() + " (cpu or cuda)");
+  }
+  const torch::TensorOptions f32 = torch::TensorOptions().dtype(torch::kFloat32).device(master.device());
   total_ = layout.total;
   const int64_t blocks = (total_ + kNormBlock - 1) / kNormBlock;
   shard_size_ = (blocks + world - 1) / world * kNormBlock;
@@ -59,15 +91,15 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
   master_ = master.narrow(0, shard_begin_, owned_).clone();
   exp_avg_ = torch::zeros_like(master_);
   exp_avg_sq_ = torch::zeros_like(master_);
-  grad_ = torch::zeros({world * shard_size_}, torch::kFloat32);
-  grad_shard_ = world == 1 ? grad_ : torch::zeros({shard_size_}, torch::kFloat32);
-  compute_all_ = torch::zeros({world * shard_size_}, compute_dtype(round_mode_));
+  grad_ = torch::zeros({world * shard_size_}, f32);
+  grad_shard_ = world == 1 ? grad_ : torch::zeros({shard_size_}, f32);
+  compute_all_ = torch::zeros({world * shard_size_}, f32.dtype(compute_dtype(round_mode_)));
   compute_ = compute_all_.narrow(0, 0, total_);
-  precision::materialize(master.data_ptr<float>(), compute_.data_ptr(), std::size_t(total_), round_mode_,
-                         {rounding_seed_, 0}, 0, {precision_.threads});
-  // FP16 has no fast CPU kernels: compute in FP32 on the FP16-rounded weights (DESIGN.md).
+  materialize_compute(master);
+  // FP16 has no fast CPU kernels: compute in FP32 on the FP16-rounded weights (DESIGN.md). CUDA
+  // computes in FP16 natively.
   const bool fp32_forward = precision_.compute == precision::ComputeMode::fp32 ||
-                            compute_.scalar_type() == torch::kHalf;
+                            (compute_.scalar_type() == torch::kHalf && !master.is_cuda());
   forward_ = fp32_forward && compute_.scalar_type() != torch::kFloat32 ? compute_.to(torch::kFloat32)
                                                                        : compute_;
   model_ = std::make_unique<model::LlamaModel>(config, forward_);
@@ -92,9 +124,7 @@ void TrainableWeights::restore(const torch::Tensor& master, const torch::Tensor&
   grad_.zero_();
   adam_step_ = optimizer_steps;
   scaler_->load_state(scaler);
-  const torch::Tensor full = master.contiguous();
-  precision::materialize(full.data_ptr<float>(), compute_.data_ptr(), std::size_t(total_), round_mode_,
-                         {rounding_seed_, uint64_t(adam_step_)}, 0, {precision_.threads});
+  materialize_compute(master.to(master_.device()).contiguous());
   refresh_forward_weights();
 }
 
@@ -102,7 +132,7 @@ FullOptimizerState TrainableWeights::gather_state() const {
   if (world_of(comm_) == 1) return {master_, exp_avg_, exp_avg_sq_};
   const auto gather = [&](const torch::Tensor& shard) {
     const torch::Tensor mine = padded(shard, shard_size_);
-    torch::Tensor all = torch::empty({comm_->world_size() * shard_size_}, torch::kFloat32);
+    torch::Tensor all = torch::empty({comm_->world_size() * shard_size_}, shard.options());
     comm_->all_gather(mine.data_ptr<float>(), all.data_ptr<float>(), std::size_t(shard_size_), dist::DataType::f32);
     return all.narrow(0, 0, total_);
   };
@@ -133,6 +163,7 @@ void TrainableWeights::add_flat_grad(const torch::Tensor& grad) {
 
 double TrainableWeights::reduced_grad_norm() const {
   const int64_t blocks = shard_size_ / kNormBlock;
+  if (on_device()) return std::sqrt(device_grad_sumsq(blocks));
   std::vector<double> partial(std::size_t(blocks), 0.0);
   const float* g = grad_shard_.data_ptr<float>();
   at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
@@ -150,9 +181,36 @@ double TrainableWeights::reduced_grad_norm() const {
   return std::sqrt(sum);
 }
 
+// Device path of reduced_grad_norm(): per-block sums on the device (fixed order), gathered over the
+// ranks on the device, then one copy of the (W * blocks) partial sums to the host, summed in the
+// same order as on the CPU.
+double TrainableWeights::device_grad_sumsq(int64_t blocks) const {
+  torch::Tensor partial = torch::empty({blocks}, grad_shard_.options().dtype(torch::kFloat64));
+#if defined(UNSTUCK_HAVE_CUDA)
+  precision::block_sumsq_cuda(grad_shard_.data_ptr<float>(), std::size_t(blocks), std::size_t(kNormBlock),
+                              partial.data_ptr<double>(), nullptr);
+#endif
+  torch::Tensor all = partial;
+  if (world_of(comm_) > 1) {
+    all = torch::empty({blocks * world_of(comm_)}, partial.options());
+    comm_->all_gather(partial.data_ptr<double>(), all.data_ptr<double>(), std::size_t(blocks), dist::DataType::f64);
+  }
+  const torch::Tensor host = all.cpu();
+  const double* p = host.data_ptr<double>();
+  double sum = 0;
+  for (int64_t i = 0; i < host.numel(); ++i) sum += p[i];
+  return sum;
+}
+
 bool TrainableWeights::any_nonfinite_grad() const {
-  const bool mine = precision::found_nonfinite(grad_shard_.data_ptr<float>(), std::size_t(owned_),
-                                               {precision_.threads});
+  bool mine = false;
+  if (on_device()) {
+#if defined(UNSTUCK_HAVE_CUDA)
+    mine = precision::count_nonfinite_cuda(grad_shard_.data_ptr<float>(), std::size_t(owned_), nullptr) > 0;
+#endif
+  } else {
+    mine = precision::found_nonfinite(grad_shard_.data_ptr<float>(), std::size_t(owned_), {precision_.threads});
+  }
   return comm_ && comm_->world_size() > 1 ? comm_->any(mine) : mine;
 }
 
@@ -219,8 +277,15 @@ OptimizerStepStats TrainableWeights::optimizer_step(const precision::OptimConfig
                                         uint64_t(shard_begin_)};
   std::vector<std::size_t> tensor_index;
   const std::vector<precision::Segment> segments = shard_segments(&tensor_index);
-  const precision::AdamWStepStats s = precision::fused_adamw_step(
-      buffers, segments, hyper, round_mode_, {rounding_seed_, uint64_t(adam_step_)}, {precision_.threads});
+  const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
+  precision::AdamWStepStats s;
+  if (on_device()) {
+#if defined(UNSTUCK_HAVE_CUDA)
+    s = precision::fused_adamw_cuda(buffers, segments, hyper, round_mode_, key, nullptr);
+#endif
+  } else {
+    s = precision::fused_adamw_step(buffers, segments, hyper, round_mode_, key, {precision_.threads});
+  }
   std::vector<int64_t> changed(layout().entries.size(), 0);
   for (std::size_t k = 0; k < segments.size(); ++k) changed[tensor_index[k]] += int64_t(s.changed[k]);
 

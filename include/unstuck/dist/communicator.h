@@ -90,7 +90,8 @@ std::unique_ptr<Communicator> make_communicator(const DistConfig& config, const 
 // Backends, for tests and benchmarks that want a particular one.
 std::unique_ptr<Communicator> make_single_process_communicator();
 std::unique_ptr<Communicator> make_gloo_communicator(const LaunchEnv& env, double timeout_s);
-// Buffers stay in host memory; the NCCL backend stages them through the GPU of LOCAL_RANK.
+// NCCL on the GPU of LOCAL_RANK: device buffers are used in place (no host staging), host buffers
+// are staged through the GPU. Gloo and the single-process backend take host buffers only.
 std::unique_ptr<Communicator> make_nccl_communicator(const LaunchEnv& env, double timeout_s);
 // Why NCCL cannot run here ("" when it can): not compiled in, or no usable GPU.
 std::string nccl_unavailable_reason();

@@ -37,4 +37,11 @@ inline AdamWStepStats fused_adamw_cuda(const AdamWBuffers& buffers,
 // Number of elements of x[0, n) that are NaN or +-Inf. Waits for `stream`.
 std::size_t count_nonfinite_cuda(const float* x, std::size_t n, void* stream = nullptr);
 
+// out[b] = sum of x[b * block_len + i]^2 over i < block_len, in double, for b < blocks (device
+// pointers; x holds blocks * block_len elements). The order of the additions is fixed by block_len
+// alone, so a block's sum does not depend on the launch, the stream or the rest of the buffer.
+// Asynchronous on `stream`.
+void block_sumsq_cuda(const float* x, std::size_t blocks, std::size_t block_len, double* out,
+                      void* stream = nullptr);
+
 }  // namespace unstuck::precision

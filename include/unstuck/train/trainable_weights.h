@@ -8,6 +8,9 @@
 // it, runs the fused AdamW with rounding there, and all-gathers the rounded compute weights, so
 // every rank holds the full compute weights. Stochastic rounding is keyed by the global element
 // index, so the result is bit-identical to the unsharded step.
+// A master on a CUDA device keeps every buffer on that device and runs the CUDA fused AdamW +
+// rounding kernels, a device gradient norm and a device non-finite check; the rounded bits equal
+// the CPU's for the same inputs (docs/PRECISION.md). Several ranks on CUDA need the NCCL backend.
 #pragma once
 
 #include <torch/types.h>
@@ -42,7 +45,8 @@ struct FullOptimizerState {
 class TrainableWeights {
  public:
   // `master` (FP32, layout.total elements, the same on every rank) becomes the master copy; this
-  // rank keeps its shard. Compute weights are materialized from it (step 0). `rounding_seed` keys
+  // rank keeps its shard. Compute weights are materialized from it (step 0). Every buffer lives
+  // on `master`'s device (CPU or CUDA). `rounding_seed` keys
   // stochastic rounding. `comm` (optional, outlives this object): the ranks sharing the state;
   // without one the state is not sharded.
   TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
@@ -61,6 +65,8 @@ class TrainableWeights {
   FullOptimizerState gather_state() const;
   const precision::LossScalerState& scaler_state() const { return scaler_->state(); }
   const torch::Tensor& compute() const { return compute_; }
+  // True when the state lives on a CUDA device.
+  bool on_device() const;
   precision::RoundMode round_mode() const { return round_mode_; }
   torch::ScalarType forward_dtype() const { return forward_.scalar_type(); }
   // Multiplier for the loss before backward (1 outside the FP16 modes).
@@ -84,6 +90,10 @@ class TrainableWeights {
 
  private:
   void refresh_forward_weights();
+  // Rounds the full master (layout.total elements, on this state's device) into the compute
+  // weights with the key of the current optimizer step.
+  void materialize_compute(const torch::Tensor& full_master);
+  double device_grad_sumsq(int64_t blocks) const;
   // Global L2 norm of the reduced gradient, summed in a fixed order whatever the world size.
   double reduced_grad_norm() const;
   bool any_nonfinite_grad() const;

@@ -1,0 +1,176 @@
+// TrainableWeights and the device-independent SR key: on the CPU, the compute weights the trainer
+// materializes and updates carry exactly the bits of round_math.h's per-element functions keyed by
+// (rounding seed, optimizer step, global index), which is what every CUDA kernel computes; on a
+// CUDA device (skipped without one), the same run gives the CPU's master, moments and compute bits.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/model_shape.h"
+#include "unstuck/common/cuda_info.h"
+#include "unstuck/common/error.h"
+#include "unstuck/precision/round_math.h"
+#include "unstuck/train/trainable_weights.h"
+
+namespace unstuck::train {
+namespace {
+
+constexpr uint64_t kSeed = 0x5EEDF00DCAFEull;  // both 32-bit halves matter to the Philox key
+
+// ~40K parameters: more than two norm blocks, segments that start inside SR tiles.
+model::ModelConfig shape() { return unstuck::testing::model_shape(48, 64, 2, 4, 2, 96, 16); }
+
+torch::Tensor start_master() {
+  const int64_t total = model::llama_layout(shape()).total;
+  return torch::randn({total}, at::make_generator<at::CPUGeneratorImpl>(3)) * 0.05;
+}
+
+torch::Tensor step_grad(int k) {
+  const int64_t total = model::llama_layout(shape()).total;
+  return torch::randn({total}, at::make_generator<at::CPUGeneratorImpl>(40 + k)) * 1e-2;
+}
+
+precision::PrecisionConfig precision_of(precision::PrecisionMode mode) {
+  precision::PrecisionConfig pc;
+  pc.mode = mode;
+  pc.threads = 2;
+  return pc;
+}
+
+// Reference bits of element i: the scalar functions the CUDA kernels call.
+uint16_t reference_bits(precision::RoundMode mode, float x, uint64_t step, uint64_t i) {
+  using namespace precision;
+  switch (mode) {
+    case RoundMode::bf16_sr: return bf16_sr(x, sr_bits_bf16(kSeed, step, i));
+    case RoundMode::fp16_sr: return fp16_sr(x, sr_bits_fp16(kSeed, step, i));
+    case RoundMode::bf16_rn: return bf16_rn(x);
+    case RoundMode::fp16_rn: return fp16_rn(x);
+    case RoundMode::fp32: break;
+  }
+  return 0;
+}
+
+void expect_reference_bits(const TrainableWeights& w, uint64_t step, const std::string& what) {
+  const torch::Tensor master = w.master().contiguous();
+  const torch::Tensor bits = w.compute().view(torch::kShort).contiguous();
+  const float* m = master.data_ptr<float>();
+  const auto* b = reinterpret_cast<const uint16_t*>(bits.data_ptr<int16_t>());
+  int64_t wrong = 0, first = -1;
+  for (int64_t i = 0; i < master.numel(); ++i)
+    if (b[i] != reference_bits(w.round_mode(), m[i], step, uint64_t(i)) && wrong++ == 0) first = i;
+  EXPECT_EQ(wrong, 0) << what << ": first differing element " << first;
+}
+
+class DeviceIndependentKey : public ::testing::TestWithParam<precision::PrecisionMode> {};
+
+// The trainer's rounding is keyed by (seed, step, global index) and nothing else: after the
+// construction (step 0), each optimizer step and a restore, the compute weights equal the per-element
+// reference computed from the master alone.
+TEST_P(DeviceIndependentKey, TrainerBitsAreThePerElementReference) {
+  TrainableWeights w(shape(), start_master(), precision_of(GetParam()), kSeed);
+  expect_reference_bits(w, 0, "after construction");
+  precision::OptimConfig oc;
+  oc.weight_decay = 0.1;
+  for (int k = 1; k <= 2; ++k) {
+    w.add_flat_grad(step_grad(k));
+    w.optimizer_step(oc, 1e-3);
+    expect_reference_bits(w, uint64_t(k), "after step " + std::to_string(k));
+  }
+  TrainableWeights r(shape(), start_master(), precision_of(GetParam()), kSeed);
+  r.restore(w.master(), w.exp_avg(), w.exp_avg_sq(), w.optimizer_steps(), w.scaler_state());
+  expect_reference_bits(r, 2, "after restore");
+  EXPECT_TRUE(torch::equal(r.compute(), w.compute()));
+}
+
+INSTANTIATE_TEST_SUITE_P(SrModes, DeviceIndependentKey,
+                         ::testing::Values(precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16_sr,
+                                           precision::PrecisionMode::bf16, precision::PrecisionMode::fp16),
+                         [](const auto& info) {
+                           for (const auto& [m, name] : precision::kPrecisionModeNames)
+                             if (m == info.param) return std::string(name);
+                           return std::string("?");
+                         });
+
+struct Run {
+  torch::Tensor master, exp_avg, exp_avg_sq, compute;
+  std::vector<double> norms;
+  std::vector<uint64_t> changed;
+};
+
+// Three AdamW steps from the same master and gradients on `device`. Clipping is off (grad_clip 0)
+// so the update's inputs are identical on both devices; the norm is compared with a tolerance.
+Run run_on(torch::Device device, precision::PrecisionMode mode) {
+  TrainableWeights w(shape(), start_master().to(device), precision_of(mode), kSeed);
+  precision::OptimConfig oc;
+  oc.grad_clip = 0;
+  oc.weight_decay = 0.1;
+  Run r;
+  for (int k = 1; k <= 3; ++k) {
+    w.add_flat_grad(step_grad(k).to(device));
+    const OptimizerStepStats s = w.optimizer_step(oc, 1e-3);
+    r.norms.push_back(s.grad_norm);
+    r.changed.push_back(s.changed);
+  }
+  const FullOptimizerState st = w.gather_state();
+  r.master = st.master.cpu();
+  r.exp_avg = st.exp_avg.cpu();
+  r.exp_avg_sq = st.exp_avg_sq.cpu();
+  r.compute = w.compute().cpu();
+  return r;
+}
+
+class CudaTrainableWeights : public ::testing::TestWithParam<precision::PrecisionMode> {};
+
+TEST_P(CudaTrainableWeights, GivesTheCpuBitsForTheSameInputs) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
+  const Run cpu = run_on(torch::kCPU, GetParam());
+  const Run gpu = run_on(torch::Device(torch::kCUDA, 0), GetParam());
+  const auto same_bits = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return a.element_size() == 2 ? torch::equal(a.view(torch::kShort), b.view(torch::kShort))
+                                 : torch::equal(a.view(torch::kInt), b.view(torch::kInt));
+  };
+  EXPECT_TRUE(same_bits(cpu.master, gpu.master));
+  EXPECT_TRUE(same_bits(cpu.exp_avg, gpu.exp_avg));
+  EXPECT_TRUE(same_bits(cpu.exp_avg_sq, gpu.exp_avg_sq));
+  EXPECT_TRUE(same_bits(cpu.compute, gpu.compute));
+  EXPECT_EQ(cpu.changed, gpu.changed);
+  for (std::size_t k = 0; k < cpu.norms.size(); ++k)
+    EXPECT_NEAR(gpu.norms[k], cpu.norms[k], 1e-12 * cpu.norms[k]) << "step " << k + 1;
+}
+
+TEST_P(CudaTrainableWeights, NonFiniteGradientIsFoundOnTheDevice) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
+  TrainableWeights w(shape(), start_master().cuda(), precision_of(GetParam()), kSeed);
+  torch::Tensor g = torch::zeros({w.layout().total});
+  g[w.layout().entries.back().offset] = std::numeric_limits<float>::infinity();
+  w.add_flat_grad(g.cuda());
+  precision::OptimConfig oc;
+  if (precision::uses_loss_scaling(GetParam())) {
+    EXPECT_TRUE(w.optimizer_step(oc, 1e-3).skipped);
+  } else {
+    try {
+      w.optimizer_step(oc, 1e-3);
+      FAIL() << "expected a UserError";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(w.layout().entries.back().name), std::string::npos) << e.what();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CudaTrainableWeights,
+                         ::testing::Values(precision::PrecisionMode::fp32, precision::PrecisionMode::bf16,
+                                           precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16,
+                                           precision::PrecisionMode::fp16_sr),
+                         [](const auto& info) {
+                           for (const auto& [m, name] : precision::kPrecisionModeNames)
+                             if (m == info.param) return std::string(name);
+                           return std::string("?");
+                         });
+
+}  // namespace
+}  // namespace unstuck::train
