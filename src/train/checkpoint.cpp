@@ -13,6 +13,8 @@
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -32,17 +34,6 @@ std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   if (!in) throw UserError("checkpoint: cannot read '" + p.string() + "'");
   return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::string fnv1a64(const std::string& bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
 }
 
 void fsync_path(const fs::path& p) {
@@ -75,6 +66,17 @@ std::vector<fs::path> complete_checkpoints(const fs::path& root) {
 const char* kFiles[] = {"state.safetensors", "rng.bin", "trainer.json", "config.yaml"};
 
 }  // namespace
+
+std::string checkpoint_checksum(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64: offset basis and prime
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
 
 fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep) {
   for (const torch::Tensor* t : {&s.master, &s.exp_avg, &s.exp_avg_sq})
@@ -113,7 +115,7 @@ fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep) 
   for (const char* f : kFiles) {
     fsync_path(tmp / f);
     const std::string bytes = read_bytes(tmp / f);
-    manifest[f] = {{"bytes", bytes.size()}, {"fnv1a64", fnv1a64(bytes)}};
+    manifest[f] = {{"bytes", bytes.size()}, {"fnv1a64", checkpoint_checksum(bytes)}};
   }
   io::write_json_file(tmp / "manifest.json", manifest);  // last: its presence marks completeness
   fs::remove_all(final_dir);
@@ -133,7 +135,8 @@ fs::path latest_checkpoint(const fs::path& root) {
 namespace {
 
 // A JSON field of a checkpoint file, reached by `keys` (object members; names may hold dots) with its
-// type checked; errors name the file and the dotted key.
+// type checked; errors name the file and the dotted key. Integers must be stored as JSON integers
+// within the range of T (a float such as 1e300 is not silently truncated).
 template <class T>
 T field(const nlohmann::json& j, std::initializer_list<std::string> keys, const fs::path& file) {
   const nlohmann::json* at = &j;
@@ -144,11 +147,32 @@ T field(const nlohmann::json& j, std::initializer_list<std::string> keys, const 
       throw UserError("checkpoint file '" + file.string() + "': missing key '" + path + "'");
     at = &(*at)[key];
   }
-  try {
+  const auto wrong = [&](const std::string& what) {
+    return UserError("checkpoint file '" + file.string() + "': key '" + path + "' " + what);
+  };
+  if constexpr (std::is_integral_v<T>) {
+    if (!at->is_number_integer()) throw wrong("has the wrong type (" + std::string(at->type_name()) + "), expected an integer");
+    if (at->is_number_unsigned() ? at->get<uint64_t>() > uint64_t(std::numeric_limits<T>::max())
+                                 : at->get<int64_t>() < int64_t(std::numeric_limits<T>::min()))
+      throw wrong("is out of range: " + at->dump());
     return at->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw UserError("checkpoint file '" + file.string() + "': key '" + path + "' has the wrong type (" +
-                    at->type_name() + ")");
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    if (!at->is_array()) throw wrong("has the wrong type (" + std::string(at->type_name()) + "), expected a list");
+    T out;
+    out.reserve(at->size());
+    for (const nlohmann::json& v : *at) {
+      if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+        throw wrong("holds " + v.dump(-1).substr(0, 40) + " at index " + std::to_string(out.size()) +
+                    ", expected integers");
+      out.push_back(v.get<int64_t>());
+    }
+    return out;
+  } else {
+    try {
+      return at->get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw wrong("has the wrong type (" + std::string(at->type_name()) + ")");
+    }
   }
 }
 
@@ -159,6 +183,26 @@ void require(bool ok, const fs::path& file, const std::string& what) {
 // Bytes of a CPU generator's state in this libtorch (what rng.bin must hold).
 std::size_t sampling_rng_bytes() {
   return std::size_t(at::make_generator<at::CPUGeneratorImpl>(0).get_state().numel());
+}
+
+// Counters (steps, loss-scaler trackers) above this are not from a run (and step + 1 must not wrap).
+constexpr int64_t kMaxCounter = int64_t(1) << 53;
+// The loss scale and its reciprocal must be normal FP32 numbers (the optimizer unscales in FP32).
+constexpr double kMinScale = 0x1p-126, kMaxScale = 0x1p126;
+
+// Throws UserError (naming rng.bin) unless a CPU generator accepts `bytes` as its state: libtorch
+// checks the Mersenne Twister's position and seeded flag, and would otherwise throw on resume.
+void check_sampling_rng(const std::string& bytes, const fs::path& file) {
+  const torch::Tensor state =
+      torch::from_blob(const_cast<char*>(bytes.data()), {int64_t(bytes.size())}, torch::kUInt8).clone();
+  at::Generator probe = at::make_generator<at::CPUGeneratorImpl>(0);
+  try {
+    probe.set_state(state);
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    throw UserError("checkpoint file '" + file.string() + "' is inconsistent: not a sampling generator state (" +
+                    what.substr(0, what.find('\n')) + ")");
+  }
 }
 
 }  // namespace
@@ -175,7 +219,7 @@ TrainerState load_checkpoint(const fs::path& dir) {
     if (bytes.size() != bytes_expected)
       throw UserError("checkpoint file '" + p.string() + "' is truncated or altered: " +
                       std::to_string(bytes.size()) + " bytes, manifest says " + std::to_string(bytes_expected));
-    if (fnv1a64(bytes) != checksum)
+    if (checkpoint_checksum(bytes) != checksum)
       throw UserError("checkpoint file '" + p.string() + "' is corrupted (checksum mismatch)");
   }
   // The checksums prove the files are the ones written; what follows proves they make sense (a
@@ -184,6 +228,9 @@ TrainerState load_checkpoint(const fs::path& dir) {
   const fs::path state_path = dir / "state.safetensors";
   const io::SafetensorsFile st = io::read_safetensors(state_path);
   int64_t length = -1;
+  for (const io::Tensor& t : st.tensors)
+    require(t.name == "master" || t.name == "exp_avg" || t.name == "exp_avg_sq", state_path,
+            "unexpected tensor '" + t.name + "' (a checkpoint holds master, exp_avg and exp_avg_sq)");
   const auto tensor = [&](const char* name) {
     const io::Tensor& t = st.at(name);
     require(t.dtype == io::DType::f32, state_path,
@@ -209,6 +256,7 @@ TrainerState load_checkpoint(const fs::path& dir) {
   require(rng.size() == sampling_rng_bytes(), rng_path,
           std::to_string(rng.size()) + " bytes, a sampling generator state has " +
               std::to_string(sampling_rng_bytes()));
+  check_sampling_rng(rng, rng_path);
   s.sampling_rng.assign(rng.begin(), rng.end());
   const fs::path trainer_path = dir / "trainer.json";
   const nlohmann::json j = io::read_json_file(trainer_path);
@@ -222,13 +270,18 @@ TrainerState load_checkpoint(const fs::path& dir) {
   s.data_rng = field<std::string>(j, {"data_rng"}, trainer_path);
   s.order = field<std::vector<int64_t>>(j, {"order"}, trainer_path);
   s.cursor = field<int64_t>(j, {"cursor"}, trainer_path);
-  require(s.step >= 1, trainer_path, "step " + std::to_string(s.step) + " (checkpoints start at step 1)");
-  require(s.optimizer_steps >= 0 && s.skipped_steps >= 0, trainer_path,
-          "optimizer_steps " + std::to_string(s.optimizer_steps) + " / skipped_steps " +
-              std::to_string(s.skipped_steps));
-  require(std::isfinite(s.scaler.scale) && s.scaler.scale > 0, trainer_path, "scaler.scale must be finite and > 0");
-  require(s.scaler.growth_tracker >= 0 && s.scaler.hysteresis_tracker >= 0 && s.scaler.skipped_steps >= 0,
-          trainer_path, "negative loss-scaler counters");
+  require(s.step >= 1 && s.step <= kMaxCounter, trainer_path,
+          "step " + std::to_string(s.step) + " (checkpoints start at step 1; at most 2^53)");
+  const auto counter = [&](int64_t v, const char* key) {
+    require(v >= 0 && v <= kMaxCounter, trainer_path, std::string(key) + " " + std::to_string(v) + " outside [0, 2^53]");
+  };
+  counter(s.optimizer_steps, "optimizer_steps");
+  counter(s.skipped_steps, "skipped_steps");
+  counter(s.scaler.growth_tracker, "scaler.growth_tracker");
+  counter(s.scaler.hysteresis_tracker, "scaler.hysteresis_tracker");
+  counter(s.scaler.skipped_steps, "scaler.skipped_steps");
+  require(std::isfinite(s.scaler.scale) && s.scaler.scale >= kMinScale && s.scaler.scale <= kMaxScale, trainer_path,
+          "scaler.scale must be finite and within [2^-126, 2^126], got " + std::to_string(s.scaler.scale));
   require(s.cursor >= 0 && std::size_t(s.cursor) <= s.order.size(), trainer_path,
           "cursor " + std::to_string(s.cursor) + " outside the data order of " + std::to_string(s.order.size()));
   std::vector<bool> seen(s.order.size(), false);  // the order must be a permutation of 0..n-1

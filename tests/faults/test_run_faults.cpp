@@ -28,24 +28,13 @@ namespace {
 
 using train::run_grpo;
 
-std::string fnv1a64(const std::string& bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
 // Rewrites the manifest so the (tampered) files pass their checksums: only the contents checks
 // can catch them.
 void reseal(const fs::path& ckpt) {
   nlohmann::json manifest = io::read_json_file(ckpt / "manifest.json");
   for (auto it = manifest.begin(); it != manifest.end(); ++it) {
     const std::string bytes = read_file(ckpt / it.key());
-    it.value() = {{"bytes", bytes.size()}, {"fnv1a64", fnv1a64(bytes)}};
+    it.value() = {{"bytes", bytes.size()}, {"fnv1a64", train::checkpoint_checksum(bytes)}};
   }
   io::write_json_file(ckpt / "manifest.json", manifest);
 }
@@ -147,6 +136,24 @@ TEST_F(RunFaults, TamperedCheckpointsAreRefusedBeforeTouchingTheRun) {
       {"missing_key", "missing key 'scaler.growth_tracker'",
        edit_trainer([](nlohmann::json& j) { j["scaler"].erase("growth_tracker"); })},
       {"garbage_rng_bin", "rng.bin", [](const fs::path& ckpt) { write_file(ckpt / "rng.bin", "garbage"); }},
+      // Found while building fuzz_checkpoint (what a resume does with each loaded field): the right
+      // size but not a generator state made libtorch throw a c10::Error after the run was opened.
+      {"unseeded_rng_bin", "not a sampling generator state",
+       [](const fs::path& ckpt) { write_file(ckpt / "rng.bin", std::string(read_file(ckpt / "rng.bin").size(), '\0')); }},
+      {"float_step", "key 'step' has the wrong type (number), expected an integer",
+       edit_trainer([](nlohmann::json& j) { j["step"] = 1e300; })},
+      {"huge_step", "at most 2^53", edit_trainer([](nlohmann::json& j) { j["step"] = INT64_MAX; })},
+      {"float_order", "key 'order' holds 0.5 at index 0, expected integers",
+       edit_trainer([](nlohmann::json& j) { j["order"][0] = 0.5; })},
+      {"huge_hysteresis", "scaler.hysteresis_tracker 9007199254740993 outside [0, 2^53]",
+       edit_trainer([](nlohmann::json& j) { j["scaler"]["hysteresis_tracker"] = (int64_t(1) << 53) + 1; })},
+      {"tiny_scale", "scaler.scale must be finite and within [2^-126, 2^126]",
+       edit_trainer([](nlohmann::json& j) { j["scaler"]["scale"] = 1e-300; })},
+      {"extra_tensor", "unexpected tensor 'bias'", edit_state([](std::vector<io::Tensor>& ts) {
+         io::Tensor extra = ts.front();
+         extra.name = "bias";
+         ts.push_back(extra);
+       })},
       {"wrong_model_size", "parameters, the model (grpo.base_model) has", edit_state([](std::vector<io::Tensor>& ts) {
          for (io::Tensor& t : ts) {
            t.shape = {t.shape[0] + 128};
@@ -176,6 +183,11 @@ TEST_F(RunFaults, TamperedCheckpointsAreRefusedBeforeTouchingTheRun) {
   const std::string e = user_error([&] { train::load_checkpoint(ckpt); });
   EXPECT_NE(e.find((ckpt / "manifest.json").string() + "': key 'rng.bin.bytes' has the wrong type"), std::string::npos)
       << e;
+  // A size stored as a float is a type error, not a truncated conversion.
+  manifest["rng.bin"]["bytes"] = 1e30;
+  io::write_json_file(ckpt / "manifest.json", manifest);
+  const std::string f = user_error([&] { train::load_checkpoint(ckpt); });
+  EXPECT_NE(f.find("key 'rng.bin.bytes' has the wrong type (number), expected an integer"), std::string::npos) << f;
 }
 
 // The run killed while writing a metrics line: the torn last line is dropped with a warning and the

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "unstuck/precision/loss_scaler.h"
@@ -28,14 +29,18 @@ struct TrainerState {
   std::string config_yaml;      // the resolved run config (seeds included)
 };
 
+// The manifest's checksum of a file's bytes: FNV-1a 64, as 16 lowercase hex digits.
+std::string checkpoint_checksum(std::string_view bytes);
+
 // Writes <checkpoints_dir>/step_<step>/ atomically and keeps the newest `keep` checkpoints.
 // Throws UserError (and leaves earlier checkpoints untouched) when the state is not finite.
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir,
                                       const TrainerState& state, int keep);
 
 // Loads a checkpoint directory after verifying every file against its manifest, then the contents
-// (dtype, shape and element count of the buffers, finite values, counters >= 0, the data order a
-// permutation, generator states of the right form). Throws UserError naming the file that is
+// (exactly the three F32 buffers, their shape and element count, finite values, counters in
+// [0, 2^53], integers stored as integers, the data order a permutation, both generator states
+// accepted by their generators). Throws UserError naming the file that is
 // missing, truncated, altered or inconsistent; reads only, so a failed resume changes nothing.
 TrainerState load_checkpoint(const std::filesystem::path& dir);
 
