@@ -139,15 +139,16 @@ def checkpoints(run_dir):
 
 
 def evaluate(unstuck, model_dir, samples, cache):
-    """Greedy accuracy of a model directory (FP32 compute), cached in `cache` by directory."""
-    if model_dir in cache:
-        return cache[model_dir]
+    """Greedy accuracy of a model directory (FP32 compute), cached in `cache` by directory and samples."""
+    key = f"{model_dir} samples={samples}"
+    if key in cache:
+        return cache[key]
     r = subprocess.run([unstuck, "eval", "--model", model_dir, "--samples", str(samples), "--dtype", "fp32",
                         "--json", "precision.threads=1"], capture_output=True, text=True)
     if r.returncode != 0:
         raise DriftError(f"unstuck eval --model {model_dir} failed: {r.stderr.strip()}")
-    cache[model_dir] = float(json.loads(r.stdout)["greedy_accuracy"])
-    return cache[model_dir]
+    cache[key] = float(json.loads(r.stdout)["greedy_accuracy"])
+    return cache[key]
 
 
 def analyse(a):
@@ -169,7 +170,7 @@ def analyse(a):
     base_dir = os.path.join(a.sweep, "drift", "base")
     if not a.no_probe and not os.path.exists(os.path.join(base_dir, "model.safetensors")):
         base.write_model(base_dir, packed_w0)
-    rows, hists = [], []
+    rows, hists, series = [], [], []
     for s in range(1, seeds + 1):
         run_dir = os.path.join(a.sweep, ref, f"seed{s}")
         metrics = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl")) if line.strip()][:steps]
@@ -190,6 +191,12 @@ def analyse(a):
                     targets.append((f"{int(q * 100)}%", q, step))
         if not targets:  # no gain to size: the end of the run, labelled so
             targets.append(("end (no gain)", None, steps))
+        elif max(ckpts) not in {min(ckpts, key=lambda c: (abs(c - t[2]), c)) for t in targets}:
+            targets.append(("end", None, steps))  # the whole run's drift, robust to a noisy crossing
+        for ck in sorted(ckpts):  # median drift at every kept checkpoint: Q as the run goes
+            ratio = np.abs(base.flat_to_packed(load_master(ckpts[ck])).astype(np.float64) - packed_w0)[nonzero] / half
+            series.append({"seed": s, "step": ck, "median": float(np.median(ratio)),
+                           "below_one": float(np.mean(ratio < 1.0))})
         for label, q, step in targets:
             ck = min(ckpts, key=lambda c: (abs(c - step), c))
             master = base.flat_to_packed(load_master(ckpts[ck]))
@@ -214,10 +221,10 @@ def analyse(a):
                 row["probe"] = {"base": acc0, "unrounded": acc16, "bf16_rounded": accbf, "samples": samples,
                                 "retained": (accbf - acc0) / (acc16 - acc0) if acc16 != acc0 else None}
             rows.append(row)
-    return ref, rows, hists
+    return ref, rows, hists, series
 
 
-def plots(folder, ref, rows, hists):
+def plots(folder, ref, rows, hists, series):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -238,6 +245,23 @@ def plots(folder, ref, rows, hists):
     fig.savefig(os.path.join(folder, "drift_histogram.png"), dpi=110)
     plt.close(fig)
     written.append("drift_histogram.png")
+    if series:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for s in sorted({p["seed"] for p in series}):
+            pts = [p for p in series if p["seed"] == s]
+            ax.plot([p["step"] for p in pts], [p["median"] for p in pts], marker="o", label=f"seed {s}: median drift")
+            ax.plot([p["step"] for p in pts], [p["below_one"] for p in pts], ls="--", marker=".",
+                    label=f"seed {s}: fraction below 1 half-ulp")
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_xlabel("GRPO step (kept checkpoints)")
+        ax.set_ylabel("BF16 half-ulps / fraction")
+        ax.set_title(f"drift of {ref}'s master from the base, in BF16 half-ulps", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(folder, "drift_vs_step.png"), dpi=110)
+        plt.close(fig)
+        written.append("drift_vs_step.png")
     probed = [r for r in rows if r.get("probe")]
     if probed:
         fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -278,14 +302,15 @@ def main():
     ap.add_argument("--no-probe", action="store_true", help="drift histogram only")
     a = ap.parse_args()
     try:
-        ref, rows, hists = analyse(a)
+        ref, rows, hists, series = analyse(a)
     except (DriftError, SweepError, OSError, KeyError) as e:
         print(f"paper_drift.py: error: {e}", file=sys.stderr)
         sys.exit(2)
-    written = plots(a.plots, ref, rows, hists)
+    written = plots(a.plots, ref, rows, hists, series)
     out = os.path.join(a.sweep, "drift.json")
     with open(out + ".tmp", "w") as f:
-        json.dump({"arm": ref, "definition": DEFINITION, "rows": rows, "plots": written}, f, indent=1)
+        json.dump({"arm": ref, "definition": DEFINITION, "rows": rows, "series": series, "plots": written}, f,
+                  indent=1)
     os.replace(out + ".tmp", out)
     for r in rows:
         p = r.get("probe")
@@ -293,6 +318,9 @@ def main():
               f"half-ulps, {100 * r['below_one']:.1f}% below 1"
               + (f"; eval acc base {p['base']:.3f}, FP16 {p['unrounded']:.3f}, BF16-RN {p['bf16_rounded']:.3f}"
                  if p else ""))
+    for s in sorted({p["seed"] for p in series}):
+        print(f"paper_drift.py: seed {s} median drift by step: " + ", ".join(
+            f"{p['step']}: {p['median']:.2f}" for p in series if p["seed"] == s))
     print(f"paper_drift.py: wrote {out} and {len(written)} plots in {a.plots}")
 
 

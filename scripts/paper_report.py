@@ -19,8 +19,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paper_verdicts import (LEVELS, MIN_FP16_GAIN, REL_TOLERANCE, T_CLEAR, GainLevels, claim_verdicts,  # noqa: E402
-                            describe_diffs, fmt, format_ms, paired, size_measures, size_targets, smooth)
+from paper_verdicts import (LEVELS, MIN_FP16_GAIN, REL_TOLERANCE, T_CLEAR, GainLevels, calibrated_k,  # noqa: E402
+                            claim_verdicts, describe_diffs, fmt, format_ms, paired, size_measures, size_targets,
+                            smooth, sr_noise, sr_vs_higher_lr)
 from sweep_arms import PAPER_LABELS, SweepError, yaml_scalar  # noqa: E402
 
 ARM_COLORS = {"fp32": "black", "fp16": "tab:blue", "bf16": "tab:red", "bf16_lr_k": "tab:orange",
@@ -347,6 +348,34 @@ def write_verdicts(add, a, runs, rows, levels, steps, w):
     for rule, result in size_targets(runs, levels, steps, a.min_gain):
         add(f"* {rule} Result: {result}.")
     add("")
+    if all(arm in runs for arm in ("fp16", "bf16", "bf16_lr_k")):
+        k0 = runs["bf16_lr_k"][0].lr / runs["bf16"][0].lr
+        ks = calibrated_k(levels, runs["bf16"], runs["bf16_lr_k"], runs["fp16"], k0)
+        found = [k for k, _ in ks.values() if k is not None]
+        add(f"## k for BF16-RN @ k*x, calibrated on this sweep")
+        add("")
+        add(f"The k at which BF16-RN @ k*x would need FP16 @ x's steps to 50% of FP16's gain, per seed, from a "
+            f"power law steps ~ LR^-a through BF16-RN @ x and @ {k0:g}x (the k this sweep ran): "
+            + "; ".join(f"s{s}: {fmt(k, 2)} ({note})" for s, (k, note) in sorted(ks.items()))
+            + (f". Median k: {float(np.median(found)):.2f}." if found else "."))
+        add("")
+    if "bf16_sr" in runs and "fp16" in runs:
+        add("## Stochastic rounding's own noise (issue 16, item 7)")
+        add("")
+        add(f"Stochastic rounding perturbs the compute weights at every step, which costs KL of its own. *Early KL*: "
+            f"a run's mean KL to the reference over steps 2-{w + 1} (step 1 samples from the base in every arm), "
+            "paired per seed against FP16 @ x:")
+        add("")
+        for line in sr_noise(runs, w):
+            add(line)
+        add("")
+        add("Does BF16-SR @ x pay less KL than BF16-RN @ k*x for the same progress (the paper's claim), at matched "
+            f"reward, with the claims' rule (|t| > {T_CLEAR} and more than {int(REL_TOLERANCE * 100)}% of FP16's KL at "
+            "the end)?")
+        add("")
+        for line in sr_vs_higher_lr(runs, levels, tolerances[1]):
+            add(line)
+        add("")
 
 
 def write_drift(add, drift, labels):

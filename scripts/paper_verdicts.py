@@ -261,3 +261,73 @@ def format_ms(values, digits=3, sci=False):
         return "n/a"
     s = float(v.std(ddof=1)) if len(v) > 1 else 0.0
     return f"{fmt(float(v.mean()), digits, sci)} ± {fmt(s, digits, sci)}"
+
+
+def calibrated_k(levels, rn_runs, rn_k_runs, ref_runs, k0, q=0.5):
+    """Per seed, the LR multiple k at which BF16-RN would reach q of FP16's gain in FP16's steps.
+
+    The sweep ran BF16-RN at x (steps s1 to the level) and at k0*x (steps sk); a power law
+    steps ~ LR^-a through both gives k = k0 ** (ln(s1 / s_fp16) / ln(s1 / sk)). Returns
+    {seed: (k or None, note)}: None when a run does not reach the level or when the steps do not
+    change between x and k0*x (no power law to solve); the note says which, or whether k was
+    interpolated (between 1 and k0) or extrapolated."""
+    by_seed = lambda runs: {r.seed: r for r in runs}
+    rn, rnk = by_seed(rn_runs), by_seed(rn_k_runs)
+    out = {}
+    for ref in ref_runs:
+        s = ref.seed
+        if s not in rn or s not in rnk:
+            continue
+        f, s1, sk = levels.steps_to(ref, q), levels.steps_to(rn[s], q), levels.steps_to(rnk[s], q)
+        missing = [name for name, v in (("FP16", f), ("BF16-RN @ x", s1), (f"BF16-RN @ {k0:g}x", sk)) if v is None]
+        if missing:
+            out[s] = (None, f"{', '.join(missing)} does not reach the level")
+        elif s1 == sk:
+            out[s] = (None, f"same steps ({s1}) at x and {k0:g}x")
+        else:
+            k = k0 ** (math.log(s1 / f) / math.log(s1 / sk))
+            lo, hi = min(1.0, k0), max(1.0, k0)
+            out[s] = (k, f"steps {s1} at x, {sk} at {k0:g}x, FP16 {f}; "
+                         + ("interpolated" if lo <= k <= hi else "extrapolated"))
+    return out
+
+
+def early_kl(runs, w):
+    """Per seed, the run's mean KL to the reference over steps 2..w+1: the first steps, before the
+    policy has learned much (step 1 samples from the base itself, so its KL is 0 in every arm)."""
+    return {r.seed: float(np.mean(r.kl[1:w + 1])) for r in runs}
+
+
+def sr_noise(runs, w, ref="fp16", sr_arms=("bf16_sr", "fp16_sr")):
+    """Markdown lines on stochastic rounding's own KL (issue 16, item 7): per SR arm, its early KL
+    against FP16's, paired per seed (stochastic rounding perturbs the policy at every step)."""
+    if ref not in runs:
+        return []
+    e_ref = early_kl(runs[ref], w)
+    out = []
+    for sr in [a for a in sr_arms if a in runs]:
+        e_sr = early_kl(runs[sr], w)
+        d = {s: e_sr[s] - e_ref[s] for s in e_sr if s in e_ref}
+        rel = {s: e_sr[s] / e_ref[s] if e_ref[s] > 0 else float("nan") for s in d}
+        word = {"higher": "higher than", "lower": "lower than", "same": "not clearly different from",
+                None: "not judged against (one seed)"}[compare(d, 0.0)]
+        out.append(f"* *{sr}*: early KL minus {ref}'s: {describe_diffs(d, sci=True)}; ratio: "
+                   + ", ".join(f"s{s}: {fmt(v, 2)}" for s, v in sorted(rel.items()))
+                   + f". Its early KL is {word} {ref}'s (|t| > {T_CLEAR} counts as clear).")
+    return out
+
+
+def sr_vs_higher_lr(runs, levels, kl_tol, sr="bf16_sr", rn_k="bf16_lr_k"):
+    """The answer to "does BF16-SR pay less KL than BF16-RN @ k*x for the same progress?" at each
+    matched-reward level, paired per seed, with the claims' rule (|t| > T_CLEAR and |mean| > kl_tol)."""
+    if sr not in runs or rn_k not in runs:
+        return []
+    out = []
+    for q in LEVELS:
+        d = paired(runs[sr], runs[rn_k], lambda r, q=q: levels.kl_at(r, q))
+        c = compare(d, kl_tol)
+        answer = {"lower": "**yes**, lower", "higher": "**no**, higher", "same": "**no clear difference**",
+                  None: "**not judged** (fewer than 2 seeds reach the level in both arms)"}[c]
+        out.append(f"* At {int(q * 100)}% of FP16's gain: KL of BF16-SR @ x minus BF16-RN @ k*x: "
+                   f"{describe_diffs(d, sci=True) if d else 'n/a'}: {answer}.")
+    return out

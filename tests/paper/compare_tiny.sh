@@ -83,7 +83,7 @@ grep -q "^## Size of the effect" "$R" || fail "no size-of-effect table"
 grep -q "Verdicts\|reproduced" "$R" && fail "a user comparison must be verdict-free"
 grep -q "^## Drift of FP16" "$R" || fail "no drift table"
 n=$(ls "$OUT"/cmp/plots/*.png | wc -l)
-[[ $n == 9 ]] || fail "expected 9 plots, found $n"
+[[ $n == 10 ]] || fail "expected 10 plots, found $n"
 "$PY" - "$OUT/cmp/drift.json" <<'EOF' || fail "drift.json"
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -94,6 +94,12 @@ for r in d["rows"]:
     assert 0 <= r["below_one"] <= 1 and r["median"] >= 0, r
     p = r["probe"]
     assert all(0 <= p[k] <= 1 for k in ("base", "unrounded", "bf16_rounded")), p
+# The drift series has every kept checkpoint of each seed; the drift only grows with the steps
+# taken on average, so the median at the last checkpoint is at least the first one's.
+for s in {p["seed"] for p in d["series"]}:
+    pts = [p for p in d["series"] if p["seed"] == s]
+    assert [p["step"] for p in pts] == sorted(p["step"] for p in pts) and len(pts) >= 2, pts
+    assert pts[-1]["median"] >= pts[0]["median"] > 0, pts
 print("drift rows:", [(r["seed"], r["level"], r["step"], round(r["median"], 2)) for r in d["rows"]])
 EOF
 

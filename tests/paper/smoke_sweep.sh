@@ -18,7 +18,7 @@ done
 for arm in "FP32 (control)" "FP16 @ x" "BF16-RN @ x" "BF16-RN @ k\*x" "BF16-SR @ x" "FP16-SR @ x"; do
   grep -q "^| $arm |" "$OUT/RESULTS.md" || fail "no table row for $arm"
 done
-[[ $(ls "$OUT"/plots/*.png | wc -l) == 9 ]] || fail "expected 9 plots in $OUT/plots (7 + drift + probe)"
+[[ $(ls "$OUT"/plots/*.png | wc -l) == 10 ]] || fail "expected 10 plots in $OUT/plots (7 + drift, drift vs step, probe)"
 grep -q "^  compute: fp32" "$OUT/bf16/seed1/config.yaml" || fail "the paper preset must compute every arm in FP32"
 grep -q "^## Drift of FP16" "$OUT/RESULTS.md" || fail "no drift table in the report"
 grep -q "^## Size targets" "$OUT/RESULTS.md" || fail "no size targets in the report"

@@ -22,9 +22,11 @@ MODES = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "bf16_lr_k": "bf16", "b
          "fp16_sr": "fp16_sr"}
 
 
-def write_sweep(folder, speed, kl_gain, rng, noise=0.002):
+def write_sweep(folder, speed, kl_gain, rng, noise=0.002, kl_offset=None):
     """speed[arm]: accuracy gained per step (one number, or one per seed); kl_gain[arm]: KL per unit
-    of accuracy gained; noise: standard deviation of the per-step accuracy noise."""
+    of accuracy gained; noise: standard deviation of the per-step accuracy noise; kl_offset[arm]: KL
+    added from step 2 on, independent of progress (stochastic rounding's own noise)."""
+    kl_offset = kl_offset or {}
     arms = list(speed)
     with open(os.path.join(folder, "sweep.json"), "w") as f:
         json.dump({"preset": "test", "steps": STEPS, "seeds": SEEDS, "arms": " ".join(arms),
@@ -46,7 +48,8 @@ def write_sweep(folder, speed, kl_gain, rng, noise=0.002):
                     gain = v * t
                     acc = 0.3 + gain + seed_offsets[s - 1] + rng.normal(0, noise)
                     m = {"step": t, "reward_mean": acc + 0.05, "accuracy": acc,
-                         "kl_ref_exact": kl_gain[arm] * gain * (1 + rng.normal(0, 0.01)),
+                         "kl_ref_exact": kl_gain[arm] * gain * (1 + rng.normal(0, 0.01))
+                         + (kl_offset.get(arm, 0.0) * (1 + rng.normal(0, 0.05)) if t >= 2 else 0.0),
                          "sticking_frac": 0.5, "changed_from_start_frac": 0.9, "step_seconds": 1.0}
                     if t % 10 == 0:
                         m["eval_accuracy"] = acc + 0.1
@@ -81,6 +84,21 @@ def target(text, n):
     return line
 
 
+def section(text, title):
+    """The lines of the report's section `## title...` up to the next section."""
+    out, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            inside = line.startswith(f"## {title}")
+        elif inside:
+            out.append(line)
+    return "\n".join(out)
+
+
+def early_kl_line(text, arm):
+    return next((l for l in section(text, "Stochastic rounding").splitlines() if l.startswith(f"* *{arm}*")), "")
+
+
 def new_sweep(tmp, name, speed, kl_gain, seed, **kw):
     d = os.path.join(tmp, name)
     os.makedirs(d)
@@ -100,6 +118,7 @@ def main():
         os.makedirs(d)
         write_sweep(d, dict(base, bf16=0.002), dict(kl, bf16_lr_k=0.2), np.random.default_rng(1))
         r, text = run_report(d)
+        text_paper = text
         check(r.returncode == 0, f"report on a complete sweep exits 0 ({r.stderr.strip()})")
         for arm in ("FP32 (control)", "FP16 @ x", "BF16-RN @ x", "BF16-RN @ k*x", "BF16-SR @ x", "FP16-SR @ x"):
             check(f"| {arm} |" in text, f"table row for {arm}")
@@ -170,9 +189,57 @@ def main():
         # Case 7: BF16-RN at 70% of FP16's speed reaches the 50% level within the run: T1 is met on
         # measured steps (ratio about 1.4), not on the lower bound of a level never reached.
         _, text = new_sweep(tmp, "measured-slowdown", dict(base, bf16=0.0028), dict(kl, bf16_lr_k=0.2), 7)
+        text7 = text
         line = next(l for l in text.splitlines() if l.startswith("* *T1,"))
         check(target(text, 1) == "met" and "> 40" not in line.split("Result:")[1],
               "T1 met on measured steps when BF16-RN needs 1.4x FP16's steps")
+
+        # Case 9: k for BF16 @ k*x. In case 7 BF16-RN @ 2x learns at FP16's speed, so the calibrated k
+        # is the 2 the sweep ran (case 1's BF16-RN @ x never reaches the level: k not determined); here BF16-RN @ x runs at 0.7 and @ 2x at 0.875 of FP16's speed
+        # (steps ~ LR^-0.32), so matching FP16 needs k = 2^(ln(1/0.7) / ln(1.25)) = 3.0, extrapolated.
+        check("## k for BF16-RN @ k*x" in text_paper and "n/a (BF16-RN @ x does not reach the level)" in
+              section(text_paper, "k for BF16-RN"), "k not determined when BF16-RN @ x never reaches the level")
+        ks = [float(x.split(" (")[0]) for x in section(text7, "k for BF16-RN").split("s1: ", 1)[1]
+              .replace("s2: ", "|").replace("s3: ", "|").split("|")]
+        check(all(1.7 <= k <= 2.3 for k in ks), f"calibrated k about 2 when BF16-RN @ 2x matches FP16 ({ks})")
+        _, text = new_sweep(tmp, "k-extrapolated", dict(base, bf16=0.0028, bf16_lr_k=0.0035), kl, 9)
+        sec = section(text, "k for BF16-RN")
+        median = float(sec.split("Median k: ")[1].strip().rstrip("."))
+        check(2.4 <= median <= 3.8 and "extrapolated" in sec,
+              f"calibrated k about 3 (extrapolated) when 2x only buys 1.25x speed (median {median})")
+        sys.path.insert(0, os.path.join(ROOT, "scripts"))
+        from paper_verdicts import GainLevels, calibrated_k
+
+        class R:
+            def __init__(self, seed, speed):
+                self.seed = seed
+                self.reward = 0.3 + speed * np.arange(1, STEPS + 1)
+                self.kl = np.zeros(STEPS)
+        lv = GainLevels([R(1, 0.004)], 4)
+        got = calibrated_k(lv, [R(1, 0.002)], [R(1, 0.004)], [R(1, 0.004)], 2.0)[1]
+        check(got[0] is None and "BF16-RN @ x does not reach" in got[1],
+              f"k not determined when BF16-RN @ x never reaches the level ({got[1]})")
+        got = calibrated_k(lv, [R(1, 0.003)], [R(1, 0.003)], [R(1, 0.004)], 2.0)[1]
+        check(got[0] is None and "same steps" in got[1], "k not determined when the LR does not change the steps")
+        got = calibrated_k(lv, [R(1, 0.0025)], [R(1, 0.005)], [R(1, 0.004)], 2.0)[1]
+        check(got[0] is not None and 1.3 <= got[0] <= 1.8 and "interpolated" in got[1],
+              f"k between 1 and 2 when 2x overshoots FP16's speed ({got})")
+
+        # Case 10: stochastic rounding's own noise. In case 1 SR's KL follows its progress like
+        # FP16's: its early KL is not clearly different, and at matched reward it is below BF16 @
+        # k*x's. With a KL of 0.02 added from step 2 on (noise that buys no progress), its early KL
+        # is clearly higher and at matched reward it is above BF16 @ k*x's: the answer flips.
+        check("not clearly different from" in early_kl_line(text_paper, "bf16_sr"),
+              "SR's early KL not flagged when SR adds no KL of its own")
+        check("At 50% of FP16's gain" in section(text_paper, "Stochastic rounding") and
+              "**yes**, lower" in section(text_paper, "Stochastic rounding").split("At 50%")[1].split("\n")[0],
+              "BF16-SR pays less KL than BF16 @ k*x at matched reward when k*x costs twice the KL")
+        _, text = new_sweep(tmp, "sr-noise", base, dict(kl, bf16_lr_k=0.2), 10, kl_offset={"bf16_sr": 0.02})
+        check("is higher than fp16" in early_kl_line(text, "bf16_sr") and
+              "not clearly different" in early_kl_line(text, "fp16_sr"),
+              "SR's early KL found higher when SR adds KL of its own, FP16-SR's not")
+        check("**no**, higher" in section(text, "Stochastic rounding").split("At 50%")[1].split("\n")[0],
+              "BF16-SR found to pay more KL than BF16 @ k*x at matched reward when its own noise dominates")
 
         # Case 8: an unfinished run is an error that names the file, not a silent partial table.
         os.remove(os.path.join(d, "bf16", "seed2", "metrics.jsonl"))
