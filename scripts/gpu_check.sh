@@ -26,7 +26,8 @@ while (($#)); do
     *) echo "gpu_check: unknown argument '$1' (--build-dir DIR, --no-prefix, --steps N, --configure-only)" >&2; exit 2 ;;
   esac
 done
-OUT_DIR=${OUT:-$ROOT/$BUILD_DIR/gpu_check}   # the run tool's $OUT comes back to the caller
+[[ $BUILD_DIR == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
+OUT_DIR=${OUT:-$BUILD_DIR/gpu_check}   # the run tool's $OUT comes back to the caller
 mkdir -p "$OUT_DIR"
 T0=$(date +%s)
 step() { printf '\n[gpu_check %4ds] %s\n' $(($(date +%s) - T0)) "$*"; }
@@ -73,8 +74,6 @@ if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
 else
   step "reusing the configured $BUILD_DIR"
 fi
-grep -q "UNSTUCK_HAVE_CUDA:.*=ON\|UNSTUCK_CUDA:STRING=ON" "$BUILD_DIR/CMakeCache.txt" ||
-  echo "gpu_check: note: $BUILD_DIR was configured without UNSTUCK_CUDA=ON"
 if ((CONFIGURE_ONLY)); then
   grep -E "^(yaml-cpp|spdlog|fmt|nlohmann_json|CLI11|GTest)_DIR|^SentencePiece_LIBRARY|^pkgcfg_lib_PCRE2|^pkgcfg_lib_UTF8PROC|^UNSTUCK_GMP_LIBRARY|^Torch_DIR" "$BUILD_DIR/CMakeCache.txt"
   step "configured; stopping (--configure-only)"
@@ -83,8 +82,9 @@ fi
 step "building unstuck, test_precision, test_dist"
 TORCH_CUDA_ARCH_LIST=9.0 cmake --build "$BUILD_DIR" -j "$(nproc)" --target unstuck test_precision test_dist \
   > "$OUT_DIR/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT_DIR/build.log" | head -40; fail "build" 2; }
-U=$ROOT/$BUILD_DIR/unstuck
+U=$BUILD_DIR/unstuck
 "$U" --version | head -3
+"$U" --version | grep -q "CUDA kernels: compiled in" || fail "$BUILD_DIR has no CUDA kernels (configure with UNSTUCK_CUDA=ON)" 2
 
 # ---- 4. the first CUDA step: is there a device? --------------------------------------------------
 step "CUDA device"

@@ -3,6 +3,7 @@
 // single-process communicator; byte accounting; the torchrun environment; the launcher stopping a
 // run when a rank fails, and naming it.
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <chrono>
 #include <cmath>
@@ -169,9 +170,38 @@ TEST(Launcher, StopsEveryRankWhenOneFailsAndReturnsItsCode) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
 }
 
-int nccl_collectives_worker() {
-  const auto c = make_nccl_communicator(launch_env_from_environment(), 60);
+// The collectives on CUDA tensors' memory (no host staging), with exact integer-valued floats.
+int check_device_collectives(Communicator& c, int local_rank) {
+  const int64_t W = c.world_size(), r = c.rank(), n = 4099;
+  const auto opts = torch::dtype(torch::kFloat32).device(torch::Device(torch::kCUDA, local_rank));
+  const torch::Tensor idx = torch::arange(n, torch::kFloat32);
   int bad = 0;
+  const auto expect = [&](const char* what, const torch::Tensor& got, const torch::Tensor& want) {
+    if (torch::equal(got.cpu(), want)) return;
+    std::cerr << "device " << what << " differs on rank " << r << "\n";
+    ++bad;
+  };
+  torch::Tensor x = torch::arange(n, opts) * float(r + 1);
+  c.all_reduce_sum(x.data_ptr<float>(), std::size_t(n), DataType::f32);
+  expect("all_reduce", x, idx * float(W * (W + 1) / 2));
+  const torch::Tensor in = torch::arange(W * n, opts) + float(r);
+  torch::Tensor out = torch::empty({n}, opts);
+  c.reduce_scatter_sum(in.data_ptr<float>(), out.data_ptr<float>(), std::size_t(n), DataType::f32);
+  expect("reduce_scatter", out, (idx + float(r * n)) * float(W) + float(W * (W - 1) / 2));
+  const torch::Tensor mine = torch::full({n}, float(r), opts);
+  torch::Tensor all = torch::empty({W * n}, opts);
+  c.all_gather(mine.data_ptr<float>(), all.data_ptr<float>(), std::size_t(n), DataType::f32);
+  expect("all_gather", all, torch::arange(W, torch::kFloat32).repeat_interleave(n));
+  torch::Tensor b = torch::full({n}, float(r), opts);
+  c.broadcast(b.data_ptr<float>(), std::size_t(n), DataType::f32, int(W - 1));
+  expect("broadcast", b, torch::full({n}, float(W - 1)));
+  return bad;
+}
+
+int nccl_collectives_worker() {
+  const LaunchEnv env = launch_env_from_environment();
+  const auto c = make_nccl_communicator(env, 60);
+  int bad = check_device_collectives(*c, env.local_rank);
   for (std::size_t count : {std::size_t(1), std::size_t(100003)}) {
     bad += check_collectives<float>(*c, count);
     bad += check_collectives<double>(*c, count);
@@ -182,7 +212,8 @@ int nccl_collectives_worker() {
 }
 const bool kNcclCollectives = testing::register_worker("nccl_collectives", nccl_collectives_worker);
 
-// One rank per visible GPU (world size 1 on a single GPU).
+// One rank per visible GPU (world size 1 on a single GPU): host buffers (staged) and device buffers
+// (used in place).
 TEST(Nccl, CollectivesOnEveryVisibleGpuMatchTheReference) {
   const std::string why = nccl_unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "NCCL not usable here: " << why;

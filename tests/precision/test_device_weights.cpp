@@ -23,9 +23,14 @@ constexpr uint64_t kSeed = 0x5EEDF00DCAFEull;  // both 32-bit halves matter to t
 // ~40K parameters: more than two norm blocks, segments that start inside SR tiles.
 model::ModelConfig shape() { return unstuck::testing::model_shape(48, 64, 2, 4, 2, 96, 16); }
 
+// Random tensors, zero alignment gaps between them (as a model's flat master has).
 torch::Tensor start_master() {
-  const int64_t total = model::llama_layout(shape()).total;
-  return torch::randn({total}, at::make_generator<at::CPUGeneratorImpl>(3)) * 0.05;
+  const model::ParamLayout layout = model::llama_layout(shape());
+  const torch::Tensor r = torch::randn({layout.total}, at::make_generator<at::CPUGeneratorImpl>(3)) * 0.05;
+  torch::Tensor m = torch::zeros_like(r);
+  for (const model::ParamEntry& e : layout.entries)
+    m.narrow(0, e.offset, e.numel).copy_(r.narrow(0, e.offset, e.numel));
+  return m;
 }
 
 torch::Tensor step_grad(int k) {
@@ -58,10 +63,16 @@ void expect_reference_bits(const TrainableWeights& w, uint64_t step, const std::
   const torch::Tensor bits = w.compute().view(torch::kShort).contiguous();
   const float* m = master.data_ptr<float>();
   const auto* b = reinterpret_cast<const uint16_t*>(bits.data_ptr<int16_t>());
-  int64_t wrong = 0, first = -1;
-  for (int64_t i = 0; i < master.numel(); ++i)
-    if (b[i] != reference_bits(w.round_mode(), m[i], step, uint64_t(i)) && wrong++ == 0) first = i;
-  EXPECT_EQ(wrong, 0) << what << ": first differing element " << first;
+  int64_t wrong = 0;
+  std::string first;
+  // The model's tensors only: the alignment gaps between them belong to no segment.
+  for (const model::ParamEntry& e : w.layout().entries)
+    for (int64_t i = e.offset; i < e.offset + e.numel; ++i) {
+      const uint16_t want = reference_bits(w.round_mode(), m[i], step, uint64_t(i));
+      if (b[i] != want && wrong++ < 3)
+        first += " [" + std::to_string(i) + "] " + std::to_string(b[i]) + " vs " + std::to_string(want);
+    }
+  EXPECT_EQ(wrong, 0) << what << ": first differing elements" << first;
 }
 
 class DeviceIndependentKey : public ::testing::TestWithParam<precision::PrecisionMode> {};
@@ -94,7 +105,7 @@ INSTANTIATE_TEST_SUITE_P(SrModes, DeviceIndependentKey,
                            return std::string("?");
                          });
 
-struct Run {
+struct DeviceRun {
   torch::Tensor master, exp_avg, exp_avg_sq, compute;
   std::vector<double> norms;
   std::vector<uint64_t> changed;
@@ -102,12 +113,12 @@ struct Run {
 
 // Three AdamW steps from the same master and gradients on `device`. Clipping is off (grad_clip 0)
 // so the update's inputs are identical on both devices; the norm is compared with a tolerance.
-Run run_on(torch::Device device, precision::PrecisionMode mode) {
+DeviceRun run_on(torch::Device device, precision::PrecisionMode mode) {
   TrainableWeights w(shape(), start_master().to(device), precision_of(mode), kSeed);
   precision::OptimConfig oc;
   oc.grad_clip = 0;
   oc.weight_decay = 0.1;
-  Run r;
+  DeviceRun r;
   for (int k = 1; k <= 3; ++k) {
     w.add_flat_grad(step_grad(k).to(device));
     const OptimizerStepStats s = w.optimizer_step(oc, 1e-3);
@@ -127,8 +138,8 @@ class CudaTrainableWeights : public ::testing::TestWithParam<precision::Precisio
 TEST_P(CudaTrainableWeights, GivesTheCpuBitsForTheSameInputs) {
   std::string why;
   if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
-  const Run cpu = run_on(torch::kCPU, GetParam());
-  const Run gpu = run_on(torch::Device(torch::kCUDA, 0), GetParam());
+  const DeviceRun cpu = run_on(torch::kCPU, GetParam());
+  const DeviceRun gpu = run_on(torch::Device(torch::kCUDA, 0), GetParam());
   const auto same_bits = [](const torch::Tensor& a, const torch::Tensor& b) {
     return a.element_size() == 2 ? torch::equal(a.view(torch::kShort), b.view(torch::kShort))
                                  : torch::equal(a.view(torch::kInt), b.view(torch::kInt));
