@@ -285,7 +285,7 @@ def plots(folder, ref, rows, hists, series):
 
 DEFINITION = (
     "From the reference arm's checkpoints (the nearest kept one to the step where its training reward, "
-    "averaged as in the table, reaches 50% and 100% of its gain): *drift* = |w_t - w_0| / half a BF16 ulp "
+    "averaged as in the table, reaches 50% and 100% of its gain, and the last one): *drift* = |w_t - w_0| / half a BF16 ulp "
     "of w_0 per weight (w_0: the base as the runs start; exact zeros left out); round-to-nearest keeps a "
     "BF16 weight at w_0 while its drift is below 1, so *drift < 1 half-ulp* is the fraction of weights whose "
     "progress BF16-RN would not show yet. *Retained gain*: greedy eval accuracy (FP32 compute) of the master "

@@ -393,6 +393,12 @@ def write_drift(add, drift, labels):
         add(f"| s{row['seed']} | {row['level']} | {row['target_step']} ({row['step']}) | {row['median']:.2f} | "
             f"{row['mean']:.2f} | {row['below_one']:.3f} | {accs} | {fmt(probe.get('retained'), 2)} |")
     add("")
+    series = drift.get("series", [])
+    for s in sorted({p["seed"] for p in series}):
+        add(f"* s{s}, median drift (half-ulps) at every kept checkpoint, step: value: "
+            + ", ".join(f"{p['step']}: {p['median']:.2f}" for p in series if p["seed"] == s) + ".")
+    if series:
+        add("")
 
 
 if __name__ == "__main__":
