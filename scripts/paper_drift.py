@@ -9,8 +9,9 @@ steps where its training reward reaches 50% and 100% of its gain (the nearest ke
   * retained-gain probe: greedy eval accuracy (`unstuck eval`, FP32 compute) of the base, of the
     FP16 compute weights at step t, and of the same master rounded to nearest BF16; the retained
     gain is (BF16-rounded - base) / (FP16 - base).
+Both also at the last step, and the median drift at every kept checkpoint (drift_vs_step.png).
 Writes <sweep>/drift.json (read by scripts/paper_report.py), the model directories it evaluated
-under <sweep>/drift/, and the plots drift_histogram.png and retained_gain.png.
+under <sweep>/drift/, and the plots drift_histogram.png, drift_vs_step.png and retained_gain.png.
 
     .venv/bin/python scripts/paper_drift.py --sweep runs/paper-quick --plots docs/results/quick
 """
