@@ -373,7 +373,7 @@ def write_verdicts(add, a, runs, rows, levels, steps, w):
             f"reward, with the claims' rule (|t| > {T_CLEAR} and more than {int(REL_TOLERANCE * 100)}% of FP16's KL at "
             "the end)?")
         add("")
-        for line in sr_vs_higher_lr(runs, levels, tolerances[1]):
+        for line in sr_vs_higher_lr(runs, levels, tolerances[1], a.min_gain):
             add(line)
         add("")
 

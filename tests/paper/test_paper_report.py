@@ -170,6 +170,8 @@ def main():
             check("**reproduced" not in verdict(text, n) and "not testable" in verdict(text, n),
                   f"claim {n} not testable when FP16's gain is below the minimum")
             check(target(text, n) == "not testable", f"T{n} not testable when FP16's gain is below the minimum")
+        check("**not testable**" in section(text, "Stochastic rounding") and "**yes**" not in
+              section(text, "Stochastic rounding"), "SR vs k*x at matched reward not testable below the minimum gain")
 
         # Case 5: the targets' failures. BF16-RN only 11% slower (T1 needs 30%), SR 33% slower
         # (T2 allows 10%), BF16 @ k*x pays less KL per unit of progress than SR (T3 needs more).
@@ -229,7 +231,7 @@ def main():
         # FP16's: its early KL is not clearly different, and at matched reward it is below BF16 @
         # k*x's. With a KL of 0.02 added from step 2 on (noise that buys no progress), its early KL
         # is clearly higher and at matched reward it is above BF16 @ k*x's: the answer flips.
-        check("not clearly different from" in early_kl_line(text_paper, "bf16_sr"),
+        check("is not clearly different from" in early_kl_line(text_paper, "bf16_sr"),
               "SR's early KL not flagged when SR adds no KL of its own")
         check("At 50% of FP16's gain" in section(text_paper, "Stochastic rounding") and
               "**yes**, lower" in section(text_paper, "Stochastic rounding").split("At 50%")[1].split("\n")[0],
