@@ -310,9 +310,9 @@ def sr_noise(runs, w, ref="fp16", sr_arms=("bf16_sr", "fp16_sr")):
         d = {s: e_sr[s] - e_ref[s] for s in e_sr if s in e_ref}
         rel = {s: e_sr[s] / e_ref[s] if e_ref[s] > 0 else float("nan") for s in d}
         side = compare(d, 0.0)
-        verdict = (f"its early KL is not judged (one seed)" if side is None else
-                   f"its early KL is {dict(higher='higher than', lower='lower than', same='not clearly different from')[side]} "
-                   f"{ref}'s (|t| > {T_CLEAR} counts as clear)")
+        words = {"higher": "higher than", "lower": "lower than", "same": "not clearly different from"}
+        verdict = ("its early KL is not judged (one seed)" if side is None else
+                   f"its early KL is {words[side]} {ref}'s (|t| > {T_CLEAR} counts as clear)")
         out.append(f"* *{sr}*: early KL minus {ref}'s: {describe_diffs(d, sci=True)}; ratio: "
                    + ", ".join(f"s{s}: {fmt(v, 2)}" for s, v in sorted(rel.items())) + f"; {verdict}.")
     return out

@@ -197,7 +197,8 @@ def main():
               "T1 met on measured steps when BF16-RN needs 1.4x FP16's steps")
 
         # Case 9: k for BF16 @ k*x. In case 7 BF16-RN @ 2x learns at FP16's speed, so the calibrated k
-        # is the 2 the sweep ran (case 1's BF16-RN @ x never reaches the level: k not determined); here BF16-RN @ x runs at 0.7 and @ 2x at 0.875 of FP16's speed
+        # is the 2 the sweep ran (case 1's BF16-RN @ x never reaches the level: k not determined);
+        # here BF16-RN @ x runs at 0.7 and @ 2x at 0.875 of FP16's speed
         # (steps ~ LR^-0.32), so matching FP16 needs k = 2^(ln(1/0.7) / ln(1.25)) = 3.0, extrapolated.
         check("## k for BF16-RN @ k*x" in text_paper and "n/a (BF16-RN @ x does not reach the level)" in
               section(text_paper, "k for BF16-RN"), "k not determined when BF16-RN @ x never reaches the level")
