@@ -9,8 +9,9 @@ steps where its training reward reaches 50% and 100% of its gain (the nearest ke
   * retained-gain probe: greedy eval accuracy (`unstuck eval`, FP32 compute) of the base, of the
     FP16 compute weights at step t, and of the same master rounded to nearest BF16; the retained
     gain is (BF16-rounded - base) / (FP16 - base).
+Both also at the last step, and the median drift at every kept checkpoint (drift_vs_step.png).
 Writes <sweep>/drift.json (read by scripts/paper_report.py), the model directories it evaluated
-under <sweep>/drift/, and the plots drift_histogram.png and retained_gain.png.
+under <sweep>/drift/, and the plots drift_histogram.png, drift_vs_step.png and retained_gain.png.
 
     .venv/bin/python scripts/paper_drift.py --sweep runs/paper-quick --plots docs/results/quick
 """
@@ -285,7 +286,7 @@ def plots(folder, ref, rows, hists, series):
 
 DEFINITION = (
     "From the reference arm's checkpoints (the nearest kept one to the step where its training reward, "
-    "averaged as in the table, reaches 50% and 100% of its gain): *drift* = |w_t - w_0| / half a BF16 ulp "
+    "averaged as in the table, reaches 50% and 100% of its gain, and the last one): *drift* = |w_t - w_0| / half a BF16 ulp "
     "of w_0 per weight (w_0: the base as the runs start; exact zeros left out); round-to-nearest keeps a "
     "BF16 weight at w_0 while its drift is below 1, so *drift < 1 half-ulp* is the fraction of weights whose "
     "progress BF16-RN would not show yet. *Retained gain*: greedy eval accuracy (FP32 compute) of the master "

@@ -373,7 +373,7 @@ def write_verdicts(add, a, runs, rows, levels, steps, w):
             f"reward, with the claims' rule (|t| > {T_CLEAR} and more than {int(REL_TOLERANCE * 100)}% of FP16's KL at "
             "the end)?")
         add("")
-        for line in sr_vs_higher_lr(runs, levels, tolerances[1]):
+        for line in sr_vs_higher_lr(runs, levels, tolerances[1], a.min_gain):
             add(line)
         add("")
 
@@ -393,6 +393,12 @@ def write_drift(add, drift, labels):
         add(f"| s{row['seed']} | {row['level']} | {row['target_step']} ({row['step']}) | {row['median']:.2f} | "
             f"{row['mean']:.2f} | {row['below_one']:.3f} | {accs} | {fmt(probe.get('retained'), 2)} |")
     add("")
+    series = drift.get("series", [])
+    for s in sorted({p["seed"] for p in series}):
+        add(f"* s{s}, median drift (half-ulps) at every kept checkpoint, step: value: "
+            + ", ".join(f"{p['step']}: {p['median']:.2f}" for p in series if p["seed"] == s) + ".")
+    if series:
+        add("")
 
 
 if __name__ == "__main__":

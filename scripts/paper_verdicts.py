@@ -281,7 +281,7 @@ def calibrated_k(levels, rn_runs, rn_k_runs, ref_runs, k0, q=0.5):
         f, s1, sk = levels.steps_to(ref, q), levels.steps_to(rn[s], q), levels.steps_to(rnk[s], q)
         missing = [name for name, v in (("FP16", f), ("BF16-RN @ x", s1), (f"BF16-RN @ {k0:g}x", sk)) if v is None]
         if missing:
-            out[s] = (None, f"{', '.join(missing)} does not reach the level")
+            out[s] = (None, f"{', '.join(missing)} {'does' if len(missing) == 1 else 'do'} not reach the level")
         elif s1 == sk:
             out[s] = (None, f"same steps ({s1}) at x and {k0:g}x")
         else:
@@ -309,19 +309,23 @@ def sr_noise(runs, w, ref="fp16", sr_arms=("bf16_sr", "fp16_sr")):
         e_sr = early_kl(runs[sr], w)
         d = {s: e_sr[s] - e_ref[s] for s in e_sr if s in e_ref}
         rel = {s: e_sr[s] / e_ref[s] if e_ref[s] > 0 else float("nan") for s in d}
-        word = {"higher": "higher than", "lower": "lower than", "same": "not clearly different from",
-                None: "not judged against (one seed)"}[compare(d, 0.0)]
+        side = compare(d, 0.0)
+        words = {"higher": "higher than", "lower": "lower than", "same": "not clearly different from"}
+        verdict = ("its early KL is not judged (one seed)" if side is None else
+                   f"its early KL is {words[side]} {ref}'s (|t| > {T_CLEAR} counts as clear)")
         out.append(f"* *{sr}*: early KL minus {ref}'s: {describe_diffs(d, sci=True)}; ratio: "
-                   + ", ".join(f"s{s}: {fmt(v, 2)}" for s, v in sorted(rel.items()))
-                   + f". Its early KL is {word} {ref}'s (|t| > {T_CLEAR} counts as clear).")
+                   + ", ".join(f"s{s}: {fmt(v, 2)}" for s, v in sorted(rel.items())) + f"; {verdict}.")
     return out
 
 
-def sr_vs_higher_lr(runs, levels, kl_tol, sr="bf16_sr", rn_k="bf16_lr_k"):
+def sr_vs_higher_lr(runs, levels, kl_tol, min_gain=MIN_FP16_GAIN, sr="bf16_sr", rn_k="bf16_lr_k"):
     """The answer to "does BF16-SR pay less KL than BF16-RN @ k*x for the same progress?" at each
-    matched-reward level, paired per seed, with the claims' rule (|t| > T_CLEAR and |mean| > kl_tol)."""
+    matched-reward level, paired per seed, with the claims' rule (|t| > T_CLEAR and |mean| > kl_tol);
+    not testable below the minimum FP16 gain, like the claims (the levels would be noise)."""
     if sr not in runs or rn_k not in runs:
         return []
+    if not levels.sufficient(min_gain):
+        return [f"* **not testable**: {levels.gain_note(min_gain)}: the matched-reward levels would be noise."]
     out = []
     for q in LEVELS:
         d = paired(runs[sr], runs[rn_k], lambda r, q=q: levels.kl_at(r, q))

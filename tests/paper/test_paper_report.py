@@ -170,6 +170,8 @@ def main():
             check("**reproduced" not in verdict(text, n) and "not testable" in verdict(text, n),
                   f"claim {n} not testable when FP16's gain is below the minimum")
             check(target(text, n) == "not testable", f"T{n} not testable when FP16's gain is below the minimum")
+        check("**not testable**" in section(text, "Stochastic rounding") and "**yes**" not in
+              section(text, "Stochastic rounding"), "SR vs k*x at matched reward not testable below the minimum gain")
 
         # Case 5: the targets' failures. BF16-RN only 11% slower (T1 needs 30%), SR 33% slower
         # (T2 allows 10%), BF16 @ k*x pays less KL per unit of progress than SR (T3 needs more).
@@ -195,7 +197,8 @@ def main():
               "T1 met on measured steps when BF16-RN needs 1.4x FP16's steps")
 
         # Case 9: k for BF16 @ k*x. In case 7 BF16-RN @ 2x learns at FP16's speed, so the calibrated k
-        # is the 2 the sweep ran (case 1's BF16-RN @ x never reaches the level: k not determined); here BF16-RN @ x runs at 0.7 and @ 2x at 0.875 of FP16's speed
+        # is the 2 the sweep ran (case 1's BF16-RN @ x never reaches the level: k not determined);
+        # here BF16-RN @ x runs at 0.7 and @ 2x at 0.875 of FP16's speed
         # (steps ~ LR^-0.32), so matching FP16 needs k = 2^(ln(1/0.7) / ln(1.25)) = 3.0, extrapolated.
         check("## k for BF16-RN @ k*x" in text_paper and "n/a (BF16-RN @ x does not reach the level)" in
               section(text_paper, "k for BF16-RN"), "k not determined when BF16-RN @ x never reaches the level")
@@ -229,7 +232,7 @@ def main():
         # FP16's: its early KL is not clearly different, and at matched reward it is below BF16 @
         # k*x's. With a KL of 0.02 added from step 2 on (noise that buys no progress), its early KL
         # is clearly higher and at matched reward it is above BF16 @ k*x's: the answer flips.
-        check("not clearly different from" in early_kl_line(text_paper, "bf16_sr"),
+        check("is not clearly different from" in early_kl_line(text_paper, "bf16_sr"),
               "SR's early KL not flagged when SR adds no KL of its own")
         check("At 50% of FP16's gain" in section(text_paper, "Stochastic rounding") and
               "**yes**, lower" in section(text_paper, "Stochastic rounding").split("At 50%")[1].split("\n")[0],
