@@ -129,8 +129,28 @@ LlamaModel::LlamaModel(const ModelConfig& config, torch::Tensor flat_weights)
     w.w_gate = param(p + "mlp.gate_proj.weight");
     w.w_up = param(p + "mlp.up_proj.weight");
     w.w_down = param(p + "mlp.down_proj.weight");
+    w.wqkv = adjacent({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"});
+    if (w.bq.defined()) {
+      w.bqkv = adjacent({p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"});
+      if (!w.bqkv.defined()) w.wqkv = torch::Tensor();
+    }
+    w.w_gate_up = adjacent({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
     layers_.push_back(std::move(w));
   }
+}
+
+torch::Tensor LlamaModel::adjacent(const std::vector<std::string>& names) const {
+  std::vector<const ParamEntry*> parts;
+  for (const std::string& n : names) parts.push_back(layout_.find(n));
+  int64_t rows = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0 && parts[i]->offset != parts[i - 1]->offset + parts[i - 1]->numel) return {};
+    rows += parts[i]->shape[0];
+  }
+  std::vector<int64_t> shape = parts[0]->shape;
+  shape[0] = rows;
+  return torch::from_blob(static_cast<char*>(flat_.data_ptr()) + parts[0]->offset * flat_.element_size(), shape,
+                          flat_.options());
 }
 
 void LlamaModel::set_requires_grad(bool requires_grad) {
@@ -261,16 +281,26 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
   const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t H = config_.n_heads, G = config_.n_kv_heads, hd = config_.head_dim();
   const LayerWeights& w = layers_[std::size_t(layer)];
+  const bool fused = !(torch::GradMode::is_enabled() && w.wq.requires_grad());  // no gradient taken
   const torch::Tensor h = rms_norm(x_in, w.attn_norm, config_.norm_eps);
-  torch::Tensor q = linear(h, w.wq, w.bq).view({B, T, H, hd});  // (B, T, H, hd)
-  torch::Tensor k = linear(h, w.wk, w.bk).view({B, T, G, hd});  // (B, T, G, hd)
+  torch::Tensor q, k, v;
+  if (fused && w.wqkv.defined()) {
+    const torch::Tensor qkv = linear(h, w.wqkv, w.bqkv);  // (B, T, (H+2G)*hd)
+    q = qkv.narrow(-1, 0, H * hd).view({B, T, H, hd});
+    k = qkv.narrow(-1, H * hd, G * hd).view({B, T, G, hd});
+    v = qkv.narrow(-1, (H + G) * hd, G * hd).view({B, T, G, hd});
+  } else {
+    q = linear(h, w.wq, w.bq).view({B, T, H, hd});  // (B, T, H, hd)
+    k = linear(h, w.wk, w.bk).view({B, T, G, hd});  // (B, T, G, hd)
+    v = linear(h, w.wv, w.bv).view({B, T, G, hd});
+  }
   if (w.q_norm.defined()) {  // Qwen3: RMSNorm over each head's hd values, before RoPE
     q = rms_norm(q, w.q_norm, config_.norm_eps);
     k = rms_norm(k, w.k_norm, config_.norm_eps);
   }
   q = q.transpose(1, 2);  // (B, H, T, hd)
   k = k.transpose(1, 2);  // (B, G, T, hd)
-  torch::Tensor v = linear(h, w.wv, w.bv).view({B, T, G, hd}).transpose(1, 2);
+  v = v.transpose(1, 2);  // (B, G, T, hd)
   q = q * cos + rotate_half(q) * sin;
   k = k * cos + rotate_half(k) * sin;
   if (cache) {
@@ -296,6 +326,11 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
   }
   const torch::Tensor x = x_in + linear(attn.transpose(1, 2).reshape({B, T, H * hd}), w.wo, w.bo);
   const torch::Tensor h2 = rms_norm(x, w.mlp_norm, config_.norm_eps);
+  if (fused && w.w_gate_up.defined()) {
+    const torch::Tensor gate_up = at::linear(h2, w.w_gate_up);  // (B, T, 2F)
+    const int64_t F = config_.ffn_dim;
+    return x + at::linear(torch::silu(gate_up.narrow(-1, 0, F)) * gate_up.narrow(-1, F, F), w.w_down);
+  }
   return x + at::linear(torch::silu(at::linear(h2, w.w_gate)) * at::linear(h2, w.w_up), w.w_down);  // (B, T, D)
 }
 

@@ -46,6 +46,10 @@ struct LayerWeights {
   torch::Tensor q_norm, k_norm;              // optional: (hd) per-head RMSNorm (Qwen3)
   torch::Tensor mlp_norm;                    // (D) post_attention_layernorm
   torch::Tensor w_gate, w_up, w_down;        // (F, D), (F, D), (D, F)
+  // Views of the same memory as one matrix where the flat buffer holds the parts back to back (no
+  // alignment gap): q/k/v as ((H+2G)*hd, D) (+ bias), gate/up as (2F, D). Used when no gradient is
+  // taken (rollouts, measurements): one matrix product instead of three / two.
+  torch::Tensor wqkv, bqkv, w_gate_up;
 };
 
 class LlamaModel {
@@ -90,6 +94,8 @@ class LlamaModel {
                        bool causal, KVCache* cache) const;
   torch::Tensor head(const torch::Tensor& x) const;  // final norm + LM head -> (B, T, V) float32
   const torch::Tensor& param(const std::string& name) const;  // by layout name; must exist
+  // One view over consecutive layout tensors (stacked along dim 0), or undefined if a gap separates them.
+  torch::Tensor adjacent(const std::vector<std::string>& names) const;
 
   ModelConfig config_;
   ParamLayout layout_;
