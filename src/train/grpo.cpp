@@ -13,9 +13,11 @@
 
 #include "train/grpo_metrics.h"
 #include "train/grpo_trainer.h"
+#include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
 #include "unstuck/config/device.h"
+#include "unstuck/config/preflight.h"
 #include "unstuck/data/dataset.h"
 #include "unstuck/dist/data_parallel.h"
 #include "unstuck/dist/launch_env.h"
@@ -54,7 +56,10 @@ class StopSignals {
 
 // The torch device of this rank (run.device resolved against LOCAL_RANK and this machine).
 torch::Device torch_device(const RunConfig& config) {
-  const ResolvedDevice d = resolve_device(config, dist::launch_env_from_environment().local_rank);
+  // LOCAL_RANK matters only when there is a GPU to pick.
+  const int local_rank = config.run.device != DeviceKind::cpu && cuda_device_count() > 0
+                             ? dist::launch_env_from_environment().local_rank : 0;
+  const ResolvedDevice d = resolve_device(config, local_rank);
   return d.kind == DeviceKind::cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.index))
                                     : torch::Device(torch::kCPU);
 }
@@ -113,6 +118,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
   }
   open_run(ctx, cfg, "train", rank);
   report_fits();
+  spdlog::info("train: {}", memory_report(estimate_memory(cfg, "train")));
   if (resume.empty() && !latest_checkpoint(ctx.run_dir / "checkpoints").empty())
     throw UserError("run directory " + ctx.run_dir.string() +
                     " already holds checkpoints of an earlier run; continue it with `unstuck train --resume " +
