@@ -261,7 +261,8 @@ def smoke_base(bench, work):
     run([bench.unstuck, "sft", "--config", str(ROOT / "configs/sft/countdown.yaml"), f"run.output_dir={work}",
          "run.name=smoke_sft", f"sft.output={base}", "sft.steps=10", "sft.batch_size=8", "sft.eval_every=0",
          "sft.eval_samples=4", "model.dim=16", "model.n_layers=1", "model.n_heads=2", "model.n_kv_heads=2",
-         "model.ffn_dim=32", "precision.threads=1", "run.log_level=warn"])
+         "model.ffn_dim=32", "precision.threads=1", "run.log_level=warn"],
+        cwd=ROOT)  # the config's data and tokenizer paths are relative to the repository
     return str(base)
 
 

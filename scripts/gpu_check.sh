@@ -12,7 +12,6 @@
 #   scripts/gpu_check.sh --build-dir /tmp/x --configure-only  # checks the prefix alone, here too
 # Exit status: 0 all passed; 1 a check failed; 2 prefix, configure or build failed; 3 no usable CUDA
 # device: everything before the first CUDA step passed and the script stopped there.
-# Needs from other components: the `run.device` config key (trainer) and `bench step --device`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -161,7 +160,8 @@ EOF
 
 # ---- 7. bench step on the device -----------------------------------------------------------------
 step "bench step --device cuda"
-"$U" bench step --device cuda --config "$W/grpo.yaml" --model "$W/base" --json > "$OUT_DIR/bench_step_cuda.json" 2> "$W/bench.log" ||
+# MFU against the H200's dense BF16 tensor-core peak (989 TFLOP/s, NVIDIA's H200 SXM datasheet).
+"$U" bench step --device cuda --peak-tflops 989 --config "$W/grpo.yaml" --model "$W/base" --json > "$OUT_DIR/bench_step_cuda.json" 2> "$W/bench.log" ||
   { tail -20 "$W/bench.log"; fail "bench step --device cuda (the flag comes with the trainer's run.device)"; }
 cat "$OUT_DIR/bench_step_cuda.json"
 step "all checks passed"

@@ -96,11 +96,16 @@ std::vector<MemoryPart> estimate_memory(const RunConfig& c, const std::string& c
                      row_keys + " x model.max_seq_len (" + num(m.max_seq_len) + ") x model.vocab_size (" +
                          num(m.vocab_size) + ")",
                      rows * S * V * 4 * (ref ? 3 : 2) + rows * slice * V * 4 * 3, knob});
-    // Activations kept for the backward: about 8 of width dim + ffn_dim per token and layer.
+    // Activations kept for the backward: about 8 of width dim + ffn_dim per token and layer; with
+    // model.activation_checkpointing each layer's input, plus one layer's activations recomputed.
+    const double per_layer = double(m.dim + m.ffn_dim) * fb * 8;
     parts.push_back({"activations kept for the backward",
                      row_keys + " x model.max_seq_len (" + num(m.max_seq_len) + ") x model.n_layers (" +
-                         num(m.n_layers) + ") x model.ffn_dim (" + num(m.ffn_dim) + ")",
-                     rows * S * L * double(m.dim + m.ffn_dim) * fb * 8, knob});
+                         num(m.n_layers) + ") x model.ffn_dim (" + num(m.ffn_dim) + ")" +
+                         (m.activation_checkpointing ? " with model.activation_checkpointing" : ""),
+                     m.activation_checkpointing ? rows * S * (L * double(m.dim) * fb + per_layer)
+                                                : rows * S * L * per_layer,
+                     m.activation_checkpointing ? knob : knob + ", or set model.activation_checkpointing: true"});
   } else if (command == "sft") {
     // Logits (B, S, V), their gradient and the cross-entropy's log-softmax; activations per layer
     // kept for backward (about 8 of width dim + ffn_dim per token and layer).
