@@ -30,6 +30,19 @@ std::vector<std::pair<int64_t, int64_t>> row_chunks(int64_t begin, int64_t end, 
   return out;
 }
 
+// Row chunks' measurements joined along rows; the reference's stay undefined where the chunks
+// have none.
+Measurement cat_rows(const std::vector<Measurement>& parts) {
+  const auto cat = [&](torch::Tensor Measurement::*field) {
+    std::vector<torch::Tensor> defined;
+    for (const Measurement& p : parts)
+      if ((p.*field).defined()) defined.push_back(p.*field);
+    return defined.empty() ? torch::Tensor() : torch::cat(defined);
+  };
+  return {cat(&Measurement::logp), cat(&Measurement::entropy), cat(&Measurement::kl_exact),
+          cat(&Measurement::ref_logp)};
+}
+
 }  // namespace
 
 torch::Tensor RolloutBatch::targets(const torch::Tensor& rows) const {
@@ -191,25 +204,14 @@ torch::Tensor GrpoTrainer::completion_logits(const model::LlamaModel& m, const R
 
 Measurement GrpoTrainer::measure(const RolloutBatch& batch, bool with_ref) const {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> lp, ent, kl, ref;
+  std::vector<Measurement> parts;
   for (const auto& [b, e] : row_chunks(0, batch.rows(), cfg_.grpo.logprob_chunk_rows)) {
     const torch::Tensor rows = torch::arange(b, e, torch::TensorOptions(torch::kLong).device(device_));
     const torch::Tensor ref_logits = with_ref ? completion_logits(*reference_, batch, rows) : torch::Tensor();
-    algo::TokenStats s = algo::token_stats(completion_logits(weights_.model(), batch, rows), ref_logits,
-                                           batch.targets(rows), cfg_.grpo.logprob_chunk_tokens);
-    lp.push_back(s.logp);
-    ent.push_back(s.entropy);
-    if (with_ref) {
-      kl.push_back(s.kl_exact);
-      ref.push_back(s.ref_logp);
-    }
+    parts.push_back(algo::token_stats(completion_logits(weights_.model(), batch, rows), ref_logits,
+                                      batch.targets(rows), cfg_.grpo.logprob_chunk_tokens));
   }
-  Measurement m{torch::cat(lp), torch::cat(ent), {}, {}};
-  if (with_ref) {
-    m.kl_exact = torch::cat(kl);
-    m.ref_logp = torch::cat(ref);
-  }
-  return m;
+  return cat_rows(parts);
 }
 
 GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& batch, const torch::Tensor& advantages,
@@ -218,7 +220,7 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
   const int64_t N = batch.rows();
   const bool measure_here = !measured->has_value();
   const bool need_ref_logits = g.kl_coef > 0 || (measure_here && with_ref);
-  std::vector<torch::Tensor> m_lp, m_ent, m_kl, m_ref;
+  std::vector<Measurement> measured_parts;
   UpdateStats up;
   int64_t updates = 0;
   for (int64_t epoch = 0; epoch < g.ppo_epochs; ++epoch)
@@ -254,12 +256,8 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
           lp = algo::token_log_probs(logits, targets, g.logprob_chunk_tokens);
         }
         if (measure_here) {
-          algo::TokenStats s = algo::token_stats(logits.detach(), with_ref ? ref_logits : torch::Tensor(), targets,
-                                                 g.logprob_chunk_tokens);
-          m_lp.push_back(s.logp);
-          m_ent.push_back(s.entropy);
-          m_kl.push_back(s.kl_exact);
-          m_ref.push_back(s.ref_logp);
+          measured_parts.push_back(algo::token_stats(logits.detach(), with_ref ? ref_logits : torch::Tensor(), targets,
+                                                     g.logprob_chunk_tokens));
         }
         const torch::Tensor mask = batch.mask.index_select(0, rows);
         const algo::PolicyLoss pl = algo::policy_loss(lp, batch.old_logp.index_select(0, rows),
@@ -282,14 +280,7 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
       ++updates;
     }
   up.grad_norm /= double(updates);
-  if (measure_here) {
-    Measurement m{torch::cat(m_lp), torch::cat(m_ent), {}, {}};
-    if (with_ref) {
-      m.kl_exact = torch::cat(m_kl);
-      m.ref_logp = torch::cat(m_ref);
-    }
-    *measured = std::move(m);
-  }
+  if (measure_here) *measured = cat_rows(measured_parts);
   return up;
 }
 

@@ -14,6 +14,7 @@
 
 #include "train/grpo_metrics.h"
 #include "unstuck/algo/policy_loss.h"
+#include "unstuck/algo/token_logprobs.h"
 #include "unstuck/config/run_config.h"
 #include "unstuck/data/record.h"
 #include "unstuck/dist/communicator.h"
@@ -42,9 +43,7 @@ struct RolloutBatch {
 
 // Per-token measurements of the policy on a rollout batch before its update, each (N, T); the
 // reference's are undefined on steps without the reference metrics.
-struct Measurement {
-  torch::Tensor logp, entropy, kl_exact, ref_logp;
-};
+using Measurement = algo::TokenStats;
 
 class GrpoTrainer {
  public:
