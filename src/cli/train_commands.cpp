@@ -143,6 +143,7 @@ void add_eval(CLI::App& app) {
     o.k = a->k;
     o.temperature = a->temperature;
     o.seed = a->seed;
+    o.stop_ids = p.stop_ids;
     const train::EvalResult r = train::evaluate(*p.model, p.tokenizer, records, prompts, *verifier, o);
     nlohmann::ordered_json j{{"model", a->model}, {"split", a->split}, {"records", r.records},
                              {"greedy_accuracy", r.accuracy}, {"mean_reward", r.mean_reward},
@@ -196,7 +197,7 @@ void add_generate(CLI::App& app) {
     o.sampling.top_k = a->top_k;
     o.sampling.top_p = a->top_p;
     if (a->max_new_tokens > 0) o.sampling.max_new_tokens = a->max_new_tokens;
-    o.eos_id = p.tokenizer.eos_id();
+    o.stop_ids = p.stop_ids;
     o.pad_id = p.tokenizer.pad_id();
     const data::PromptFormatter formatter(p.config.data, a->model);
     std::vector<std::vector<int32_t>> prompts;
@@ -208,7 +209,7 @@ void add_generate(CLI::App& app) {
     }
     const auto outs = rollout::generate(*p.model, prompts, o, at::make_generator<at::CPUGeneratorImpl>(a->seed));
     for (std::size_t i = 0; i < outs.size(); ++i)
-      std::cout << texts[i] << "\t" << train::completion_text(outs[i].tokens, p.tokenizer) << "\t["
+      std::cout << texts[i] << "\t" << train::completion_text(outs[i].tokens, p.tokenizer, p.stop_ids) << "\t["
                 << config::enum_name(outs[i].finish) << "]\n";
   });
 }

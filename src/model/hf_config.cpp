@@ -361,6 +361,12 @@ HfConfig read_hf_config(const std::filesystem::path& config_json) {
   return parse_hf_config(io::read_json_file(config_json), config_json.string());
 }
 
+std::vector<int32_t> read_generation_eos_ids(const std::filesystem::path& generation_config_json) {
+  const json gen = io::read_json_file(generation_config_json);
+  if (!gen.is_object()) throw UserError(generation_config_json.string() + ": expected a JSON object");
+  return Reader(gen, generation_config_json.string(), "").token_ids("eos_token_id", true);
+}
+
 json hf_config_json(const ModelConfig& c, const SpecialTokens& t, const std::string& dtype) {
   const FamilyInfo& fam = family_info(c.family);
   json rope = {{"rope_type", enum_names(RopeType{})[std::size_t(c.rope_scaling.type)].second},

@@ -1,7 +1,7 @@
 // Batched sampling on the model's device: left-pad the prompts, prefill the KV cache (last position's
 // logits only), then one decode step per token (or, without the cache, a full forward over the
 // growing sequence each step). Tokens and log-probs are written into device tensors; rows that
-// sampled EOS leave the decode batch; the host reads the results once at the end.
+// sampled a stop token leave the decode batch; the host reads the results once at the end.
 #include "unstuck/rollout/sampler.h"
 
 #include <ATen/ATen.h>
@@ -130,6 +130,8 @@ std::vector<Completion> generate(const model::LlamaModel& model,
   const torch::Tensor gen_tokens = torch::full({B, N}, int64_t(o.pad_id), long_opts);
   const torch::Tensor gen_logp = torch::zeros({B, N}, long_opts.dtype(torch::kFloat32));
   torch::Tensor active = torch::arange(B, long_opts);  // (A) original row of each decode-batch row
+  const std::vector<int64_t> stop_list(o.stop_ids.begin(), o.stop_ids.end());
+  const torch::Tensor stop = torch::tensor(stop_list, torch::kLong).to(device);
   int64_t A = B;
 
   model::KVCache cache;
@@ -144,16 +146,16 @@ std::vector<Completion> generate(const model::LlamaModel& model,
       seq_valid = torch::cat({prompt_valid, torch::ones({B, N}, prompt_valid.options())}, 1);
     logits = model.forward(prompt, prompt_valid).select(1, P - 1);
   }
-  // Rows that sampled EOS but are still in the decode batch (they are dropped in batches, see below).
+  // Rows that sampled a stop token but are still in the decode batch (they are dropped in batches, see below).
   torch::Tensor done = torch::zeros({A}, long_opts.dtype(torch::kBool));
   for (int64_t t = 0; t < N; ++t) {
     auto [next, logp] = sample(logits, o.sampling, uniforms.defined() ? uniforms.select(1, t).index_select(0, active) : torch::Tensor());
-    // Rows already finished keep sampling until dropped; what they sample after their EOS is never read.
+    // Rows already finished keep sampling until dropped; what they sample after their stop is never read.
     gen_tokens.select(1, t).index_copy_(0, active, next);
     gen_logp.select(1, t).index_copy_(0, active, logp);
     if (t + 1 == N) break;
-    if (o.eos_id >= 0) {
-      done = done | next.eq(o.eos_id);
+    if (!stop_list.empty()) {
+      done = done | (stop_list.size() == 1 ? next.eq(stop_list[0]) : torch::isin(next, stop));
       const int64_t finished = done.sum().item<int64_t>();  // the step's one host read
       if (finished == A) break;
       // Compacting the cache costs about one step's attention reads: do it once an eighth of the
@@ -182,7 +184,7 @@ std::vector<Completion> generate(const model::LlamaModel& model,
     }
   }
 
-  // One read of the results: each row up to and including its first EOS.
+  // One read of the results: each row up to and including its first stop token.
   const torch::Tensor tokens_host = gen_tokens.cpu(), logp_host = gen_logp.cpu();
   const auto tok = tokens_host.accessor<int64_t, 2>();
   const auto lp = logp_host.accessor<float, 2>();
@@ -191,7 +193,7 @@ std::vector<Completion> generate(const model::LlamaModel& model,
     for (int64_t t = 0; t < N; ++t) {
       c.tokens.push_back(int32_t(tok[b][t]));
       c.logprobs.push_back(lp[b][t]);
-      if (o.eos_id >= 0 && tok[b][t] == o.eos_id) {
+      if (std::find(stop_list.begin(), stop_list.end(), tok[b][t]) != stop_list.end()) {
         c.finish = FinishReason::eos;
         break;
       }

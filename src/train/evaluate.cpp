@@ -58,10 +58,11 @@ std::vector<data::TaskRecord> drop_overlong_prompts(std::vector<data::TaskRecord
   return std::move(fit.kept);
 }
 
-std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer::Tokenizer& tok) {
+std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer::Tokenizer& tok,
+                            const std::vector<int32_t>& stop_ids) {
   std::vector<int32_t> kept;
   for (int32_t t : tokens) {
-    if (t == tok.eos_id()) break;
+    if (std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end()) break;
     // Rows of an embedding padded beyond the tokenizer (real checkpoints) decode to nothing, as in
     // the tokenizers library.
     if (t < tok.vocab_size()) kept.push_back(t);
@@ -79,7 +80,7 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
   rollout::GenerateOptions greedy;
   greedy.sampling.temperature = 0.0;
   greedy.sampling.max_new_tokens = o.max_new_tokens;
-  greedy.eos_id = tok.eos_id();
+  greedy.stop_ids = o.stop_ids;
   greedy.pad_id = tok.pad_id();
   rollout::GenerateOptions sampled = greedy;
   sampled.sampling.temperature = o.temperature;
@@ -93,7 +94,7 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
     const auto outs = rollout::generate(model, prompts, greedy, gen);
     std::vector<bool> solved(end - begin, false);
     for (std::size_t i = begin; i < end; ++i) {
-      const std::string text = completion_text(outs[i - begin].tokens, tok);
+      const std::string text = completion_text(outs[i - begin].tokens, tok, o.stop_ids);
       const reward::RewardResult res = verifier.score(text, records[i]);
       reward_sum += res.reward;
       const bool ok = res.status == reward::RewardStatus::correct;
@@ -107,7 +108,7 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
       const auto samples = rollout::generate(model, prompts, sampled, gen);
       for (std::size_t i = begin; i < end; ++i)
         if (!solved[i - begin] &&
-            verifier.score(completion_text(samples[i - begin].tokens, tok), records[i]).status ==
+            verifier.score(completion_text(samples[i - begin].tokens, tok, o.stop_ids), records[i]).status ==
                 reward::RewardStatus::correct)
           solved[i - begin] = true;
     }

@@ -26,6 +26,7 @@
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/evaluate.h"
 #include "unstuck/train/model_export.h"
+#include "unstuck/train/policy_dir.h"
 #include "unstuck/train/run_setup.h"
 
 namespace unstuck::train {
@@ -116,8 +117,11 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     resumed = load_checkpoint(ckpt);
     check_checkpoint_fits(*resumed, model::llama_layout(cfg.model).total, train.size(), ckpt);
   }
+  ctx.stop_ids = stop_token_ids(base, ctx.tokenizer, cfg.model.vocab_size);
   open_run(ctx, cfg, "train", rank);
   report_fits();
+  spdlog::info("train: completions end at token id(s) {} (the tokenizer's EOS and the eos_token_id of {}'s "
+               "config.json / generation_config.json)", nlohmann::json(ctx.stop_ids).dump(), base.string());
   spdlog::info("train: {}", memory_report(estimate_memory(cfg, "train")));
   if (resume.empty() && !latest_checkpoint(ctx.run_dir / "checkpoints").empty())
     throw UserError("run directory " + ctx.run_dir.string() +
@@ -137,6 +141,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     run["forward_dtype"] = c10::toString(weights.forward_dtype());
     run["reference_dtype"] = trainer.reference_dtype();
     run["device"] = device.str();
+    run["stop_token_ids"] = ctx.stop_ids;
     run["world_size"] = world;
     run["dist_backend"] = comm.backend_name();
     io::write_json_file(ctx.run_dir / "run.json", run);

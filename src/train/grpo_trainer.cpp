@@ -75,7 +75,7 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
     reference_ = std::make_unique<model::LlamaModel>(cfg_.model, weights_.model().flat_weights().clone());
   start_compute_ = weights_.compute().clone();
   gen_opts_.sampling = cfg_.rollout;
-  gen_opts_.eos_id = ctx_.tokenizer.eos_id();
+  gen_opts_.stop_ids = ctx_.stop_ids;
   gen_opts_.pad_id = ctx_.tokenizer.pad_id();
   loss_opts_.clip_low = g.clip_low;
   loss_opts_.clip_high = g.clip_high;
@@ -147,7 +147,7 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro) const {
   sc.rewards.resize(ro.completions.size());
   for (std::size_t i = 0; i < ro.completions.size(); ++i) {
     const auto& c = ro.completions[i];
-    const reward::RewardResult r = verifier_->score(completion_text(c.tokens, ctx_.tokenizer), *ro.records[i]);
+    const reward::RewardResult r = verifier_->score(completion_text(c.tokens, ctx_.tokenizer, ctx_.stop_ids), *ro.records[i]);
     sc.rewards[i] = float(r.reward);
     sc.correct += r.status == reward::RewardStatus::correct;
     sc.gen_tokens += double(c.tokens.size());
@@ -369,6 +369,7 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
 double GrpoTrainer::evaluate() {
   EvalOptions opts;
   opts.max_new_tokens = cfg_.rollout.max_new_tokens;
+  opts.stop_ids = ctx_.stop_ids;
   double correct_records[2] = {0, double(my_test_.size())};  // each rank scores its share
   if (!my_test_.empty())
     correct_records[0] = train::evaluate(weights_.model(), ctx_.tokenizer, my_test_, ctx_.prompts, *verifier_, opts)

@@ -2,11 +2,35 @@
 // directory plus tokenizer.model).
 #include "unstuck/train/policy_dir.h"
 
+#include <algorithm>
+
 #include "unstuck/common/error.h"
+#include "unstuck/model/hf_config.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/train/sft.h"
 
 namespace unstuck::train {
+
+std::vector<int32_t> stop_token_ids(const std::filesystem::path& model_dir, const tokenizer::Tokenizer& tok,
+                                    int64_t vocab_size) {
+  std::vector<int32_t> ids;
+  const auto add = [&](int32_t id, const std::string& source) {
+    if (id < 0) return;
+    if (id >= vocab_size)
+      throw UserError(source + ": eos_token_id " + std::to_string(id) + " is outside the model's vocabulary of " +
+                      std::to_string(vocab_size) + " tokens");
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  };
+  add(tok.eos_id(), "the tokenizer");
+  for (const char* file : {"config.json", "generation_config.json"}) {
+    const std::filesystem::path path = model_dir / file;
+    if (!std::filesystem::exists(path)) continue;
+    const std::vector<int32_t> listed = std::string(file) == "config.json" ? model::read_hf_config(path).tokens.eos_ids
+                                                                           : model::read_generation_eos_ids(path);
+    for (int32_t id : listed) add(id, path.string());
+  }
+  return ids;
+}
 
 Policy load_policy(const std::filesystem::path& dir, const std::vector<std::string>& overrides,
                    torch::ScalarType dtype) {
@@ -22,7 +46,8 @@ Policy load_policy(const std::filesystem::path& dir, const std::vector<std::stri
                     " pieces but config.json says vocab_size " + std::to_string(loaded.config.vocab_size));
   config.model = loaded.config;
   auto model = std::make_unique<model::LlamaModel>(loaded.config, loaded.flat.to(dtype));
-  return {std::move(config), std::move(tok), loaded.flat, std::move(model)};
+  std::vector<int32_t> stops = stop_token_ids(dir, tok, loaded.config.vocab_size);
+  return {std::move(config), std::move(tok), loaded.flat, std::move(model), std::move(stops)};
 }
 
 }  // namespace unstuck::train

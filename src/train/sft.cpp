@@ -124,6 +124,7 @@ SftResult run_sft(RunConfig cfg) {
   const auto verifier = reward::make_verifier(reward::verifier_name(cfg.reward, config::enum_name(cfg.data.task)), cfg.reward);
   EvalOptions eval_opts;
   eval_opts.max_new_tokens = cfg.rollout.max_new_tokens;
+  eval_opts.stop_ids = {tok.eos_id()};  // the completions it trains on end with the EOS (encode_examples)
 
   RecordOrder order(train.size(), ctx.seeds.data);
   std::ofstream metrics(ctx.run_dir / "sft_metrics.jsonl");

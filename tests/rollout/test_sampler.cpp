@@ -90,13 +90,14 @@ TEST(Sampler, StopsAtEosAndReportsLength) {
   }
   // Declare row 0's first greedy token the EOS: row 0 stops right there, and any row that emits it
   // ends with it.
-  o.eos_id = before[0].tokens[0];
+  const int32_t eos = before[0].tokens[0];
+  o.stop_ids = {eos};
   const auto after = generate(m, kPrompts, o, gen(1));
   EXPECT_EQ(after[0].finish, FinishReason::eos);
-  EXPECT_EQ(after[0].tokens, std::vector<int32_t>{o.eos_id});
+  EXPECT_EQ(after[0].tokens, std::vector<int32_t>{eos});
   for (std::size_t b = 0; b < after.size(); ++b) {
     const auto& t = after[b].tokens;
-    const auto first_eos = std::find(t.begin(), t.end(), o.eos_id);
+    const auto first_eos = std::find(t.begin(), t.end(), eos);
     if (first_eos == t.end()) {
       EXPECT_EQ(after[b].finish, FinishReason::length);
     } else {
@@ -105,6 +106,36 @@ TEST(Sampler, StopsAtEosAndReportsLength) {
     }
     // Up to the EOS, the tokens are those of the run without EOS.
     EXPECT_TRUE(std::equal(t.begin(), t.end(), before[b].tokens.begin()));
+  }
+}
+
+// Several stop tokens (Llama 3 Instruct's <|eot_id|>, <|end_of_text|>): each row ends at the first
+// one it samples, whichever of them it is, with the cache and without.
+TEST(Sampler, StopsAtTheFirstOfSeveralStopTokens) {
+  LlamaModel m = make_model();
+  GenerateOptions o;
+  o.sampling.temperature = 0;
+  o.sampling.max_new_tokens = 6;
+  const auto free_run = generate(m, kPrompts, o, gen(1));
+  // Stop at row 0's second greedy token and at row 1's third: two rows end at different stops.
+  const std::vector<int32_t> stops = {free_run[0].tokens[1], free_run[1].tokens[2]};
+  ASSERT_NE(stops[0], stops[1]) << "fixture: pick prompts whose greedy tokens differ";
+  for (bool cached : {true, false}) {
+    o.use_cache = cached;
+    o.stop_ids = stops;
+    const auto out = generate(m, kPrompts, o, gen(1));
+    int64_t ended = 0;
+    for (std::size_t b = 0; b < out.size(); ++b) {
+      const auto& free = free_run[b].tokens;
+      const auto first = std::find_first_of(free.begin(), free.end(), stops.begin(), stops.end());
+      const std::vector<int32_t> expect(free.begin(), first == free.end() ? free.end() : first + 1);
+      EXPECT_EQ(out[b].tokens, expect) << "row " << b << " cached " << cached;
+      EXPECT_EQ(out[b].finish, first == free.end() ? FinishReason::length : FinishReason::eos) << b;
+      ended += first != free.end();
+    }
+    EXPECT_LE(out[0].tokens.size(), 2u);
+    EXPECT_LE(out[1].tokens.size(), 3u);
+    EXPECT_GE(ended, 2);
   }
 }
 

@@ -103,7 +103,7 @@ TEST(SamplingKeys, DroppingFinishedRowsChangesNoToken) {
     o.sampling.max_new_tokens = 24;
     o.use_cache = cached;
     o.uniforms = sampling_uniforms(5, 1, rows, 24, torch::kCPU);
-    o.eos_id = 7;
+    o.stop_ids = {7};
     o.drop_finished = false;
     const auto kept = generate(m, ps, o, gen(0));
     o.drop_finished = true;
@@ -130,7 +130,7 @@ TEST(SamplingKeys, CudaSamplesTheCpuTokens) {
   const auto ps = prompts(8);
   GenerateOptions o;
   o.sampling.max_new_tokens = 16;
-  o.eos_id = 7;
+  o.stop_ids = {7};
   o.uniforms = sampling_uniforms(3, 2, {0, 1, 2, 3, 4, 5, 6, 7}, 16, torch::kCPU);
   const auto a = generate(cpu, ps, o, gen(0));
   o.uniforms = o.uniforms.cuda();

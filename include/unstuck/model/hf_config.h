@@ -37,6 +37,10 @@ std::string supported_families_text();
 HfConfig parse_hf_config(const nlohmann::json& hf, const std::string& source);
 HfConfig read_hf_config(const std::filesystem::path& config_json);
 
+// eos_token_id of a generation_config.json (one id or a list; empty when absent or null): the ids
+// generation stops at. Throws UserError naming the file and key for a mistyped value.
+std::vector<int32_t> read_generation_eos_ids(const std::filesystem::path& generation_config_json);
+
 // Checks a checkpoint's tensor headers against `config` without reading any tensor data: the
 // embedding's shape and the layer count first (so an absurd num_hidden_layers never builds a
 // layout), then every tensor's presence and shape, and no unexpected tensor. Throws UserError

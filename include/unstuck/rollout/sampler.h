@@ -1,6 +1,6 @@
 // Rollout engine: batched sampling from the policy with a KV cache (or full recompute, for
 // benchmarks and checks) on the weights' device. Temperature, top-k, top-p, max new tokens, stop at
-// EOS (finished rows leave the decode batch); keeps each sampled token's log-probability and each
+// any of a set of stop tokens (finished rows leave the decode batch); keeps each sampled token's log-probability and each
 // sequence's finish reason. Tokens are drawn by inverse CDF from counter-based uniforms.
 #pragma once
 
@@ -16,7 +16,7 @@
 
 namespace unstuck::rollout {
 
-enum class FinishReason { eos, length };
+enum class FinishReason { eos, length };  // eos: a stop token was sampled
 inline constexpr std::array<std::pair<FinishReason, const char*>, 2> kFinishReasonNames{{
     {FinishReason::eos, "eos"},
     {FinishReason::length, "length"},
@@ -24,7 +24,7 @@ inline constexpr std::array<std::pair<FinishReason, const char*>, 2> kFinishReas
 constexpr const auto& enum_names(FinishReason) { return kFinishReasonNames; }
 
 struct Completion {
-  std::vector<int32_t> tokens;   // generated tokens, the EOS included when it was sampled
+  std::vector<int32_t> tokens;   // generated tokens, the stop token included when one was sampled
   std::vector<float> logprobs;   // log-prob of each generated token under the sampling
                                  // distribution (temperature applied, before top-k/top-p)
   FinishReason finish = FinishReason::length;
@@ -32,10 +32,13 @@ struct Completion {
 
 struct GenerateOptions {
   SamplingConfig sampling;
-  int32_t eos_id = -1;     // stop token (< 0: none)
+  // Tokens that end a completion (the one sampled is kept as its last token). Empty: completions
+  // end at max_new_tokens only. Real models stop at several (Llama 3 Instruct: <|eot_id|>,
+  // <|end_of_text|>, <|eom_id|>); see train::stop_token_ids().
+  std::vector<int32_t> stop_ids;
   int32_t pad_id = 0;      // fills left padding; never attended
   bool use_cache = true;   // false: recompute the whole sequence every step (reference path)
-  bool drop_finished = true;  // rows that sampled EOS leave the decode batch (KV cache rows compacted)
+  bool drop_finished = true;  // rows that sampled a stop token leave the decode batch (KV cache rows compacted)
   // Optional (B, >= max_new_tokens) uniforms in [0, 1): token t of row b is the first whose
   // cumulative probability exceeds uniforms[b][t] (inverse CDF), so a row's sample does not depend on
   // which other rows share its batch. Data-parallel GRPO passes sampling_uniforms() of its global
@@ -44,7 +47,7 @@ struct GenerateOptions {
 };
 
 // Samples one completion per prompt. Prompts may differ in length (they are left padded). Runs on
-// the model's device; the host sees one flag per decode step (all rows finished?) when an EOS is
+// the model's device; the host sees one count per decode step (rows finished) when stop tokens are
 // set, and the results once at the end. Deterministic for given uniforms (or generator state).
 std::vector<Completion> generate(const model::LlamaModel& model,
                                  const std::vector<std::vector<int32_t>>& prompts,

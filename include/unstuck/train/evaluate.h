@@ -23,6 +23,7 @@ struct EvalOptions {
   int64_t k = 0;                // samples per prompt for pass@k; 0 = greedy only
   double temperature = 1.0;     // sampling temperature of the pass@k samples
   uint64_t seed = 0;            // sampling stream of the pass@k samples
+  std::vector<int32_t> stop_ids;  // tokens that end a completion (stop_token_ids()); empty: none
 };
 
 struct EvalResult {
@@ -59,8 +60,9 @@ std::vector<data::TaskRecord> drop_overlong_prompts(std::vector<data::TaskRecord
                                                     const tokenizer::Tokenizer& tok,
                                                     int64_t max_prompt_tokens, const std::string& what);
 
-// Text of a sampled completion: its tokens up to (without) the EOS, decoded.
-std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer::Tokenizer& tok);
+// Text of a sampled completion: its tokens up to (without) the first stop token, decoded.
+std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer::Tokenizer& tok,
+                            const std::vector<int32_t>& stop_ids);
 
 EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& tok,
                     const std::vector<data::TaskRecord>& records, const data::PromptFormatter& prompts,

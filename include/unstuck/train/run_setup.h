@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "unstuck/config/run_config.h"
 #include "unstuck/data/prompt_formatter.h"
@@ -28,6 +29,7 @@ struct RunContext {
   tokenizer::Tokenizer tokenizer;
   Seeds seeds;
   data::PromptFormatter prompts;  // data.prompt_template / chat template (auto: the tokenizer's folder)
+  std::vector<int32_t> stop_ids;  // tokens a completion ends at (train::stop_token_ids; SFT: the EOS)
 };
 
 // The tokenizer file of a config: tokenizer.path, or data/<task>/tokenizer.model.
