@@ -368,11 +368,15 @@ torch::Tensor LlamaModel::head(const torch::Tensor& x) const {
   return at::linear(rms_norm(x, final_norm_, config_.norm_eps), head_).to(torch::kFloat32);  // (B, T, V)
 }
 
-torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, const torch::Tensor& valid) const {
+torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, const torch::Tensor& valid, int64_t logits_from) const {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   if (T > config_.max_seq_len)
     throw UserError("sequence of " + std::to_string(T) + " tokens exceeds model.max_seq_len (" +
                     std::to_string(config_.max_seq_len) + ")");
+  if (logits_from < 0 || logits_from >= T)
+    throw std::invalid_argument("forward: logits_from " + std::to_string(logits_from) + " outside [0, " +
+                                std::to_string(T) + ")");
+  const auto tail = [&](const torch::Tensor& x) { return logits_from == 0 ? x : x.narrow(1, logits_from, T - logits_from); };
   const int64_t W = config_.sliding_window;
   const RowRotation rot = valid.defined() ? row_rotation(valid) : RowRotation{true, true, true, {}, {}};
   if (rot.one_run) {
@@ -383,7 +387,7 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, const torch::Tens
     const bool rotate = !rot.no_lead;
     const torch::Tensor x = hidden(rotate ? tokens.gather(1, rot.to_front) : tokens, positions, window,
                                    !window.defined(), nullptr);  // (B, T, D)
-    return head(rotate ? gather_rows(x, rot.to_back) : x);
+    return head(tail(rotate ? gather_rows(x, rot.to_back) : x));
   }
   // Padding inside rows: a dense mask. Padded keys are hidden; every query may still see itself so
   // no softmax row is empty.
@@ -392,7 +396,7 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, const torch::Tens
   const torch::Tensor causal = torch::ones({T, T}, bool_opts).tril();  // (T, T)
   torch::Tensor mask = (causal.unsqueeze(0) & valid.unsqueeze(1)) | torch::eye(T, bool_opts).unsqueeze(0);  // (B, T, T)
   if (W > 0) mask = mask & ((positions.unsqueeze(2) - positions.unsqueeze(1)) < W);
-  return head(hidden(tokens, positions, mask.unsqueeze(1), false, nullptr));
+  return head(tail(hidden(tokens, positions, mask.unsqueeze(1), false, nullptr)));
 }
 
 KVCache LlamaModel::new_cache(int64_t batch, int64_t capacity) const {

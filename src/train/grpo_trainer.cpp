@@ -198,8 +198,8 @@ torch::Tensor GrpoTrainer::completion_logits(const model::LlamaModel& m, const R
   const torch::Tensor tokens = b.tokens.index_select(0, rows);
   const torch::Tensor valid = b.valid.index_select(0, rows);
   const int64_t L = tokens.size(1), T = L - b.prompt_len;
-  const torch::Tensor logits = m.forward(tokens.narrow(1, 0, L - 1), valid.narrow(1, 0, L - 1));  // (n, L-1, V)
-  return logits.narrow(1, b.prompt_len - 1, T);                                                  // (n, T, V)
+  // Position p predicts token p + 1: the completion's T tokens come from positions P-1 .. L-2.
+  return m.forward(tokens.narrow(1, 0, L - 1), valid.narrow(1, 0, L - 1), b.prompt_len - 1);  // (n, T, V)
 }
 
 Measurement GrpoTrainer::measure(const RolloutBatch& batch, bool with_ref) const {

@@ -155,6 +155,39 @@ TEST(Llama, AnyPaddingPatternEqualsUnpadded) {
   EXPECT_LT(rel_error(torch::cat({out.narrow(0, 0, 4), out.narrow(0, 6, 6)}), alone), 1e-5);
 }
 
+// forward(..., logits_from) returns the logits of the later positions only (what training reads for
+// the completion): the same values as the full forward's, for each padding pattern; with gradients,
+// the same gradients as the full forward's logits narrowed there.
+TEST(Llama, LogitsFromReturnsTheTailOfTheFullForward) {
+  const ModelConfig c = small_config();
+  LlamaModel model(c, fresh_weights(c, torch::kFloat32));
+  const torch::Tensor tokens = random_tokens(3, 12, c.vocab_size, 5);
+  torch::Tensor one_run = torch::ones({3, 12}, torch::kBool), holed = one_run.clone();
+  one_run[0].narrow(0, 0, 3).fill_(false);  // left padding: rotated, causal
+  holed[1].narrow(0, 4, 2).fill_(false);    // a hole: the dense mask
+  for (const torch::Tensor& valid : {torch::Tensor(), one_run, holed}) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor full = model.forward(tokens, valid);
+    for (int64_t from : {1, 7, 11}) {
+      const torch::Tensor tail = model.forward(tokens, valid, from);
+      ASSERT_EQ(tail.sizes(), (std::vector<int64_t>{3, 12 - from, c.vocab_size}));
+      EXPECT_LT(rel_error(tail, full.narrow(1, from, 12 - from)), 1e-6) << "from " << from;
+    }
+  }
+  const torch::Tensor w = torch::randn({3, 5, c.vocab_size});
+  std::vector<torch::Tensor> grads[2];
+  for (int k = 0; k < 2; ++k) {
+    LlamaModel m(c, fresh_weights(c, torch::kFloat32));
+    m.set_requires_grad(true);
+    const torch::Tensor out = k == 0 ? m.forward(tokens, one_run).narrow(1, 7, 5) : m.forward(tokens, one_run, 7);
+    (out * w).sum().backward();
+    for (const torch::Tensor& p : m.parameters()) grads[k].push_back(p.grad().clone());
+  }
+  for (std::size_t i = 0; i < grads[0].size(); ++i) EXPECT_LT(rel_error(grads[1][i], grads[0][i]), 1e-5) << i;
+  EXPECT_THROW(model.forward(tokens, {}, 12), std::invalid_argument);
+  EXPECT_THROW(model.forward(tokens, {}, -1), std::invalid_argument);
+}
+
 // Mistral's sliding window: the full forward over a sequence longer than the window (index mask),
 // the same sequence left padded (rotated), and KV-cached decoding (position mask) agree.
 TEST(Llama, SlidingWindowAgreesAcrossPaths) {

@@ -71,9 +71,11 @@ class LlamaModel {
   // right); left padding passes `valid`, and rotary positions then count real tokens only. Rows
   // whose real tokens form one run (left and/or right padding) are rotated to start at 0 and run
   // causally without a mask; other patterns get a (B, 1, T, T) mask. Outputs at padding positions
-  // are unspecified. Returns (B, T, V) float32. With model.activation_checkpointing and gradients
-  // on, each layer's activations are recomputed in the backward pass instead of kept.
-  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& valid = {}) const;
+  // are unspecified. Returns (B, T - logits_from, V) float32: the logits of positions logits_from..T-1
+  // (training needs only the completion's; the prompt's would cost as much lm_head work and memory).
+  // With model.activation_checkpointing and gradients on, each layer's activations are recomputed in
+  // the backward pass instead of kept.
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& valid = {}, int64_t logits_from = 0) const;
 
   KVCache new_cache(int64_t batch, int64_t capacity) const;
   // Appends tokens (B, S) to the cache and returns their logits (B, S, V) float32, or only the
