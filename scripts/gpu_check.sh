@@ -161,7 +161,7 @@ EOF
 # Run "cuda" is on $DEV (cuda; cpu under --rehearse), run "cpu" on the CPU.
 for run in cuda cpu; do
   dev=$run && [[ $run == cuda ]] && dev=$DEV
-  step "GRPO $STEPS steps, run.device=$dev"
+  step "GRPO $STEPS steps, run '$run', run.device=$dev"
   limited 200 "$U" train --config "$W/grpo.yaml" run.name="$run" run.device="$dev" > "$W/$run.log" 2>&1 ||
     { rc=$?; tail -30 "$W/$run.log"; fail "GRPO on $dev$(why $rc)"; }
   grep -E "device|memory" "$W/runs/$run/train.log" | head -4
