@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ONE prepared check of the CUDA side, for the GPU machine as it is (docs/DEVELOPERS.md, "GPU"):
+# ONE prepared check of the CUDA side, for the GPU machine as it is (docs/BUILD.md, "GPU"):
 # no network, no apt, its own python3 with its own PyTorch (2.11 there, our pin is 2.14), nvcc,
 # cmake, ninja. The Debian -dev packages travel as .deb files in .gpu/debs (scripts/gpu_debs.sh
 # fetches them here) and are unpacked into the private prefix .gpu/prefix; the build uses that
@@ -10,27 +10,50 @@
 #   scripts/gpu_check.sh                                  # there (run tool: carry [".gpu"])
 #   scripts/gpu_check.sh --build-dir build --no-prefix    # dry run on a machine with the packages
 #   scripts/gpu_check.sh --build-dir /tmp/x --configure-only  # checks the prefix alone, here too
+#   scripts/gpu_check.sh --build-dir build --no-prefix --rehearse  # here: the steps after the CUDA
+#       tests with run.device=cpu standing in for cuda (checks the script's own logic, not the GPU)
+# Everything it prints goes to $OUT/gpu_check.log too ($OUT: the device tool's; else
+# BUILD_DIR/gpu_check); $OUT gets at most 8 files. Each step has a time limit inside one overall
+# budget (GPU_CHECK_BUDGET_S, default 570 s: the device tool's 600 s per command less a margin), so a
+# hang ends as a failure naming the step, "(timed out)", with the logs in place.
 # Exit status: 0 all passed; 1 a check failed; 2 prefix, configure or build failed; 3 no usable CUDA
 # device: everything before the first CUDA step passed and the script stopped there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-BUILD_DIR=build-gpu PREFIX_MODE=auto STEPS=20 CONFIGURE_ONLY=0
+BUILD_DIR=build-gpu PREFIX_MODE=auto STEPS=20 CONFIGURE_ONLY=0 REHEARSE=0
 while (($#)); do
   case $1 in
     --build-dir) BUILD_DIR=$2; shift 2 ;;
     --no-prefix) PREFIX_MODE=off; shift ;;
     --steps) STEPS=$2; shift 2 ;;
     --configure-only) CONFIGURE_ONLY=1; shift ;;
-    *) echo "gpu_check: unknown argument '$1' (--build-dir DIR, --no-prefix, --steps N, --configure-only)" >&2; exit 2 ;;
+    --rehearse) REHEARSE=1; shift ;;
+    *) echo "gpu_check: unknown argument '$1' (--build-dir DIR, --no-prefix, --steps N, --configure-only, --rehearse)" >&2; exit 2 ;;
   esac
 done
 [[ $BUILD_DIR == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
 OUT_DIR=${OUT:-$BUILD_DIR/gpu_check}   # the run tool's $OUT comes back to the caller
-mkdir -p "$OUT_DIR"
+mkdir -p "$OUT_DIR" "$BUILD_DIR"
+exec > >(tee "$OUT_DIR/gpu_check.log") 2>&1
 T0=$(date +%s)
+BUDGET=${GPU_CHECK_BUDGET_S:-570}
 step() { printf '\n[gpu_check %4ds] %s\n' $(($(date +%s) - T0)) "$*"; }
-fail() { echo "gpu_check: FAILED: $1" >&2; exit "${2:-1}"; }
+fail() { echo "gpu_check: FAILED: $1 (after $(($(date +%s) - T0)) s)"; exit "${2:-1}"; }
+# limited SECONDS CMD...: CMD under min(SECONDS, what is left of the budget); 124 when it ran out.
+limited() {
+  local want=$1 left=$((BUDGET - ($(date +%s) - T0))); shift
+  ((left > 5)) || { echo "gpu_check: out of time (GPU_CHECK_BUDGET_S=$BUDGET) before: $*"; return 124; }
+  timeout --kill-after=5 $((want < left ? want : left)) "$@"
+}
+# why RC: " (timed out)" for the exit status of a command that `limited` stopped.
+why() { [[ $1 == 124 || $1 == 137 ]] && echo " (timed out)"; }
+DEV=cuda
+((REHEARSE)) && DEV=cpu   # --rehearse: the CPU stands in for the GPU in steps 6 and 7
+# nvcc where CUDA installs it, when it is not on PATH.
+if ! command -v nvcc > /dev/null; then
+  for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do [[ -x $d/nvcc ]] && { export PATH=$d:$PATH; break; }; done
+fi
 
 # ---- 1. private prefix of Debian packages -------------------------------------------------------
 PFX=$ROOT/.gpu/prefix
@@ -67,51 +90,66 @@ step "python $PY, torch $TORCH_VERSION (CUDA $TORCH_CUDA) at $TORCH_PREFIX; nvcc
 if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
   step "configuring $BUILD_DIR (Release, UNSTUCK_CUDA=ON, sm_90)"
   GEN=(); command -v ninja > /dev/null && GEN=(-G Ninja)
-  cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DUNSTUCK_CUDA=ON \
+  limited 180 cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DUNSTUCK_CUDA=ON \
     -DUNSTUCK_CUDA_ARCHS=9.0 -DUNSTUCK_PCH=ON -DCMAKE_PREFIX_PATH="$TORCH_PREFIX${EXTRA_PREFIX:+;$EXTRA_PREFIX}" \
-    -DPython3_EXECUTABLE="$PY" > "$OUT_DIR/configure.log" 2>&1 || { tail -40 "$OUT_DIR/configure.log"; fail "configure" 2; }
+    -DPython3_EXECUTABLE="$PY" > "$OUT_DIR/configure.log" 2>&1 ||
+    { rc=$?; tail -40 "$OUT_DIR/configure.log"; rm -f "$BUILD_DIR/CMakeCache.txt"; fail "configure$(why $rc)" 2; }
+  grep -E "unstuck: CUDA kernels|PyTorch: CUDA detected|Added CUDA NVCC flags" "$OUT_DIR/configure.log"
 else
   step "reusing the configured $BUILD_DIR"
 fi
 if ((CONFIGURE_ONLY)); then
-  grep -E "^(yaml-cpp|spdlog|fmt|nlohmann_json|CLI11|GTest)_DIR|^SentencePiece_LIBRARY|^pkgcfg_lib_PCRE2|^pkgcfg_lib_UTF8PROC|^UNSTUCK_GMP_LIBRARY|^Torch_DIR" "$BUILD_DIR/CMakeCache.txt"
+  grep -E "^(yaml-cpp|spdlog|fmt|nlohmann_json|CLI11|GTest)_DIR|^SentencePiece_LIBRARY|^pkgcfg_lib_PCRE2|^pkgcfg_lib_UTF8PROC|^UNSTUCK_GMP_LIBRARY|^Torch_DIR|^NCCL_(LIBRARY|INCLUDE_DIR)" "$BUILD_DIR/CMakeCache.txt"
   step "configured; stopping (--configure-only)"
   exit 0
 fi
-step "building unstuck, test_precision, test_dist"
-TORCH_CUDA_ARCH_LIST=9.0 cmake --build "$BUILD_DIR" -j "$(nproc)" --target unstuck test_precision test_dist \
-  > "$OUT_DIR/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT_DIR/build.log" | head -40; fail "build" 2; }
+step "building unstuck, test_precision, test_dist (-j $(nproc))"
+TORCH_CUDA_ARCH_LIST=9.0 limited 420 cmake --build "$BUILD_DIR" -j "$(nproc)" --target unstuck test_precision test_dist \
+  > "$OUT_DIR/build.log" 2>&1 ||
+  { rc=$?; grep -E "error|FAILED" "$OUT_DIR/build.log" | head -40; tail -3 "$OUT_DIR/build.log"; fail "build$(why $rc)" 2; }
 U=$BUILD_DIR/unstuck
-"$U" --version | head -3
+"$U" --version | head -4
 "$U" --version | grep -q "CUDA kernels: compiled in" || fail "$BUILD_DIR has no CUDA kernels (configure with UNSTUCK_CUDA=ON)" 2
 
 # ---- 4. the first CUDA step: is there a device? --------------------------------------------------
-step "CUDA device"
-WHY=$("$PY" -c 'import torch; n = torch.cuda.device_count(); print(torch.cuda.get_device_name(0) if n else "torch.cuda.device_count() == 0")' 2>&1 | tail -1)
-if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
-  echo "gpu_check: reached the first CUDA step (CUDA kernel and NCCL tests) and found no usable CUDA device: $WHY"
-  echo "gpu_check: everything before it passed (prefix, configure, build in $(($(date +%s) - T0)) s); stopping (exit 3)"
-  exit 3
-fi
-nvidia-smi -L 2> /dev/null || true
-echo "device: $WHY"
+# gtest_run LOG FILTER BINARY: runs the filtered tests; fails when one fails, none ran, or any skipped.
+gtest_run() {
+  local log=$1 filter=$2 bin=$3
+  limited 150 "$bin" --gtest_filter="$filter" --gtest_brief=1 > "$log" 2>&1
+  local rc=$?
+  cat "$log"
+  ((rc == 0)) || fail "$(basename "$bin") --gtest_filter='$filter'$(why $rc)"
+  grep -qE '^\[==========\] [1-9][0-9]* tests? from' "$log" || fail "$(basename "$bin"): no test matched '$filter'"
+  ! grep -q "SKIPPED" "$log" || fail "$(basename "$bin"): tests were skipped on a machine with a device"
+}
+if ((REHEARSE)); then
+  step "--rehearse: no CUDA device check and no CUDA tests; run.device=cpu stands in for cuda below"
+else
+  step "CUDA device"
+  WHY=$("$PY" -c 'import torch; n = torch.cuda.device_count(); print(torch.cuda.get_device_name(0) if n else "torch.cuda.device_count() == 0")' 2>&1 | tail -1)
+  if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
+    echo "gpu_check: reached the first CUDA step (CUDA kernel and NCCL tests) and found no usable CUDA device: $WHY"
+    echo "gpu_check: everything before it passed (prefix, configure, build in $(($(date +%s) - T0)) s); stopping (exit 3)"
+    exit 3
+  fi
+  nvidia-smi -L 2> /dev/null || true
+  echo "device: $WHY"
 
-# ---- 5. CUDA kernel and NCCL tests ---------------------------------------------------------------
-step "CUDA kernel tests (bits vs the CPU reference, TrainableWeights on the device)"
-"$BUILD_DIR/tests/test_precision" --gtest_filter='*Cuda*:*DeviceIndependentKey*' --gtest_brief=1 2>&1 | tee "$OUT_DIR/cuda_tests.log"
-[[ ${PIPESTATUS[0]} == 0 ]] || fail "CUDA kernel tests"
-grep -q "SKIPPED" "$OUT_DIR/cuda_tests.log" && fail "CUDA kernel tests were skipped on a machine with a device"
-step "NCCL tests (collectives on device buffers, sharded update)"
-"$BUILD_DIR/tests/test_dist" --gtest_filter='*Nccl*' --gtest_brief=1 2>&1 | tee "$OUT_DIR/nccl_tests.log"
-[[ ${PIPESTATUS[0]} == 0 ]] || fail "NCCL tests"
+  # ---- 5. CUDA kernel and NCCL tests -------------------------------------------------------------
+  step "CUDA kernel tests (bits vs the CPU reference, TrainableWeights on the device)"
+  gtest_run "$OUT_DIR/cuda_tests.log" '*Cuda*:*DeviceIndependentKey*' "$BUILD_DIR/tests/test_precision"
+  step "NCCL tests (collectives on device buffers, sharded update)"
+  gtest_run "$OUT_DIR/nccl_tests.log" '*Nccl*' "$BUILD_DIR/tests/test_dist"
+fi
 
 # ---- 6. a tiny SFT base, then GRPO on cuda and on cpu ---------------------------------------------
-W=$OUT_DIR/grpo && rm -rf "$W" && mkdir -p "$W"
+# The work files stay in the build dir; $OUT gets the comparison and the metrics only.
+W=$BUILD_DIR/gpu_check_work && rm -rf "$W" && mkdir -p "$W"
 step "tiny SFT base (cpu)"
-"$U" sft --config configs/sft/arithmetic.yaml run.output_dir="$W" run.name=sft sft.output="$W/base" \
+limited 180 "$U" sft --config configs/sft/arithmetic.yaml run.output_dir="$W" run.name=sft sft.output="$W/base" \
   model.dim=64 model.n_layers=2 model.n_heads=4 model.n_kv_heads=2 model.ffn_dim=128 sft.steps=40 \
   sft.batch_size=16 sft.warmup_steps=2 sft.eval_every=0 sft.eval_samples=8 sft.log_every=20 > "$W/sft.log" 2>&1 ||
-  { tail -20 "$W/sft.log"; fail "tiny SFT base"; }
+  { rc=$?; tail -20 "$W/sft.log"; fail "tiny SFT base$(why $rc)"; }
 cat > "$W/grpo.yaml" << EOF
 run: {name: tiny, output_dir: $W/runs, seed: 1}
 data: {task: arithmetic}
@@ -120,25 +158,30 @@ optim: {lr: 1.0e-3, beta2: 0.99, weight_decay: 0.0, grad_clip: 1.0}
 rollout: {temperature: 1.0, max_new_tokens: 8}
 grpo: {base_model: $W/base, steps: $STEPS, prompts_per_step: 8, group_size: 4, eval_samples: 8}
 EOF
-for dev in cuda cpu; do
-  step "GRPO $STEPS steps, run.device=$dev"
-  "$U" train --config "$W/grpo.yaml" run.name="$dev" run.device="$dev" > "$W/$dev.log" 2>&1 ||
-    { tail -20 "$W/$dev.log"; fail "GRPO on $dev (run.device is the trainer's key: is it in this build?)"; }
+# Run "cuda" is on $DEV (cuda; cpu under --rehearse), run "cpu" on the CPU.
+for run in cuda cpu; do
+  dev=$run && [[ $run == cuda ]] && dev=$DEV
+  step "GRPO $STEPS steps, run '$run', run.device=$dev"
+  limited 200 "$U" train --config "$W/grpo.yaml" run.name="$run" run.device="$dev" > "$W/$run.log" 2>&1 ||
+    { rc=$?; tail -30 "$W/$run.log"; fail "GRPO on $dev$(why $rc)"; }
+  grep -E "device|memory" "$W/runs/$run/train.log" | head -4
 done
 step "cuda vs cpu, step by step"
-"$PY" - "$W/runs" << 'EOF' 2>&1 | tee "$OUT_DIR/compare.txt"
+limited 60 "$PY" - "$W/runs" "$OUT_DIR/grpo_metrics.jsonl" << 'EOF' 2>&1 | tee "$OUT_DIR/compare.txt"
 # Tolerances: the sampled tokens depend on the logits, which differ between devices in the last
 # bits (other matmul orders), so rewards are identical for the first steps only; after that the runs
 # may sample different tokens, and the metrics are compared as trajectories.
-import glob, json, sys
-def load(dev):
-    path = glob.glob(f"{sys.argv[1]}/**/{dev}/**/metrics.jsonl", recursive=True) or \
-           glob.glob(f"{sys.argv[1]}/{dev}*/metrics.jsonl")
-    return [json.loads(l) for l in open(path[0]) if '"step"' in l]
+import json, sys
+def load(run):
+    return [json.loads(l) for l in open(f"{sys.argv[1]}/{run}/metrics.jsonl") if '"step"' in l]
 g, c = load("cuda"), load("cpu")
+with open(sys.argv[2], "w") as out:  # both runs' metrics, for the report
+    for run, rows in (("cuda", g), ("cpu", c)):
+        for row in rows:
+            out.write(json.dumps({"run": run, **row}) + "\n")
 assert len(g) == len(c) > 0, f"{len(g)} cuda steps vs {len(c)} cpu steps"
 keys = ["reward_mean", "accuracy", "entropy", "grad_norm", "kl_ref_k3", "step_seconds"]
-print("step " + " ".join(f"{k:>24}" for k in keys))
+print("step " + " ".join(f"{k:>24}" for k in keys) + "   (cuda/cpu)")
 for a, b in zip(g, c):
     print(f"{a['step']:4d} " + " ".join(f"{a.get(k, float('nan')):11.5g}/{b.get(k, float('nan')):<12.5g}" for k in keys))
 bad = []
@@ -156,13 +199,15 @@ print("tolerances: steps 1-3 identical rewards, entropy and grad_norm within 1e-
 print("OK" if not bad else "MISMATCH: " + "; ".join(bad))
 sys.exit(1 if bad else 0)
 EOF
-[[ ${PIPESTATUS[0]} == 0 ]] || fail "cuda and cpu runs differ beyond the tolerances"
+rc=${PIPESTATUS[0]}
+((rc == 0)) || fail "cuda and cpu runs differ beyond the tolerances$(why $rc)"
 
 # ---- 7. bench step on the device -----------------------------------------------------------------
-step "bench step --device cuda"
+step "bench step --device $DEV"
 # MFU against the H200's dense BF16 tensor-core peak (989 TFLOP/s, NVIDIA's H200 SXM datasheet).
-"$U" bench step --device cuda --peak-tflops 989 --config "$W/grpo.yaml" --model "$W/base" --json > "$OUT_DIR/bench_step_cuda.json" 2> "$W/bench.log" ||
-  { tail -20 "$W/bench.log"; fail "bench step --device cuda (the flag comes with the trainer's run.device)"; }
-cat "$OUT_DIR/bench_step_cuda.json"
+limited 200 "$U" bench step --device "$DEV" --peak-tflops 989 --config "$W/grpo.yaml" --model "$W/base" --json \
+  > "$OUT_DIR/bench_step.json" 2> "$W/bench.log" || { rc=$?; tail -20 "$W/bench.log"; fail "bench step --device $DEV$(why $rc)"; }
+cat "$OUT_DIR/bench_step.json"
+echo
 step "all checks passed"
-echo "gpu_check: OK"
+((REHEARSE)) && echo "gpu_check: OK (rehearsal on the CPU: no CUDA step ran)" || echo "gpu_check: OK"

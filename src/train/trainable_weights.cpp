@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <cmath>
 
@@ -49,7 +50,9 @@ void TrainableWeights::materialize_compute(const torch::Tensor& full_master) {
   const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
   if (on_device()) {
 #if defined(UNSTUCK_HAVE_CUDA)
-    // The legacy default stream: libtorch's current stream unless a caller set another.
+    // Our kernels run on the current device: make it the master's. The legacy default stream is
+    // libtorch's current stream unless a caller set another.
+    const c10::DeviceGuard on_master(master_.device());
     precision::materialize_cuda(full_master.data_ptr<float>(), compute_.data_ptr(), std::size_t(total_),
                                 round_mode_, key, 0, nullptr);
 #endif
@@ -187,6 +190,7 @@ double TrainableWeights::reduced_grad_norm() const {
 double TrainableWeights::device_grad_sumsq(int64_t blocks) const {
   torch::Tensor partial = torch::empty({blocks}, grad_shard_.options().dtype(torch::kFloat64));
 #if defined(UNSTUCK_HAVE_CUDA)
+  const c10::DeviceGuard on_master(master_.device());
   precision::block_sumsq_cuda(grad_shard_.data_ptr<float>(), std::size_t(blocks), std::size_t(kNormBlock),
                               partial.data_ptr<double>(), nullptr);
 #endif
@@ -206,6 +210,7 @@ bool TrainableWeights::any_nonfinite_grad() const {
   bool mine = false;
   if (on_device()) {
 #if defined(UNSTUCK_HAVE_CUDA)
+    const c10::DeviceGuard on_master(master_.device());
     mine = precision::count_nonfinite_cuda(grad_shard_.data_ptr<float>(), std::size_t(owned_), nullptr) > 0;
 #endif
   } else {
@@ -281,6 +286,7 @@ OptimizerStepStats TrainableWeights::optimizer_step(const precision::OptimConfig
   precision::AdamWStepStats s;
   if (on_device()) {
 #if defined(UNSTUCK_HAVE_CUDA)
+    const c10::DeviceGuard on_master(master_.device());
     s = precision::fused_adamw_cuda(buffers, segments, hyper, round_mode_, key, nullptr);
 #endif
   } else {
