@@ -15,9 +15,11 @@ Each measurement runs in a fresh process; rounds alternate the frameworks, so lo
 machine falls on both. Per-step times after the warm-up steps are pooled per cell: median and
 range (min..max); the ratio is TRL or transformers time / Unstuck time (> 1: Unstuck faster), as
 the median and range of the per-round paired ratios. Installs nothing: TRL and transformers come
-from `pip install -r requirements-bench.txt` (exit 77, naming the missing module, otherwise).
+from `pip install -r requirements-bench.txt` (exit 77, naming the missing module, otherwise; the
+generation comparison alone needs transformers only).
 
   scripts/bench_peers.py [--base runs/sft-countdown/model] [--threads 1,0] [--rounds 3] [--json]
+  scripts/bench_peers.py --no-step --threads 1,2 --gen-dtypes fp32,bf16 --rounds 3   # generation only
   scripts/bench_peers.py --smoke    # tiny base trained on the spot, 1 round, seconds (ctest)
   scripts/bench_peers.py --table report.json   # the table of a saved --json report
 """
@@ -234,15 +236,17 @@ class Bench:
         return res["step_seconds"][self.a.warmup:], res["completion_len"]
 
     def unstuck_generate(self, threads):
-        """One `unstuck bench generate --json` run (with --repeats / --no-recompute where this build has
-        them); returns it with m["kv_tokens_per_s"] reduced to one number per mode."""
+        """One `unstuck bench generate --json` run (with --repeats / --no-recompute / --dtype where this
+        build has them); returns it with m["kv_tokens_per_s"] reduced to one number per mode."""
         opts = run([self.unstuck, "bench", "generate", "--help"])
+        dtypes = self.a.gen_dtypes.split(",")
         extra = (["--repeats", str(self.a.gen_repeats)] if "--repeats" in opts else []) + \
-                (["--no-recompute"] if "--no-recompute" in opts else [])
+                (["--no-recompute"] if "--no-recompute" in opts else []) + \
+                (["--dtype", dtypes[0]] if len(dtypes) == 1 and "--dtype" in opts else [])
         res = last_json(run([self.unstuck, "bench", "generate", "--json", "--sequences", str(self.a.gen_batch),
                              "--new-tokens", str(self.a.gen_tokens), "--prompt-tokens", str(self.a.gen_prompt),
                              "--threads", str(threads)] + extra, env=thread_env(threads)))
-        for m in ("fp32", "bf16"):
+        for m in dtypes:
             v = res[m]["kv_tokens_per_s"]
             res[m]["kv_tokens_per_s"] = v["median"] if isinstance(v, dict) else statistics.median(v) \
                 if isinstance(v, list) else v
@@ -282,7 +286,8 @@ def main():
     ap.add_argument("--gen-batch", type=int, default=256)
     ap.add_argument("--gen-tokens", type=int, default=64)
     ap.add_argument("--gen-prompt", type=int, default=16)
-    ap.add_argument("--gen-repeats", type=int, default=3, help="timed transformers generate calls per process")
+    ap.add_argument("--gen-repeats", type=int, default=3, help="timed generate calls per process (both sides)")
+    ap.add_argument("--gen-dtypes", default="fp32,bf16", help="generation weight dtypes: comma list of fp32, bf16")
     ap.add_argument("--no-step", action="store_true")
     ap.add_argument("--no-generate", action="store_true")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -305,7 +310,7 @@ def main():
         a.threads = int(a.threads)
         return hf_generate_worker(a)
 
-    for module in ("torch", "transformers", "trl", "datasets"):
+    for module in ("torch", "transformers") + (() if a.no_step else ("trl", "datasets")):
         try:
             __import__(module)
         except ImportError:
@@ -320,10 +325,12 @@ def main():
     if not Path(a.unstuck).exists():
         sys.exit(f"bench_peers: {a.unstuck} not found (build it: scripts/setup.sh)")
     threads = [int(t) for t in a.threads.split(",")]
+    if not a.gen_dtypes or any(d not in ("fp32", "bf16") for d in a.gen_dtypes.split(",")):
+        sys.exit(f"bench_peers: --gen-dtypes must list fp32 and/or bf16, got {a.gen_dtypes!r}")
     modes = a.modes.split(",")
     import torch
     import transformers
-    import trl
+    trl_version = None if a.no_step else __import__("trl").__version__
     work = Path(tempfile.mkdtemp(prefix="unstuck_bench_peers_"))
     try:
         bench = Bench(a, work)
@@ -334,7 +341,7 @@ def main():
                      "`build/unstuck sft --config configs/sft/countdown.yaml` or pass --base")
         report = {"machine": {"cpus": len(os.sched_getaffinity(0)), "load_avg_start": os.getloadavg()},
                   "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                               "trl": trl.__version__},
+                               "trl": trl_version},
                   "config": {k: getattr(a, k) for k in ("base", "rounds", "warmup", "steps", "prompts", "group",
                                                         "new_tokens", "gen_batch", "gen_tokens", "gen_prompt")},
                   "step": [], "generate": []}
@@ -365,13 +372,14 @@ def main():
         if not a.no_generate:
             shape = None
             for t in threads:
-                cell = {m: {"ours": [], "theirs": [], "ratios": []} for m in ("fp32", "bf16")}
+                gen_dtypes = a.gen_dtypes.split(",")
+                cell = {m: {"ours": [], "theirs": [], "ratios": []} for m in gen_dtypes}
                 for r in range(a.rounds):
                     ours = bench.unstuck_generate(t) if r % 2 == 0 else None  # alternate who goes first
                     shape = shape or generate_shape(ours)
-                    theirs = bench.hf_generate("fp32,bf16", t, shape)
+                    theirs = bench.hf_generate(a.gen_dtypes, t, shape)
                     ours = ours or bench.unstuck_generate(t)
-                    for m in ("fp32", "bf16"):
+                    for m in gen_dtypes:
                         if theirs[m]["params"] != shape["params"]:
                             sys.exit(f"bench_peers: the transformers model has {theirs[m]['params']} parameters, "
                                      f"unstuck's {shape['params']}: not the same shape")
@@ -379,10 +387,9 @@ def main():
                         cell[m]["ours"].append(rate)
                         cell[m]["theirs"] += theirs[m]["tokens_per_s"]
                         cell[m]["ratios"].append(rate / statistics.median(theirs[m]["tokens_per_s"]))
-                    print(f"[generate] threads {t}: round {r + 1}/{a.rounds} ratios fp32 "
-                          f"{cell['fp32']['ratios'][-1]:.2f}, bf16 {cell['bf16']['ratios'][-1]:.2f}",
-                          file=sys.stderr)
-                for m in ("fp32", "bf16"):
+                    print(f"[generate] threads {t}: round {r + 1}/{a.rounds} ratios " +
+                          ", ".join(f"{m} {cell[m]['ratios'][-1]:.2f}" for m in gen_dtypes), file=sys.stderr)
+                for m in gen_dtypes:
                     report["generate"].append({
                         "threads": t, "mode": m, "peer": f"transformers generate {m}",
                         "unstuck_tokens_per_s": summarize(cell[m]["ours"]),
@@ -417,8 +424,9 @@ def fmt_r(s):
 
 def print_table(rep):
     c = rep["config"]
-    print(f"unstuck vs peers: torch {rep['versions']['torch']}, transformers {rep['versions']['transformers']}, "
-          f"trl {rep['versions']['trl']}; {rep['machine']['cpus']} CPUs, load average "
+    trl = f", trl {rep['versions']['trl']}" if rep["versions"].get("trl") else ""
+    print(f"unstuck vs peers: torch {rep['versions']['torch']}, transformers {rep['versions']['transformers']}"
+          f"{trl}; {rep['machine']['cpus']} CPUs, load average "
           f"{rep['machine']['load_avg_start'][0]:.1f} -> {rep['machine']['load_avg_end'][0]:.1f}")
     if rep["step"]:
         print(f"\nGRPO step ({c['prompts']} prompts x {c['group']}, {c['new_tokens']} new tokens, {c['rounds']} rounds x "
