@@ -1,5 +1,6 @@
 // precision.compute: auto. The probe times the model's weight products in the compute weights'
-// dtype and in FP32 (interleaved, median of a few passes); the run keeps the choice for its
+// dtype and in FP32 (interleaved, the fastest of a few passes each: the least disturbed by other
+// load on the machine); the run keeps the choice for its
 // lifetime and its checkpoints carry it to a resume.
 #include "unstuck/train/compute_choice.h"
 
@@ -36,11 +37,7 @@ std::vector<Product> model_products(const model::ModelConfig& m) {
   return p;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+double fastest(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
 }  // namespace
 
@@ -95,7 +92,7 @@ ComputeProbe probe_compute(const model::ModelConfig& model, torch::ScalarType dt
       t_low.push_back(pass(low));
     }
   }
-  return {median(t_low), median(t_wide), rows, repeats};
+  return {fastest(t_low), fastest(t_wide), rows, repeats};
 }
 
 ComputeMode pick_compute(const ComputeProbe& p) {
@@ -133,7 +130,7 @@ ComputeChoice resolve_compute(const model::ModelConfig& model, const precision::
                std::to_string(int(kAutoFp32Margin * 100)) + "% faster than bf16 on this CPU";
   }
   if (c.probe)
-    spdlog::info("precision.compute auto -> {} ({}): the model's matmuls, {} rows, forward + backward, median of "
+    spdlog::info("precision.compute auto -> {} ({}): the model's matmuls, {} rows, forward + backward, best of "
                  "{}: bf16 {:.1f} ms, fp32 {:.1f} ms",
                  config::enum_name(c.mode), c.reason, c.probe->rows, c.probe->repeats, c.probe->native_s * 1e3,
                  c.probe->fp32_s * 1e3);

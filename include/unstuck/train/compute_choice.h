@@ -15,7 +15,8 @@
 
 namespace unstuck::train {
 
-// One timed comparison: median seconds of one pass over the shapes in each dtype.
+// One timed comparison: seconds of one pass over the shapes in each dtype, the fastest of the
+// interleaved repeats (transient load from other processes only ever adds time).
 struct ComputeProbe {
   double native_s = 0;  // in the compute weights' dtype (bf16)
   double fp32_s = 0;    // in FP32 (the same rounded values, widened)
@@ -39,7 +40,7 @@ struct ComputeChoice {
 // the output head (out width capped at 4096 columns and scaled back) for `rows` activation rows:
 // y = x W^T, dx = dy W and dW = dy^T x, in `dtype` and in FP32, summing layers x block + head.
 ComputeProbe probe_compute(const model::ModelConfig& model, torch::ScalarType dtype, int64_t rows = 128,
-                           int repeats = 3);
+                           int repeats = 5);
 
 // fp32 when probe.fp32_s < (1 - kAutoFp32Margin) * probe.native_s, else native.
 precision::ComputeMode pick_compute(const ComputeProbe& probe);
