@@ -5,7 +5,9 @@
               is a transformers model directory; its tokenizer.model loads as the matching HF
               tokenizer, checked on the prompts), same 32 prompts x 8 completions per step, 16 new
               tokens, temperature 1, one optimizer step (AdamW, lr 1e-4, beta2 0.99, clip 1.0,
-              clip range 0.2/0.28, no KL, token-mean loss), no checkpoint or eval in the timed steps.
+              clip range 0.2/0.28, no KL, token-mean loss), no checkpoint or eval in the timed steps;
+              no reference policy on either side (TRL with beta 0 loads none; unstuck runs with
+              grpo.ref_metrics_every 0 unless --ref-metrics-every says otherwise).
               Modes: fp32 vs TRL in FP32, and bf16 / bf16_sr vs TRL with BF16 autocast.
   generation  `unstuck bench generate` (KV cache, temperature 1) vs transformers' `generate` on a
               LlamaForCausalLM of the same shape (checked by parameter count), same batch, prompt
@@ -217,7 +219,8 @@ class Bench:
                 f"grpo.steps={self.a.warmup + self.a.steps}", f"grpo.prompts_per_step={self.a.prompts}",
                 f"grpo.group_size={self.a.group}", f"rollout.max_new_tokens={self.a.new_tokens}",
                 "rollout.temperature=1.0", "grpo.eval_every=0", "grpo.eval_samples=1", "grpo.checkpoint_every=0",
-                "grpo.final_model=false", "run.log_level=warn"]
+                "grpo.final_model=false", "run.log_level=warn",
+                f"grpo.ref_metrics_every={self.a.ref_metrics_every}"]
         run(args, env=thread_env(threads))
         metrics = [json.loads(l) for l in (self.work / "runs" / name / "metrics.jsonl").read_text().splitlines()]
         shutil.rmtree(self.work / "runs" / name, ignore_errors=True)
@@ -283,6 +286,8 @@ def main():
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--ref-metrics-every", type=int, default=0,
+                    help="unstuck grpo.ref_metrics_every; 0 (default): no reference forward, as TRL with beta 0 does")
     ap.add_argument("--gen-batch", type=int, default=256)
     ap.add_argument("--gen-tokens", type=int, default=64)
     ap.add_argument("--gen-prompt", type=int, default=16)
@@ -343,7 +348,8 @@ def main():
                   "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                                "trl": trl_version},
                   "config": {k: getattr(a, k) for k in ("base", "rounds", "warmup", "steps", "prompts", "group",
-                                                        "new_tokens", "gen_batch", "gen_tokens", "gen_prompt")},
+                                                        "new_tokens", "ref_metrics_every", "gen_batch", "gen_tokens",
+                                                        "gen_prompt")},
                   "step": [], "generate": []}
         if not a.no_step:
             data = bench.prepare_data()
@@ -430,7 +436,8 @@ def print_table(rep):
           f"{rep['machine']['load_avg_start'][0]:.1f} -> {rep['machine']['load_avg_end'][0]:.1f}")
     if rep["step"]:
         print(f"\nGRPO step ({c['prompts']} prompts x {c['group']}, {c['new_tokens']} new tokens, {c['rounds']} rounds x "
-              f"{c['steps']} timed steps after {c['warmup']} warm-up; seconds: median (min-max); ratio = peer / unstuck)")
+              f"{c['steps']} timed steps after {c['warmup']} warm-up; seconds: median (min-max); ratio = peer / unstuck"
+              + (f"; unstuck grpo.ref_metrics_every {c['ref_metrics_every']}" if "ref_metrics_every" in c else "") + ")")
         print(f"{'threads':>7}  {'unstuck mode':<12} {'unstuck s':<22} {'peer':<18} {'peer s':<22} {'ratio':<18} completion len")
         for row in rep["step"]:
             r = row["ratio"]
