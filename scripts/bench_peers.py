@@ -5,7 +5,9 @@
               is a transformers model directory; its tokenizer.model loads as the matching HF
               tokenizer, checked on the prompts), same 32 prompts x 8 completions per step, 16 new
               tokens, temperature 1, one optimizer step (AdamW, lr 1e-4, beta2 0.99, clip 1.0,
-              clip range 0.2/0.28, no KL, token-mean loss), no checkpoint or eval in the timed steps.
+              clip range 0.2/0.28, no KL, token-mean loss), no checkpoint or eval in the timed steps;
+              no reference policy on either side (TRL with beta 0 loads none; unstuck runs with
+              grpo.ref_metrics_every 0 unless --ref-metrics-every says otherwise).
               Modes: fp32 vs TRL in FP32, and bf16 / bf16_sr vs TRL with BF16 autocast.
   generation  `unstuck bench generate` (KV cache, temperature 1) vs transformers' `generate` on a
               LlamaForCausalLM of the same shape (checked by parameter count), same batch, prompt
@@ -15,9 +17,11 @@ Each measurement runs in a fresh process; rounds alternate the frameworks, so lo
 machine falls on both. Per-step times after the warm-up steps are pooled per cell: median and
 range (min..max); the ratio is TRL or transformers time / Unstuck time (> 1: Unstuck faster), as
 the median and range of the per-round paired ratios. Installs nothing: TRL and transformers come
-from `pip install -r requirements-bench.txt` (exit 77, naming the missing module, otherwise).
+from `pip install -r requirements-bench.txt` (exit 77, naming the missing module, otherwise; the
+generation comparison alone needs transformers only).
 
   scripts/bench_peers.py [--base runs/sft-countdown/model] [--threads 1,0] [--rounds 3] [--json]
+  scripts/bench_peers.py --no-step --threads 1,2 --gen-dtypes fp32,bf16 --rounds 3   # generation only
   scripts/bench_peers.py --smoke    # tiny base trained on the spot, 1 round, seconds (ctest)
   scripts/bench_peers.py --table report.json   # the table of a saved --json report
 """
@@ -215,7 +219,8 @@ class Bench:
                 f"grpo.steps={self.a.warmup + self.a.steps}", f"grpo.prompts_per_step={self.a.prompts}",
                 f"grpo.group_size={self.a.group}", f"rollout.max_new_tokens={self.a.new_tokens}",
                 "rollout.temperature=1.0", "grpo.eval_every=0", "grpo.eval_samples=1", "grpo.checkpoint_every=0",
-                "grpo.final_model=false", "run.log_level=warn"]
+                "grpo.final_model=false", "run.log_level=warn",
+                f"grpo.ref_metrics_every={self.a.ref_metrics_every}"]
         run(args, env=thread_env(threads))
         metrics = [json.loads(l) for l in (self.work / "runs" / name / "metrics.jsonl").read_text().splitlines()]
         shutil.rmtree(self.work / "runs" / name, ignore_errors=True)
@@ -234,15 +239,17 @@ class Bench:
         return res["step_seconds"][self.a.warmup:], res["completion_len"]
 
     def unstuck_generate(self, threads):
-        """One `unstuck bench generate --json` run (with --repeats / --no-recompute where this build has
-        them); returns it with m["kv_tokens_per_s"] reduced to one number per mode."""
+        """One `unstuck bench generate --json` run (with --repeats / --no-recompute / --dtype where this
+        build has them); returns it with m["kv_tokens_per_s"] reduced to one number per mode."""
         opts = run([self.unstuck, "bench", "generate", "--help"])
+        dtypes = self.a.gen_dtypes.split(",")
         extra = (["--repeats", str(self.a.gen_repeats)] if "--repeats" in opts else []) + \
-                (["--no-recompute"] if "--no-recompute" in opts else [])
+                (["--no-recompute"] if "--no-recompute" in opts else []) + \
+                (["--dtype", dtypes[0]] if len(dtypes) == 1 and "--dtype" in opts else [])
         res = last_json(run([self.unstuck, "bench", "generate", "--json", "--sequences", str(self.a.gen_batch),
                              "--new-tokens", str(self.a.gen_tokens), "--prompt-tokens", str(self.a.gen_prompt),
                              "--threads", str(threads)] + extra, env=thread_env(threads)))
-        for m in ("fp32", "bf16"):
+        for m in dtypes:
             v = res[m]["kv_tokens_per_s"]
             res[m]["kv_tokens_per_s"] = v["median"] if isinstance(v, dict) else statistics.median(v) \
                 if isinstance(v, list) else v
@@ -279,10 +286,13 @@ def main():
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--ref-metrics-every", type=int, default=0,
+                    help="unstuck grpo.ref_metrics_every; 0 (default): no reference forward, as TRL with beta 0 does")
     ap.add_argument("--gen-batch", type=int, default=256)
     ap.add_argument("--gen-tokens", type=int, default=64)
     ap.add_argument("--gen-prompt", type=int, default=16)
-    ap.add_argument("--gen-repeats", type=int, default=3, help="timed transformers generate calls per process")
+    ap.add_argument("--gen-repeats", type=int, default=3, help="timed generate calls per process (both sides)")
+    ap.add_argument("--gen-dtypes", default="fp32,bf16", help="generation weight dtypes: comma list of fp32, bf16")
     ap.add_argument("--no-step", action="store_true")
     ap.add_argument("--no-generate", action="store_true")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -305,7 +315,7 @@ def main():
         a.threads = int(a.threads)
         return hf_generate_worker(a)
 
-    for module in ("torch", "transformers", "trl", "datasets"):
+    for module in ("torch", "transformers") + (() if a.no_step else ("trl", "datasets")):
         try:
             __import__(module)
         except ImportError:
@@ -320,10 +330,12 @@ def main():
     if not Path(a.unstuck).exists():
         sys.exit(f"bench_peers: {a.unstuck} not found (build it: scripts/setup.sh)")
     threads = [int(t) for t in a.threads.split(",")]
+    if not a.gen_dtypes or any(d not in ("fp32", "bf16") for d in a.gen_dtypes.split(",")):
+        sys.exit(f"bench_peers: --gen-dtypes must list fp32 and/or bf16, got {a.gen_dtypes!r}")
     modes = a.modes.split(",")
     import torch
     import transformers
-    import trl
+    trl_version = None if a.no_step else __import__("trl").__version__
     work = Path(tempfile.mkdtemp(prefix="unstuck_bench_peers_"))
     try:
         bench = Bench(a, work)
@@ -334,9 +346,10 @@ def main():
                      "`build/unstuck sft --config configs/sft/countdown.yaml` or pass --base")
         report = {"machine": {"cpus": len(os.sched_getaffinity(0)), "load_avg_start": os.getloadavg()},
                   "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                               "trl": trl.__version__},
+                               "trl": trl_version},
                   "config": {k: getattr(a, k) for k in ("base", "rounds", "warmup", "steps", "prompts", "group",
-                                                        "new_tokens", "gen_batch", "gen_tokens", "gen_prompt")},
+                                                        "new_tokens", "ref_metrics_every", "gen_batch", "gen_tokens",
+                                                        "gen_prompt")},
                   "step": [], "generate": []}
         if not a.no_step:
             data = bench.prepare_data()
@@ -365,13 +378,14 @@ def main():
         if not a.no_generate:
             shape = None
             for t in threads:
-                cell = {m: {"ours": [], "theirs": [], "ratios": []} for m in ("fp32", "bf16")}
+                gen_dtypes = a.gen_dtypes.split(",")
+                cell = {m: {"ours": [], "theirs": [], "ratios": []} for m in gen_dtypes}
                 for r in range(a.rounds):
                     ours = bench.unstuck_generate(t) if r % 2 == 0 else None  # alternate who goes first
                     shape = shape or generate_shape(ours)
-                    theirs = bench.hf_generate("fp32,bf16", t, shape)
+                    theirs = bench.hf_generate(a.gen_dtypes, t, shape)
                     ours = ours or bench.unstuck_generate(t)
-                    for m in ("fp32", "bf16"):
+                    for m in gen_dtypes:
                         if theirs[m]["params"] != shape["params"]:
                             sys.exit(f"bench_peers: the transformers model has {theirs[m]['params']} parameters, "
                                      f"unstuck's {shape['params']}: not the same shape")
@@ -379,10 +393,9 @@ def main():
                         cell[m]["ours"].append(rate)
                         cell[m]["theirs"] += theirs[m]["tokens_per_s"]
                         cell[m]["ratios"].append(rate / statistics.median(theirs[m]["tokens_per_s"]))
-                    print(f"[generate] threads {t}: round {r + 1}/{a.rounds} ratios fp32 "
-                          f"{cell['fp32']['ratios'][-1]:.2f}, bf16 {cell['bf16']['ratios'][-1]:.2f}",
-                          file=sys.stderr)
-                for m in ("fp32", "bf16"):
+                    print(f"[generate] threads {t}: round {r + 1}/{a.rounds} ratios " +
+                          ", ".join(f"{m} {cell[m]['ratios'][-1]:.2f}" for m in gen_dtypes), file=sys.stderr)
+                for m in gen_dtypes:
                     report["generate"].append({
                         "threads": t, "mode": m, "peer": f"transformers generate {m}",
                         "unstuck_tokens_per_s": summarize(cell[m]["ours"]),
@@ -417,12 +430,14 @@ def fmt_r(s):
 
 def print_table(rep):
     c = rep["config"]
-    print(f"unstuck vs peers: torch {rep['versions']['torch']}, transformers {rep['versions']['transformers']}, "
-          f"trl {rep['versions']['trl']}; {rep['machine']['cpus']} CPUs, load average "
+    trl = f", trl {rep['versions']['trl']}" if rep["versions"].get("trl") else ""
+    print(f"unstuck vs peers: torch {rep['versions']['torch']}, transformers {rep['versions']['transformers']}"
+          f"{trl}; {rep['machine']['cpus']} CPUs, load average "
           f"{rep['machine']['load_avg_start'][0]:.1f} -> {rep['machine']['load_avg_end'][0]:.1f}")
     if rep["step"]:
         print(f"\nGRPO step ({c['prompts']} prompts x {c['group']}, {c['new_tokens']} new tokens, {c['rounds']} rounds x "
-              f"{c['steps']} timed steps after {c['warmup']} warm-up; seconds: median (min-max); ratio = peer / unstuck)")
+              f"{c['steps']} timed steps after {c['warmup']} warm-up; seconds: median (min-max); ratio = peer / unstuck"
+              + (f"; unstuck grpo.ref_metrics_every {c['ref_metrics_every']}" if "ref_metrics_every" in c else "") + ")")
         print(f"{'threads':>7}  {'unstuck mode':<12} {'unstuck s':<22} {'peer':<18} {'peer s':<22} {'ratio':<18} completion len")
         for row in rep["step"]:
             r = row["ratio"]

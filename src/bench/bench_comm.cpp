@@ -17,6 +17,7 @@
 #include "unstuck/dist/communicator.h"
 #include "unstuck/dist/launcher.h"
 #include "unstuck/model/model_io.h"
+#include "unstuck/train/compute_choice.h"
 #include "unstuck/train/trainable_weights.h"
 
 namespace unstuck::bench {
@@ -38,7 +39,8 @@ Json measure(dist::Communicator& comm, const RunConfig& cfg, int64_t steps) {
   const model::ModelConfig mc = model_shape(cfg);
   const int64_t total = model::llama_layout(mc).total;
   torch::Tensor master = torch::randn({total}, at::make_generator<at::CPUGeneratorImpl>(1)) * 0.02;
-  train::TrainableWeights w(mc, master, cfg.precision, 7, &comm);
+  // The forward's dtype (precision.compute) plays no part in an optimizer step.
+  train::TrainableWeights w(mc, master, train::with_compute(cfg.precision, precision::ComputeMode::native), 7, &comm);
   const auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
   double seconds = 0;
   for (int64_t k = 0; k < steps; ++k) {

@@ -61,7 +61,8 @@ std::vector<MemoryPart> estimate_memory(const RunConfig& c, const std::string& c
     // FP16 weights compute in FP32 on the CPU, and precision.compute: fp32 always does (DESIGN.md).
     const bool fp16 = c.precision.mode == precision::PrecisionMode::fp16 ||
                       c.precision.mode == precision::PrecisionMode::fp16_sr;
-    const double fb = c.precision.compute == precision::ComputeMode::fp32 || fp16 ? 4 : cb;  // forward dtype
+    // auto may resolve to fp32 at start-up: counted as fp32 (the larger of the two).
+    const double fb = c.precision.compute != precision::ComputeMode::native || fp16 ? 4 : cb;  // forward dtype
     const std::string mk = model_keys(m);
     parts.push_back({"base weights as loaded (FP32)", mk, P * 4, ""});
     parts.push_back({"FP32 master and AdamW moments (this rank's shard)", mk, P * 4 * 3 / W,

@@ -106,6 +106,7 @@ fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep) 
                    {"data_rng", s.data_rng},
                    {"order", s.order},
                    {"cursor", s.cursor}};
+  if (!s.compute.empty()) j["compute"] = s.compute;
   io::write_json_file(tmp / "trainer.json", j, -1);
   {
     std::ofstream cfg(tmp / "config.yaml");
@@ -270,6 +271,11 @@ TrainerState load_checkpoint(const fs::path& dir) {
   s.data_rng = field<std::string>(j, {"data_rng"}, trainer_path);
   s.order = field<std::vector<int64_t>>(j, {"order"}, trainer_path);
   s.cursor = field<int64_t>(j, {"cursor"}, trainer_path);
+  if (j.contains("compute")) {  // absent in checkpoints written before precision.compute: auto
+    s.compute = field<std::string>(j, {"compute"}, trainer_path);
+    require(s.compute == "native" || s.compute == "fp32", trainer_path,
+            "compute is '" + s.compute + "', expected native or fp32 (the resolved precision.compute)");
+  }
   require(s.step >= 1 && s.step <= kMaxCounter, trainer_path,
           "step " + std::to_string(s.step) + " (checkpoints start at step 1; at most 2^53)");
   const auto counter = [&](int64_t v, const char* key) {

@@ -24,6 +24,7 @@
 #include "unstuck/io/json_file.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/train/checkpoint.h"
+#include "unstuck/train/compute_choice.h"
 #include "unstuck/train/evaluate.h"
 #include "unstuck/train/model_export.h"
 #include "unstuck/train/policy_dir.h"
@@ -132,13 +133,27 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
   if (cfg.grpo.round_base_to_bf16) master = master.to(torch::kBFloat16).to(torch::kFloat32);
   if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples) test.resize(std::size_t(cfg.grpo.eval_samples));
   const auto [test_begin, test_end] = dist::rank_range(int64_t(test.size()), world, rank);
+  // precision.compute: auto is timed once (rank 0, then broadcast: every rank computes alike) or
+  // taken from the checkpoint being resumed, so a resume computes as the run it continues.
+  std::optional<precision::ComputeMode> recorded;
+  if (resumed && !resumed->compute.empty())
+    recorded = resumed->compute == "fp32" ? precision::ComputeMode::fp32 : precision::ComputeMode::native;
+  ComputeChoice compute;
+  if (lead) compute = resolve_compute(cfg.model, cfg.precision, device, recorded);
+  if (world > 1) {
+    int64_t mode = int64_t(compute.mode);
+    comm.broadcast(&mode, 1, dist::DataType::i64, 0);
+    compute.mode = precision::ComputeMode(mode);
+  }
   GrpoTrainer trainer(cfg, ctx, comm, master, train,
-                      std::vector<data::TaskRecord>(test.begin() + test_begin, test.begin() + test_end), device);
+                      std::vector<data::TaskRecord>(test.begin() + test_begin, test.begin() + test_end), device,
+                      compute.mode);
   const TrainableWeights& weights = trainer.weights();
   if (lead) {  // record the precision and the device actually used
     nlohmann::json run = io::read_json_file(ctx.run_dir / "run.json");
     run["compute_weights_dtype"] = c10::toString(weights.compute().scalar_type());
     run["forward_dtype"] = c10::toString(weights.forward_dtype());
+    run["compute_choice"] = compute.to_json(cfg.precision.compute);
     run["reference_dtype"] = trainer.reference_dtype();
     run["device"] = device.str();
     run["stop_token_ids"] = ctx.stop_ids;

@@ -13,6 +13,7 @@
 #include "unstuck/algo/token_logprobs.h"
 #include "unstuck/config/config.h"
 #include "unstuck/dist/data_parallel.h"
+#include "unstuck/train/compute_choice.h"
 #include "unstuck/train/lr_schedule.h"
 
 namespace unstuck::train {
@@ -51,14 +52,15 @@ torch::Tensor RolloutBatch::targets(const torch::Tensor& rows) const {
 
 GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm,
                          torch::Tensor master, const std::vector<data::TaskRecord>& train,
-                         std::vector<data::TaskRecord> my_test, torch::Device device)
+                         std::vector<data::TaskRecord> my_test, torch::Device device,
+                         precision::ComputeMode compute)
     : cfg_(config),
       ctx_(ctx),
       comm_(comm),
       device_(device),
       train_(train),
       my_test_(std::move(my_test)),
-      weights_(config.model, master.to(device), config.precision, ctx.seeds.rounding, &comm),
+      weights_(config.model, master.to(device), with_compute(config.precision, compute), ctx.seeds.rounding, &comm),
       verifier_(reward::make_verifier(reward::verifier_name(config.reward, config::enum_name(config.data.task)),
                                       config.reward)),
       order_(train.size(), ctx.seeds.data),
@@ -403,6 +405,7 @@ TrainerState GrpoTrainer::checkpoint_state(int64_t step) {
   st.exp_avg = full.exp_avg.cpu();
   st.exp_avg_sq = full.exp_avg_sq.cpu();
   st.config_yaml = resolved_yaml(cfg_);
+  st.compute = config::enum_name(weights_.precision().compute);
   return st;
 }
 

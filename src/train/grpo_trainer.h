@@ -49,9 +49,11 @@ class GrpoTrainer {
  public:
   // `master`: the base policy's FP32 flat weights (on any device; moved to `device`). `train`: the
   // training records (outlive the trainer); `my_test`: this rank's share of the test records.
+  // `compute`: precision.compute resolved (native or fp32; see train::resolve_compute), which the
+  // checkpoints record.
   GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm, torch::Tensor master,
               const std::vector<data::TaskRecord>& train, std::vector<data::TaskRecord> my_test,
-              torch::Device device);
+              torch::Device device, precision::ComputeMode compute);
 
   // One rollout batch: sample, score, update; returns its metrics line, reduced across ranks.
   MetricsLine step(int64_t step);

@@ -11,6 +11,7 @@
 #include "unstuck/model/hf_config.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/train/checkpoint.h"
+#include "unstuck/train/compute_choice.h"
 #include "unstuck/train/run_setup.h"
 #include "unstuck/train/sft.h"
 #include "unstuck/train/trainable_weights.h"
@@ -85,8 +86,11 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
   RunConfig config;
   config::load_yaml_string(config::bind(config), st.config_yaml, (ckpt / kRunConfigFile).string());
   validate(config);
-  // The compute weights of that step, regenerated exactly as the run did on resume.
-  TrainableWeights weights(config.model, st.master.clone(), config.precision, derive_seeds(config.run.seed).rounding);
+  // The compute weights of that step, regenerated exactly as the run did on resume (the forward's
+  // dtype, precision.compute, does not change them).
+  TrainableWeights weights(config.model, st.master.clone(),
+                           with_compute(config.precision, precision::ComputeMode::native),
+                           derive_seeds(config.run.seed).rounding);
   weights.restore(st.master, st.exp_avg, st.exp_avg_sq, st.optimizer_steps, st.scaler);
   const io::DType compute = dtype_of(weights.compute().scalar_type());
   const io::DType dtype = opts.dtype.empty() ? compute : parse_export_dtype(opts.dtype, "--dtype");

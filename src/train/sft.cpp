@@ -16,6 +16,7 @@
 #include "unstuck/data/dataset.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/model/model_io.h"
+#include "unstuck/train/compute_choice.h"
 #include "unstuck/train/evaluate.h"
 #include "unstuck/train/lr_schedule.h"
 #include "unstuck/train/record_order.h"
@@ -120,7 +121,14 @@ SftResult run_sft(RunConfig cfg) {
   const model::ParamLayout layout = model::llama_layout(cfg.model);
   torch::Tensor master = torch::empty({layout.total});
   model::init_llama_weights(layout, cfg.model, master, ctx.seeds.init);
-  TrainableWeights weights(cfg.model, master, cfg.precision, ctx.seeds.rounding);
+  const ComputeChoice compute = resolve_compute(cfg.model, cfg.precision, torch::kCPU, std::nullopt);
+  TrainableWeights weights(cfg.model, master, with_compute(cfg.precision, compute.mode), ctx.seeds.rounding);
+  {  // record the forward's dtype and how it was chosen
+    nlohmann::json run = io::read_json_file(ctx.run_dir / "run.json");
+    run["forward_dtype"] = c10::toString(weights.forward_dtype());
+    run["compute_choice"] = compute.to_json(cfg.precision.compute);
+    io::write_json_file(ctx.run_dir / "run.json", run);
+  }
   const auto verifier = reward::make_verifier(reward::verifier_name(cfg.reward, config::enum_name(cfg.data.task)), cfg.reward);
   EvalOptions eval_opts;
   eval_opts.max_new_tokens = cfg.rollout.max_new_tokens;

@@ -69,6 +69,8 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
       round_mode_(precision::round_mode_for(precision.mode)),
       rounding_seed_(rounding_seed),
       comm_(comm) {
+  if (precision.compute == precision::ComputeMode::auto_)
+    throw std::invalid_argument("TrainableWeights: resolve precision.compute auto first (train::resolve_compute)");
   const model::ParamLayout layout = model::llama_layout(config);
   if (master.scalar_type() != torch::kFloat32 || master.numel() != layout.total)
     throw UserError("trainable weights: expected an FP32 master of " + std::to_string(layout.total) +

@@ -150,6 +150,9 @@ TEST_F(ConfigTest, BadEnumListsTheAllowedValues) {
             at(2) +
                 "precision.mode: expected one of fp32 | fp16 | bf16 | bf16_sr | fp16_sr, got "
                 "'bf17' (did you mean 'bf16'?)");
+  EXPECT_EQ(load_error("precision:\n  compute: fastest\n"),
+            at(2) + "precision.compute: expected one of native | fp32 | auto, got 'fastest'");
+  EXPECT_EQ(load_error("precision:\n  compute: auto\n"), "");
   EXPECT_EQ(
       load_error("run:\n  log_level: loud\n"),
       at(2) + "run.log_level: expected one of trace | debug | info | warn | error, got 'loud'");

@@ -27,11 +27,14 @@ constexpr const auto& enum_names(PrecisionMode) { return kPrecisionModeNames; }
 enum class ComputeMode {
   native,  // the weights' own format where the backend has fast kernels, else fp32
   fp32,    // fp32 on the rounded weights: isolates weight rounding from compute precision
+  auto_,   // the faster of native and fp32 for this model on this CPU, timed once at start-up
+           // (train::resolve_compute) and kept by checkpoints; native on CUDA
 };
 
-inline constexpr std::array<std::pair<ComputeMode, const char*>, 2> kComputeModeNames{{
+inline constexpr std::array<std::pair<ComputeMode, const char*>, 3> kComputeModeNames{{
     {ComputeMode::native, "native"},
     {ComputeMode::fp32, "fp32"},
+    {ComputeMode::auto_, "auto"},
 }};
 constexpr const auto& enum_names(ComputeMode) { return kComputeModeNames; }
 
@@ -74,7 +77,9 @@ struct PrecisionConfig {
       "compute-weight format and rounding of the FP32 master (sr = stochastic rounding)");
     v("compute", compute,
       "native: compute in the weights' format where the backend has fast kernels; "
-      "fp32: compute in FP32 on the rounded weights");
+      "fp32: compute in FP32 on the rounded weights; auto: whichever of the two a start-up probe "
+      "of the model's matmul shapes times faster on this CPU (native on CUDA), recorded in run.json "
+      "and kept on resume");
     v("threads", threads,
       "CPU threads for the rounding and optimizer kernels; 0 = all CPUs this process may use "
       "(affinity mask, cgroup CPU quota)");

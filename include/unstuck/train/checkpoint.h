@@ -27,6 +27,9 @@ struct TrainerState {
   std::vector<uint8_t> sampling_rng;  // libtorch CPU generator state
   torch::Tensor master, exp_avg, exp_avg_sq;  // FP32 flat buffers
   std::string config_yaml;      // the resolved run config (seeds included)
+  // precision.compute as the run resolved it (native or fp32; precision.compute: auto is kept by
+  // this); empty in checkpoints written before it was recorded.
+  std::string compute;
 };
 
 // The manifest's checksum of a file's bytes: FNV-1a 64, as 16 lowercase hex digits.

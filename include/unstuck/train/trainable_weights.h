@@ -48,7 +48,8 @@ class TrainableWeights {
   // rank keeps its shard. Compute weights are materialized from it (step 0). Every buffer lives
   // on `master`'s device (CPU or CUDA). `rounding_seed` keys
   // stochastic rounding. `comm` (optional, outlives this object): the ranks sharing the state;
-  // without one the state is not sharded.
+  // without one the state is not sharded. precision.compute is native or fp32 (auto is resolved
+  // before, by train::resolve_compute).
   TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
                    const precision::PrecisionConfig& precision, uint64_t rounding_seed,
                    dist::Communicator* comm = nullptr);
@@ -68,6 +69,7 @@ class TrainableWeights {
   // True when the state lives on a CUDA device.
   bool on_device() const;
   precision::RoundMode round_mode() const { return round_mode_; }
+  const precision::PrecisionConfig& precision() const { return precision_; }
   torch::ScalarType forward_dtype() const { return forward_.scalar_type(); }
   // Multiplier for the loss before backward (1 outside the FP16 modes).
   double loss_scale() const { return scaler_->scale(); }
