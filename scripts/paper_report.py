@@ -240,6 +240,20 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         + (" The calibration of the embedded default is in [CALIBRATION.md](CALIBRATION.md)." if paper else "")
         + (f" Wall time of the sweep: {a.timing}." if a.timing else ""))
     add("")
+    ps = sweep.get("pool_stats")
+    if ps:
+        pass_k = ps[f"pass_at_{ps['k']}"]
+        hist = " ".join(str(h) for h in ps["histogram"])
+        add(f"Prompts: the pool `{sweep.get('pool_path')}` built from the base by `scripts/paper_pool.py`: the first "
+            f"{ps['records']} training prompts, each sampled {ps['k']} times at temperature 1, kept when solved "
+            f"{ps['lo']:g}-{ps['hi']:g} of the time: {ps['kept']} prompts (base's solve rate on them "
+            f"{ps['kept_mean_solve_rate']:.3f}; on all {ps['records']}: {ps['mean_solve_rate']:.3f}, pass@{ps['k']} "
+            f"{pass_k:.3f}; prompts by correct samples 0..{ps['k']}: {hist}). The trainer cycles "
+            "the pool; *training reward* below is on its prompts, *eval accuracy* on the whole test set.")
+        add("")
+    elif sweep.get("pool_path"):
+        add(f"Prompts: `{sweep['pool_path']}` (given by --pool).")
+        add("")
     add("## Table")
     add("")
     add("| arm | mode | LR | final eval acc | steps to 50% | mean train reward | KL at end | "
@@ -307,6 +321,12 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         write_verdicts(add, a, runs, rows, levels, steps, w)
     if drift:
         write_drift(add, drift, labels)
+    phase_json = os.path.join(os.path.dirname(os.path.abspath(a.plots)), "phase", "phase.json")
+    if paper and os.path.exists(phase_json):  # the phase diagram (scripts/paper_phase.py), if it was run
+        from paper_phase import markdown as phase_markdown
+        rel_phase = os.path.relpath(os.path.dirname(phase_json), os.path.dirname(os.path.abspath(a.results)))
+        for line in phase_markdown(json.load(open(phase_json)), rel_phase):
+            add(line)
     add("## Plots")
     add("")
     rel = os.path.relpath(a.plots, os.path.dirname(os.path.abspath(a.results)) or ".")
