@@ -130,10 +130,10 @@ class Sweep:
                     self.base = os.path.join(self.out, "sft-smoke", "model")
                     self.sft_args = ["precision.threads=1", f"run.output_dir={self.out}", "run.name=sft-smoke",
                                      "sft.steps=30", "sft.eval_every=0", "sft.eval_samples=16", "sft.log_every=10"]
-                else:  # the SFT runs alone before the sweep: all CPUs (or the preset's device)
+                else:  # one thread: on a shared machine a multi-threaded SFT slows down many times over
                     name = p.get("base_name", "sft-countdown")
                     self.base = f"runs/{name}/model"
-                    self.sft_args = [f"run.name={name}"] + p.get("sft", [])
+                    self.sft_args = ["precision.threads=1", f"run.name={name}"] + p.get("sft", [])
             self.device = p.get("device")
             self.jobs = p.get("jobs")
             self.preset_overrides = p.get("train", [])
@@ -331,7 +331,7 @@ def prepare_pool(sweep):
         t0 = time.time()
         cmd = [sys.executable, os.path.join(HERE, "paper_pool.py"), "--model", sweep.base, "--records",
                str(s["records"]), "--k", str(s["k"]), "--lo", str(s["lo"]), "--hi", str(s["hi"]), "--unstuck",
-               sweep.unstuck, "--threads", str(usable_cpus()), "--out", pool, "--json", meta + ".new"]
+               sweep.unstuck, "--threads", "1", "--out", pool, "--json", meta + ".new"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise SweepError(f"building the prompt pool failed: {(r.stderr or r.stdout).strip()}")

@@ -45,18 +45,24 @@ def load_runs(sweeps):
             if diff:
                 notes.append(f"`{folder}` left out: it differs from `{sweeps[0]}` in {', '.join(diff)}")
                 continue
-        steps, used = int(sw["steps"]), 0
+        steps, used, unfinished = int(sw["steps"]), 0, 0
         for arm in sw["arms"].split():
             for s in range(1, int(sw["seeds"]) + 1):
                 d = os.path.join(folder, arm, f"seed{s}")
                 if not os.path.exists(os.path.join(d, "metrics.jsonl")):
                     continue
-                r = Run(arm, s, d, steps)
+                try:
+                    r = Run(arm, s, d, steps)
+                except ReportError:
+                    if folder == sweeps[0]:
+                        raise
+                    unfinished += 1  # a sweep still running: its finished runs count
+                    continue
                 if r.mode in MODES and s not in groups.setdefault((r.mode, r.lr), {}):
                     groups[(r.mode, r.lr)][s] = r
                     used += 1
         notes.append(f"`{folder}` ({sw['preset']}, `{sw['command']}`, commit {sw.get('commit', 'unknown')}): "
-                     f"{used} runs used")
+                     f"{used} runs used" + (f", {unfinished} unfinished left out" if unfinished else ""))
     return first, groups, notes
 
 
