@@ -33,13 +33,13 @@ PRESETS = {
     "paper-quick": dict(steps=100, seeds=3, arms=QUICK_ARMS, eval_every=25, eval_samples=200,
                         checkpoint_every=10, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
                         results_doc="quick"),
-    # --full: the small base and a wider, deeper one (two model sizes), each 5 seeds; reproduce.sh
-    # --full runs both.
-    "paper-full": dict(steps=150, seeds=5, arms=QUICK_ARMS, eval_every=25, eval_samples=500,
+    # --full: the small base and a wider, deeper one (2.9M parameters; two model sizes), each 5 seeds;
+    # reproduce.sh --full runs both: about 2 h 45 min on 2 quiet cores (docs/CALIBRATION.md).
+    "paper-full": dict(steps=150, seeds=5, arms=QUICK_ARMS, eval_every=50, eval_samples=500,
                        checkpoint_every=15, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
                        results_doc="full"),
-    "paper-full-wide": dict(steps=150, seeds=5, arms=QUICK_ARMS, eval_every=25, eval_samples=500,
-                            checkpoint_every=15, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
+    "paper-full-wide": dict(steps=100, seeds=5, arms=QUICK_ARMS, eval_every=50, eval_samples=500,
+                            checkpoint_every=10, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
                             results_doc="full-wide", base_name="sft-countdown-wide", sft=WIDE_SFT),
     "paper-phase": dict(steps=100, seeds=1, phase=dict(modes=["fp16", "bf16", "bf16_sr"],
                                                        lrs=[2e-6, 5e-6, 1e-5, 2e-5]),

@@ -5,7 +5,8 @@ Reward curves are linear in the step with seeded noise: at LR 1e-5 BF16-RN learn
 speed (area lag 0.5, steps to 50% about 2x) and BF16-SR at FP16's; at 2e-6 every arm learns at FP16's
 speed. A second sweep on the same settings adds LR 5e-6 (and a bf16 run at 1e-5 that must not
 replace the first sweep's); a third with other steps must be left out. Also checks that
-scripts/paper_report.py embeds the phase section when phase.json sits next to its plot folder.
+scripts/paper_report.py embeds the phase section when phase.json sits next to its plot folder, and
+that every preset of scripts/sweep_arms.py resolves (arm configs, prompt pool, phase LRs, CUDA).
 Run by ctest (`paper.phase`); exits non-zero on the first failed check.
 """
 import json
@@ -55,8 +56,37 @@ def write_sweep(folder, arms, seeds, rng, steps=STEPS, preset="paper-phase"):
                     f.write(json.dumps(m) + "\n")
 
 
+def check_presets(tmp):
+    """Every preset resolves to arms whose configs exist, trains on its pool (the paper presets) and
+    sends the phase sweep's LRs to the trainer. Sweep folders in `tmp` (train_args clears a run
+    folder that has no checkpoint)."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import compare
+    from sweep_arms import PRESETS
+    for name, p in PRESETS.items():
+        a = compare.parse_args(["--preset", name, "--no-build", "--out", os.path.join(tmp, name)])
+        sweep = compare.Sweep(a, "build/unstuck")
+        check(all(os.path.exists(os.path.join(ROOT, arm.config)) for arm in sweep.arms), f"{name}: arm configs exist")
+        args = sweep.train_args(sweep.arms[0], 1)
+        check(f"data.train_path={sweep.pool}" in args and sweep.pool.endswith(".jsonl"),
+              f"{name}: the arms train on the prompt pool ({sweep.pool})")
+        if p.get("phase"):
+            lrs = sorted({float(o.split("=")[1]) for arm in sweep.arms for o in arm.overrides if o.startswith("optim.lr=")})
+            check(lrs == sorted(p["phase"]["lrs"]) and len(sweep.arms) == 3 * len(lrs),
+                  f"{name}: FP16, BF16-RN, BF16-SR at every LR {lrs}")
+        if p.get("device") == "cuda":
+            check("run.device=cuda" in args and sweep.compute == "native", f"{name}: CUDA, real formats")
+    try:
+        compare.Sweep(compare.parse_args(["--preset", "paper-phase", "--arms", "bf16_lr3e-06", "--out",
+                                          os.path.join(tmp, "x")]), "build/unstuck")
+        check(False, "an unknown phase arm is refused")
+    except compare.SweepError as e:
+        check("unknown arm" in str(e), f"an unknown phase arm is refused ({e})")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        check_presets(tmp)
         phase = os.path.join(tmp, "phase")
         write_sweep(phase, {"fp16_lr1e-05": ("fp16", 1e-5, 0.004), "bf16_lr1e-05": ("bf16", 1e-5, 0.002),
                             "bf16_sr_lr1e-05": ("bf16_sr", 1e-5, 0.004), "fp16_lr2e-06": ("fp16", 2e-6, 0.004),
