@@ -137,6 +137,7 @@ class Sweep:
             self.device = p.get("device")
             self.jobs = p.get("jobs")
             self.preset_overrides = p.get("train", [])
+            self.probe_samples = p.get("probe_samples")
             # The prompt pool: built from the base (cached next to a base this driver trains, else in the
             # sweep folder) unless --pool gives one or an override sets data.train_path.
             self.pool_spec, self.pool = None, a.pool
@@ -165,7 +166,7 @@ class Sweep:
             self.arms = mode_arms(a.modes, a.config, self.lr)
             self.verdicts = self.phase = False
             self.drift = not a.no_drift
-            self.device = self.jobs = None
+            self.device = self.jobs = self.probe_samples = None
             self.preset_overrides = []
             self.pool_spec = self.pool = None
             self.base, self.sft_args = yaml_scalar(cfg, "grpo", "base_model"), None
@@ -491,8 +492,9 @@ def main(argv=None):
             say(f"done: {sweep.results}")
             return 0
         if sweep.drift:
+            probe = ["--eval-samples", str(sweep.probe_samples)] if sweep.probe_samples else []
             subprocess.run([py, os.path.join(HERE, "paper_drift.py"), "--sweep", sweep.out, "--plots", sweep.plots,
-                            "--unstuck", unstuck], check=True)
+                            "--unstuck", unstuck] + probe, check=True)
         subprocess.run([py, os.path.join(HERE, "paper_report.py"), "--sweep", sweep.out, "--results",
                         sweep.results, "--plots", sweep.plots, "--timing", timing], check=True)
         say(f"done: {sweep.results}")

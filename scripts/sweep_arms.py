@@ -22,7 +22,8 @@ MODE_LABELS = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16-RN", "bf16_sr": "BF
 # times, kept when solved between `lo` and `hi` of the time). `results_doc`: the report goes to
 # docs/RESULTS.md (docs/RESULTS-<name>.md for the others) and the plots to docs/results/<name>.
 # `phase`: the LR sweep of the phase diagram (modes x LRs, arms named MODE_lrLR; report by
-# scripts/paper_phase.py). `drift`: run scripts/paper_drift.py after the sweep. docs/CALIBRATION.md
+# scripts/paper_phase.py). `drift`: run scripts/paper_drift.py after the sweep (`probe_samples`: test
+# records of its retained-gain probe; default the sweep's eval_samples). docs/CALIBRATION.md
 # gives the measured step times these budgets are based on.
 QUICK_ARMS = ["fp16", "bf16", "bf16_lr_k", "bf16_sr"]  # the four arms the claims need
 # SFT overrides of configs/sft/countdown.yaml for the larger bases (the default: dim 128, 4 layers, 0.86M).
@@ -32,15 +33,16 @@ GPU_SFT = ["run.device=cuda", "model.dim=512", "model.n_layers=8", "model.n_head
 PRESETS = {
     "paper-quick": dict(steps=100, seeds=3, arms=QUICK_ARMS, eval_every=25, eval_samples=200,
                         checkpoint_every=10, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
-                        results_doc="quick"),
+                        probe_samples=2000, results_doc="quick"),
     # --full: the small base and a wider, deeper one (2.9M parameters; two model sizes), each 5 seeds;
     # reproduce.sh --full runs both: about 2 h 45 min on 2 quiet cores (docs/CALIBRATION.md).
     "paper-full": dict(steps=150, seeds=5, arms=QUICK_ARMS, eval_every=50, eval_samples=500,
                        checkpoint_every=15, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
-                       results_doc="full"),
+                       probe_samples=2000, results_doc="full"),
     "paper-full-wide": dict(steps=100, seeds=5, arms=QUICK_ARMS, eval_every=50, eval_samples=500,
                             checkpoint_every=10, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
-                            results_doc="full-wide", base_name="sft-countdown-wide", sft=WIDE_SFT),
+                            probe_samples=2000, results_doc="full-wide", base_name="sft-countdown-wide",
+                            sft=WIDE_SFT),
     "paper-phase": dict(steps=100, seeds=1, phase=dict(modes=["fp16", "bf16", "bf16_sr"],
                                                        lrs=[2e-6, 5e-6, 1e-5, 2e-5]),
                         eval_every=50, eval_samples=200, checkpoint_every=50,
