@@ -139,8 +139,11 @@ def plot(rows, folder, min_gain):
     titles = ("area lag vs FP16 at the same LR\n(% of FP16's area above its start)",
               "steps to 50% of FP16's gain / FP16's\n(never reached: steps + 1, a lower bound)",
               "mean per-step sticking of the compute weights")
+    lrs = [row["lr"] for row in rows]
     for ax, title in zip(axes, titles):
         ax.set_xscale("log")
+        ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
+        ax.minorticks_off()
         ax.set_xlabel("learning rate")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
