@@ -20,8 +20,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from paper_verdicts import (LEVELS, MIN_FP16_GAIN, REL_TOLERANCE, T_CLEAR, GainLevels, calibrated_k,  # noqa: E402
-                            claim_verdicts, describe_diffs, fmt, format_ms, paired, size_measures, size_targets,
-                            smooth, sr_noise, sr_vs_higher_lr)
+                            claim_verdicts, describe_diffs, fmt, format_ms, paired, regime_targets, size_measures,
+                            size_targets, smooth, sr_noise, sr_vs_higher_lr)
 from sweep_arms import PAPER_LABELS, SweepError, yaml_scalar  # noqa: E402
 
 ARM_COLORS = {"fp32": "black", "fp16": "tab:blue", "bf16": "tab:red", "bf16_lr_k": "tab:orange",
@@ -367,6 +367,14 @@ def write_verdicts(add, a, runs, rows, levels, steps, w):
     add("")
     for rule, result in size_targets(runs, levels, steps, a.min_gain):
         add(f"* {rule} Result: {result}.")
+    add("")
+    add("## Regime targets (issue 16, item 2)")
+    add("")
+    add("Whether the sweep sits in the paper's regime (measured on its own runs; docs/CALIBRATION.md says why a "
+        "target is missed and what was tried):")
+    add("")
+    for line in regime_targets(runs, levels):
+        add(line)
     add("")
     if all(arm in runs for arm in ("fp16", "bf16", "bf16_lr_k")):
         k0 = runs["bf16_lr_k"][0].lr / runs["bf16"][0].lr
