@@ -61,6 +61,7 @@ def check_presets(tmp):
     sends the phase sweep's LRs to the trainer. Sweep folders in `tmp` (train_args clears a run
     folder that has no checkpoint)."""
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    os.chdir(ROOT)  # compare.py works from the checkout's root (its main() changes there too)
     import compare
     from sweep_arms import PRESETS
     for name, p in PRESETS.items():
