@@ -17,6 +17,7 @@ that holds a different sweep is refused. The sweep is recorded in <out>/sweep.js
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -27,12 +28,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from sweep_arms import (PAPER_ARMS, PRESETS, SweepError, mode_arms, paper_arms,  # noqa: E402
+from sweep_arms import (PAPER_ARMS, PRESETS, SweepError, mode_arms, paper_arms, phase_arms,  # noqa: E402
                         resolved_config, yaml_scalar)
 
 # Keys of sweep.json that define the sweep: a rerun must match them to resume it.
 IDENTITY_KEYS = ["steps", "seeds", "arms", "base", "eval_every", "eval_samples", "compute", "arm_overrides",
-                 "overrides"]
+                 "overrides", "pool"]
 
 
 def say(msg):
@@ -75,6 +76,8 @@ def parse_args(argv):
     ap.add_argument("--plots", help="plot folder (default <out>/plots; docs/results/<quick|full>)")
     ap.add_argument("--jobs", type=int, help="runs at a time (default: one per usable CPU)")
     ap.add_argument("--base", help="paper presets: base policy to start from (default: trained by SFT)")
+    ap.add_argument("--pool", help="paper presets: prompt pool (JSONL) to train on instead of the one built "
+                    "from the base by scripts/paper_pool.py")
     ap.add_argument("--no-build", action="store_true", help="do not (re)build build/unstuck")
     ap.add_argument("--no-drift", action="store_true", help="skip the drift histogram and retained-gain probe")
     ap.add_argument("--progress-every", type=float, default=30.0, help="seconds between progress lines")
@@ -85,9 +88,9 @@ def parse_args(argv):
         ap.error("--config needs --modes (e.g. --modes fp16,bf16,bf16_sr)")
     if a.preset and a.modes:
         ap.error("--modes goes with --config; a paper preset takes --arms")
-    if a.config and (a.arms or a.base):
-        ap.error("--arms and --base go with a paper preset; with --config the arms come from --modes and "
-                 "the base policy from the config's grpo.base_model")
+    if a.config and (a.arms or a.base or a.pool):
+        ap.error("--arms, --base and --pool go with a paper preset; with --config the arms come from --modes, "
+                 "the base policy from the config's grpo.base_model and the prompts from its data.train_path")
     for name in ("seeds", "steps", "eval_every", "eval_samples", "checkpoint_every", "jobs"):
         v = getattr(a, name)
         if v is not None and v < 1:
@@ -112,22 +115,40 @@ class Sweep:
             self.eval_every = a.eval_every or p["eval_every"]
             self.eval_samples = a.eval_samples or p["eval_samples"]
             self.ckpt_every = a.checkpoint_every or p["checkpoint_every"]
-            self.compute = a.compute or "fp32"
-            native = "-native" if self.compute == "native" else ""  # the secondary sweep
+            self.compute = a.compute or p.get("compute", "fp32")
+            # the secondary sweep of a preset computing in FP32: its own folder and report
+            native = "-native" if self.compute == "native" != p.get("compute", "fp32") else ""
             self.out = a.out or f"runs/{a.preset}{native}"
-            self.arms = paper_arms(a.arms)
-            self.verdicts = True
+            phase = p.get("phase")
+            self.arms = phase_arms(phase["modes"], phase["lrs"], a.arms) if phase else paper_arms(a.arms, p["arms"])
+            self.phase = bool(phase)
+            self.verdicts = not phase
+            self.drift = p.get("drift", True) and not a.no_drift
             self.base, self.sft_args = a.base, None
             if not a.base:
                 if p.get("smoke"):
                     self.base = os.path.join(self.out, "sft-smoke", "model")
                     self.sft_args = ["precision.threads=1", f"run.output_dir={self.out}", "run.name=sft-smoke",
                                      "sft.steps=30", "sft.eval_every=0", "sft.eval_samples=16", "sft.log_every=10"]
-                else:
-                    self.base = "runs/sft-countdown/model"
-                    self.sft_args = ["precision.threads=1"]
+                else:  # one thread: on a shared machine a multi-threaded SFT slows down many times over
+                    name = p.get("base_name", "sft-countdown")
+                    self.base = f"runs/{name}/model"
+                    self.sft_args = ["precision.threads=1", f"run.name={name}"] + p.get("sft", [])
+            self.device = p.get("device")
+            self.jobs = p.get("jobs")
+            self.preset_overrides = p.get("train", [])
+            self.probe_samples = p.get("probe_samples")
+            # The prompt pool: built from the base (cached next to a base this driver trains, else in the
+            # sweep folder) unless --pool gives one or an override sets data.train_path.
+            self.pool_spec, self.pool = None, a.pool
+            if not a.pool and not any(o.startswith("data.train_path=") for o in self.overrides) and p.get("pool"):
+                self.pool_spec = dict(p["pool"])
+                folder = os.path.dirname(self.base) if self.sft_args is not None else os.path.join(self.out, "pool")
+                s = self.pool_spec
+                self.pool = os.path.join(folder, f"pool-n{s['records']}-k{s['k']}-{s['lo']:g}-{s['hi']:g}.jsonl")
             public = p.get("results_doc")
-            self.results = a.results or (f"docs/RESULTS{native}.md" if public else os.path.join(self.out, "RESULTS.md"))
+            doc = "" if public in ("quick", None) else "-" + public
+            self.results = a.results or (f"docs/RESULTS{doc}{native}.md" if public else os.path.join(self.out, "RESULTS.md"))
             self.plots = a.plots or (f"docs/results/{public}{native}" if public else os.path.join(self.out, "plots"))
             self.base_dtype = "bf16"
         else:
@@ -143,7 +164,11 @@ class Sweep:
             name = os.path.splitext(os.path.basename(a.config))[0]
             self.out = a.out or f"runs/compare-{name}"
             self.arms = mode_arms(a.modes, a.config, self.lr)
-            self.verdicts = False
+            self.verdicts = self.phase = False
+            self.drift = not a.no_drift
+            self.device = self.jobs = self.probe_samples = None
+            self.preset_overrides = []
+            self.pool_spec = self.pool = None
             self.base, self.sft_args = yaml_scalar(cfg, "grpo", "base_model"), None
             self.results = a.results or os.path.join(self.out, "RESULTS.md")
             self.plots = a.plots or os.path.join(self.out, "plots")
@@ -173,7 +198,8 @@ class Sweep:
                 "reference": self.reference, "verdicts": self.verdicts, "base": self.base,
                 "base_dtype": self.base_dtype, "eval_every": self.eval_every, "eval_samples": self.eval_samples,
                 "checkpoint_every": self.ckpt_every, "compute": self.compute or "as configured",
-                "overrides": self.overrides, "command": command, "commit": commit}
+                "overrides": self.overrides, "pool": self.pool_spec if self.pool_spec else self.pool,
+                "pool_path": self.pool, "phase": self.phase, "command": command, "commit": commit}
 
     def train_args(self, arm, seed):
         d = self.run_dir(arm, seed)
@@ -184,7 +210,7 @@ class Sweep:
         shutil.rmtree(d, ignore_errors=True)  # stopped before its first checkpoint: nothing to keep
         # The reference arm keeps every checkpoint: the drift analysis reads its weights at the
         # steps where it reaches 50% and 100% of its gain.
-        keep = self.steps // self.ckpt_every + 2 if arm.name == self.reference else 2
+        keep = self.steps // self.ckpt_every + 2 if arm.name == self.reference and self.drift else 2
         args = ["train", "--config", arm.config] + arm.overrides + [
             f"run.output_dir={os.path.join(self.out, arm.name)}", f"run.name=seed{seed}", f"run.seed={seed}",
             f"grpo.steps={self.steps}", f"grpo.eval_every={self.eval_every}",
@@ -194,7 +220,11 @@ class Sweep:
             args.append(f"grpo.base_model={self.base}")
         if self.compute:
             args.append(f"precision.compute={self.compute}")
-        return args + self.overrides
+        if self.pool:
+            args.append(f"data.train_path={self.pool}")
+        if self.device:
+            args.append(f"run.device={self.device}")
+        return args + self.preset_overrides + self.overrides
 
 
 def git_commit():
@@ -243,6 +273,16 @@ def build(no_build, unstuck):
         raise SweepError(f"the build failed (full log: {log})")
 
 
+def require_cuda(unstuck, preset):
+    """Refuses a CUDA preset where `unstuck --version` reports no usable CUDA device."""
+    r = subprocess.run([unstuck, "--version"], capture_output=True, text=True)
+    line = next((l for l in r.stdout.splitlines() if l.startswith("CUDA kernels:")), "CUDA kernels: unknown")
+    m = re.search(r"(\d+) usable device", line)
+    if not m or int(m.group(1)) == 0:
+        raise SweepError(f"the preset {preset} runs on a CUDA device and this machine has none usable "
+                         f"(`{unstuck} --version`: {line.strip()}); use --quick on the CPU")
+
+
 def prepare_base(sweep):
     """Trains the paper's base policy once (SFT) and evaluates the base; returns a timing phrase."""
     note = "the base policy given by --base"
@@ -269,6 +309,47 @@ def prepare_base(sweep):
         with open(out + ".tmp", "w") as f:
             json.dump(j, f)
         os.replace(out + ".tmp", out)
+    return note
+
+
+def prepare_pool(sweep):
+    """Builds the prompt pool from the base (scripts/paper_pool.py) unless it is cached for this base;
+    adds its statistics to sweep.json. Returns a timing phrase (None when no pool is built)."""
+    if not sweep.pool_spec:
+        if sweep.pool and not os.path.exists(sweep.pool):
+            raise SweepError(f"--pool {sweep.pool}: no such file")
+        return None
+    s, pool = sweep.pool_spec, sweep.pool
+    meta = pool[:-len(".jsonl")] + ".json"
+    model = os.path.join(sweep.base, "model.safetensors")
+    st = os.stat(model)
+    base_id = {"model": model, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    stats = json.load(open(meta)) if os.path.exists(meta) and os.path.exists(pool) else None
+    note = "the prompt pool reused"
+    if not stats or stats.get("base_id") != base_id:
+        say(f"building the prompt pool: {s['records']} training prompts x {s['k']} samples of the base, kept when "
+            f"solved {s['lo']:g}-{s['hi']:g} of the time -> {pool}")
+        t0 = time.time()
+        cmd = [sys.executable, os.path.join(HERE, "paper_pool.py"), "--model", sweep.base, "--records",
+               str(s["records"]), "--k", str(s["k"]), "--lo", str(s["lo"]), "--hi", str(s["hi"]), "--unstuck",
+               sweep.unstuck, "--threads", "1", "--out", pool, "--json", meta + ".new"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SweepError(f"building the prompt pool failed: {(r.stderr or r.stdout).strip()}")
+        stats = json.load(open(meta + ".new"))
+        stats["base_id"], stats["seconds"] = base_id, round(time.time() - t0, 1)
+        with open(meta + ".new", "w") as f:
+            json.dump(stats, f, indent=1)
+        os.replace(meta + ".new", meta)
+        note = f"building the prompt pool ({fmt_time(stats['seconds'])})"
+    say(f"prompt pool {pool}: kept {stats['kept']} of {stats['records']} prompts (base's mean solve rate "
+        f"{stats['mean_solve_rate']:.3f}, in the pool {stats['kept_mean_solve_rate']:.3f})")
+    path = os.path.join(sweep.out, "sweep.json")
+    record = json.load(open(path))
+    record["pool_stats"] = {k: v for k, v in stats.items() if k != "base_id"}
+    with open(path + ".new", "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(path + ".new", path)
     return note
 
 
@@ -384,10 +465,15 @@ def main(argv=None):
         if not os.path.exists(unstuck):
             raise SweepError(f"{unstuck} not found; run scripts/setup.sh first (or drop --no-build)")
         sweep = Sweep(a, unstuck)
+        if sweep.device == "cuda":
+            require_cuda(unstuck, a.preset)
         write_record(sweep, command)
         t_sweep = time.time()
         base_note = prepare_base(sweep)
-        sched = Scheduler(sweep, a.jobs or usable_cpus(), a.progress_every)
+        pool_note = prepare_pool(sweep)
+        if pool_note:
+            base_note += ", " + pool_note
+        sched = Scheduler(sweep, a.jobs or sweep.jobs or usable_cpus(), a.progress_every)
         done, resumed = sched.run(t_sweep)
         total = len(sweep.runs)
         if sched.stopping:
@@ -399,9 +485,16 @@ def main(argv=None):
             timing = f"resumed with {resumed} of {total} runs done; this invocation took {timing}"
         say(f"all {total} runs finished in {fmt_time(elapsed)}; writing plots ({sweep.plots}) and {sweep.results}")
         py = sys.executable
-        if not a.no_drift:
+        if sweep.phase:  # the phase diagram, with the matching runs of the quick sweep if there are any
+            extra = [d for d in ("runs/paper-quick",) if os.path.exists(os.path.join(d, "sweep.json"))]
+            subprocess.run([py, os.path.join(HERE, "paper_phase.py"), "--sweeps", sweep.out] + extra
+                           + ["--results", sweep.results, "--plots", sweep.plots, "--timing", timing], check=True)
+            say(f"done: {sweep.results}")
+            return 0
+        if sweep.drift:
+            probe = ["--eval-samples", str(sweep.probe_samples)] if sweep.probe_samples else []
             subprocess.run([py, os.path.join(HERE, "paper_drift.py"), "--sweep", sweep.out, "--plots", sweep.plots,
-                            "--unstuck", unstuck], check=True)
+                            "--unstuck", unstuck] + probe, check=True)
         subprocess.run([py, os.path.join(HERE, "paper_report.py"), "--sweep", sweep.out, "--results",
                         sweep.results, "--plots", sweep.plots, "--timing", timing], check=True)
         say(f"done: {sweep.results}")

@@ -35,14 +35,16 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--batch", type=int, default=256, help="prompts sampled together")
     ap.add_argument("--unstuck", default="build/unstuck")
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads of the sampler")
     ap.add_argument("--out", required=True, help="JSONL pool to write")
+    ap.add_argument("--json", help="also write the pool's statistics (histogram, rates, kept) to this file")
     a = ap.parse_args()
     import sentencepiece as spm
     import torch
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(a.seed)
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)
     sp = spm.SentencePieceProcessor(model_file=a.tokenizer)
     model = LlamaForCausalLM.from_pretrained(a.model, torch_dtype=torch.float32).eval()
     with torch.no_grad():
@@ -79,16 +81,29 @@ def main():
         rewards = [json.loads(l)["reward"] for l in open(dst) if l.strip()]
     solved = np.array(rewards, dtype=float).reshape(len(records), a.k).mean(axis=1)
     keep = [rec for rec, s in zip(records, solved) if a.lo <= s <= a.hi]
+    if not keep:
+        sys.exit(f"paper_pool.py: error: no prompt of the first {len(records)} in {a.data} is solved between "
+                 f"{a.lo} and {a.hi} of the time over {a.k} samples; nothing to train on")
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as f:
+    with open(a.out + ".tmp", "w") as f:
         for rec in keep:
             f.write(json.dumps(rec) + "\n")
+    os.replace(a.out + ".tmp", a.out)
     hist = np.bincount(np.rint(solved * a.k).astype(int), minlength=a.k + 1)
+    middle = (solved >= a.lo) & (solved <= a.hi)
+    if a.json:
+        stats = {"model": a.model, "data": a.data, "records": len(records), "k": a.k, "lo": a.lo, "hi": a.hi,
+                 "seed": a.seed, "histogram": [int(h) for h in hist], "mean_solve_rate": float(solved.mean()),
+                 f"pass_at_{a.k}": float((solved > 0).mean()), "kept": len(keep),
+                 "kept_mean_solve_rate": float(solved[middle].mean()), "pool": a.out}
+        with open(a.json + ".tmp", "w") as f:
+            json.dump(stats, f, indent=1)
+        os.replace(a.json + ".tmp", a.json)
     print(f"paper_pool.py: per-prompt solve rate over {a.k} samples (count of prompts by correct samples 0..{a.k}): "
           + " ".join(str(int(h)) for h in hist))
     print(f"paper_pool.py: mean solve rate {solved.mean():.3f}, pass@{a.k} {(solved > 0).mean():.3f}; "
           f"kept {len(keep)} of {len(records)} prompts with rate in [{a.lo}, {a.hi}] (their mean "
-          f"{solved[(solved >= a.lo) & (solved <= a.hi)].mean():.3f}) -> {a.out}")
+          f"{solved[middle].mean():.3f}) -> {a.out}")
 
 
 if __name__ == "__main__":

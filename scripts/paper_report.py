@@ -20,8 +20,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from paper_verdicts import (LEVELS, MIN_FP16_GAIN, REL_TOLERANCE, T_CLEAR, GainLevels, calibrated_k,  # noqa: E402
-                            claim_verdicts, describe_diffs, fmt, format_ms, paired, size_measures, size_targets,
-                            smooth, sr_noise, sr_vs_higher_lr)
+                            claim_verdicts, describe_diffs, fmt, format_ms, paired, regime_targets, size_measures,
+                            size_targets, smooth, sr_noise, sr_vs_higher_lr)
 from sweep_arms import PAPER_LABELS, SweepError, yaml_scalar  # noqa: E402
 
 ARM_COLORS = {"fp32": "black", "fp16": "tab:blue", "bf16": "tab:red", "bf16_lr_k": "tab:orange",
@@ -240,6 +240,20 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         + (" The calibration of the embedded default is in [CALIBRATION.md](CALIBRATION.md)." if paper else "")
         + (f" Wall time of the sweep: {a.timing}." if a.timing else ""))
     add("")
+    ps = sweep.get("pool_stats")
+    if ps:
+        pass_k = ps[f"pass_at_{ps['k']}"]
+        hist = " ".join(str(h) for h in ps["histogram"])
+        add(f"Prompts: the pool `{sweep.get('pool_path')}` built from the base by `scripts/paper_pool.py`: the first "
+            f"{ps['records']} training prompts, each sampled {ps['k']} times at temperature 1, kept when solved "
+            f"{ps['lo']:g}-{ps['hi']:g} of the time: {ps['kept']} prompts (base's solve rate on them "
+            f"{ps['kept_mean_solve_rate']:.3f}; on all {ps['records']}: {ps['mean_solve_rate']:.3f}, pass@{ps['k']} "
+            f"{pass_k:.3f}; prompts by correct samples 0..{ps['k']}: {hist}). The trainer cycles "
+            "the pool; *training reward* below is on its prompts, *eval accuracy* on the whole test set.")
+        add("")
+    elif sweep.get("pool_path"):
+        add(f"Prompts: `{sweep['pool_path']}` (given by --pool).")
+        add("")
     add("## Table")
     add("")
     add("| arm | mode | LR | final eval acc | steps to 50% | mean train reward | KL at end | "
@@ -307,6 +321,12 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         write_verdicts(add, a, runs, rows, levels, steps, w)
     if drift:
         write_drift(add, drift, labels)
+    phase_json = os.path.join(os.path.dirname(os.path.abspath(a.plots)), "phase", "phase.json")
+    if paper and os.path.exists(phase_json):  # the phase diagram (scripts/paper_phase.py), if it was run
+        from paper_phase import markdown as phase_markdown
+        rel_phase = os.path.relpath(os.path.dirname(phase_json), os.path.dirname(os.path.abspath(a.results)))
+        for line in phase_markdown(json.load(open(phase_json)), rel_phase):
+            add(line)
     add("## Plots")
     add("")
     rel = os.path.relpath(a.plots, os.path.dirname(os.path.abspath(a.results)) or ".")
@@ -347,6 +367,14 @@ def write_verdicts(add, a, runs, rows, levels, steps, w):
     add("")
     for rule, result in size_targets(runs, levels, steps, a.min_gain):
         add(f"* {rule} Result: {result}.")
+    add("")
+    add("## Regime targets (issue 16, item 2)")
+    add("")
+    add("Whether the sweep sits in the paper's regime (measured on its own runs; docs/CALIBRATION.md says why a "
+        "target is missed and what was tried):")
+    add("")
+    for line in regime_targets(runs, levels):
+        add(line)
     add("")
     if all(arm in runs for arm in ("fp16", "bf16", "bf16_lr_k")):
         k0 = runs["bf16_lr_k"][0].lr / runs["bf16"][0].lr

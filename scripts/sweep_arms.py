@@ -17,14 +17,45 @@ PAPER_LABELS = {
 }
 MODE_LABELS = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16-RN", "bf16_sr": "BF16-SR", "fp16_sr": "FP16-SR"}
 
-# Presets of the paper reproduction: steps, seeds, evaluation and checkpoint cadence. `results_doc`:
-# the report goes to docs/RESULTS.md and the plots to docs/results/<name>.
+# Presets of the paper reproduction: arms, steps, seeds, evaluation and checkpoint cadence, and the
+# prompt pool built from the base (scripts/paper_pool.py: `records` first training prompts sampled `k`
+# times, kept when solved between `lo` and `hi` of the time). `results_doc`: the report goes to
+# docs/RESULTS.md (docs/RESULTS-<name>.md for the others) and the plots to docs/results/<name>.
+# `phase`: the LR sweep of the phase diagram (modes x LRs, arms named MODE_lrLR; report by
+# scripts/paper_phase.py). `drift`: run scripts/paper_drift.py after the sweep (`probe_samples`: test
+# records of its retained-gain probe; default the sweep's eval_samples). docs/CALIBRATION.md
+# gives the measured step times these budgets are based on.
+QUICK_ARMS = ["fp16", "bf16", "bf16_lr_k", "bf16_sr"]  # the four arms the claims need
+# SFT overrides of configs/sft/countdown.yaml for the larger bases (the default: dim 128, 4 layers, 0.86M).
+WIDE_SFT = ["model.dim=192", "model.n_layers=6", "model.n_heads=6", "model.n_kv_heads=6", "model.ffn_dim=576"]
+GPU_SFT = ["run.device=cuda", "model.dim=512", "model.n_layers=8", "model.n_heads=8", "model.n_kv_heads=8",
+           "model.ffn_dim=1536", "sft.steps=3000", "sft.batch_size=128"]
 PRESETS = {
-    "paper-quick": dict(steps=40, seeds=3, eval_every=10, eval_samples=200, checkpoint_every=5,
-                        results_doc="quick"),
-    "paper-full": dict(steps=180, seeds=5, eval_every=15, eval_samples=500, checkpoint_every=15,
-                       results_doc="full"),
-    "paper-smoke": dict(steps=4, seeds=1, eval_every=2, eval_samples=16, checkpoint_every=2, smoke=True),
+    "paper-quick": dict(steps=100, seeds=3, arms=QUICK_ARMS, eval_every=25, eval_samples=200,
+                        checkpoint_every=10, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
+                        probe_samples=2000, results_doc="quick"),
+    # --full: the small base and a wider, deeper one (2.9M parameters; two model sizes), each 5 seeds;
+    # reproduce.sh --full runs both: about 2 h 45 min on 2 quiet cores (docs/CALIBRATION.md).
+    "paper-full": dict(steps=150, seeds=5, arms=QUICK_ARMS, eval_every=50, eval_samples=500,
+                       checkpoint_every=15, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
+                       probe_samples=2000, results_doc="full"),
+    "paper-full-wide": dict(steps=100, seeds=5, arms=QUICK_ARMS, eval_every=50, eval_samples=500,
+                            checkpoint_every=10, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
+                            probe_samples=2000, results_doc="full-wide", base_name="sft-countdown-wide",
+                            sft=WIDE_SFT),
+    "paper-phase": dict(steps=100, seeds=1, phase=dict(modes=["fp16", "bf16", "bf16_sr"],
+                                                       lrs=[2e-6, 5e-6, 1e-5, 2e-5]),
+                        eval_every=50, eval_samples=200, checkpoint_every=50,
+                        pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False, results_doc="phase"),
+    # --gpu: a 27M-parameter policy (dim 512, 8 layers) SFT-trained and swept on one CUDA device, every
+    # arm computing in its own format (real formats only); refused without a usable CUDA device.
+    "paper-gpu": dict(steps=100, seeds=3, arms=QUICK_ARMS, eval_every=25, eval_samples=500, checkpoint_every=10,
+                      pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True, results_doc="gpu",
+                      base_name="sft-countdown-gpu", sft=GPU_SFT, device="cuda", compute="native", jobs=4),
+    "paper-smoke": dict(steps=4, seeds=1, arms=PAPER_ARMS, eval_every=2, eval_samples=16, checkpoint_every=2,
+                        pool=dict(records=24, k=2, lo=0.0, hi=1.0), drift=True, smoke=True,
+                        # the smoke base solves nothing: a 0/1 reward would give it no gradient at all
+                        train=["reward.format_reward=0.1"]),
 }
 
 
@@ -37,10 +68,10 @@ class Arm:
         self.name, self.label, self.config, self.overrides = name, label, config, list(overrides)
 
 
-def paper_arms(spec):
-    """Arms of configs/paper/ named by `spec` (space- or comma-separated; None: all six)."""
+def paper_arms(spec, default=PAPER_ARMS):
+    """Arms of configs/paper/ named by `spec` (space- or comma-separated; None: `default`)."""
     import os
-    names = spec.replace(",", " ").split() if spec else PAPER_ARMS
+    names = spec.replace(",", " ").split() if spec else default
     arms = []
     for n in names:
         path = f"configs/paper/{n}.yaml"
@@ -50,6 +81,20 @@ def paper_arms(spec):
         arms.append(Arm(n, PAPER_LABELS.get(n, n), path, []))
     if len({arm.name for arm in arms}) != len(arms):
         raise SweepError(f"--arms names an arm twice: {spec}")
+    return arms
+
+
+def phase_arms(modes, lrs, spec=None):
+    """Arms of the phase diagram: configs/paper/<mode>.yaml at each LR, named MODE_lrLR (e.g. bf16_lr2e-06)."""
+    arms = [Arm(f"{m}_lr{lr:g}", f"{MODE_LABELS[m]} @ {lr:g}", f"configs/paper/{m}.yaml", [f"optim.lr={lr:g}"])
+            for lr in lrs for m in modes]
+    if spec:  # --arms picks among them
+        names = spec.replace(",", " ").split()
+        unknown = [n for n in names if n not in {arm.name for arm in arms}]
+        if unknown:
+            raise SweepError(f"unknown arm(s) {' '.join(unknown)} of the phase sweep (arms: "
+                             f"{' '.join(arm.name for arm in arms)})")
+        arms = [arm for arm in arms if arm.name in names]
     return arms
 
 

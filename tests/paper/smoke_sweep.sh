@@ -20,10 +20,19 @@ for arm in "FP32 (control)" "FP16 @ x" "BF16-RN @ x" "BF16-RN @ k\*x" "BF16-SR @
 done
 [[ $(ls "$OUT"/plots/*.png | wc -l) == 10 ]] || fail "expected 10 plots in $OUT/plots (7 + drift, drift vs step, probe)"
 grep -q "^  compute: fp32" "$OUT/bf16/seed1/config.yaml" || fail "the paper preset must compute every arm in FP32"
+# The prompt pool: built from the smoke base in the sweep folder, recorded, and trained on.
+POOL=$OUT/sft-smoke/pool-n24-k2-0-1.jsonl
+[[ $(wc -l < "$POOL") == 24 ]] || fail "expected the 24-prompt smoke pool at $POOL"
+grep -q "^  train_path: .*sft-smoke/pool-n24-k2-0-1.jsonl" "$OUT/fp16/seed1/config.yaml" || fail "the arms must train on the pool"
+# The paper arms use a 0/1 reward; the smoke preset gives its base (which solves nothing) the 0.1 format reward.
+grep -Eq "^reward: \{format_reward: 0\.0\}" configs/paper/fp16.yaml || fail "configs/paper: the arms use a 0/1 reward"
+grep -Eq "^  format_reward: 0\.1( |$)" "$OUT/fp16/seed1/config.yaml" || fail "the smoke preset's reward override"
+grep -q "^Prompts: the pool" "$OUT/RESULTS.md" || fail "the report does not describe the pool"
 grep -q "^## Drift of FP16" "$OUT/RESULTS.md" || fail "no drift table in the report"
 grep -q "^## Size targets" "$OUT/RESULTS.md" || fail "no size targets in the report"
-# The smoke base gains nothing in 4 steps: no claim may read reproduced, no target be met.
-grep -q "\*\*reproduced\|Result: \*\*met" "$OUT/RESULTS.md" && fail "a verdict passed on the smoke sweep"
+# The smoke base gains nothing in 4 steps: no claim may read reproduced, no size target (T1-T3) be met.
+grep -q "\*\*reproduced\|^\* \*T[123],.*Result: \*\*met" "$OUT/RESULTS.md" && fail "a verdict passed on the smoke sweep"
+grep -q "^## Regime targets" "$OUT/RESULTS.md" || fail "no regime targets in the report"
 .venv/bin/python - "$OUT/drift.json" <<'EOF' || fail "drift.json"
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -136,6 +136,14 @@ def main():
         r, text_strict = run_report(d, "--min-gain", "0.5")
         check(r.returncode == 0 and "not testable" in verdict(text_strict, 1) and target(text_strict, 1) ==
               "not testable", "--min-gain above FP16's gain makes the claims and targets not testable")
+        t1_line = next(l for l in text_strict.splitlines() if l.startswith("* *T1,"))
+        check("measured, not a verdict: BF16-RN / FP16 steps to 50%: s1:" in t1_line,
+              "a target that is not testable still shows its per-seed measurements")
+        # Regime targets: FP16 gains about 0.16 here (< 0.3), sticking 0.5 (< 0.97), changed 0.9 (> 0.5).
+        regime = section(text, "Regime targets")
+        check(regime.count("Result: **missed**") == 3 and "by 0.470 in the worst seed" in regime and
+              "by 0.400 in the worst seed" in regime,
+              "regime targets: all three missed, with the distance (sticking 0.5 vs 0.97, changed 0.9 vs 0.5)")
 
         # Case 2: precision does not matter. No claim may be judged reproduced.
         d = os.path.join(tmp, "null")
