@@ -148,6 +148,8 @@ std::vector<Completion> generate(const model::LlamaModel& model,
   }
   // Rows that sampled a stop token but are still in the decode batch (they are dropped in batches, see below).
   torch::Tensor done = torch::zeros({A}, long_opts.dtype(torch::kBool));
+  if (o.stop_check_every < 0) throw std::invalid_argument("generate: stop_check_every must be >= 0");
+  const int64_t check_every = o.stop_check_every > 0 ? o.stop_check_every : (device.is_cuda() ? 8 : 1);
   for (int64_t t = 0; t < N; ++t) {
     auto [next, logp] = sample(logits, o.sampling, uniforms.defined() ? uniforms.select(1, t).index_select(0, active) : torch::Tensor());
     // Rows already finished keep sampling until dropped; what they sample after their stop is never read.
@@ -156,7 +158,9 @@ std::vector<Completion> generate(const model::LlamaModel& model,
     if (t + 1 == N) break;
     if (!stop_list.empty()) {
       done = done | (stop_list.size() == 1 ? next.eq(stop_list[0]) : torch::isin(next, stop));
-      const int64_t finished = done.sum().item<int64_t>();  // the step's one host read
+    }
+    if (!stop_list.empty() && (t + 1) % check_every == 0) {
+      const int64_t finished = done.sum().item<int64_t>();  // the decode loop's one host read
       if (finished == A) break;
       // Compacting the cache costs about one step's attention reads: do it once an eighth of the
       // batch has finished, not for every single row.

@@ -123,6 +123,37 @@ TEST(SamplingKeys, DroppingFinishedRowsChangesNoToken) {
   }
 }
 
+// Reading the finished-row count only every k decode steps (CUDA's default is 8, so the GPU is not
+// stalled per token) changes no token, finish reason or log-prob: rows finished in between keep
+// sampling unread, and the dropping of finished rows only happens later.
+TEST(SamplingKeys, SparseStopChecksChangeNoToken) {
+  const model::LlamaModel m = make_model();
+  const auto ps = prompts(32);
+  std::vector<int64_t> rows(32);
+  for (int64_t i = 0; i < 32; ++i) rows[std::size_t(i)] = i;
+  GenerateOptions o;
+  o.sampling.max_new_tokens = 24;
+  o.uniforms = sampling_uniforms(5, 1, rows, 24, torch::kCPU);
+  o.stop_ids = {7};
+  o.stop_check_every = 1;
+  const auto every = generate(m, ps, o, gen(0));
+  int64_t stopped = 0;
+  for (const auto& c : every) stopped += c.finish == FinishReason::eos;
+  EXPECT_GE(stopped, 8);  // the fixture has rows that stop, at different steps
+  for (int64_t k : {3, 8, 100}) {
+    o.stop_check_every = k;
+    const auto sparse = generate(m, ps, o, gen(0));
+    for (std::size_t b = 0; b < ps.size(); ++b) {
+      EXPECT_EQ(sparse[b].tokens, every[b].tokens) << "k " << k << " row " << b;
+      EXPECT_EQ(sparse[b].finish, every[b].finish) << "k " << k << " row " << b;
+      for (std::size_t t = 0; t < sparse[b].logprobs.size() && t < every[b].logprobs.size(); ++t)
+        EXPECT_NEAR(sparse[b].logprobs[t], every[b].logprobs[t], 1e-5);
+    }
+  }
+  o.stop_check_every = -1;
+  EXPECT_THROW(generate(m, ps, o, gen(0)), std::invalid_argument);
+}
+
 // The same logits on CUDA and CPU draw the same tokens (skipped without a device).
 TEST(SamplingKeys, CudaSamplesTheCpuTokens) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";

@@ -39,6 +39,11 @@ struct GenerateOptions {
   int32_t pad_id = 0;      // fills left padding; never attended
   bool use_cache = true;   // false: recompute the whole sequence every step (reference path)
   bool drop_finished = true;  // rows that sampled a stop token leave the decode batch (KV cache rows compacted)
+  // Decode steps between the host's reads of the finished-row count (the only host sync of the
+  // decode loop; it decides the early stop and the dropping of finished rows). 0: every step on a
+  // CPU, where reading it costs nothing, and every 8th on CUDA, so the GPU is not stalled per token.
+  // The tokens do not depend on it (rows finished in between keep sampling, unread).
+  int64_t stop_check_every = 0;
   // Optional (B, >= max_new_tokens) uniforms in [0, 1): token t of row b is the first whose
   // cumulative probability exceeds uniforms[b][t] (inverse CDF), so a row's sample does not depend on
   // which other rows share its batch. Data-parallel GRPO passes sampling_uniforms() of its global
@@ -47,8 +52,8 @@ struct GenerateOptions {
 };
 
 // Samples one completion per prompt. Prompts may differ in length (they are left padded). Runs on
-// the model's device; the host sees one count per decode step (rows finished) when stop tokens are
-// set, and the results once at the end. Deterministic for given uniforms (or generator state).
+// the model's device; the host reads one count (rows finished) every stop_check_every decode steps when
+// stop tokens are set, and the results once at the end. Deterministic for given uniforms (or generator state).
 std::vector<Completion> generate(const model::LlamaModel& model,
                                  const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerateOptions& options, at::Generator generator);
