@@ -21,7 +21,6 @@
 #include "unstuck/data/dataset.h"
 #include "unstuck/dist/data_parallel.h"
 #include "unstuck/dist/launch_env.h"
-#include "unstuck/io/json_file.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/compute_choice.h"
@@ -118,7 +117,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     resumed = load_checkpoint(ckpt);
     check_checkpoint_fits(*resumed, model::llama_layout(cfg.model).total, train.size(), ckpt);
   }
-  ctx.stop_ids = stop_token_ids(base, ctx.tokenizer, cfg.model.vocab_size);
+  ctx.stop_ids = stop_token_ids(base, loaded.tokens.eos_ids, ctx.tokenizer, cfg.model.vocab_size);
   open_run(ctx, cfg, "train", rank);
   report_fits();
   spdlog::info("train: completions end at token id(s) {} (the tokenizer's EOS and the eos_token_id of {}'s "
@@ -149,18 +148,15 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
                       std::vector<data::TaskRecord>(test.begin() + test_begin, test.begin() + test_end), device,
                       compute.mode);
   const TrainableWeights& weights = trainer.weights();
-  if (lead) {  // record the precision and the device actually used
-    nlohmann::json run = io::read_json_file(ctx.run_dir / "run.json");
-    run["compute_weights_dtype"] = c10::toString(weights.compute().scalar_type());
-    run["forward_dtype"] = c10::toString(weights.forward_dtype());
-    run["compute_choice"] = compute.to_json(cfg.precision.compute);
-    run["reference_dtype"] = trainer.reference_dtype();
-    run["device"] = device.str();
-    run["stop_token_ids"] = ctx.stop_ids;
-    run["world_size"] = world;
-    run["dist_backend"] = comm.backend_name();
-    io::write_json_file(ctx.run_dir / "run.json", run);
-  }
+  if (lead)  // record the precision and the device actually used
+    record_in_run_json(ctx, {{"compute_weights_dtype", c10::toString(weights.compute().scalar_type())},
+                             {"forward_dtype", c10::toString(weights.forward_dtype())},
+                             {"compute_choice", compute.to_json(cfg.precision.compute)},
+                             {"reference_dtype", trainer.reference_dtype()},
+                             {"device", device.str()},
+                             {"stop_token_ids", ctx.stop_ids},
+                             {"world_size", world},
+                             {"dist_backend", comm.backend_name()}});
   spdlog::info("train: GRPO from {} ({} params), {} x {} rollouts per step, precision {} (forward {}), {} steps, "
                "{} rank(s) ({}), device {}",
                base.string(), weights.layout().total, cfg.grpo.prompts_per_step, cfg.grpo.group_size,

@@ -11,8 +11,8 @@
 
 namespace unstuck::train {
 
-std::vector<int32_t> stop_token_ids(const std::filesystem::path& model_dir, const tokenizer::Tokenizer& tok,
-                                    int64_t vocab_size) {
+std::vector<int32_t> stop_token_ids(const std::filesystem::path& model_dir, const std::vector<int32_t>& config_eos_ids,
+                                    const tokenizer::Tokenizer& tok, int64_t vocab_size) {
   std::vector<int32_t> ids;
   const auto add = [&](int32_t id, const std::string& source) {
     if (id < 0) return;
@@ -22,13 +22,10 @@ std::vector<int32_t> stop_token_ids(const std::filesystem::path& model_dir, cons
     if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   };
   add(tok.eos_id(), "the tokenizer");
-  for (const char* file : {"config.json", "generation_config.json"}) {
-    const std::filesystem::path path = model_dir / file;
-    if (!std::filesystem::exists(path)) continue;
-    const std::vector<int32_t> listed = std::string(file) == "config.json" ? model::read_hf_config(path).tokens.eos_ids
-                                                                           : model::read_generation_eos_ids(path);
-    for (int32_t id : listed) add(id, path.string());
-  }
+  for (int32_t id : config_eos_ids) add(id, (model_dir / "config.json").string());
+  const std::filesystem::path generation = model_dir / "generation_config.json";
+  if (std::filesystem::exists(generation))
+    for (int32_t id : model::read_generation_eos_ids(generation)) add(id, generation.string());
   return ids;
 }
 
@@ -46,7 +43,7 @@ Policy load_policy(const std::filesystem::path& dir, const std::vector<std::stri
                     " pieces but config.json says vocab_size " + std::to_string(loaded.config.vocab_size));
   config.model = loaded.config;
   auto model = std::make_unique<model::LlamaModel>(loaded.config, loaded.flat.to(dtype));
-  std::vector<int32_t> stops = stop_token_ids(dir, tok, loaded.config.vocab_size);
+  std::vector<int32_t> stops = stop_token_ids(dir, loaded.tokens.eos_ids, tok, loaded.config.vocab_size);
   return {std::move(config), std::move(tok), loaded.flat, std::move(model), std::move(stops)};
 }
 

@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#include <nlohmann/json.hpp>
+
 #include "unstuck/common/error.h"
 #include "unstuck/common/parallel.h"
 #include "unstuck/common/simd.h"
@@ -75,6 +77,12 @@ void open_run(RunContext& ctx, const RunConfig& config, const std::string& comma
                        {"cpu_simd", simd_level_name(detect_simd_level())},
                        {"threads", resolve_threads(config.precision.threads)}});
   spdlog::info("{}: run directory {}; prompts from {}", command, ctx.run_dir.string(), ctx.prompts.describe());
+}
+
+void record_in_run_json(const RunContext& ctx, const nlohmann::json& fields) {
+  nlohmann::json run = io::read_json_file(ctx.run_dir / "run.json");
+  run.update(fields);
+  io::write_json_file(ctx.run_dir / "run.json", run);
 }
 
 RunContext setup_run(RunConfig& config, const std::string& command, int rank) {

@@ -123,12 +123,8 @@ SftResult run_sft(RunConfig cfg) {
   model::init_llama_weights(layout, cfg.model, master, ctx.seeds.init);
   const ComputeChoice compute = resolve_compute(cfg.model, cfg.precision, torch::kCPU, std::nullopt);
   TrainableWeights weights(cfg.model, master, with_compute(cfg.precision, compute.mode), ctx.seeds.rounding);
-  {  // record the forward's dtype and how it was chosen
-    nlohmann::json run = io::read_json_file(ctx.run_dir / "run.json");
-    run["forward_dtype"] = c10::toString(weights.forward_dtype());
-    run["compute_choice"] = compute.to_json(cfg.precision.compute);
-    io::write_json_file(ctx.run_dir / "run.json", run);
-  }
+  record_in_run_json(ctx, {{"forward_dtype", c10::toString(weights.forward_dtype())},  // and how it was chosen
+                          {"compute_choice", compute.to_json(cfg.precision.compute)}});
   const auto verifier = reward::make_verifier(reward::verifier_name(cfg.reward, config::enum_name(cfg.data.task)), cfg.reward);
   EvalOptions eval_opts;
   eval_opts.max_new_tokens = cfg.rollout.max_new_tokens;

@@ -25,12 +25,13 @@ struct Policy {
 };
 
 // The token ids a completion of the model in `model_dir` ends at: the tokenizer's EOS, then every
-// eos_token_id of config.json and of generation_config.json (one id or a list), without repeats.
+// eos_token_id of config.json (`config_eos_ids`, as load_pretrained() parsed them) and of
+// generation_config.json (one id or a list), without repeats.
 // Instruct models list several there (Llama 3: <|end_of_text|>, <|eom_id|>, <|eot_id|>; Qwen2.5:
 // <|im_end|>, <|endoftext|>), and a chat model stops at any of them. An id outside the model's
 // vocabulary is a UserError naming the file.
-std::vector<int32_t> stop_token_ids(const std::filesystem::path& model_dir, const tokenizer::Tokenizer& tok,
-                                    int64_t vocab_size);
+std::vector<int32_t> stop_token_ids(const std::filesystem::path& model_dir, const std::vector<int32_t>& config_eos_ids,
+                                    const tokenizer::Tokenizer& tok, int64_t vocab_size);
 
 // Loads dir/{config.json, model.safetensors, tokenizer.model, config.yaml}; `overrides` apply to
 // the stored run config (e.g. data.test_path=...). `dtype`: kFloat32 or kBFloat16 compute.

@@ -3,6 +3,8 @@
 // derive the named random streams from the run seed, and record run.json.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -46,6 +48,10 @@ RunContext prepare_run(RunConfig& config, const std::string& command, bool model
 // than 0 of a multi-process run write nothing: they log warnings and errors to stderr, prefixed
 // with their rank.
 void open_run(RunContext& ctx, const RunConfig& config, const std::string& command, int rank = 0);
+
+// Adds `fields` (a JSON object) to the run directory's run.json (what the run resolved after it
+// opened: devices, dtypes, choices), replacing keys of the same name.
+void record_in_run_json(const RunContext& ctx, const nlohmann::json& fields);
 
 // prepare_run() then open_run().
 RunContext setup_run(RunConfig& config, const std::string& command, int rank = 0);
