@@ -42,7 +42,22 @@ if [[ $DO_APT == 1 ]]; then
   fi
 fi
 
+# The pinned torch wheel (CUDA build) plus its NVIDIA libraries unpack to ~6 GiB in .venv, and pip
+# needs room for the download and unpack in $TMPDIR as well; say so up front instead of failing
+# halfway through with pip's "No space left on device".
+need_gib() {  # need_gib DIR GIB WHAT
+  local avail_kib; avail_kib=$(df -Pk "$1" | awk 'NR==2 {print $4}')
+  if ((avail_kib < $2 * 1024 * 1024)); then
+    echo "setup.sh: $3 needs about $2 GiB free in $1, only $((avail_kib / 1024 / 1024)) GiB are available;" \
+         "free some space (old build folders, clones, pip caches) and rerun" >&2
+    exit 1
+  fi
+}
 PY=${PYTHON:-python3}
+if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+  need_gib "$ROOT" 7 "the Python environment (.venv with torch)"
+  need_gib "${TMPDIR:-/tmp}" 3 "pip's download and unpack"
+fi
 if [[ ! -x .venv/bin/python ]]; then
   step "creating virtual environment .venv"
   "$PY" -m venv .venv
