@@ -277,7 +277,7 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
 
 torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const torch::Tensor& cos,
                                 const torch::Tensor& sin, const torch::Tensor& mask, bool causal,
-                                KVCache* cache) const {
+                                KVCache* cache, PromptKV* prompt_kv) const {
   const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t H = config_.n_heads, G = config_.n_kv_heads, hd = config_.head_dim();
   const LayerWeights& w = layers_[std::size_t(layer)];
@@ -303,6 +303,13 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
   v = v.transpose(1, 2);  // (B, G, T, hd)
   q = q * cos + rotate_half(q) * sin;
   k = k * cos + rotate_half(k) * sin;
+  if (prompt_kv && prompt_kv->capture) {
+    prompt_kv->k.push_back(k);
+    prompt_kv->v.push_back(v);
+  } else if (prompt_kv) {  // each row's prompt keys first, then its own (B, G, P + T, hd)
+    k = torch::cat({prompt_kv->k[std::size_t(layer)].index_select(0, prompt_kv->of_row), k}, 2);
+    v = torch::cat({prompt_kv->v[std::size_t(layer)].index_select(0, prompt_kv->of_row), v}, 2);
+  }
   if (cache) {
     cache->k[layer].narrow(2, cache->length, T).copy_(k);
     cache->v[layer].narrow(2, cache->length, T).copy_(v);
@@ -335,7 +342,7 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
 }
 
 torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                 const torch::Tensor& mask, bool causal, KVCache* cache) const {
+                                 const torch::Tensor& mask, bool causal, KVCache* cache, PromptKV* prompt_kv) const {
   const auto dtype = flat_.scalar_type();
   torch::Tensor x = at::embedding(embed_, tokens);  // (B, T, D)
   // Rotary tables as Hugging Face builds them: FP32 angles (times yarn's attention factor), cast to
@@ -349,7 +356,7 @@ torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tenso
   }
   cos = cos.to(dtype);
   sin = sin.to(dtype);
-  const bool checkpoint = config_.activation_checkpointing && !cache && torch::GradMode::is_enabled();
+  const bool checkpoint = config_.activation_checkpointing && !cache && !prompt_kv && torch::GradMode::is_enabled();
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
     if (checkpoint) {
       const std::vector<torch::Tensor> weights = trainable(layers_[std::size_t(layer)]);
@@ -359,7 +366,7 @@ torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tenso
         continue;
       }
     }
-    x = block(layer, x, cos, sin, mask, causal, cache);
+    x = block(layer, x, cos, sin, mask, causal, cache, prompt_kv);
   }
   return x;
 }
@@ -399,6 +406,53 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, const torch::Tens
   return head(tail(hidden(tokens, positions, mask.unsqueeze(1), false, nullptr)));
 }
 
+torch::Tensor LlamaModel::forward_completions(const SharedPrompts& sp, const torch::Tensor& completions) const {
+  const int64_t U = sp.tokens.size(0), P = sp.tokens.size(1), n = completions.size(0), T = completions.size(1);
+  if (sp.of_row.dim() != 1 || sp.of_row.size(0) != n || T < 1 || P < 1 ||
+      (sp.valid.defined() && sp.valid.sizes() != sp.tokens.sizes()))
+    throw std::invalid_argument("forward_completions: expected prompts (U, P) with valid (U, P), of_row (n), "
+                                "completions (n, T >= 1)");
+  if (P + T - 1 > config_.max_seq_len)
+    throw UserError("sequence of " + std::to_string(P + T - 1) + " tokens exceeds model.max_seq_len (" +
+                    std::to_string(config_.max_seq_len) + ")");
+  const RowRotation rot = sp.valid.defined() ? row_rotation(sp.valid) : RowRotation{true, true, true, {}, {}};
+  const int64_t W = config_.sliding_window;
+  if ((config_.activation_checkpointing && torch::GradMode::is_enabled()) || (W > 0 && P + T - 1 > W) || !rot.one_run) {
+    // The rows written out in full: prompt, then the completion but its last token.
+    const torch::Tensor rest = completions.narrow(1, 0, T - 1);
+    const torch::Tensor tokens = torch::cat({sp.tokens.index_select(0, sp.of_row), rest}, 1);
+    const torch::Tensor valid =
+        sp.valid.defined() ? torch::cat({sp.valid.index_select(0, sp.of_row), torch::ones_like(rest, torch::kBool)}, 1)
+                           : torch::Tensor();
+    return forward(tokens, valid, P - 1);
+  }
+  // Prompt pass: each distinct prompt once, real tokens rotated to the front, plain causal
+  // attention; every layer's keys and values are kept (with their autograd history).
+  const auto long_opts = sp.tokens.options();
+  const bool rotate = !rot.no_lead;
+  PromptKV kv;
+  kv.capture = true;
+  const torch::Tensor x_prompt = hidden(rotate ? sp.tokens.gather(1, rot.to_front) : sp.tokens,
+                                        torch::arange(P, long_opts).unsqueeze(0).expand({U, P}), {}, true, nullptr,
+                                        &kv);  // (U, P, D)
+  const torch::Tensor length = sp.valid.defined() ? sp.valid.sum(1, false, torch::kLong) : torch::full({U}, P, long_opts);
+  const torch::Tensor last = gather_rows(x_prompt, (length - 1).unsqueeze(1)).index_select(0, sp.of_row);  // (n, 1, D)
+  if (T == 1) return head(last);
+  // Completion pass: the rows' tokens but the last, at positions after their prompts; queries see
+  // the real slots of their prompt and the completion causally.
+  const int64_t S = T - 1;
+  const torch::Tensor row_length = length.index_select(0, sp.of_row).unsqueeze(1);  // (n, 1)
+  const torch::Tensor positions = row_length + torch::arange(S, long_opts).unsqueeze(0);  // (n, S)
+  const auto bool_opts = long_opts.dtype(torch::kBool);
+  const torch::Tensor prompt_keys = (torch::arange(P, long_opts).unsqueeze(0) < row_length).unsqueeze(1).expand({n, S, P});
+  const torch::Tensor own_keys = torch::ones({S, S}, bool_opts).tril().unsqueeze(0).expand({n, S, S});
+  const torch::Tensor mask = torch::cat({prompt_keys, own_keys}, 2).unsqueeze(1);  // (n, 1, S, P + S)
+  kv.capture = false;
+  kv.of_row = sp.of_row;
+  const torch::Tensor x = hidden(completions.narrow(1, 0, S), positions, mask, false, nullptr, &kv);  // (n, S, D)
+  return head(torch::cat({last, x}, 1));
+}
+
 KVCache LlamaModel::new_cache(int64_t batch, int64_t capacity) const {
   if (capacity > config_.max_seq_len)
     throw UserError("KV cache of " + std::to_string(capacity) + " tokens exceeds model.max_seq_len (" +
@@ -428,6 +482,22 @@ void KVCache::keep_rows(const torch::Tensor& rows) {
   key_valid = key_valid.index_select(0, rows);
   key_position = key_position.index_select(0, rows);
   next_position = next_position.index_select(0, rows);
+}
+
+void KVCache::copy_rows_from(const KVCache& from, const torch::Tensor& rows) {
+  if (rows.dim() != 1 || rows.size(0) != batch() || from.length > capacity || from.k.size() != k.size())
+    throw std::invalid_argument("KVCache::copy_rows_from: expected one source row per row and room for " +
+                                std::to_string(from.length) + " slots");
+  const int64_t L = from.length;
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    k[i].narrow(2, 0, L).copy_(from.k[i].narrow(2, 0, L).index_select(0, rows));
+    v[i].narrow(2, 0, L).copy_(from.v[i].narrow(2, 0, L).index_select(0, rows));
+  }
+  key_valid.narrow(1, 0, L).copy_(from.key_valid.narrow(1, 0, L).index_select(0, rows));
+  key_position.narrow(1, 0, L).copy_(from.key_position.narrow(1, 0, L).index_select(0, rows));
+  next_position = from.next_position.index_select(0, rows);
+  length = L;
+  has_holes = from.has_holes;
 }
 
 torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KVCache& cache, const torch::Tensor& valid_in,

@@ -137,9 +137,27 @@ std::vector<Completion> generate(const model::LlamaModel& model,
   model::KVCache cache;
   torch::Tensor seq, seq_valid;  // recompute path: (A, P + N) tokens and validity
   torch::Tensor logits;          // (A, V) at the last position
+  // Consecutive equal prompts: the index of each row's distinct prompt, and the first row of each.
+  std::vector<int64_t> of_row, first_rows;
+  for (int64_t b = 0; b < B; ++b) {
+    if (b == 0 || !o.share_prompts || prompts[std::size_t(b)] != prompts[std::size_t(b - 1)]) first_rows.push_back(b);
+    of_row.push_back(int64_t(first_rows.size()) - 1);
+  }
   if (o.use_cache) {
     cache = model.new_cache(B, P + N);
-    logits = model.forward_cached(prompt, cache, prompt_valid, /*last_only=*/true).select(1, 0);
+    if (int64_t(first_rows.size()) < B) {  // one prefill per distinct prompt, copied to its rows
+      const torch::Tensor firsts = torch::tensor(first_rows, torch::kLong).to(device);
+      const torch::Tensor rows = torch::tensor(of_row, torch::kLong).to(device);
+      model::KVCache shared = model.new_cache(int64_t(first_rows.size()), P);
+      logits = model.forward_cached(prompt.index_select(0, firsts), shared,
+                                    prompt_valid.defined() ? prompt_valid.index_select(0, firsts) : torch::Tensor(),
+                                    /*last_only=*/true)
+                   .select(1, 0)
+                   .index_select(0, rows);
+      cache.copy_rows_from(shared, rows);
+    } else {
+      logits = model.forward_cached(prompt, cache, prompt_valid, /*last_only=*/true).select(1, 0);
+    }
   } else {
     seq = torch::cat({prompt, torch::full({B, N}, int64_t(o.pad_id), long_opts)}, 1);
     if (prompt_valid.defined())

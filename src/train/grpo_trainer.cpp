@@ -50,6 +50,12 @@ torch::Tensor RolloutBatch::targets(const torch::Tensor& rows) const {
   return tokens.index_select(0, rows).narrow(1, prompt_len, tokens.size(1) - prompt_len);
 }
 
+int64_t RolloutBatch::forward_positions(int64_t begin, int64_t end) const {
+  if (begin >= end) return 0;
+  const int64_t distinct = prompt_of_row_host[std::size_t(end - 1)] - prompt_of_row_host[std::size_t(begin)] + 1;
+  return distinct * prompt_len + (end - begin) * (tokens.size(1) - prompt_len - 1);
+}
+
 GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm,
                          torch::Tensor master, const std::vector<data::TaskRecord>& train,
                          std::vector<data::TaskRecord> my_test, torch::Device device,
@@ -168,40 +174,52 @@ RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
   RolloutBatch b;
   b.prompt_len = P;
   b.tokens = torch::full({N, P + T}, int64_t(ctx_.tokenizer.pad_id()), torch::kLong);
-  b.valid = torch::zeros({N, P + T}, torch::kBool);
   b.mask = torch::zeros({N, T});
   b.old_logp = torch::zeros({N, T});
   auto tok = b.tokens.accessor<int64_t, 2>();
-  auto val = b.valid.accessor<bool, 2>();
   auto msk = b.mask.accessor<float, 2>();
   auto olp = b.old_logp.accessor<float, 2>();
+  std::vector<int64_t> distinct;  // first row of each distinct prompt
   for (int64_t n = 0; n < N; ++n) {
+    if (n == 0 || prompts[std::size_t(n)] != prompts[std::size_t(n - 1)]) distinct.push_back(n);
+    b.prompt_of_row_host.push_back(int64_t(distinct.size()) - 1);
     const int64_t start = P - int64_t(prompts[n].size());
-    for (std::size_t i = 0; i < prompts[n].size(); ++i) {
-      tok[n][start + int64_t(i)] = prompts[n][i];
-      val[n][start + int64_t(i)] = true;
-    }
-    for (int64_t t = 0; t < T; ++t) val[n][P + t] = true;
+    for (std::size_t i = 0; i < prompts[n].size(); ++i) tok[n][start + int64_t(i)] = prompts[n][i];
     for (std::size_t t = 0; t < outs[n].tokens.size(); ++t) {
       tok[n][P + int64_t(t)] = outs[n].tokens[t];
       msk[n][int64_t(t)] = 1.0f;
       olp[n][int64_t(t)] = outs[n].logprobs[t];
     }
   }
+  const torch::Tensor first_rows = torch::tensor(distinct, torch::kLong);
+  b.prompts = b.tokens.narrow(1, 0, P).index_select(0, first_rows).to(device_);
+  bool padded = false;
+  for (int64_t n : distinct) padded = padded || int64_t(prompts[std::size_t(n)].size()) < P;
+  if (padded) {
+    b.prompt_valid = torch::zeros({int64_t(distinct.size()), P}, torch::kBool);
+    for (std::size_t u = 0; u < distinct.size(); ++u)
+      b.prompt_valid[int64_t(u)].narrow(0, P - int64_t(prompts[std::size_t(distinct[u])].size()),
+                                        int64_t(prompts[std::size_t(distinct[u])].size())).fill_(true);
+    b.prompt_valid = b.prompt_valid.to(device_);
+  }
+  b.prompt_of_row = torch::tensor(b.prompt_of_row_host, torch::kLong).to(device_);
   b.tokens = b.tokens.to(device_);
-  b.valid = b.valid.to(device_);
   b.mask = b.mask.to(device_);
   b.old_logp = b.old_logp.to(device_);
   return b;
 }
 
-torch::Tensor GrpoTrainer::completion_logits(const model::LlamaModel& m, const RolloutBatch& b,
-                                             const torch::Tensor& rows) const {
-  const torch::Tensor tokens = b.tokens.index_select(0, rows);
-  const torch::Tensor valid = b.valid.index_select(0, rows);
-  const int64_t L = tokens.size(1), T = L - b.prompt_len;
-  // Position p predicts token p + 1: the completion's T tokens come from positions P-1 .. L-2.
-  return m.forward(tokens.narrow(1, 0, L - 1), valid.narrow(1, 0, L - 1), b.prompt_len - 1);  // (n, T, V)
+torch::Tensor GrpoTrainer::completion_logits(const model::LlamaModel& m, const RolloutBatch& b, int64_t begin,
+                                             int64_t end) const {
+  // The rows' distinct prompts are a contiguous range (consecutive rows share them).
+  const int64_t first = b.prompt_of_row_host[std::size_t(begin)];
+  const int64_t distinct = b.prompt_of_row_host[std::size_t(end - 1)] - first + 1;
+  const model::SharedPrompts sp{
+      b.prompts.narrow(0, first, distinct),
+      b.prompt_valid.defined() ? b.prompt_valid.narrow(0, first, distinct) : torch::Tensor(),
+      b.prompt_of_row.narrow(0, begin, end - begin) - first};
+  const int64_t P = b.prompt_len;
+  return m.forward_completions(sp, b.tokens.narrow(0, begin, end - begin).narrow(1, P, b.tokens.size(1) - P));  // (n, T, V)
 }
 
 Measurement GrpoTrainer::measure(const RolloutBatch& batch, bool with_ref) const {
@@ -209,8 +227,8 @@ Measurement GrpoTrainer::measure(const RolloutBatch& batch, bool with_ref) const
   std::vector<Measurement> parts;
   for (const auto& [b, e] : row_chunks(0, batch.rows(), cfg_.grpo.logprob_chunk_rows)) {
     const torch::Tensor rows = torch::arange(b, e, torch::TensorOptions(torch::kLong).device(device_));
-    const torch::Tensor ref_logits = with_ref ? completion_logits(*reference_, batch, rows) : torch::Tensor();
-    parts.push_back(algo::token_stats(completion_logits(weights_.model(), batch, rows), ref_logits,
+    const torch::Tensor ref_logits = with_ref ? completion_logits(*reference_, batch, b, e) : torch::Tensor();
+    parts.push_back(algo::token_stats(completion_logits(weights_.model(), batch, b, e), ref_logits,
                                       batch.targets(rows), cfg_.grpo.logprob_chunk_tokens));
   }
   return cat_rows(parts);
@@ -242,11 +260,12 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
       for (const auto& [cb, ce] : chunks) {
         const torch::Tensor rows = torch::arange(cb, ce, torch::TensorOptions(torch::kLong).device(device_));
         const torch::Tensor targets = batch.targets(rows);                            // (n, T)
-        const torch::Tensor logits = completion_logits(weights_.model(), batch, rows);  // (n, T, V)
+        const torch::Tensor logits = completion_logits(weights_.model(), batch, cb, ce);  // (n, T, V)
+        up.forward_positions += double(batch.forward_positions(cb, ce));
         torch::Tensor ref_logits, lp, ent, ref;
         if (need_ref_logits) {
           torch::NoGradGuard no_grad;
-          ref_logits = completion_logits(*reference_, batch, rows);
+          ref_logits = completion_logits(*reference_, batch, cb, ce);
           if (g.kl_coef > 0) ref = algo::token_log_probs(ref_logits, targets, g.logprob_chunk_tokens);
         }
         if (g.entropy_coef > 0) {
@@ -312,8 +331,9 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
                         h[0], h[1], h[2], h[3], h[4]};
   v.insert(v.end(), up.clipped.begin(), up.clipped.end());
   v.insert(v.end(), up.tokens.begin(), up.tokens.end());
-  // Positions through the training forward and backward: rows x (P + T - 1) per optimizer pass.
-  v.push_back(double(batch.rows()) * double(batch.tokens.size(1) - 1) * double(cfg_.grpo.ppo_epochs));
+  // Positions through the training forwards and backwards: each distinct prompt once per row chunk,
+  // plus the completions, per optimizer pass.
+  v.push_back(up.forward_positions);
   comm_.all_reduce_sum(v.data(), v.size());
   const std::size_t updates = up.clipped.size();
   const double correct = v[0], gen_tokens = v[1], zero_var = v[2], groups = v[3], tokens = std::max(v[8], 1.0);

@@ -32,13 +32,21 @@ namespace unstuck::train {
 // A rollout batch as tensors on the trainer's device: N = prompts x group sequences of P
 // (left-padded) prompt tokens and T completion tokens.
 struct RolloutBatch {
-  torch::Tensor tokens;    // (N, P + T) int64
-  torch::Tensor valid;     // (N, P + T) bool: real prompt tokens and every completion slot
+  torch::Tensor tokens;    // (N, P + T) int64: left-padded prompt, completion (padded after its stop)
   torch::Tensor mask;      // (N, T) float: 1 on sampled completion tokens
   torch::Tensor old_logp;  // (N, T) sampling log-probs
   int64_t prompt_len = 0;
+  // The distinct prompts (consecutive rows with equal prompts share one: a GRPO group), which the
+  // training forward computes once each.
+  torch::Tensor prompts;       // (U, P) int64, left-padded
+  torch::Tensor prompt_valid;  // (U, P) bool, or undefined when no prompt is padded
+  torch::Tensor prompt_of_row;              // (N) int64 on the device
+  std::vector<int64_t> prompt_of_row_host;  // the same, ascending
   int64_t rows() const { return tokens.size(0); }
   torch::Tensor targets(const torch::Tensor& rows) const;  // (n, T) completion tokens of `rows`
+  // Positions one forward over rows [begin, end) computes: their distinct prompts once, plus each
+  // row's completion tokens but the last.
+  int64_t forward_positions(int64_t begin, int64_t end) const;
 };
 
 // Per-token measurements of the policy on a rollout batch before its update, each (N, T); the
@@ -83,6 +91,7 @@ class GrpoTrainer {
   struct UpdateStats {
     double grad_norm = 0, lr = 0, loss_scale = 1, optimizer_seconds = 0;
     std::vector<double> clipped, tokens;  // per optimizer step: clipped tokens, tokens (this rank)
+    double forward_positions = 0;         // positions through the training forwards (this rank)
     OptimizerStepStats last;
   };
   struct Timings {
@@ -101,9 +110,9 @@ class GrpoTrainer {
   MetricsLine metrics(int64_t step, const Scores& scores, const algo::Advantages& adv, const RolloutBatch& batch,
                       const Measurement& meas, const UpdateStats& up, const torch::Tensor& compute_before,
                       const Timings& time) const;
-  // (n, T, V) logits at the positions predicting the completion tokens of `rows`.
-  torch::Tensor completion_logits(const model::LlamaModel& m, const RolloutBatch& batch,
-                                  const torch::Tensor& rows) const;
+  // (n, T, V) logits at the positions predicting the completion tokens of rows [begin, end).
+  torch::Tensor completion_logits(const model::LlamaModel& m, const RolloutBatch& batch, int64_t begin,
+                                  int64_t end) const;
   RolloutBatch make_batch(const Rollouts& rollouts) const;
   bool reference_due(int64_t step) const;
 

@@ -188,7 +188,7 @@ SftResult run_sft(RunConfig cfg) {
 
   SftResult result;
   result.model_dir = model_dir;
-  const model::SpecialTokens special{tok.bos_id(), tok.eos_id(), tok.pad_id()};
+  const model::SpecialTokens special{tok.bos_id(), tok.eos_id(), tok.pad_id(), {}};
   model::save_pretrained(result.model_dir, cfg.model, weights.master(), save_dtype(cfg.sft.save_dtype), special);
   tokenizer::copy_tokenizer_files(ctx.tokenizer_path, result.model_dir);
   std::filesystem::copy_file(ctx.run_dir / "config.yaml", result.model_dir / kRunConfigFile,

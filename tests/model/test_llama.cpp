@@ -188,6 +188,56 @@ TEST(Llama, LogitsFromReturnsTheTailOfTheFullForward) {
   EXPECT_THROW(model.forward(tokens, {}, -1), std::invalid_argument);
 }
 
+// forward_completions (each distinct prompt computed once, GRPO's groups) gives the logits and the
+// gradients of forward() on every row written out in full, for left-padded and unpadded prompts,
+// completions of one and several tokens, and on its fallbacks (activation checkpointing, a sliding
+// window shorter than the sequence). FP32: values within 1e-5, gradients within 1e-5 relative.
+TEST(Llama, SharedPromptsMatchTheFullRows) {
+  const ModelConfig base = small_config();
+  const torch::Tensor prompts = random_tokens(3, 9, base.vocab_size, 7);
+  torch::Tensor left_padded = torch::ones({3, 9}, torch::kBool);
+  left_padded[0].narrow(0, 0, 2).fill_(false);
+  left_padded[2].narrow(0, 0, 1).fill_(false);
+  const torch::Tensor of_row = torch::tensor({0, 0, 0, 1, 1, 2, 2, 2}, torch::kLong);
+  const torch::Tensor w = torch::randn({8, 6, base.vocab_size});
+  ModelConfig checkpointed = base, windowed = base;
+  checkpointed.activation_checkpointing = true;
+  windowed.family = Family::mistral;
+  windowed.sliding_window = 6;
+  for (const ModelConfig& c : {base, checkpointed, windowed})
+    for (const torch::Tensor& valid : {torch::Tensor(), left_padded})
+      for (int64_t T : {1, 6}) {
+        const torch::Tensor completions = random_tokens(8, T, c.vocab_size, 8);
+        const SharedPrompts sp{prompts, valid, of_row};
+        torch::Tensor out[2];
+        std::vector<torch::Tensor> grads[2];
+        for (int k = 0; k < 2; ++k) {
+          LlamaModel m(c, fresh_weights(c, torch::kFloat32));
+          m.set_requires_grad(true);
+          if (k == 0) {
+            const torch::Tensor rows = torch::cat({prompts.index_select(0, of_row), completions.narrow(1, 0, T - 1)}, 1);
+            const torch::Tensor rows_valid =
+                valid.defined() ? torch::cat({valid.index_select(0, of_row), torch::ones({8, T - 1}, torch::kBool)}, 1)
+                                : torch::Tensor();
+            out[k] = m.forward(rows, rows_valid, 8);
+          } else {
+            out[k] = m.forward_completions(sp, completions);
+          }
+          (out[k] * w.narrow(1, 0, T)).sum().backward();
+          for (const torch::Tensor& p : m.parameters()) grads[k].push_back(p.grad().clone());
+        }
+        const std::string what = std::string(c.sliding_window ? "window" : c.activation_checkpointing ? "ckpt" : "plain") +
+                                 (valid.defined() ? " padded" : " unpadded") + " T=" + std::to_string(T);
+        ASSERT_EQ(out[1].sizes(), (std::vector<int64_t>{8, T, c.vocab_size})) << what;
+        EXPECT_LT(rel_error(out[1], out[0]), 1e-5) << what;
+        for (std::size_t i = 0; i < grads[0].size(); ++i) EXPECT_LT(rel_error(grads[1][i], grads[0][i]), 1e-5) << what << " " << i;
+      }
+  LlamaModel model(base, fresh_weights(base, torch::kFloat32));
+  EXPECT_THROW(model.forward_completions({prompts, {}, of_row.narrow(0, 0, 4)}, random_tokens(8, 3, 50, 1)),
+               std::invalid_argument);
+  EXPECT_THROW(model.forward_completions({prompts, {}, of_row}, random_tokens(8, 60, 50, 1)), UserError);
+}
+
 // Mistral's sliding window: the full forward over a sequence longer than the window (index mask),
 // the same sequence left padded (rotated), and KV-cached decoding (position mask) agree.
 TEST(Llama, SlidingWindowAgreesAcrossPaths) {

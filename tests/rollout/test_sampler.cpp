@@ -139,6 +139,42 @@ TEST(Sampler, StopsAtTheFirstOfSeveralStopTokens) {
   }
 }
 
+// Groups of rows with one prompt (GRPO) share one prefill: the same tokens, finish reasons and
+// log-probs (within 1e-5) as prefilling every row, with padded prompts, stop tokens that drop
+// rows mid-way, and a prompt that recurs after another (rows are shared only when consecutive).
+TEST(Sampler, SharedPrefillSamplesAsEveryRowPrefilled) {
+  LlamaModel m = make_model();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int g = 0; g < 4; ++g) prompts.push_back(kPrompts[0]);
+  for (int g = 0; g < 3; ++g) prompts.push_back(kPrompts[1]);
+  prompts.push_back(kPrompts[2]);
+  for (int g = 0; g < 2; ++g) prompts.push_back(kPrompts[0]);
+  GenerateOptions o;
+  o.sampling.max_new_tokens = 10;
+  std::vector<int64_t> rows(prompts.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = int64_t(i);
+  o.uniforms = sampling_uniforms(5, 1, rows, 10, torch::kCPU);
+  const auto free_run = generate(m, prompts, o, gen(1));
+  o.stop_ids = {free_run[0].tokens[2], free_run[5].tokens[1]};
+  for (bool cached : {true, false}) {
+    o.use_cache = cached;
+    o.share_prompts = false;
+    const auto each = generate(m, prompts, o, gen(1));
+    o.share_prompts = true;
+    const auto shared = generate(m, prompts, o, gen(1));
+    int64_t stopped = 0;
+    for (std::size_t b = 0; b < prompts.size(); ++b) {
+      EXPECT_EQ(shared[b].tokens, each[b].tokens) << "row " << b << " cached " << cached;
+      EXPECT_EQ(shared[b].finish, each[b].finish) << "row " << b;
+      ASSERT_EQ(shared[b].logprobs.size(), each[b].logprobs.size());
+      for (std::size_t t = 0; t < each[b].logprobs.size(); ++t)
+        EXPECT_NEAR(shared[b].logprobs[t], each[b].logprobs[t], 1e-5) << "row " << b << " token " << t;
+      stopped += each[b].finish == FinishReason::eos;
+    }
+    EXPECT_GE(stopped, 2) << "fixture: some rows must stop early";
+  }
+}
+
 // The log-probs kept at sampling time equal log_softmax of a fresh full forward on prompt +
 // completion (FP32), i.e. logprob_mismatch is ~0 when sampling and training use the same weights.
 TEST(Sampler, KeptLogprobsMatchFreshForward) {

@@ -35,6 +35,9 @@ struct KVCache {
   // Keeps rows `rows` (ascending int64 indices on the cache's device), in that order, as rows
   // 0..rows.size(0)-1; the others are dropped. No reallocation of the key/value buffers.
   void keep_rows(const torch::Tensor& rows);
+  // Fills this cache (batch() == rows.size(0), capacity >= from.length) with rows `rows` of `from`:
+  // row i continues as from's row rows[i] (a shared prefill copied to the rows that share it).
+  void copy_rows_from(const KVCache& from, const torch::Tensor& rows);
 };
 
 // One transformer block's weights, by name; optional parts are undefined tensors when the family
@@ -50,6 +53,22 @@ struct LayerWeights {
   // alignment gap): q/k/v as ((H+2G)*hd, D) (+ bias), gate/up as (2F, D). Used when no gradient is
   // taken (rollouts, measurements): one matrix product instead of three / two.
   torch::Tensor wqkv, bqkv, w_gate_up;
+};
+
+// Rows that continue shared prompts (a GRPO group: G completions of one prompt). The prompts are
+// computed once each; every row's completion attends to its prompt's keys and values.
+struct SharedPrompts {
+  torch::Tensor tokens;  // (U, P) int64, distinct prompts, left-padded
+  torch::Tensor valid;   // (U, P) bool marking real tokens, or undefined when none is padded
+  torch::Tensor of_row;  // (n) int64: the prompt each row continues
+};
+
+// Per-layer keys and values of a prompt pass (captured) or given to a completion pass (prepended to
+// each row's own keys, selected by `of_row`); internal to forward_completions().
+struct PromptKV {
+  bool capture = false;
+  std::vector<torch::Tensor> k, v;  // per layer (U, G, P, hd), after RoPE
+  torch::Tensor of_row;             // (n) int64
 };
 
 class LlamaModel {
@@ -77,6 +96,16 @@ class LlamaModel {
   // the backward pass instead of kept.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& valid = {}, int64_t logits_from = 0) const;
 
+  // Logits that predict each row's completion tokens: completions (n, T) int64 continuing the rows'
+  // prompts, result (n, T, V) float32 where [:, t] predicts completions[:, t] (from the prompt's last
+  // token for t = 0). Equal, up to the order of floating-point sums, to forward() on the rows'
+  // concatenated prompt + completion[:, :T-1] with logits_from at the last prompt position, but each
+  // distinct prompt runs through the model once (and its gradient is the sum over its rows): with G
+  // rows per prompt the prompt's share of the work falls by G. Completion tokens are all real (their
+  // padding after a stop token is never attended to by an earlier token). Falls back to that
+  // forward() with activation checkpointing or a sliding window shorter than the sequence.
+  torch::Tensor forward_completions(const SharedPrompts& prompts, const torch::Tensor& completions) const;
+
   KVCache new_cache(int64_t batch, int64_t capacity) const;
   // Appends tokens (B, S) to the cache and returns their logits (B, S, V) float32, or only the
   // last position's (B, 1, V) with `last_only`; equal to the matching rows of forward() on the
@@ -86,14 +115,15 @@ class LlamaModel {
 
   // One transformer block (public for the activation-checkpointing backward): x (B, T, D), rotary
   // tables cos/sin (B, 1, T, hd), attention mask (B|1, 1, T, Tk) bool or undefined with `causal`.
+  // `prompt_kv`: capture this block's keys/values, or prepend the rows' prompt keys/values.
   torch::Tensor block(int64_t layer, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                      const torch::Tensor& mask, bool causal, KVCache* cache) const;
+                      const torch::Tensor& mask, bool causal, KVCache* cache, PromptKV* prompt_kv = nullptr) const;
   const LayerWeights& layer_weights(int64_t layer) const { return layers_[std::size_t(layer)]; }
 
  private:
   // Hidden states after the last block (B, T, D) for tokens at rotary `positions` (B, T).
   torch::Tensor hidden(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& mask,
-                       bool causal, KVCache* cache) const;
+                       bool causal, KVCache* cache, PromptKV* prompt_kv = nullptr) const;
   torch::Tensor head(const torch::Tensor& x) const;  // final norm + LM head -> (B, T, V) float32
   const torch::Tensor& param(const std::string& name) const;  // by layout name; must exist
   // One view over consecutive layout tensors (stacked along dim 0), or undefined if a gap separates them.

@@ -39,6 +39,9 @@ struct GenerateOptions {
   int32_t pad_id = 0;      // fills left padding; never attended
   bool use_cache = true;   // false: recompute the whole sequence every step (reference path)
   bool drop_finished = true;  // rows that sampled a stop token leave the decode batch (KV cache rows compacted)
+  // Consecutive rows with the same prompt (a GRPO group) share one prefill: the distinct prompts
+  // fill a cache once, copied to their rows before decoding. false: every row is prefilled.
+  bool share_prompts = true;
   // Decode steps between the host's reads of the finished-row count (the only host sync of the
   // decode loop; it decides the early stop and the dropping of finished rows). 0: every step on a
   // CPU, where reading it costs nothing, and every 8th on CUDA, so the GPU is not stalled per token.
