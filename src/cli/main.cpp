@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "unstuck/common/allocator.h"
 #include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
 #include "unstuck/common/simd.h"
@@ -42,6 +43,7 @@ std::string version_report() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  unstuck::keep_freed_memory();
   CLI::App app{
       "unstuck: RLVR (GRPO) training of language models with FP32 master weights and FP16, BF16 "
       "or BF16-stochastic-rounding compute weights",

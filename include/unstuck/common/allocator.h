@@ -1,0 +1,15 @@
+// Process-wide memory allocator settings.
+#pragma once
+
+namespace unstuck {
+
+// Keeps freed heap memory for reuse instead of returning it to the kernel: glibc's malloc serves
+// blocks up to 32 MiB from the heap (not fresh mmap()s) and trims the heap only past 1 GiB free.
+// libtorch's CPU tensors of a training or decode step are allocated and freed every step; with
+// glibc's defaults the larger ones are new mappings each time, and the page faults that zero them
+// cost 6-15% of a CPU decode step (`unstuck bench generate`, FP32, 1 thread). Called once at the
+// start of `unstuck`; skipped when GLIBC_TUNABLES already sets glibc.malloc.* or
+// UNSTUCK_MALLOC=default. Returns whether it changed the settings.
+bool keep_freed_memory();
+
+}  // namespace unstuck
