@@ -31,8 +31,8 @@ WIDE_SFT = ["model.dim=192", "model.n_layers=6", "model.n_heads=6", "model.n_kv_
 GPU_SFT = ["run.device=cuda", "model.dim=512", "model.n_layers=8", "model.n_heads=8", "model.n_kv_heads=8",
            "model.ffn_dim=1536", "sft.steps=3000", "sft.batch_size=128"]
 PRESETS = {
-    "paper-quick": dict(steps=100, seeds=3, arms=QUICK_ARMS, eval_every=25, eval_samples=200,
-                        checkpoint_every=10, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
+    "paper-quick": dict(steps=200, seeds=3, arms=QUICK_ARMS, eval_every=50, eval_samples=200,
+                        checkpoint_every=20, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
                         probe_samples=2000, results_doc="quick"),
     # --full: the small base and a wider, deeper one (2.9M parameters; two model sizes), each 5 seeds;
     # reproduce.sh --full runs both: about 2 h 45 min on 2 quiet cores (docs/CALIBRATION.md).
