@@ -5,7 +5,7 @@
 # (every arm computing in FP32 on its rounded weights, so weight rounding is the only difference),
 # then writes the plots, the drift analysis and the report.
 #
-#   scripts/reproduce.sh --quick     # 4 arms x 3 seeds x 100 steps -> docs/RESULTS.md (<= 30 min, 2 cores)
+#   scripts/reproduce.sh --quick     # 4 arms x 3 seeds x 200 steps -> docs/RESULTS.md (16.5 min on 2 cores)
 #   scripts/reproduce.sh --phase     # the phase diagram: FP16, BF16-RN, BF16-SR at 4 LRs -> docs/RESULTS-phase.md
 #   scripts/reproduce.sh --full      # 2 model sizes x 4 arms x 5 seeds (150, 100 steps) -> docs/RESULTS-full*.md
 #   scripts/reproduce.sh --gpu       # a 27M-parameter policy on one CUDA device -> docs/RESULTS-gpu.md
