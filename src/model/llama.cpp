@@ -170,20 +170,57 @@ std::vector<torch::Tensor> trainable(const LayerWeights& w) {
 
 // Activation checkpointing: the forward keeps only the block's input; the backward recomputes the
 // block with gradients on and differentiates it. The recomputation is the same deterministic code
-// on the same inputs, so the gradients equal the plain path's.
+// on the same inputs, so the gradients equal the plain path's. With shared prompts
+// (forward_completions) a prompt-pass block also returns its keys and values (`capture`), and a
+// completion-pass block takes its prompt's (prompt_k, prompt_v, of_row) as inputs whose gradients
+// it returns.
 struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
-                               const torch::Tensor& sin, const std::optional<torch::Tensor>& mask,
-                               at::TensorList weights, const LlamaModel* model, int64_t layer, bool causal) {
-    const bool has_mask = mask.has_value() && mask->defined();
+  using Opt = std::optional<torch::Tensor>;
+  static bool given(const Opt& t) { return t.has_value() && t->defined(); }
+
+  // Runs the block; `prompt` holds the prompt keys/values of a completion pass (else undefined).
+  static torch::autograd::variable_list run(const LlamaModel* model, int64_t layer, const torch::Tensor& x,
+                                            const torch::Tensor& cos, const torch::Tensor& sin,
+                                            const torch::Tensor& mask, bool causal, bool capture,
+                                            const torch::Tensor& prompt_k, const torch::Tensor& prompt_v,
+                                            const torch::Tensor& of_row) {
+    PromptKV kv;
+    PromptKV* io = nullptr;
+    if (capture) {
+      kv.capture = true;
+      io = &kv;
+    } else if (prompt_k.defined()) {
+      kv.k.resize(std::size_t(layer) + 1);
+      kv.v.resize(std::size_t(layer) + 1);
+      kv.k.back() = prompt_k;
+      kv.v.back() = prompt_v;
+      kv.of_row = of_row;
+      io = &kv;
+    }
+    torch::Tensor y = model->block(layer, x, cos, sin, mask, causal, nullptr, io);
+    if (capture) return {y, kv.k[0], kv.v[0]};
+    return {y};
+  }
+
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& cos, const torch::Tensor& sin, const Opt& mask,
+                                                const Opt& prompt_k, const Opt& prompt_v, const Opt& of_row,
+                                                at::TensorList weights, const LlamaModel* model, int64_t layer,
+                                                bool causal, bool capture) {
+    const bool has_mask = given(mask), has_prompt = given(prompt_k);
     ctx->saved_data["model"] = int64_t(reinterpret_cast<intptr_t>(model));
     ctx->saved_data["layer"] = layer;
     ctx->saved_data["causal"] = causal;
+    ctx->saved_data["capture"] = capture;
     ctx->saved_data["has_mask"] = has_mask;
+    ctx->saved_data["has_prompt"] = has_prompt;
     ctx->saved_data["weights"] = int64_t(weights.size());
-    ctx->save_for_backward(has_mask ? torch::autograd::variable_list{x, cos, sin, *mask}
-                                    : torch::autograd::variable_list{x, cos, sin});
-    return model->block(layer, x, cos, sin, has_mask ? *mask : torch::Tensor(), causal, nullptr);
+    torch::autograd::variable_list saved{x, cos, sin, has_mask ? *mask : torch::Tensor()};
+    if (has_prompt) saved.insert(saved.end(), {*prompt_k, *prompt_v, *of_row});
+    ctx->save_for_backward(saved);
+    return run(model, layer, x, cos, sin, has_mask ? *mask : torch::Tensor(), causal, capture,
+               has_prompt ? *prompt_k : torch::Tensor(), has_prompt ? *prompt_v : torch::Tensor(),
+               has_prompt ? *of_row : torch::Tensor());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -191,21 +228,36 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     const auto saved = ctx->get_saved_variables();
     const auto* model = reinterpret_cast<const LlamaModel*>(intptr_t(ctx->saved_data["model"].toInt()));
     const int64_t layer = ctx->saved_data["layer"].toInt();
+    const bool capture = ctx->saved_data["capture"].toBool(), has_prompt = ctx->saved_data["has_prompt"].toBool();
     const torch::Tensor x = saved[0].detach().requires_grad_(true);
     const torch::Tensor mask = ctx->saved_data["has_mask"].toBool() ? saved[3] : torch::Tensor();
-    torch::Tensor y;
+    torch::Tensor prompt_k, prompt_v;
+    if (has_prompt) {
+      prompt_k = saved[4].detach().requires_grad_(true);
+      prompt_v = saved[5].detach().requires_grad_(true);
+    }
+    torch::autograd::variable_list outputs;
     {
       torch::AutoGradMode grad_on(true);
-      y = model->block(layer, x, saved[1], saved[2], mask, ctx->saved_data["causal"].toBool(), nullptr);
+      outputs = run(model, layer, x, saved[1], saved[2], mask, ctx->saved_data["causal"].toBool(), capture,
+                    prompt_k, prompt_v, has_prompt ? saved[6] : torch::Tensor());
     }
+    torch::autograd::variable_list grads_of_outputs;
+    for (std::size_t i = 0; i < outputs.size(); ++i)  // a captured key/value no later layer used: zero
+      grads_of_outputs.push_back(grad_out[i].defined() ? grad_out[i] : torch::zeros_like(outputs[i]));
     torch::autograd::variable_list inputs{x};
+    if (has_prompt) inputs.insert(inputs.end(), {prompt_k, prompt_v});
     for (const torch::Tensor& w : trainable(model->layer_weights(layer))) inputs.push_back(w);
-    TORCH_INTERNAL_ASSERT(int64_t(inputs.size()) == 1 + ctx->saved_data["weights"].toInt());
-    const auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]}, false, false, /*allow_unused=*/true);
-    // One entry per forward argument: x, cos, sin, mask, each weight, model, layer, causal.
+    TORCH_INTERNAL_ASSERT(int64_t(inputs.size()) == 1 + 2 * has_prompt + ctx->saved_data["weights"].toInt());
+    const auto grads = torch::autograd::grad(outputs, inputs, grads_of_outputs, false, false, /*allow_unused=*/true);
+    // One entry per forward argument: x, cos, sin, mask, prompt_k, prompt_v, of_row, each weight,
+    // model, layer, causal, capture.
     torch::autograd::variable_list out{grads[0], {}, {}, {}};
-    out.insert(out.end(), grads.begin() + 1, grads.end());
-    out.insert(out.end(), 3, torch::Tensor());
+    out.push_back(has_prompt ? grads[1] : torch::Tensor());
+    out.push_back(has_prompt ? grads[2] : torch::Tensor());
+    out.push_back(torch::Tensor());
+    out.insert(out.end(), grads.begin() + 1 + 2 * has_prompt, grads.end());
+    out.insert(out.end(), 4, torch::Tensor());
     return out;
   }
 };
@@ -356,13 +408,24 @@ torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tenso
   }
   cos = cos.to(dtype);
   sin = sin.to(dtype);
-  const bool checkpoint = config_.activation_checkpointing && !cache && !prompt_kv && torch::GradMode::is_enabled();
+  const bool checkpoint = config_.activation_checkpointing && !cache && torch::GradMode::is_enabled();
+  const auto opt = [](const torch::Tensor& t) { return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt; };
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
     if (checkpoint) {
       const std::vector<torch::Tensor> weights = trainable(layers_[std::size_t(layer)]);
-      if (!weights.empty() || x.requires_grad()) {
-        x = CheckpointedBlock::apply(x, cos, sin, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
-                                     at::TensorList(weights), this, layer, causal);
+      const bool capture = prompt_kv && prompt_kv->capture, prepend = prompt_kv && !capture;
+      if (!weights.empty() || x.requires_grad() ||
+          (prepend && prompt_kv->k[std::size_t(layer)].requires_grad())) {
+        const torch::Tensor none;
+        const auto outs = CheckpointedBlock::apply(
+            x, cos, sin, opt(mask), opt(prepend ? prompt_kv->k[std::size_t(layer)] : none),
+            opt(prepend ? prompt_kv->v[std::size_t(layer)] : none), opt(prepend ? prompt_kv->of_row : none),
+            at::TensorList(weights), this, layer, causal, capture);
+        x = outs[0];
+        if (capture) {
+          prompt_kv->k.push_back(outs[1]);
+          prompt_kv->v.push_back(outs[2]);
+        }
         continue;
       }
     }
@@ -417,7 +480,7 @@ torch::Tensor LlamaModel::forward_completions(const SharedPrompts& sp, const tor
                     std::to_string(config_.max_seq_len) + ")");
   const RowRotation rot = sp.valid.defined() ? row_rotation(sp.valid) : RowRotation{true, true, true, {}, {}};
   const int64_t W = config_.sliding_window;
-  if ((config_.activation_checkpointing && torch::GradMode::is_enabled()) || (W > 0 && P + T - 1 > W) || !rot.one_run) {
+  if ((W > 0 && P + T - 1 > W) || !rot.one_run) {
     // The rows written out in full: prompt, then the completion but its last token.
     const torch::Tensor rest = completions.narrow(1, 0, T - 1);
     const torch::Tensor tokens = torch::cat({sp.tokens.index_select(0, sp.of_row), rest}, 1);

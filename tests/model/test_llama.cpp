@@ -190,8 +190,9 @@ TEST(Llama, LogitsFromReturnsTheTailOfTheFullForward) {
 
 // forward_completions (each distinct prompt computed once, GRPO's groups) gives the logits and the
 // gradients of forward() on every row written out in full, for left-padded and unpadded prompts,
-// completions of one and several tokens, and on its fallbacks (activation checkpointing, a sliding
-// window shorter than the sequence). FP32: values within 1e-5, gradients within 1e-5 relative.
+// completions of one and several tokens, with activation checkpointing (both passes recomputed per
+// layer) and on its fallback (a sliding window shorter than the sequence). FP32: values within
+// 1e-5, gradients within 1e-5 relative.
 TEST(Llama, SharedPromptsMatchTheFullRows) {
   const ModelConfig base = small_config();
   const torch::Tensor prompts = random_tokens(3, 9, base.vocab_size, 7);

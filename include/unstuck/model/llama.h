@@ -102,8 +102,10 @@ class LlamaModel {
   // concatenated prompt + completion[:, :T-1] with logits_from at the last prompt position, but each
   // distinct prompt runs through the model once (and its gradient is the sum over its rows): with G
   // rows per prompt the prompt's share of the work falls by G. Completion tokens are all real (their
-  // padding after a stop token is never attended to by an earlier token). Falls back to that
-  // forward() with activation checkpointing or a sliding window shorter than the sequence.
+  // padding after a stop token is never attended to by an earlier token). With
+  // model.activation_checkpointing both passes recompute each layer in the backward (the prompt
+  // pass's keys and values are the checkpointed layer's extra outputs). Falls back to that forward()
+  // with a sliding window shorter than the sequence.
   torch::Tensor forward_completions(const SharedPrompts& prompts, const torch::Tensor& completions) const;
 
   KVCache new_cache(int64_t batch, int64_t capacity) const;
