@@ -48,8 +48,24 @@ std::pair<torch::Tensor, torch::Tensor> sample(const torch::Tensor& logits, cons
   return {next, scaled.gather(1, next.unsqueeze(1)).squeeze(1) - lse.squeeze(1)};
 }
 
-// Left-padded prompts (B, P) and, when their lengths differ, which slots are real; built on the host
-// and copied to `device` once.
+}  // namespace
+
+void validate_sampling(const SamplingConfig& s) {
+  if (!(s.temperature >= 0)) throw UserError("rollout.temperature must be >= 0, got " + std::to_string(s.temperature));
+  if (s.top_k < 0) throw UserError("rollout.top_k must be >= 0, got " + std::to_string(s.top_k));
+  if (!(s.top_p > 0 && s.top_p <= 1)) throw UserError("rollout.top_p must be in (0, 1], got " + std::to_string(s.top_p));
+  if (s.max_new_tokens < 1) throw UserError("rollout.max_new_tokens must be >= 1, got " + std::to_string(s.max_new_tokens));
+}
+
+PromptGroups consecutive_prompt_groups(const std::vector<std::vector<int32_t>>& prompts) {
+  PromptGroups g;
+  for (std::size_t b = 0; b < prompts.size(); ++b) {
+    if (b == 0 || prompts[b] != prompts[b - 1]) g.first_rows.push_back(int64_t(b));
+    g.of_row.push_back(int64_t(g.first_rows.size()) - 1);
+  }
+  return g;
+}
+
 std::pair<torch::Tensor, torch::Tensor> pad_prompts(const std::vector<std::vector<int32_t>>& prompts, int64_t P,
                                                     int32_t pad_id, const torch::Device& device) {
   const int64_t B = int64_t(prompts.size());
@@ -68,15 +84,6 @@ std::pair<torch::Tensor, torch::Tensor> pad_prompts(const std::vector<std::vecto
   const torch::Tensor tokens = torch::from_blob(ids.data(), {B, P}, torch::kLong).to(device, false, true);
   if (!padded) return {tokens, {}};
   return {tokens, torch::from_blob(real.data(), {B, P}, torch::kUInt8).to(device, torch::kBool, false, true)};
-}
-
-}  // namespace
-
-void validate_sampling(const SamplingConfig& s) {
-  if (!(s.temperature >= 0)) throw UserError("rollout.temperature must be >= 0, got " + std::to_string(s.temperature));
-  if (s.top_k < 0) throw UserError("rollout.top_k must be >= 0, got " + std::to_string(s.top_k));
-  if (!(s.top_p > 0 && s.top_p <= 1)) throw UserError("rollout.top_p must be in (0, 1], got " + std::to_string(s.top_p));
-  if (s.max_new_tokens < 1) throw UserError("rollout.max_new_tokens must be >= 1, got " + std::to_string(s.max_new_tokens));
 }
 
 torch::Tensor sampling_uniforms(uint64_t seed, int64_t step, const std::vector<int64_t>& global_rows, int64_t tokens,
@@ -137,18 +144,13 @@ std::vector<Completion> generate(const model::LlamaModel& model,
   model::KVCache cache;
   torch::Tensor seq, seq_valid;  // recompute path: (A, P + N) tokens and validity
   torch::Tensor logits;          // (A, V) at the last position
-  // Consecutive equal prompts: the index of each row's distinct prompt, and the first row of each.
-  std::vector<int64_t> of_row, first_rows;
-  for (int64_t b = 0; b < B; ++b) {
-    if (b == 0 || !o.share_prompts || prompts[std::size_t(b)] != prompts[std::size_t(b - 1)]) first_rows.push_back(b);
-    of_row.push_back(int64_t(first_rows.size()) - 1);
-  }
   if (o.use_cache) {
     cache = model.new_cache(B, P + N);
-    if (int64_t(first_rows.size()) < B) {  // one prefill per distinct prompt, copied to its rows
-      const torch::Tensor firsts = torch::tensor(first_rows, torch::kLong).to(device);
-      const torch::Tensor rows = torch::tensor(of_row, torch::kLong).to(device);
-      model::KVCache shared = model.new_cache(int64_t(first_rows.size()), P);
+    const PromptGroups groups = o.share_prompts ? consecutive_prompt_groups(prompts) : PromptGroups{};
+    if (o.share_prompts && int64_t(groups.first_rows.size()) < B) {  // one prefill per distinct prompt, copied to its rows
+      const torch::Tensor firsts = torch::tensor(groups.first_rows, torch::kLong).to(device);
+      const torch::Tensor rows = torch::tensor(groups.of_row, torch::kLong).to(device);
+      model::KVCache shared = model.new_cache(int64_t(groups.first_rows.size()), P);
       logits = model.forward_cached(prompt.index_select(0, firsts), shared,
                                     prompt_valid.defined() ? prompt_valid.index_select(0, firsts) : torch::Tensor(),
                                     /*last_only=*/true)

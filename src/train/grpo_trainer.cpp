@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 
 #include "unstuck/algo/advantages.h"
 #include "unstuck/algo/token_logprobs.h"
@@ -179,10 +180,7 @@ RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
   auto tok = b.tokens.accessor<int64_t, 2>();
   auto msk = b.mask.accessor<float, 2>();
   auto olp = b.old_logp.accessor<float, 2>();
-  std::vector<int64_t> distinct;  // first row of each distinct prompt
   for (int64_t n = 0; n < N; ++n) {
-    if (n == 0 || prompts[std::size_t(n)] != prompts[std::size_t(n - 1)]) distinct.push_back(n);
-    b.prompt_of_row_host.push_back(int64_t(distinct.size()) - 1);
     const int64_t start = P - int64_t(prompts[n].size());
     for (std::size_t i = 0; i < prompts[n].size(); ++i) tok[n][start + int64_t(i)] = prompts[n][i];
     for (std::size_t t = 0; t < outs[n].tokens.size(); ++t) {
@@ -191,17 +189,11 @@ RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
       olp[n][int64_t(t)] = outs[n].logprobs[t];
     }
   }
-  const torch::Tensor first_rows = torch::tensor(distinct, torch::kLong);
-  b.prompts = b.tokens.narrow(1, 0, P).index_select(0, first_rows).to(device_);
-  bool padded = false;
-  for (int64_t n : distinct) padded = padded || int64_t(prompts[std::size_t(n)].size()) < P;
-  if (padded) {
-    b.prompt_valid = torch::zeros({int64_t(distinct.size()), P}, torch::kBool);
-    for (std::size_t u = 0; u < distinct.size(); ++u)
-      b.prompt_valid[int64_t(u)].narrow(0, P - int64_t(prompts[std::size_t(distinct[u])].size()),
-                                        int64_t(prompts[std::size_t(distinct[u])].size())).fill_(true);
-    b.prompt_valid = b.prompt_valid.to(device_);
-  }
+  rollout::PromptGroups groups = rollout::consecutive_prompt_groups(prompts);
+  std::vector<std::vector<int32_t>> distinct;
+  for (int64_t n : groups.first_rows) distinct.push_back(prompts[std::size_t(n)]);
+  std::tie(b.prompts, b.prompt_valid) = rollout::pad_prompts(distinct, P, ctx_.tokenizer.pad_id(), device_);
+  b.prompt_of_row_host = std::move(groups.of_row);
   b.prompt_of_row = torch::tensor(b.prompt_of_row_host, torch::kLong).to(device_);
   b.tokens = b.tokens.to(device_);
   b.mask = b.mask.to(device_);

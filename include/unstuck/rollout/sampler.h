@@ -61,6 +61,19 @@ std::vector<Completion> generate(const model::LlamaModel& model,
                                  const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerateOptions& options, at::Generator generator);
 
+// Rows with the same prompt as the row before them share it (a GRPO group's rows are consecutive):
+// of_row[b] is the index of row b's distinct prompt (ascending from 0), first_rows[u] the first row
+// of distinct prompt u.
+struct PromptGroups {
+  std::vector<int64_t> of_row, first_rows;
+};
+PromptGroups consecutive_prompt_groups(const std::vector<std::vector<int32_t>>& prompts);
+
+// Prompts left-padded with `pad_id` to (B, P) int64 on `device`, and which slots are real: (B, P)
+// bool, or undefined when no prompt is padded. Built on the host, one copy each to the device.
+std::pair<torch::Tensor, torch::Tensor> pad_prompts(const std::vector<std::vector<int32_t>>& prompts, int64_t P,
+                                                    int32_t pad_id, const torch::Device& device);
+
 // (rows, tokens) float32 uniforms on `device`: element [i][t] is sampling_uniform(seed, step,
 // global_rows[i], t) (unstuck/rollout/sampling_uniform.h). A rank passes its own global rows, so
 // every rank samples what a single process would.
