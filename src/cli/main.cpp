@@ -43,7 +43,12 @@ std::string version_report() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  unstuck::keep_freed_memory();
+  try {
+    unstuck::keep_freed_memory();
+  } catch (const unstuck::UserError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
   CLI::App app{
       "unstuck: RLVR (GRPO) training of language models with FP32 master weights and FP16, BF16 "
       "or BF16-stochastic-rounding compute weights",

@@ -9,7 +9,8 @@ namespace unstuck {
 // glibc's defaults the larger ones are new mappings each time, and the page faults that zero them
 // cost 6-15% of a CPU decode step (`unstuck bench generate`, FP32, 1 thread). Called once at the
 // start of `unstuck`; skipped when GLIBC_TUNABLES already sets glibc.malloc.* or
-// UNSTUCK_MALLOC=default. Returns whether it changed the settings.
+// UNSTUCK_MALLOC=default (UNSTUCK_MALLOC=reuse or unset: applied). Returns whether it changed the
+// settings; throws UserError naming any other UNSTUCK_MALLOC value.
 bool keep_freed_memory();
 
 }  // namespace unstuck
