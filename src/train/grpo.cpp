@@ -13,14 +13,11 @@
 
 #include "train/grpo_metrics.h"
 #include "train/grpo_trainer.h"
-#include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
-#include "unstuck/config/device.h"
 #include "unstuck/config/preflight.h"
 #include "unstuck/data/dataset.h"
 #include "unstuck/dist/data_parallel.h"
-#include "unstuck/dist/launch_env.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/compute_choice.h"
@@ -28,6 +25,7 @@
 #include "unstuck/train/model_export.h"
 #include "unstuck/train/policy_dir.h"
 #include "unstuck/train/run_setup.h"
+#include "unstuck/train/torch_device.h"
 
 namespace unstuck::train {
 namespace {
@@ -54,16 +52,6 @@ class StopSignals {
   void (*prev_int_)(int);
   void (*prev_term_)(int);
 };
-
-// The torch device of this rank (run.device resolved against LOCAL_RANK and this machine).
-torch::Device torch_device(const RunConfig& config) {
-  // LOCAL_RANK matters only when there is a GPU to pick.
-  const int local_rank = config.run.device != DeviceKind::cpu && cuda_device_count() > 0
-                             ? dist::launch_env_from_environment().local_rank : 0;
-  const ResolvedDevice d = resolve_device(config, local_rank);
-  return d.kind == DeviceKind::cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.index))
-                                    : torch::Device(torch::kCPU);
-}
 
 }  // namespace
 

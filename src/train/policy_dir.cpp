@@ -8,6 +8,7 @@
 #include "unstuck/model/hf_config.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/train/sft.h"
+#include "unstuck/train/torch_device.h"
 
 namespace unstuck::train {
 
@@ -35,6 +36,12 @@ Policy load_policy(const std::filesystem::path& dir, const std::vector<std::stri
     throw UserError("model directory '" + dir.string() + "' does not exist");
   const std::filesystem::path cfg_path = dir / kRunConfigFile;
   RunConfig config = load_run_config(std::filesystem::exists(cfg_path) ? cfg_path : "", overrides);
+  // Where the producing run computed says nothing about this machine: run.device is auto (a usable
+  // GPU, else the CPU) unless the overrides name it.
+  const bool device_given = std::any_of(overrides.begin(), overrides.end(),
+                                        [](const std::string& o) { return o.rfind("run.device=", 0) == 0; });
+  if (!device_given) config.run.device = DeviceKind::auto_;
+  const torch::Device device = torch_device(config);
   model::LoadedModel loaded = model::load_pretrained(dir);
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(dir);  // tokenizer.json, else tokenizer.model
   // Real checkpoints pad the embedding beyond the tokenizer (Qwen2.5: 151936 rows, 151665 tokens).
@@ -42,7 +49,7 @@ Policy load_policy(const std::filesystem::path& dir, const std::vector<std::stri
     throw UserError(dir.string() + ": the tokenizer has " + std::to_string(tok.vocab_size()) +
                     " pieces but config.json says vocab_size " + std::to_string(loaded.config.vocab_size));
   config.model = loaded.config;
-  auto model = std::make_unique<model::LlamaModel>(loaded.config, loaded.flat.to(dtype));
+  auto model = std::make_unique<model::LlamaModel>(loaded.config, loaded.flat.to(device, dtype));
   std::vector<int32_t> stops = stop_token_ids(dir, loaded.tokens.eos_ids, tok, loaded.config.vocab_size);
   return {std::move(config), std::move(tok), loaded.flat, std::move(model), std::move(stops)};
 }

@@ -22,6 +22,7 @@
 #include "unstuck/train/record_order.h"
 #include "unstuck/train/run_setup.h"
 #include "unstuck/train/skip_guard.h"
+#include "unstuck/train/torch_device.h"
 #include "unstuck/train/trainable_weights.h"
 
 namespace unstuck::train {
@@ -99,6 +100,7 @@ void check_writable_dir(const std::filesystem::path& dir, const char* key) {
 
 SftResult run_sft(RunConfig cfg) {
   const auto t_start = std::chrono::steady_clock::now();
+  const torch::Device device = torch_device(cfg);  // a missing GPU fails before the run directory exists
   RunContext ctx = setup_run(cfg, "sft");
   const tokenizer::Tokenizer& tok = ctx.tokenizer;
   const std::vector<data::TaskRecord> train_records = data::read_dataset(data::train_file(cfg.data), cfg.data);
@@ -114,16 +116,18 @@ SftResult run_sft(RunConfig cfg) {
   const std::filesystem::path model_dir =
       cfg.sft.output.empty() ? ctx.run_dir / "model" : std::filesystem::path(cfg.sft.output);
   check_writable_dir(model_dir, cfg.sft.output.empty() ? "run.output_dir" : "sft.output");
-  spdlog::info("sft: {} train / {} eval records, model {} params, precision {}", train.size(),
+  spdlog::info("sft: {} train / {} eval records, model {} params, precision {}, device {}", train.size(),
                test_records.size(), model::llama_layout(cfg.model).total,
-               config::enum_name(cfg.precision.mode));
+               config::enum_name(cfg.precision.mode), device.str());
 
   const model::ParamLayout layout = model::llama_layout(cfg.model);
   torch::Tensor master = torch::empty({layout.total});
-  model::init_llama_weights(layout, cfg.model, master, ctx.seeds.init);
-  const ComputeChoice compute = resolve_compute(cfg.model, cfg.precision, torch::kCPU, std::nullopt);
+  model::init_llama_weights(layout, cfg.model, master, ctx.seeds.init);  // on the CPU: the same start anywhere
+  master = master.to(device);
+  const ComputeChoice compute = resolve_compute(cfg.model, cfg.precision, device, std::nullopt);
   TrainableWeights weights(cfg.model, master, with_compute(cfg.precision, compute.mode), ctx.seeds.rounding);
-  record_in_run_json(ctx, {{"forward_dtype", c10::toString(weights.forward_dtype())},  // and how it was chosen
+  record_in_run_json(ctx, {{"device", device.str()},
+                          {"forward_dtype", c10::toString(weights.forward_dtype())},  // and how it was chosen
                           {"compute_choice", compute.to_json(cfg.precision.compute)}});
   const auto verifier = reward::make_verifier(reward::verifier_name(cfg.reward, config::enum_name(cfg.data.task)), cfg.reward);
   EvalOptions eval_opts;
@@ -140,7 +144,8 @@ SftResult run_sft(RunConfig cfg) {
   for (int64_t step = 1; step <= cfg.sft.steps; ++step) {
     std::vector<std::size_t> idx;
     while (int64_t(idx.size()) < cfg.sft.batch_size) idx.push_back(order.next());
-    auto [tokens, mask] = make_batch(train, idx, tok.pad_id());
+    auto [host_tokens, host_mask] = make_batch(train, idx, tok.pad_id());
+    const torch::Tensor tokens = host_tokens.to(device), mask = host_mask.to(device);
     const int64_t L = tokens.size(1);
     const torch::Tensor logits = weights.model().forward(tokens.narrow(1, 0, L - 1));  // (B, L-1, V)
     const torch::Tensor nll = torch::nn::functional::cross_entropy(
@@ -154,7 +159,7 @@ SftResult run_sft(RunConfig cfg) {
     const OptimizerStepStats st = weights.optimizer_step(cfg.optim, lr);
     skip_guard.record(step, st.skipped, st.loss_scale, lr);
     loss_sum += loss.item<double>();
-    tokens_seen += int64_t(mask.sum().item<double>());
+    tokens_seen += int64_t(host_mask.sum().item<double>());
 
     const bool last = step == cfg.sft.steps;
     const bool eval_now = last || (cfg.sft.eval_every > 0 && step % cfg.sft.eval_every == 0);

@@ -319,7 +319,8 @@ TEST(Llama, ActivationCheckpointingGivesTheSameGradients) {
 }
 
 // Device-generic model: on a CUDA device (skipped without one) the logits equal the CPU's within
-// 1e-4 of the largest (TF32 is off by default in libtorch), with padding and the KV cache.
+// 1e-4 of the largest (TF32 is off by default in libtorch), with padding, the KV cache and shared
+// prompts.
 TEST(Llama, CudaMatchesCpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const ModelConfig c = small_config();
@@ -334,6 +335,12 @@ TEST(Llama, CudaMatchesCpu) {
   EXPECT_LT(rel_error(gpu.forward_cached(tokens.cuda(), b, valid.cuda()).cpu(), cpu.forward_cached(tokens, a, valid)), 1e-4);
   const torch::Tensor next = random_tokens(3, 1, c.vocab_size, 3);
   EXPECT_LT(rel_error(gpu.forward_cached(next.cuda(), b).cpu(), cpu.forward_cached(next, a)), 1e-4);
+  // The training forward of GRPO groups (shared prompts, boolean-masked attention, GQA on CUDA).
+  const torch::Tensor of_row = torch::tensor({0, 0, 1, 2, 2, 2}, torch::kLong);
+  const torch::Tensor completions = random_tokens(6, 5, c.vocab_size, 4);
+  const SharedPrompts on_cpu{tokens, valid, of_row}, on_gpu{tokens.cuda(), valid.cuda(), of_row.cuda()};
+  EXPECT_LT(rel_error(gpu.forward_completions(on_gpu, completions.cuda()).cpu(),
+                      cpu.forward_completions(on_cpu, completions)), 1e-4);
 }
 
 }  // namespace

@@ -34,7 +34,9 @@ std::vector<int32_t> stop_token_ids(const std::filesystem::path& model_dir, cons
                                     const tokenizer::Tokenizer& tok, int64_t vocab_size);
 
 // Loads dir/{config.json, model.safetensors, tokenizer.model, config.yaml}; `overrides` apply to
-// the stored run config (e.g. data.test_path=...). `dtype`: kFloat32 or kBFloat16 compute.
+// the stored run config (e.g. data.test_path=...). `dtype`: kFloat32 or kBFloat16 compute. The model
+// goes to run.device of the overrides, else to auto (a usable GPU, else the CPU), never to the
+// device the producing run recorded.
 Policy load_policy(const std::filesystem::path& dir, const std::vector<std::string>& overrides,
                    torch::ScalarType dtype = torch::kFloat32);
 
