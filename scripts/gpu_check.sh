@@ -21,7 +21,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-BUILD_DIR=build-gpu PREFIX_MODE=auto STEPS=20 CONFIGURE_ONLY=0 REHEARSE=0
+BUILD_DIR=build-gpu PREFIX_MODE=auto STEPS=20 CONFIGURE_ONLY=0 REHEARSE=0 PACK="" PREBUILT="" PAPER=0
 while (($#)); do
   case $1 in
     --build-dir) BUILD_DIR=$2; shift 2 ;;
@@ -29,9 +29,14 @@ while (($#)); do
     --steps) STEPS=$2; shift 2 ;;
     --configure-only) CONFIGURE_ONLY=1; shift ;;
     --rehearse) REHEARSE=1; shift ;;
-    *) echo "gpu_check: unknown argument '$1' (--build-dir DIR, --no-prefix, --steps N, --configure-only, --rehearse)" >&2; exit 2 ;;
+    --pack) PACK=$2; shift 2 ;;
+    --prebuilt) PREBUILT=$2; shift 2 ;;
+    --paper) PAPER=1; shift ;;
+    --paper-only) PAPER=2; shift ;;
+    *) echo "gpu_check: unknown argument '$1' (--build-dir DIR, --no-prefix, --steps N, --configure-only, --rehearse, --pack DIR, --prebuilt DIR, --paper, --paper-only)" >&2; exit 2 ;;
   esac
 done
+[[ -n $PREBUILT ]] && BUILD_DIR=$PREBUILT
 [[ $BUILD_DIR == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
 OUT_DIR=${OUT:-$BUILD_DIR/gpu_check}   # the run tool's $OUT comes back to the caller
 mkdir -p "$OUT_DIR" "$BUILD_DIR"
@@ -86,33 +91,73 @@ TORCH_INFO=$("$PY" -c 'import torch, torch.utils; print(torch.utils.cmake_prefix
 read -r TORCH_PREFIX TORCH_VERSION TORCH_CUDA <<< "$TORCH_INFO"
 step "python $PY, torch $TORCH_VERSION (CUDA $TORCH_CUDA) at $TORCH_PREFIX; nvcc: $(nvcc --version 2> /dev/null | tail -1 || echo none)"
 
-# ---- 3. configure and build ----------------------------------------------------------------------
-if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-  step "configuring $BUILD_DIR (Release, UNSTUCK_CUDA=ON, sm_90)"
-  GEN=(); command -v ninja > /dev/null && GEN=(-G Ninja)
-  limited 180 cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DUNSTUCK_CUDA=ON \
-    -DUNSTUCK_CUDA_ARCHS=9.0 -DUNSTUCK_PCH=ON -DCMAKE_PREFIX_PATH="$TORCH_PREFIX${EXTRA_PREFIX:+;$EXTRA_PREFIX}" \
-    -DPython3_EXECUTABLE="$PY" > "$OUT_DIR/configure.log" 2>&1 ||
-    { rc=$?; tail -40 "$OUT_DIR/configure.log"; rm -f "$BUILD_DIR/CMakeCache.txt"; fail "configure$(why $rc)" 2; }
-  grep -E "unstuck: CUDA kernels|PyTorch: CUDA detected|Added CUDA NVCC flags" "$OUT_DIR/configure.log"
+# ---- 3. configure and build, or the binaries built here ------------------------------------------
+TARGETS=(unstuck test_precision test_dist test_model test_rollout test_train)
+if [[ -n $PREBUILT ]]; then
+  step "prebuilt binaries in $BUILD_DIR (built against torch $(cat "$BUILD_DIR/TORCH_VERSION" 2> /dev/null || echo '?'))"
+  [[ -x $BUILD_DIR/unstuck ]] || fail "--prebuilt $BUILD_DIR: no unstuck there (make it with --pack)" 2
+  [[ $(cat "$BUILD_DIR/TORCH_VERSION" 2> /dev/null) == "$TORCH_VERSION" ]] ||
+    fail "--prebuilt $BUILD_DIR was built against torch $(cat "$BUILD_DIR/TORCH_VERSION" 2> /dev/null || echo '?'), this python has $TORCH_VERSION" 2
+  # The libraries the binaries were linked against, from this machine's python (torch, NCCL, the
+  # CUDA runtime) and the prefix (the Debian packages).
+  SITE=${TORCH_PREFIX%/torch/share/cmake}  # torch.utils.cmake_prefix_path is site-packages/torch/share/cmake
+  for d in "$SITE/torch/lib" "$SITE/nvidia/nccl/lib" "$SITE/nvidia/cu13/lib" "$SITE/nvidia/cuda_runtime/lib" \
+    /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+    [[ -d $d ]] && export LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  done
+  if missing=$(ldd "$BUILD_DIR/unstuck" | grep "not found"); then fail "unresolved libraries: $missing" 2; fi
 else
-  step "reusing the configured $BUILD_DIR"
+  if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
+    step "configuring $BUILD_DIR (Release, UNSTUCK_CUDA=ON, sm_90)"
+    GEN=(); command -v ninja > /dev/null && GEN=(-G Ninja)
+    limited 180 cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DUNSTUCK_CUDA=ON \
+      -DUNSTUCK_CUDA_ARCHS=9.0 -DUNSTUCK_PCH=ON -DCMAKE_PREFIX_PATH="$TORCH_PREFIX${EXTRA_PREFIX:+;$EXTRA_PREFIX}" \
+      -DPython3_EXECUTABLE="$PY" > "$OUT_DIR/configure.log" 2>&1 ||
+      { rc=$?; tail -40 "$OUT_DIR/configure.log"; rm -f "$BUILD_DIR/CMakeCache.txt"; fail "configure$(why $rc)" 2; }
+    grep -E "unstuck: CUDA kernels|PyTorch: CUDA detected|Added CUDA NVCC flags" "$OUT_DIR/configure.log"
+  else
+    step "reusing the configured $BUILD_DIR"
+  fi
+  if ((CONFIGURE_ONLY)); then
+    grep -E "^(yaml-cpp|spdlog|fmt|nlohmann_json|CLI11|GTest)_DIR|^SentencePiece_LIBRARY|^pkgcfg_lib_PCRE2|^pkgcfg_lib_UTF8PROC|^UNSTUCK_GMP_LIBRARY|^Torch_DIR|^NCCL_(LIBRARY|INCLUDE_DIR)" "$BUILD_DIR/CMakeCache.txt"
+    step "configured; stopping (--configure-only)"
+    exit 0
+  fi
+  step "building ${TARGETS[*]} (-j $(nproc))"
+  TORCH_CUDA_ARCH_LIST=9.0 limited 420 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}" \
+    > "$OUT_DIR/build.log" 2>&1 ||
+    { rc=$?; grep -E "error|FAILED" "$OUT_DIR/build.log" | head -40; tail -3 "$OUT_DIR/build.log"; fail "build$(why $rc)" 2; }
+  if [[ -n $PACK ]]; then  # binaries for --prebuilt on the GPU machine (its libraries come from there)
+    rm -rf "$PACK" && mkdir -p "$PACK/tests"
+    strip -o "$PACK/unstuck" "$BUILD_DIR/unstuck"
+    for t in "${TARGETS[@]:1}"; do strip -o "$PACK/tests/$t" "$BUILD_DIR/tests/$t"; done
+    echo "$TORCH_VERSION" > "$PACK/TORCH_VERSION"
+    step "packed $(du -sh "$PACK" | cut -f1) of binaries into $PACK (torch $TORCH_VERSION); stopping (--pack)"
+    exit 0
+  fi
 fi
-if ((CONFIGURE_ONLY)); then
-  grep -E "^(yaml-cpp|spdlog|fmt|nlohmann_json|CLI11|GTest)_DIR|^SentencePiece_LIBRARY|^pkgcfg_lib_PCRE2|^pkgcfg_lib_UTF8PROC|^UNSTUCK_GMP_LIBRARY|^Torch_DIR|^NCCL_(LIBRARY|INCLUDE_DIR)" "$BUILD_DIR/CMakeCache.txt"
-  step "configured; stopping (--configure-only)"
-  exit 0
-fi
-step "building unstuck, test_precision, test_dist (-j $(nproc))"
-TORCH_CUDA_ARCH_LIST=9.0 limited 420 cmake --build "$BUILD_DIR" -j "$(nproc)" --target unstuck test_precision test_dist \
-  > "$OUT_DIR/build.log" 2>&1 ||
-  { rc=$?; grep -E "error|FAILED" "$OUT_DIR/build.log" | head -40; tail -3 "$OUT_DIR/build.log"; fail "build$(why $rc)" 2; }
 U=$BUILD_DIR/unstuck
 "$U" --version | head -4
 "$U" --version | grep -q "CUDA kernels: compiled in" || fail "$BUILD_DIR has no CUDA kernels (configure with UNSTUCK_CUDA=ON)" 2
 
+# ---- 8. the paper's GPU preset (--paper, --paper-only), in what is left of the budget --------------
+# The report, plots and every run's metrics come back in $OUT/paper_gpu.tar.gz (no weights).
+run_paper() {
+  step "paper GPU preset: scripts/compare.py --preset paper-gpu (the rest of the budget)"
+  UNSTUCK_BUILD_DIR=$BUILD_DIR PYTHONUNBUFFERED=1 limited 100000 "$PY" scripts/compare.py --preset paper-gpu \
+    --no-build --progress-every 20
+  local rc=$?
+  tar -czf "$OUT_DIR/paper_gpu.tar.gz" --exclude='*.safetensors' --exclude='checkpoints' --exclude='*.bin' \
+    --exclude='*.tfevents*' $(ls -d docs/RESULTS-gpu.md docs/results/gpu runs/paper-gpu runs/sft-countdown-gpu 2> /dev/null)
+  ls -la "$OUT_DIR/paper_gpu.tar.gz"
+  ((rc == 0)) || fail "the paper GPU preset$(why $rc)"
+  step "paper GPU preset done"
+}
+
 # ---- 4. the first CUDA step: is there a device? --------------------------------------------------
 # gtest_run LOG FILTER BINARY: runs the filtered tests; fails when one fails, none ran, or any skipped.
+# Their logs stay in $LOGS ($OUT takes 8 files at most): gpu_check.log has their output.
+LOGS=$BUILD_DIR/gpu_check_logs && mkdir -p "$LOGS"
 gtest_run() {
   local log=$1 filter=$2 bin=$3
   limited 150 "$bin" --gtest_filter="$filter" --gtest_brief=1 > "$log" 2>&1
@@ -134,12 +179,17 @@ else
   fi
   nvidia-smi -L 2> /dev/null || true
   echo "device: $WHY"
+  ((PAPER == 2)) && { run_paper; echo "gpu_check: OK (--paper-only)"; exit 0; }
 
   # ---- 5. CUDA kernel and NCCL tests -------------------------------------------------------------
   step "CUDA kernel tests (bits vs the CPU reference, TrainableWeights on the device)"
-  gtest_run "$OUT_DIR/cuda_tests.log" '*Cuda*:*DeviceIndependentKey*' "$BUILD_DIR/tests/test_precision"
+  gtest_run "$LOGS/cuda_tests.log" '*Cuda*:*DeviceIndependentKey*' "$BUILD_DIR/tests/test_precision"
+  step "model, sampling and SFT on CUDA vs the CPU"
+  gtest_run "$LOGS/model_tests.log" '*Cuda*' "$BUILD_DIR/tests/test_model"
+  gtest_run "$LOGS/rollout_tests.log" '*Cuda*' "$BUILD_DIR/tests/test_rollout"
+  gtest_run "$LOGS/sft_tests.log" 'Sft.TrainsOnTheConfiguredDevice' "$BUILD_DIR/tests/test_train"
   step "NCCL tests (collectives on device buffers, sharded update)"
-  gtest_run "$OUT_DIR/nccl_tests.log" '*Nccl*' "$BUILD_DIR/tests/test_dist"
+  gtest_run "$LOGS/nccl_tests.log" '*Nccl*' "$BUILD_DIR/tests/test_dist"
 fi
 
 # ---- 6. a tiny SFT base, then GRPO on cuda and on cpu ---------------------------------------------
@@ -210,4 +260,5 @@ limited 200 "$U" bench step --device "$DEV" --peak-tflops 989 --config "$W/grpo.
 cat "$OUT_DIR/bench_step.json"
 echo
 step "all checks passed"
+((PAPER == 1)) && run_paper
 ((REHEARSE)) && echo "gpu_check: OK (rehearsal on the CPU: no CUDA step ran)" || echo "gpu_check: OK"
