@@ -332,7 +332,7 @@ def prepare_pool(sweep):
         t0 = time.time()
         cmd = [sys.executable, os.path.join(HERE, "paper_pool.py"), "--model", sweep.base, "--records",
                str(s["records"]), "--k", str(s["k"]), "--lo", str(s["lo"]), "--hi", str(s["hi"]), "--unstuck",
-               sweep.unstuck, "--threads", "1", "--out", pool, "--json", meta + ".new"]
+               sweep.unstuck, "--threads", "1", "--device", sweep.device or "cpu", "--out", pool, "--json", meta + ".new"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise SweepError(f"building the prompt pool failed: {(r.stderr or r.stdout).strip()}")

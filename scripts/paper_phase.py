@@ -221,8 +221,8 @@ def main():
         print(f"paper_phase.py: error: {e}", file=sys.stderr)
         sys.exit(2)
     plot(rows, a.plots, a.min_gain)
-    phase = {"rows": rows, "notes": notes, "steps": steps, "min_gain": a.min_gain, "timing": a.timing,
-             "plot": "phase_diagram.png"}
+    phase = {"rows": rows, "notes": notes, "steps": steps, "base": first.get("base"), "min_gain": a.min_gain,
+             "timing": a.timing, "plot": "phase_diagram.png"}
     with open(os.path.join(a.plots, "phase.json"), "w") as f:
         json.dump(phase, f, indent=1)
     rel = os.path.relpath(a.plots, os.path.dirname(os.path.abspath(a.results)) or ".")

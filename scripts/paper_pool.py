@@ -36,6 +36,7 @@ def main():
     ap.add_argument("--batch", type=int, default=256, help="prompts sampled together")
     ap.add_argument("--unstuck", default="build/unstuck")
     ap.add_argument("--threads", type=int, default=1, help="CPU threads of the sampler")
+    ap.add_argument("--device", default="cpu", help="torch device of the sampler (cpu, cuda)")
     ap.add_argument("--out", required=True, help="JSONL pool to write")
     ap.add_argument("--json", help="also write the pool's statistics (histogram, rates, kept) to this file")
     a = ap.parse_args()
@@ -46,7 +47,7 @@ def main():
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     sp = spm.SentencePieceProcessor(model_file=a.tokenizer)
-    model = LlamaForCausalLM.from_pretrained(a.model, torch_dtype=torch.float32).eval()
+    model = LlamaForCausalLM.from_pretrained(a.model, dtype=torch.float32).eval().to(a.device)
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
@@ -61,10 +62,10 @@ def main():
         inp = torch.tensor([[pad] * (width - len(x)) + x for x in ids])  # left padding
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
         with torch.no_grad():
-            out = model.generate(input_ids=inp, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
+            out = model.generate(input_ids=inp.to(a.device), attention_mask=mask.to(a.device), do_sample=True, temperature=1.0, top_k=0,
                                  top_p=1.0, max_new_tokens=a.max_new_tokens, num_return_sequences=a.k,
                                  eos_token_id=eos, pad_token_id=pad)
-        for i, seq in enumerate(out[:, width:].tolist()):
+        for i, seq in enumerate(out[:, width:].cpu().tolist()):
             if eos in seq:
                 seq = seq[:seq.index(eos)]
             scored.append(dict(chunk[i // a.k], completion=sp.decode(seq)))

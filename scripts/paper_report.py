@@ -322,10 +322,13 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
     if drift:
         write_drift(add, drift, labels)
     phase_json = os.path.join(os.path.dirname(os.path.abspath(a.plots)), "phase", "phase.json")
-    if paper and os.path.exists(phase_json):  # the phase diagram (scripts/paper_phase.py), if it was run
+    # The phase diagram (scripts/paper_phase.py), if it was run from this sweep's base policy: another
+    # base's lags (the CPU sweeps' in the GPU report) would read as this model's.
+    phase = json.load(open(phase_json)) if paper and os.path.exists(phase_json) else None
+    if phase and phase.get("base") == sweep.get("base"):
         from paper_phase import markdown as phase_markdown
         rel_phase = os.path.relpath(os.path.dirname(phase_json), os.path.dirname(os.path.abspath(a.results)))
-        for line in phase_markdown(json.load(open(phase_json)), rel_phase):
+        for line in phase_markdown(phase, rel_phase):
             add(line)
     add("## Plots")
     add("")

@@ -28,8 +28,9 @@ MODE_LABELS = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16-RN", "bf16_sr": "BF
 QUICK_ARMS = ["fp16", "bf16", "bf16_lr_k", "bf16_sr"]  # the four arms the claims need
 # SFT overrides of configs/sft/countdown.yaml for the larger bases (the default: dim 128, 4 layers, 0.86M).
 WIDE_SFT = ["model.dim=192", "model.n_layers=6", "model.n_heads=6", "model.n_kv_heads=6", "model.ffn_dim=576"]
+# The 27M GPU base: half the small base's LR (2e-3), as wider models want, with a longer warm-up.
 GPU_SFT = ["run.device=cuda", "model.dim=512", "model.n_layers=8", "model.n_heads=8", "model.n_kv_heads=8",
-           "model.ffn_dim=1536", "sft.steps=3000", "sft.batch_size=128"]
+           "model.ffn_dim=1536", "sft.steps=3000", "sft.batch_size=128", "optim.lr=1e-3", "sft.warmup_steps=100"]
 PRESETS = {
     "paper-quick": dict(steps=200, seeds=3, arms=QUICK_ARMS, eval_every=50, eval_samples=200,
                         checkpoint_every=20, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
