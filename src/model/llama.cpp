@@ -520,17 +520,36 @@ KVCache LlamaModel::new_cache(int64_t batch, int64_t capacity) const {
   if (capacity > config_.max_seq_len)
     throw UserError("KV cache of " + std::to_string(capacity) + " tokens exceeds model.max_seq_len (" +
                     std::to_string(config_.max_seq_len) + ")");
-  KVCache cache;
+  KVCache cache;  // no slots yet: the first forward_cached() reserves what it fills
   const auto opts = flat_.options();
   for (int64_t i = 0; i < config_.n_layers; ++i) {
-    cache.k.push_back(torch::zeros({batch, config_.n_kv_heads, capacity, config_.head_dim()}, opts));
-    cache.v.push_back(torch::zeros({batch, config_.n_kv_heads, capacity, config_.head_dim()}, opts));
+    cache.k.push_back(torch::zeros({batch, config_.n_kv_heads, 0, config_.head_dim()}, opts));
+    cache.v.push_back(torch::zeros({batch, config_.n_kv_heads, 0, config_.head_dim()}, opts));
   }
-  cache.key_valid = torch::zeros({batch, capacity}, opts.dtype(torch::kBool));
-  cache.key_position = torch::zeros({batch, capacity}, opts.dtype(torch::kLong));
+  cache.key_valid = torch::zeros({batch, 0}, opts.dtype(torch::kBool));
+  cache.key_position = torch::zeros({batch, 0}, opts.dtype(torch::kLong));
   cache.next_position = torch::zeros({batch}, opts.dtype(torch::kLong));
   cache.capacity = capacity;
   return cache;
+}
+
+void KVCache::reserve(int64_t slots) {
+  if (slots <= allocated()) return;
+  if (slots > capacity)
+    throw UserError("KV cache full: " + std::to_string(slots) + " slots exceed its capacity of " +
+                    std::to_string(capacity));
+  const int64_t n = std::min(capacity, (slots + kGrowSlots - 1) / kGrowSlots * kGrowSlots);
+  const auto grown = [&](const torch::Tensor& t, int64_t dim) {
+    std::vector<int64_t> shape = t.sizes().vec();
+    shape[std::size_t(dim)] = n;
+    torch::Tensor out = torch::zeros(shape, t.options());
+    out.narrow(dim, 0, length).copy_(t.narrow(dim, 0, length));
+    return out;
+  };
+  for (std::vector<torch::Tensor>* kv : {&k, &v})
+    for (torch::Tensor& t : *kv) t = grown(t, 2);
+  key_valid = grown(key_valid, 1);
+  key_position = grown(key_position, 1);
 }
 
 void KVCache::keep_rows(const torch::Tensor& rows) {
@@ -552,6 +571,7 @@ void KVCache::copy_rows_from(const KVCache& from, const torch::Tensor& rows) {
     throw std::invalid_argument("KVCache::copy_rows_from: expected one source row per row and room for " +
                                 std::to_string(from.length) + " slots");
   const int64_t L = from.length;
+  reserve(L);
   for (std::size_t i = 0; i < k.size(); ++i) {
     k[i].narrow(2, 0, L).copy_(from.k[i].narrow(2, 0, L).index_select(0, rows));
     v[i].narrow(2, 0, L).copy_(from.v[i].narrow(2, 0, L).index_select(0, rows));
@@ -572,6 +592,7 @@ torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KVCache& c
   if (B != cache.batch())
     throw std::invalid_argument("forward_cached: " + std::to_string(B) + " rows for a cache of " +
                                 std::to_string(cache.batch()));
+  cache.reserve(cache.length + S);
   const int64_t W = config_.sliding_window, L = cache.length, Tk = L + S;
   // A fresh cache whose rows each hold one run of real tokens is filled causally without a mask:
   // rows are rotated so their real tokens come first (later steps attend by key_valid, so the
@@ -602,8 +623,8 @@ torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KVCache& c
     else
       causal = true;
   } else if (decodes_over_capacity(cache, S)) {  // CPU decoding over the whole cache: the filled slots
-    mask = cache.key_valid.view({B, 1, 1, cache.capacity});
-    if (W > 0 && Tk > W) mask = mask & ((positions - cache.key_position) < W).view({B, 1, 1, cache.capacity});
+    mask = cache.key_valid.view({B, 1, 1, cache.allocated()});
+    if (W > 0 && Tk > W) mask = mask & ((positions - cache.key_position) < W).view({B, 1, 1, cache.allocated()});
   } else if (S == 1) {  // one decode step: every filled key is at or before the query
     if (cache.has_holes) mask = cache.key_valid.narrow(1, 0, Tk).view({B, 1, 1, Tk});
     if (W > 0 && Tk > W) {

@@ -54,6 +54,29 @@ TEST(Llama, CachedDecodingMatchesFullForwardFp32) { check_cache_matches_full(tor
 // activations; 2% of the largest logit bounds it with margin.
 TEST(Llama, CachedDecodingMatchesFullForwardBf16) { check_cache_matches_full(torch::kBFloat16, 2e-2); }
 
+// The cache's buffers grow with the filled slots (kGrowSlots at a time, capped at the capacity), so
+// CPU decoding, which attends over the whole buffer, reads about the filled slots only; the logits
+// are those of a full forward across every growth, and a token past the capacity is refused.
+TEST(Llama, CacheGrowsWithItsFill) {
+  const ModelConfig c = small_config();
+  LlamaModel model(c, fresh_weights(c, torch::kFloat32));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = random_tokens(2, 37, c.vocab_size, 9);
+  const torch::Tensor full = model.forward(tokens);
+  KVCache cache = model.new_cache(2, 37);
+  EXPECT_EQ(cache.allocated(), 0);
+  std::vector<torch::Tensor> parts{model.forward_cached(tokens.narrow(1, 0, 5), cache)};
+  EXPECT_EQ(cache.allocated(), KVCache::kGrowSlots);
+  std::vector<int64_t> sizes;
+  for (int64_t t = 5; t < 37; ++t) {
+    parts.push_back(model.forward_cached(tokens.narrow(1, t, 1), cache));
+    if (sizes.empty() || sizes.back() != cache.allocated()) sizes.push_back(cache.allocated());
+  }
+  EXPECT_EQ(sizes, (std::vector<int64_t>{16, 32, 37}));
+  EXPECT_LT(rel_error(torch::cat(parts, 1), full), 1e-5);
+  EXPECT_THROW(model.forward_cached(tokens.narrow(1, 0, 1), cache), UserError);
+}
+
 TEST(Llama, LeftPaddingWithMaskEqualsUnpadded) {
   const ModelConfig c = small_config();
   LlamaModel model(c, fresh_weights(c, torch::kFloat32));

@@ -20,18 +20,24 @@
 namespace unstuck::model {
 
 // Keys and values of every layer for incremental decoding, plus which cache slots hold real tokens
-// (padded prompts leave holes) and the rotary position each row continues from. Allocated once at
-// full capacity; dropping rows compacts them into the first rows of the same buffers.
+// (padded prompts leave holes) and the rotary position each row continues from. The buffers grow
+// with the filled slots in steps of kGrowSlots up to `capacity` (CPU decoding attends over the whole
+// buffer: a buffer sized to the fill reads less); dropping rows compacts them into the first rows of
+// the same buffers.
 struct KVCache {
-  std::vector<torch::Tensor> k, v;  // per layer: (B, n_kv_heads, capacity, head_dim)
-  torch::Tensor key_valid;          // (B, capacity) bool
-  torch::Tensor key_position;       // (B, capacity) int64: rotary position of each slot
+  static constexpr int64_t kGrowSlots = 16;
+  std::vector<torch::Tensor> k, v;  // per layer: (B, n_kv_heads, allocated, head_dim)
+  torch::Tensor key_valid;          // (B, allocated) bool
+  torch::Tensor key_position;       // (B, allocated) int64: rotary position of each slot
   torch::Tensor next_position;      // (B) int64
   int64_t length = 0;               // slots filled so far
-  int64_t capacity = 0;
+  int64_t capacity = 0;             // the most slots it may hold
   bool has_holes = false;           // some filled slot is padding (decoding then needs a key mask)
 
   int64_t batch() const { return next_position.size(0); }
+  int64_t allocated() const { return key_valid.size(1); }  // slots the buffers hold now
+  // Grows the buffers to hold `slots` (<= capacity), keeping the filled ones; no-op when they do.
+  void reserve(int64_t slots);
   // Keeps rows `rows` (ascending int64 indices on the cache's device), in that order, as rows
   // 0..rows.size(0)-1; the others are dropped. No reallocation of the key/value buffers.
   void keep_rows(const torch::Tensor& rows);
