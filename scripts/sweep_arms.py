@@ -44,7 +44,7 @@ PRESETS = {
                             checkpoint_every=10, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
                             probe_samples=2000, results_doc="full-wide", base_name="sft-countdown-wide",
                             sft=WIDE_SFT),
-    "paper-phase": dict(steps=100, seeds=1, phase=dict(modes=["fp16", "bf16", "bf16_sr"],
+    "paper-phase": dict(steps=200, seeds=1, phase=dict(modes=["fp16", "bf16", "bf16_sr"],
                                                        lrs=[2e-6, 5e-6, 1e-5, 2e-5]),
                         eval_every=50, eval_samples=200, checkpoint_every=50,
                         pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False, results_doc="phase"),
