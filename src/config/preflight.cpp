@@ -43,11 +43,17 @@ std::string model_keys(const model::ModelConfig& m) {
 
 }  // namespace
 
-std::vector<MemoryPart> estimate_memory(const RunConfig& c, const std::string& command) {
+std::vector<MemoryPart> estimate_memory(const RunConfig& c, const std::string& command, int64_t longest_prompt) {
   const model::ModelConfig& m = c.model;
   const double P = param_count(m), V = double(m.vocab_size), L = double(m.n_layers);
   const double kv_dim = m.n_heads > 0 ? double(m.n_kv_heads) * double(m.dim / m.n_heads) : 0.0;
   const double S = double(m.max_seq_len), T = double(c.rollout.max_new_tokens);
+  // Prompt tokens of a GRPO row: the longest prompt kept, or all the context leaves (upper bound).
+  const double Pp = longest_prompt >= 0 ? std::min(double(longest_prompt), std::max(0.0, S - T)) : std::max(0.0, S - T);
+  const double row_len = Pp + T;
+  const std::string prompt_keys = longest_prompt >= 0 ? "the longest prompt (" + num(int64_t(Pp)) + " tokens)"
+                                                      : "model.max_seq_len - rollout.max_new_tokens (" +
+                                                            num(int64_t(Pp)) + ")";
   std::vector<MemoryPart> parts;
   if (command != "train") {
     // Weights: eval holds the FP32 weights and a compute copy; SFT adds gradients, the AdamW moments
@@ -76,10 +82,12 @@ std::vector<MemoryPart> estimate_memory(const RunConfig& c, const std::string& c
     const double N = double(c.grpo.prompts_per_step) * double(c.grpo.group_size), N_rank = std::ceil(N / W);
     const std::string batch = "grpo.prompts_per_step (" + num(c.grpo.prompts_per_step) + ") x grpo.group_size (" +
                               num(c.grpo.group_size) + ")";
-    // Sampling uniforms of the whole batch (N, T) and this rank's KV cache (2 x layers x rows x S x kv_dim).
+    // Sampling uniforms of the whole batch (N, T) and this rank's KV cache (2 x layers x rows x row
+    // length x kv_dim).
     parts.push_back({"rollout sampling buffers and KV cache",
-                     "rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") x " + batch,
-                     N * T * 4 + 2 * L * N_rank * S * kv_dim * fb, "lower grpo.prompts_per_step or rollout.max_new_tokens"});
+                     "(rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") + " + prompt_keys + ") x " + batch,
+                     N * T * 4 + 2 * L * N_rank * row_len * kv_dim * fb,
+                     "lower grpo.prompts_per_step or rollout.max_new_tokens"});
     // Rows per forward of the log-prob passes: a minibatch, or grpo.logprob_chunk_rows of it.
     double rows = std::ceil(N_rank / std::max<double>(1.0, double(c.grpo.minibatches)));
     std::string row_keys = batch + " / grpo.minibatches (" + num(c.grpo.minibatches) + ")";
@@ -88,24 +96,29 @@ std::vector<MemoryPart> estimate_memory(const RunConfig& c, const std::string& c
       row_keys = "grpo.logprob_chunk_rows (" + num(c.grpo.logprob_chunk_rows) + ")";
     }
     const std::string knob = "raise grpo.minibatches or lower grpo.logprob_chunk_rows (sequences per forward)";
-    // Logits over the whole sequence and their gradient, the reference's logits, and the
+    // Logits over the completions and their gradient, the reference's logits, and the
     // log-softmax slices of grpo.logprob_chunk_tokens positions (all T with the entropy bonus).
     const double slice = c.grpo.entropy_coef > 0 || c.grpo.logprob_chunk_tokens <= 0
                              ? T : std::min(T, double(c.grpo.logprob_chunk_tokens));
     const bool ref = c.grpo.kl_coef > 0 || c.grpo.ref_metrics_every > 0;
-    parts.push_back({"logits and log-prob slices (rows per forward x sequence x vocabulary)",
-                     row_keys + " x model.max_seq_len (" + num(m.max_seq_len) + ") x model.vocab_size (" +
+    parts.push_back({"logits and log-prob slices (rows per forward x completion x vocabulary)",
+                     row_keys + " x rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") x model.vocab_size (" +
                          num(m.vocab_size) + ")",
-                     rows * S * V * 4 * (ref ? 3 : 2) + rows * slice * V * 4 * 3, knob});
+                     rows * T * V * 4 * (ref ? 3 : 2) + rows * slice * V * 4 * 3, knob});
     // Activations kept for the backward: about 8 of width dim + ffn_dim per token and layer; with
     // model.activation_checkpointing each layer's input, plus one layer's activations recomputed.
+    // Tokens per forward: the rows' completions and each group's prompt once (the full rows when a
+    // sliding window shorter than a row makes forward_completions fall back to them).
+    const bool shared = !(m.sliding_window > 0 && double(m.sliding_window) < row_len);
+    const double tokens = shared ? rows * T + std::ceil(rows / std::max(1.0, double(c.grpo.group_size))) * Pp
+                                 : rows * row_len;
     const double per_layer = double(m.dim + m.ffn_dim) * fb * 8;
     parts.push_back({"activations kept for the backward",
-                     row_keys + " x model.max_seq_len (" + num(m.max_seq_len) + ") x model.n_layers (" +
-                         num(m.n_layers) + ") x model.ffn_dim (" + num(m.ffn_dim) + ")" +
+                     row_keys + " x (rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") + " + prompt_keys +
+                         (shared ? " / grpo.group_size (" + num(c.grpo.group_size) + ")" : std::string()) +
+                         ") x model.n_layers (" + num(m.n_layers) + ") x model.ffn_dim (" + num(m.ffn_dim) + ")" +
                          (m.activation_checkpointing ? " with model.activation_checkpointing" : ""),
-                     m.activation_checkpointing ? rows * S * (L * double(m.dim) * fb + per_layer)
-                                                : rows * S * L * per_layer,
+                     m.activation_checkpointing ? tokens * (L * double(m.dim) * fb + per_layer) : tokens * L * per_layer,
                      m.activation_checkpointing ? knob : knob + ", or set model.activation_checkpointing: true"});
   } else if (command == "sft") {
     // Logits (B, S, V), their gradient and the cross-entropy's log-softmax; activations per layer
@@ -160,11 +173,15 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
-void preflight(const RunConfig& c, const std::string& command, double limit_bytes) {
+void check_limits(const RunConfig& c) {
   if (c.rollout.max_new_tokens >= c.model.max_seq_len)
     throw UserError("rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) +
                     ") must be < model.max_seq_len (" + num(c.model.max_seq_len) +
                     "): prompt and completion together must fit the model's context");
+}
+
+void preflight(const RunConfig& c, const std::string& command, double limit_bytes, int64_t longest_prompt) {
+  check_limits(c);
   if (limit_bytes < 0) {
     // A CUDA run keeps its step on the GPU, whose memory this build does not query: nothing to
     // compare the host against.
@@ -174,7 +191,7 @@ void preflight(const RunConfig& c, const std::string& command, double limit_byte
   if (limit_bytes <= 0) return;  // unknown machine size: nothing to compare against
   // The ranks started on this machine (LOCAL_WORLD_SIZE) share its memory.
   const int64_t ranks_here = env_count("LOCAL_WORLD_SIZE");
-  const std::vector<MemoryPart> parts = estimate_memory(c, command);
+  const std::vector<MemoryPart> parts = estimate_memory(c, command, longest_prompt);
   double total = 0;
   for (const MemoryPart& p : parts) total += p.bytes;
   if (total * double(ranks_here) <= limit_bytes) return;

@@ -96,6 +96,9 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     report_prompt_fit(test_fit, max_prompt, "train: test records");
   };
   if (train_fit.kept.empty() || test_fit.kept.empty()) report_fits();
+  // Memory, sized by the longest prompt kept (GRPO rows are that plus rollout.max_new_tokens).
+  const int64_t longest_prompt = std::min(max_prompt, std::max(train_fit.longest, test_fit.longest));
+  preflight(cfg, "train", -1, longest_prompt);
   const std::vector<data::TaskRecord>& train = train_fit.kept;
   std::vector<data::TaskRecord>& test = test_fit.kept;
   std::optional<TrainerState> resumed;
@@ -110,7 +113,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
   report_fits();
   spdlog::info("train: completions end at token id(s) {} (the tokenizer's EOS and the eos_token_id of {}'s "
                "config.json / generation_config.json)", nlohmann::json(ctx.stop_ids).dump(), base.string());
-  spdlog::info("train: {}", memory_report(estimate_memory(cfg, "train")));
+  spdlog::info("train: {}", memory_report(estimate_memory(cfg, "train", longest_prompt)));
   if (resume.empty() && !latest_checkpoint(ctx.run_dir / "checkpoints").empty())
     throw UserError("run directory " + ctx.run_dir.string() +
                     " already holds checkpoints of an earlier run; continue it with `unstuck train --resume " +

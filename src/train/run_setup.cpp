@@ -53,7 +53,12 @@ RunContext prepare_run(RunConfig& config, const std::string& command, bool model
   // chat_template: auto looks next to the tokenizer (its model directory).
   data::PromptFormatter prompts(config.data,
                                 std::filesystem::is_directory(tok_path) ? tok_path : tok_path.parent_path());
-  preflight(config, command);  // the final model shape is known: limits and memory, before any allocation
+  // The final model shape is known: limits and memory, before any allocation. `train` checks its
+  // memory once the data gives the longest prompt (run_grpo), which sizes its rows.
+  if (command == "train")
+    check_limits(config);
+  else
+    preflight(config, command);
   at::set_num_threads(resolve_threads(config.precision.threads));
   return {{}, tok_path, std::move(tok), derive_seeds(config.run.seed), std::move(prompts)};
 }

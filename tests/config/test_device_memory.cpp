@@ -102,6 +102,46 @@ TEST(TrainMemory, RefusedWithTheKnobToTurn) {
   EXPECT_LT(total(no_ref), total(chunked));
 }
 
+// A real model's context (Qwen2.5: 32768 positions) is far longer than its GRPO rows: the estimate
+// follows the longest prompt the run keeps plus rollout.max_new_tokens, with logits over the
+// completions only and each group's prompt once. Qwen2.5-0.5B's shape, 32 x 8 rows of <= 200 + 512
+// tokens in chunks of 8 rows, fits 64 GiB; sized by the context it would not.
+TEST(TrainMemory, SizedByTheLongestPromptNotTheContext) {
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  ::unsetenv("WORLD_SIZE");
+  const double k64 = 64.0 * (1 << 30);
+  RunConfig c = big_vocab_run();
+  c.model.max_seq_len = 32768;
+  c.rollout.max_new_tokens = 512;
+  c.grpo.minibatches = 4;
+  c.grpo.logprob_chunk_rows = 8;
+  c.grpo.ref_metrics_every = 1;  // a reference forward
+  c.grpo.entropy_coef = 0;
+  c.grpo.logprob_chunk_tokens = 256;
+  EXPECT_EQ(error_of([&] { preflight(c, "train", k64, 200); }), "<no UserError>");
+  const std::string e = error_of([&] { preflight(c, "train", k64); });
+  EXPECT_TRUE(has(e, "model.max_seq_len - rollout.max_new_tokens (32256)")) << e;
+  double with_prompt = 0, logits = 0;
+  for (const MemoryPart& p : estimate_memory(c, "train", 200)) {
+    with_prompt += p.bytes;
+    if (has(p.what, "logits")) {
+      logits = p.bytes;
+      EXPECT_TRUE(has(p.keys, "rollout.max_new_tokens (512) x model.vocab_size (151936)")) << p.keys;
+    }
+  }
+  // 8 rows per forward x 512 completion tokens x vocabulary x 4 bytes x (policy, its gradient,
+  // the reference) + 3 log-softmax slices of 256 positions.
+  const double rows_t_v4 = 8.0 * 512 * 151936 * 4;
+  EXPECT_DOUBLE_EQ(logits, rows_t_v4 * 3 + rows_t_v4 / 2 * 3);
+  EXPECT_LT(with_prompt * 3, total(c));
+  // The longest prompt counts at most up to what the context leaves.
+  EXPECT_DOUBLE_EQ(total(c), [&] {
+    double t = 0;
+    for (const MemoryPart& p : estimate_memory(c, "train", 1 << 20)) t += p.bytes;
+    return t;
+  }());
+}
+
 TEST(TrainMemory, RanksOnOneMachineShareIt) {
   RunConfig c = big_vocab_run();
   c.grpo.logprob_chunk_rows = 8;

@@ -21,7 +21,13 @@ struct MemoryPart {
 
 // The largest buffers `command` ("sft", "train", "eval") allocates for `config` (model shape final),
 // computed in double so absurd sizes (1e12 layers) do not overflow. Sorted, largest first.
-std::vector<MemoryPart> estimate_memory(const RunConfig& config, const std::string& command);
+// `longest_prompt` (train): tokens of the longest prompt the run keeps, which with
+// rollout.max_new_tokens sizes its sequences; -1: model.max_seq_len - rollout.max_new_tokens (an
+// upper bound: a real model's context, e.g. Qwen2.5's 32768, is far longer than its GRPO rows).
+// Training logits cover the completions only and each group's prompt is computed once
+// (LlamaModel::forward_completions).
+std::vector<MemoryPart> estimate_memory(const RunConfig& config, const std::string& command,
+                                        int64_t longest_prompt = -1);
 
 // Physical memory of this machine in bytes (0 when unknown).
 double physical_memory_bytes();
@@ -39,6 +45,11 @@ std::string format_bytes(double bytes);
 // largest part's keys and the estimated bytes, e.g. "estimated memory 32.0 GiB exceeds this
 // machine's 24.0 GiB; largest part: logits ..., 29.8 GiB, sized by grpo.prompts_per_step (...) x ...
 // (raise grpo.minibatches or lower grpo.logprob_chunk_rows ...)".
-void preflight(const RunConfig& config, const std::string& command, double limit_bytes = -1);
+void preflight(const RunConfig& config, const std::string& command, double limit_bytes = -1,
+               int64_t longest_prompt = -1);
+
+// The checks of preflight() that need no memory estimate (prompt room in the context); `unstuck
+// train` runs these first and its memory check once the data gives the longest prompt.
+void check_limits(const RunConfig& config);
 
 }  // namespace unstuck
