@@ -485,8 +485,9 @@ def main(argv=None):
             timing = f"resumed with {resumed} of {total} runs done; this invocation took {timing}"
         say(f"all {total} runs finished in {fmt_time(elapsed)}; writing plots ({sweep.plots}) and {sweep.results}")
         py = sys.executable
-        if sweep.phase:  # the phase diagram, with the matching runs of the quick sweep if there are any
-            extra = [d for d in ("runs/paper-quick",) if os.path.exists(os.path.join(d, "sweep.json"))]
+        if sweep.phase:  # the phase diagram, with the runs of the main sweep of the same base policy
+            extra = [d for d in ("runs/paper-quick", "runs/paper-gpu") if os.path.exists(os.path.join(d, "sweep.json"))
+                     and json.load(open(os.path.join(d, "sweep.json"))).get("base") == sweep.base]
             subprocess.run([py, os.path.join(HERE, "paper_phase.py"), "--sweeps", sweep.out] + extra
                            + ["--results", sweep.results, "--plots", sweep.plots, "--timing", timing], check=True)
             say(f"done: {sweep.results}")

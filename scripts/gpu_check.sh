@@ -3,11 +3,18 @@
 # no network, no apt, its own python3 with its own PyTorch (2.11 there, our pin is 2.14), nvcc,
 # cmake, ninja. The Debian -dev packages travel as .deb files in .gpu/debs (scripts/gpu_debs.sh
 # fetches them here) and are unpacked into the private prefix .gpu/prefix; the build uses that
-# python's libtorch. Steps, each timed: prefix -> configure + build (UNSTUCK_CUDA=ON, sm_90) -> [first
-# CUDA step] CUDA kernel tests and NCCL tests -> a tiny SFT base -> 20 GRPO steps with run.device=cuda
-# and run.device=cpu from it, compared step by step -> `bench step --device cuda`.
+# python's libtorch. Steps, each timed: prefix -> configure + build (UNSTUCK_CUDA=ON, sm_90), or the
+# binaries built here (--prebuilt) -> [first CUDA step] CUDA kernel, model, sampling, SFT and NCCL
+# tests -> a tiny SFT base -> 20 GRPO steps with run.device=cuda and run.device=cpu from it, compared
+# step by step -> `bench step --device cuda` -> [--paper] the paper's GPU preset (reproduce.sh --gpu;
+# GPU_CHECK_PAPER_PRESETS="paper-gpu paper-gpu-phase" adds its phase diagram), reports, plots and
+# metrics packed into $OUT/paper_gpu.tar.gz.
 #   scripts/gpu_debs.sh                                   # here: fetch the .deb files (~5 MB)
-#   scripts/gpu_check.sh                                  # there (run tool: carry [".gpu"])
+#   UNSTUCK_GPU_PYTHON=/work/t211/bin/python3 scripts/gpu_check.sh --build-dir /work/build-t211 \
+#       --no-prefix --pack .gpu/bin                       # here: build against the GPU machine's torch
+#   scripts/gpu_check.sh --prebuilt .gpu/bin [--paper]    # there (carry [".gpu"]): no build, minutes saved
+#   scripts/gpu_check.sh --prebuilt .gpu/bin --paper-only # there: the device check, then the preset(s)
+#   scripts/gpu_check.sh                                  # there: configure and build from source
 #   scripts/gpu_check.sh --build-dir build --no-prefix    # dry run on a machine with the packages
 #   scripts/gpu_check.sh --build-dir /tmp/x --configure-only  # checks the prefix alone, here too
 #   scripts/gpu_check.sh --build-dir build --no-prefix --rehearse  # here: the steps after the CUDA
@@ -140,18 +147,24 @@ U=$BUILD_DIR/unstuck
 "$U" --version | head -4
 "$U" --version | grep -q "CUDA kernels: compiled in" || fail "$BUILD_DIR has no CUDA kernels (configure with UNSTUCK_CUDA=ON)" 2
 
-# ---- 8. the paper's GPU preset (--paper, --paper-only), in what is left of the budget --------------
-# The report, plots and every run's metrics come back in $OUT/paper_gpu.tar.gz (no weights).
+# ---- 8. the paper's GPU presets (--paper, --paper-only), in what is left of the budget ------------
+# GPU_CHECK_PAPER_PRESETS (default paper-gpu; e.g. "paper-gpu paper-gpu-phase", or paper-gpu-phase
+# alone on a machine that still holds the first one's runs). The reports, plots and every run's
+# metrics come back in $OUT/paper_gpu.tar.gz (no weights).
 run_paper() {
-  step "paper GPU preset: scripts/compare.py --preset paper-gpu (the rest of the budget)"
-  UNSTUCK_BUILD_DIR=$BUILD_DIR PYTHONUNBUFFERED=1 limited 100000 "$PY" scripts/compare.py --preset paper-gpu \
-    --no-build --progress-every 20
-  local rc=$?
+  local preset rc=0
+  for preset in ${GPU_CHECK_PAPER_PRESETS:-paper-gpu}; do
+    step "paper GPU preset: scripts/compare.py --preset $preset (the rest of the budget)"
+    UNSTUCK_BUILD_DIR=$BUILD_DIR PYTHONUNBUFFERED=1 limited 100000 "$PY" scripts/compare.py --preset "$preset" \
+      --no-build --progress-every 20
+    rc=$?
+    ((rc == 0)) || break
+  done
   tar -czf "$OUT_DIR/paper_gpu.tar.gz" --exclude='*.safetensors' --exclude='checkpoints' --exclude='*.bin' \
-    --exclude='*.tfevents*' $(ls -d docs/RESULTS-gpu.md docs/results/gpu runs/paper-gpu runs/sft-countdown-gpu 2> /dev/null)
+    --exclude='*.tfevents*' $(ls -d docs/RESULTS-gpu*.md docs/results/gpu* runs/paper-gpu* runs/sft-countdown-gpu 2> /dev/null)
   ls -la "$OUT_DIR/paper_gpu.tar.gz"
-  ((rc == 0)) || fail "the paper GPU preset$(why $rc)"
-  step "paper GPU preset done"
+  ((rc == 0)) || fail "the paper GPU preset $preset$(why $rc)"
+  step "paper GPU presets done"
 }
 
 # ---- 4. the first CUDA step: is there a device? --------------------------------------------------

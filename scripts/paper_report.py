@@ -321,11 +321,16 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         write_verdicts(add, a, runs, rows, levels, steps, w)
     if drift:
         write_drift(add, drift, labels)
-    phase_json = os.path.join(os.path.dirname(os.path.abspath(a.plots)), "phase", "phase.json")
-    # The phase diagram (scripts/paper_phase.py), if it was run from this sweep's base policy: another
+    # The phase diagram (scripts/paper_phase.py: docs/results/phase for the CPU presets,
+    # docs/results/<plots>-phase for the others), if it was run from this sweep's base policy: another
     # base's lags (the CPU sweeps' in the GPU report) would read as this model's.
-    phase = json.load(open(phase_json)) if paper and os.path.exists(phase_json) else None
-    if phase and phase.get("base") == sweep.get("base"):
+    plots_dir = os.path.abspath(a.plots)
+    phase, phase_json = None, None
+    for name in ("phase", os.path.basename(plots_dir) + "-phase"):
+        path = os.path.join(os.path.dirname(plots_dir), name, "phase.json")
+        if paper and os.path.exists(path) and json.load(open(path)).get("base") == sweep.get("base"):
+            phase, phase_json = json.load(open(path)), path
+    if phase:
         from paper_phase import markdown as phase_markdown
         rel_phase = os.path.relpath(os.path.dirname(phase_json), os.path.dirname(os.path.abspath(a.results)))
         for line in phase_markdown(phase, rel_phase):

@@ -53,6 +53,13 @@ PRESETS = {
     "paper-gpu": dict(steps=100, seeds=3, arms=QUICK_ARMS, eval_every=25, eval_samples=500, checkpoint_every=10,
                       pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True, results_doc="gpu",
                       base_name="sft-countdown-gpu", sft=GPU_SFT, device="cuda", compute="native", jobs=4),
+    # --gpu-phase: the phase diagram of the --gpu policy (same base and pool): FP16, BF16-RN, BF16-SR
+    # at higher LRs than --gpu's x = 5e-6 (whose runs, and bf16 @ 2x = 1e-5, it merges), where FP16's
+    # gain should clear the verdicts' minimum; for the next GPU lease, after --gpu on the same machine.
+    "paper-gpu-phase": dict(steps=100, seeds=1, phase=dict(modes=["fp16", "bf16", "bf16_sr"], lrs=[1e-5, 2e-5, 4e-5]),
+                            eval_every=25, eval_samples=500, checkpoint_every=50,
+                            pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False, results_doc="gpu-phase",
+                            base_name="sft-countdown-gpu", sft=GPU_SFT, device="cuda", compute="native", jobs=4),
     "paper-smoke": dict(steps=4, seeds=1, arms=PAPER_ARMS, eval_every=2, eval_samples=16, checkpoint_every=2,
                         pool=dict(records=24, k=2, lo=0.0, hi=1.0), drift=True, smoke=True,
                         # the smoke base solves nothing: a 0/1 reward would give it no gradient at all
