@@ -98,6 +98,13 @@ TORCH_INFO=$("$PY" -c 'import torch, torch.utils; print(torch.utils.cmake_prefix
 read -r TORCH_PREFIX TORCH_VERSION TORCH_CUDA <<< "$TORCH_INFO"
 step "python $PY, torch $TORCH_VERSION (CUDA $TORCH_CUDA) at $TORCH_PREFIX; nvcc: $(nvcc --version 2> /dev/null | tail -1 || echo none)"
 
+# The sources the binaries are built from (what --prebuilt must match): every file under src,
+# include, tests, cmake and the top CMakeLists.txt, by content.
+source_hash() {
+  find src include tests cmake CMakeLists.txt -type f -print0 2> /dev/null | LC_ALL=C sort -z | xargs -0 sha256sum |
+    sha256sum | cut -c1-16
+}
+
 # ---- 3. configure and build, or the binaries built here ------------------------------------------
 TARGETS=(unstuck test_precision test_dist test_model test_rollout test_train)
 if [[ -n $PREBUILT ]]; then
@@ -105,6 +112,8 @@ if [[ -n $PREBUILT ]]; then
   [[ -x $BUILD_DIR/unstuck ]] || fail "--prebuilt $BUILD_DIR: no unstuck there (make it with --pack)" 2
   [[ $(cat "$BUILD_DIR/TORCH_VERSION" 2> /dev/null) == "$TORCH_VERSION" ]] ||
     fail "--prebuilt $BUILD_DIR was built against torch $(cat "$BUILD_DIR/TORCH_VERSION" 2> /dev/null || echo '?'), this python has $TORCH_VERSION" 2
+  [[ $(cat "$BUILD_DIR/SOURCE_HASH" 2> /dev/null) == "$(source_hash)" ]] ||
+    fail "--prebuilt $BUILD_DIR was built from other sources than this tree's (SOURCE_HASH differs): repack with --pack" 2
   # The libraries the binaries were linked against, from this machine's python (torch, NCCL, the
   # CUDA runtime) and the prefix (the Debian packages).
   SITE=${TORCH_PREFIX%/torch/share/cmake}  # torch.utils.cmake_prefix_path is site-packages/torch/share/cmake
@@ -139,6 +148,7 @@ else
     strip -o "$PACK/unstuck" "$BUILD_DIR/unstuck"
     for t in "${TARGETS[@]:1}"; do strip -o "$PACK/tests/$t" "$BUILD_DIR/tests/$t"; done
     echo "$TORCH_VERSION" > "$PACK/TORCH_VERSION"
+    source_hash > "$PACK/SOURCE_HASH"
     step "packed $(du -sh "$PACK" | cut -f1) of binaries into $PACK (torch $TORCH_VERSION); stopping (--pack)"
     exit 0
   fi
