@@ -309,7 +309,8 @@ bool decodes_over_capacity(const KVCache& cache, int64_t T) {
 }
 
 // One query per row on the CPU: q (B, H, 1, hd) against the whole cache k, v (B, G, C, hd), slots
-// masked by `mask` (B, 1, 1, C), as two batched matrix products with the H / G query heads of a
+// masked by `bias` (B, 1, 1, C: 0 for a key, -inf for an unfilled or hidden slot, built once per
+// step for every layer), as two batched matrix products with the H / G query heads of a
 // group stacked as rows (GQA without copying keys). Why not SDPA on the filled slots: libtorch's CPU
 // flash kernel runs a single query as one matrix-vector product per (row, head), and batched
 // products on a slice of the cache copy it (BF16) or fall back to the same per-row products (FP32);
@@ -317,10 +318,10 @@ bool decodes_over_capacity(const KVCache& cache, int64_t T) {
 // slots included. Scores are formed in the compute dtype and normalized in FP32 (as transformers'
 // eager attention does).
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& mask) {
+                               const torch::Tensor& bias) {
   const int64_t B = q.size(0), H = q.size(1), hd = q.size(3), G = k.size(1);
   const torch::Tensor qg = q.reshape({B, G, H / G, hd}) * (1.0 / std::sqrt(double(hd)));  // (B, G, H/G, hd)
-  const torch::Tensor scores = at::matmul(qg, k.transpose(2, 3)).masked_fill_(mask.logical_not(), -INFINITY);
+  const torch::Tensor scores = at::matmul(qg, k.transpose(2, 3)).add_(bias);
   const torch::Tensor probs = at::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());  // (B, G, H/G, C)
   return at::matmul(probs, v).view({B, H, 1, hd});  // (B, H, 1, hd)
 }
@@ -336,11 +337,21 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
   const bool fused = !(torch::GradMode::is_enabled() && w.wq.requires_grad());  // no gradient taken
   const torch::Tensor h = rms_norm(x_in, w.attn_norm, config_.norm_eps);
   torch::Tensor q, k, v;
+  bool rotated = false;  // RoPE already applied to q and k
   if (fused && w.wqkv.defined()) {
     const torch::Tensor qkv = linear(h, w.wqkv, w.bqkv);  // (B, T, (H+2G)*hd)
-    q = qkv.narrow(-1, 0, H * hd).view({B, T, H, hd});
-    k = qkv.narrow(-1, H * hd, G * hd).view({B, T, G, hd});
     v = qkv.narrow(-1, (H + G) * hd, G * hd).view({B, T, G, hd});
+    if (!w.q_norm.defined()) {  // q and k rotated together: half the elementwise ops, the same values
+      torch::Tensor qk = qkv.narrow(-1, 0, (H + G) * hd).view({B, T, H + G, hd});
+      const torch::Tensor c = cos.transpose(1, 2), s = sin.transpose(1, 2);  // (B, T, 1, hd)
+      qk = qk * c + rotate_half(qk) * s;
+      q = qk.narrow(2, 0, H);
+      k = qk.narrow(2, H, G);
+      rotated = true;
+    } else {
+      q = qkv.narrow(-1, 0, H * hd).view({B, T, H, hd});
+      k = qkv.narrow(-1, H * hd, G * hd).view({B, T, G, hd});
+    }
   } else {
     q = linear(h, w.wq, w.bq).view({B, T, H, hd});  // (B, T, H, hd)
     k = linear(h, w.wk, w.bk).view({B, T, G, hd});  // (B, T, G, hd)
@@ -353,8 +364,10 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
   q = q.transpose(1, 2);  // (B, H, T, hd)
   k = k.transpose(1, 2);  // (B, G, T, hd)
   v = v.transpose(1, 2);  // (B, G, T, hd)
-  q = q * cos + rotate_half(q) * sin;
-  k = k * cos + rotate_half(k) * sin;
+  if (!rotated) {
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+  }
   if (prompt_kv && prompt_kv->capture) {
     prompt_kv->k.push_back(k);
     prompt_kv->v.push_back(v);
@@ -623,8 +636,10 @@ torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KVCache& c
     else
       causal = true;
   } else if (decodes_over_capacity(cache, S)) {  // CPU decoding over the whole cache: the filled slots
-    mask = cache.key_valid.view({B, 1, 1, cache.allocated()});
-    if (W > 0 && Tk > W) mask = mask & ((positions - cache.key_position) < W).view({B, 1, 1, cache.allocated()});
+    torch::Tensor keys = cache.key_valid.view({B, 1, 1, cache.allocated()});
+    if (W > 0 && Tk > W) keys = keys & ((positions - cache.key_position) < W).view({B, 1, 1, cache.allocated()});
+    // As an additive bias in the compute dtype: one add per layer instead of a negation and a fill.
+    mask = torch::zeros(keys.sizes(), flat_.options()).masked_fill_(keys.logical_not(), -INFINITY);
   } else if (S == 1) {  // one decode step: every filled key is at or before the query
     if (cache.has_holes) mask = cache.key_valid.narrow(1, 0, Tk).view({B, 1, 1, Tk});
     if (W > 0 && Tk > W) {
