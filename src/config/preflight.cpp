@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "unstuck/common/error.h"
+#include "unstuck/config/device.h"
 
 namespace unstuck {
 namespace {
@@ -183,9 +184,9 @@ void check_limits(const RunConfig& c) {
 void preflight(const RunConfig& c, const std::string& command, double limit_bytes, int64_t longest_prompt) {
   check_limits(c);
   if (limit_bytes < 0) {
-    // A CUDA run keeps its step on the GPU, whose memory this build does not query: nothing to
-    // compare the host against.
-    if (c.run.device == DeviceKind::cuda) return;
+    // A CUDA run (run.device cuda, or auto on a machine with a usable GPU) keeps its step on the
+    // GPU, whose memory this build does not query: nothing to compare the host against.
+    if (resolve_device(c, 0).kind == DeviceKind::cuda) return;
     limit_bytes = available_memory_bytes();
   }
   if (limit_bytes <= 0) return;  // unknown machine size: nothing to compare against

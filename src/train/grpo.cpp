@@ -96,12 +96,9 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
     report_prompt_fit(test_fit, max_prompt, "train: test records");
   };
   if (train_fit.kept.empty() || test_fit.kept.empty()) report_fits();
-  // Memory, sized by the longest prompt kept (GRPO rows are that plus rollout.max_new_tokens), on
-  // the device run.device resolved to (auto on a GPU machine is not held to the host's memory).
+  // Memory, sized by the longest prompt kept (GRPO rows are that plus rollout.max_new_tokens).
   const int64_t longest_prompt = std::min(max_prompt, std::max(train_fit.longest, test_fit.longest));
-  RunConfig resolved = cfg;
-  resolved.run.device = device.is_cuda() ? DeviceKind::cuda : DeviceKind::cpu;
-  preflight(resolved, "train", -1, longest_prompt);
+  preflight(cfg, "train", -1, longest_prompt);
   const std::vector<data::TaskRecord>& train = train_fit.kept;
   std::vector<data::TaskRecord>& test = test_fit.kept;
   std::optional<TrainerState> resumed;

@@ -35,12 +35,11 @@ Policy load_policy(const std::filesystem::path& dir, const std::vector<std::stri
   if (!std::filesystem::is_directory(dir))
     throw UserError("model directory '" + dir.string() + "' does not exist");
   const std::filesystem::path cfg_path = dir / kRunConfigFile;
-  RunConfig config = load_run_config(std::filesystem::exists(cfg_path) ? cfg_path : "", overrides);
   // Where the producing run computed says nothing about this machine: run.device is auto (a usable
-  // GPU, else the CPU) unless the overrides name it.
-  const bool device_given = std::any_of(overrides.begin(), overrides.end(),
-                                        [](const std::string& o) { return o.rfind("run.device=", 0) == 0; });
-  if (!device_given) config.run.device = DeviceKind::auto_;
+  // GPU, else the CPU) unless the caller's overrides, applied after it, name it.
+  std::vector<std::string> all_overrides{"run.device=auto"};
+  all_overrides.insert(all_overrides.end(), overrides.begin(), overrides.end());
+  RunConfig config = load_run_config(std::filesystem::exists(cfg_path) ? cfg_path : "", all_overrides);
   const torch::Device device = torch_device(config);
   model::LoadedModel loaded = model::load_pretrained(dir);
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(dir);  // tokenizer.json, else tokenizer.model

@@ -41,7 +41,7 @@ std::string format_bytes(double bytes);
 
 // Throws UserError when rollout.max_new_tokens leaves no room for a prompt within model.max_seq_len,
 // or when the memory estimate exceeds `limit_bytes` (default: the available memory of this machine
-// shared by its LOCAL_WORLD_SIZE ranks; no check for run.device: cuda), naming the
+// shared by its LOCAL_WORLD_SIZE ranks; no check when run.device resolves to a GPU), naming the
 // largest part's keys and the estimated bytes, e.g. "estimated memory 32.0 GiB exceeds this
 // machine's 24.0 GiB; largest part: logits ..., 29.8 GiB, sized by grpo.prompts_per_step (...) x ...
 // (raise grpo.minibatches or lower grpo.logprob_chunk_rows ...)".
