@@ -328,8 +328,9 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
     phase, phase_json = None, None
     for name in ("phase", os.path.basename(plots_dir) + "-phase"):
         path = os.path.join(os.path.dirname(plots_dir), name, "phase.json")
-        if paper and os.path.exists(path) and json.load(open(path)).get("base") == sweep.get("base"):
-            phase, phase_json = json.load(open(path)), path
+        candidate = json.load(open(path)) if paper and os.path.exists(path) else None
+        if candidate and candidate.get("base") == sweep.get("base"):
+            phase, phase_json = candidate, path
     if phase:
         from paper_phase import markdown as phase_markdown
         rel_phase = os.path.relpath(os.path.dirname(phase_json), os.path.dirname(os.path.abspath(a.results)))
