@@ -299,18 +299,14 @@ AdamWScalars scalars_for(double lr, double weight_decay, int64_t step, double gr
 // The scalar reference of fused_adamw_step: adamw_element then reference_round, per element.
 std::vector<uint64_t> reference_adamw(AdamWState& st, uint64_t base,
                                       const std::vector<Segment>& segments, const AdamWScalars& s,
-                                      RoundMode mode, SrKey key, std::vector<uint64_t>* nan_kept = nullptr) {
+                                      RoundMode mode, SrKey key) {
   std::vector<uint64_t> changed(segments.size(), 0);
-  if (nan_kept) nan_kept->assign(segments.size(), 0);
   for (std::size_t k = 0; k < segments.size(); ++k) {
     for (uint64_t i = segments[k].offset; i < segments[k].offset + segments[k].size; ++i) {
       const std::size_t j = std::size_t(i - base);
       adamw_element(st.master[j], st.m[j], st.v[j], st.grad[j], segments[k].decay, s);
       const uint32_t bits = reference_round(st.master[j], mode, key, i);
       changed[k] += bits != st.compute.get(j) ? 1 : 0;
-      if (nan_kept && mode == RoundMode::fp32 && std::isnan(bits_float(bits)) &&
-          std::isnan(bits_float(st.compute.get(j))))
-        ++(*nan_kept)[k];
       st.compute.set(j, bits);
     }
   }
@@ -321,6 +317,15 @@ std::vector<uint64_t> reference_adamw(AdamWState& st, uint64_t base,
 // either way: "changed" compares bits, and the GPU's arithmetic returns its canonical NaN where the
 // CPU keeps the payload (the states below start with NaNs of many payloads; training never keeps a
 // NaN weight: the non-finite check skips the step). `nan_kept`: such elements per segment.
+std::vector<uint64_t> nan_kept_counts(const ComputeBits& before, const ComputeBits& after, uint64_t base,
+                                      const std::vector<Segment>& segments, RoundMode mode) {
+  std::vector<uint64_t> kept(segments.size(), 0);
+  for (std::size_t k = 0; k < segments.size() && mode == RoundMode::fp32; ++k)
+    for (uint64_t i = segments[k].offset; i < segments[k].offset + segments[k].size; ++i)
+      kept[k] += std::isnan(bits_float(before.get(i - base))) && std::isnan(bits_float(after.get(i - base)));
+  return kept;
+}
+
 void expect_changed_counts(const AdamWStepStats& got, const std::vector<uint64_t>& want,
                            const std::vector<uint64_t>& nan_kept, const std::string& what) {
   ASSERT_EQ(got.changed.size(), want.size());
@@ -453,8 +458,9 @@ TEST_P(CudaFusedAdamW, MatchesScalarReferenceOnAShard) {
     for (int64_t step : {7, 8}) {
       const AdamWScalars s = scalars_for(1e-3, 0.1, step, fp16 ? 1.0 / 1024 : 1.0);
       const SrKey key{11, uint64_t(step)};
-      std::vector<uint64_t> nan_kept;
-      const std::vector<uint64_t> want = reference_adamw(ref, base, segments, s, mode, key, &nan_kept);
+      const ComputeBits before = ref.compute;
+      const std::vector<uint64_t> want = reference_adamw(ref, base, segments, s, mode, key);
+      const std::vector<uint64_t> nan_kept = nan_kept_counts(before, ref.compute, base, segments, mode);
       const AdamWStepStats got = fused_adamw_cuda(dev.buffers, segments, s, mode, key);
       expect_changed_counts(got, want, nan_kept, "step " + std::to_string(step));
       uint64_t elements = 0;
@@ -490,10 +496,7 @@ TEST_P(CudaFusedAdamW, MatchesTheCpuFusedAdamWStep) {
   DeviceAdamW dev(mode, base, n, 0);
   ASSERT_CUDA(dev.upload(initial));
   const AdamWStepStats got = fused_adamw_cuda(dev.buffers, segments, hyper, mode, key);
-  std::vector<uint64_t> nan_kept(segments.size(), 0);  // NaN before and after the CPU's step
-  for (std::size_t k = 0; k < segments.size() && mode == RoundMode::fp32; ++k)
-    for (uint64_t i = segments[k].offset; i < segments[k].offset + segments[k].size; ++i)
-      nan_kept[k] += std::isnan(bits_float(initial.compute.get(i - base))) && std::isnan(bits_float(cpu.compute.get(i - base)));
+  const std::vector<uint64_t> nan_kept = nan_kept_counts(initial.compute, cpu.compute, base, segments, mode);
   expect_changed_counts(got, want.changed, nan_kept, "one step");
   EXPECT_EQ(got.elements, want.elements);
   AdamWState result = initial;
