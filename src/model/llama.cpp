@@ -8,17 +8,39 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <optional>
 #include <stdexcept>
 #include <tuple>
 
 #include "unstuck/common/error.h"
+#include "unstuck/model/cpu_kernels.h"
 
 namespace unstuck::model {
 namespace {
 
+// Whether an FP32 CPU tensor op can run as one of our kernels (cpu_kernels.h): no gradient is taken
+// through these tensors, and they are contiguous FP32 buffers on the CPU.
+bool fp32_cpu_kernel(std::initializer_list<const torch::Tensor*> ts) {
+  for (const torch::Tensor* t : ts)
+    if (t->scalar_type() != torch::kFloat32 || !t->device().is_cpu() || !t->is_contiguous() ||
+        (torch::GradMode::is_enabled() && t->requires_grad()))
+      return false;
+  return true;
+}
+
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  if (fp32_cpu_kernel({&x, &weight})) {
+    const int64_t D = x.size(-1), rows = x.numel() / D;
+    torch::Tensor out = torch::empty_like(x);
+    const float *xp = x.data_ptr<float>(), *wp = weight.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / D),
+                     [&](int64_t first, int64_t last) { rms_norm_f32(xp, wp, op, D, float(eps), first, last); });
+    return out;
+  }
   // As Hugging Face: normalize in FP32, cast back, then scale.
   const torch::Tensor h = x.to(torch::kFloat32);
   const torch::Tensor normed = h * torch::rsqrt(h.pow(2).mean(-1, true) + eps);
@@ -308,21 +330,34 @@ bool decodes_over_capacity(const KVCache& cache, int64_t T) {
   return T == 1 && cache.length > 0 && !cache.key_valid.is_cuda();
 }
 
-// One query per row on the CPU: q (B, H, 1, hd) against the whole cache k, v (B, G, C, hd), slots
-// masked by `bias` (B, 1, 1, C: 0 for a key, -inf for an unfilled or hidden slot, built once per
-// step for every layer), as two batched matrix products with the H / G query heads of a
-// group stacked as rows (GQA without copying keys). Why not SDPA on the filled slots: libtorch's CPU
-// flash kernel runs a single query as one matrix-vector product per (row, head), and batched
-// products on a slice of the cache copy it (BF16) or fall back to the same per-row products (FP32);
-// on the contiguous whole buffer they run as one batched product, faster even with the unfilled
-// slots included. Scores are formed in the compute dtype and normalized in FP32 (as transformers'
-// eager attention does).
-torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& bias) {
-  const int64_t B = q.size(0), H = q.size(1), hd = q.size(3), G = k.size(1);
-  const torch::Tensor qg = q.reshape({B, G, H / G, hd}) * (1.0 / std::sqrt(double(hd)));  // (B, G, H/G, hd)
+// One query per row on the CPU: q (B, H, 1, hd) against the first `filled` slots of the cache k, v
+// (B, G, A, hd), slots masked by `bias` (B, 1, 1, A: 0 for a key, -inf for an unfilled or hidden
+// slot, built once per step for every layer). FP32 runs our fused kernel (cpu_kernels.h): the
+// step is bound by reading the cache, and the kernel reads each filled key and value once, with no
+// score tensors in between. Other dtypes run two batched matrix products over the whole contiguous
+// buffer with the H / G query heads of a group stacked as rows (GQA without copying keys): libtorch's
+// CPU flash kernel runs a single query as one matrix-vector product per (row, head), and batched
+// products on a slice of the cache copy it; scores are formed in the compute dtype and normalized in
+// FP32 (as transformers' eager attention does).
+torch::Tensor decode_attention(const torch::Tensor& q_in, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& bias, int64_t filled) {
+  const int64_t B = q_in.size(0), H = q_in.size(1), hd = q_in.size(3), G = k.size(1), A = k.size(2);
+  const double scale = 1.0 / std::sqrt(double(hd));
+  if (q_in.scalar_type() == torch::kFloat32 && k.is_contiguous() && v.is_contiguous() && bias.is_contiguous()) {
+    const torch::Tensor q = q_in.stride(1) == hd && q_in.stride(3) == 1 ? q_in : q_in.contiguous();
+    torch::Tensor out = torch::empty({B, H, 1, hd}, q.options());
+    const DecodeAttentionShape shape{H, G, hd, A, filled, q.stride(0)};
+    const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+    const float* bp = bias.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    at::parallel_for(0, B * G, 16, [&](int64_t first, int64_t last) {
+      decode_attention_f32(qp, kp, vp, bp, op, shape, float(scale), first, last);
+    });
+    return out;
+  }
+  const torch::Tensor qg = q_in.reshape({B, G, H / G, hd}) * scale;  // (B, G, H/G, hd)
   const torch::Tensor scores = at::matmul(qg, k.transpose(2, 3)).add_(bias);
-  const torch::Tensor probs = at::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());  // (B, G, H/G, C)
+  const torch::Tensor probs = at::softmax(scores, -1, torch::kFloat32).to(q_in.scalar_type());  // (B, G, H/G, A)
   return at::matmul(probs, v).view({B, H, 1, hd});  // (B, H, 1, hd)
 }
 
@@ -343,8 +378,16 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
     v = qkv.narrow(-1, (H + G) * hd, G * hd).view({B, T, G, hd});
     if (!w.q_norm.defined()) {  // q and k rotated together: half the elementwise ops, the same values
       torch::Tensor qk = qkv.narrow(-1, 0, (H + G) * hd).view({B, T, H + G, hd});
-      const torch::Tensor c = cos.transpose(1, 2), s = sin.transpose(1, 2);  // (B, T, 1, hd)
-      qk = qk * c + rotate_half(qk) * s;
+      if (fp32_cpu_kernel({&qkv, &cos, &sin})) {  // in place in qkv, the same bits as the ops below
+        float* xp = qkv.data_ptr<float>();
+        const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+        at::parallel_for(0, B * T, std::max<int64_t>(1, 4096 / ((H + G) * hd)), [&](int64_t first, int64_t last) {
+          rope_f32(xp, cp, sp, H + G, hd, (H + 2 * G) * hd, first, last);
+        });
+      } else {
+        const torch::Tensor c = cos.transpose(1, 2), s = sin.transpose(1, 2);  // (B, T, 1, hd)
+        qk = qk * c + rotate_half(qk) * s;
+      }
       q = qk.narrow(2, 0, H);
       k = qk.narrow(2, H, G);
       rotated = true;
@@ -384,7 +427,7 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
   torch::Tensor attn;  // (B, H, T, hd)
   if (cache && decodes_over_capacity(*cache, T)) {
     // CPU decoding attends over the whole (contiguous) cache; `mask` hides unfilled slots.
-    attn = decode_attention(q, cache->k[layer], cache->v[layer], mask);
+    attn = decode_attention(q, cache->k[layer], cache->v[layer], mask, cache->length + T);
   } else {
     // Grouped-query attention without copying keys/values, except where a mask is needed on CUDA:
     // there the memory-efficient kernel takes masks but not enable_gqa (flash takes GQA, not masks).
@@ -543,6 +586,8 @@ KVCache LlamaModel::new_cache(int64_t batch, int64_t capacity) const {
   cache.key_position = torch::zeros({batch, 0}, opts.dtype(torch::kLong));
   cache.next_position = torch::zeros({batch}, opts.dtype(torch::kLong));
   cache.capacity = capacity;
+  const bool fp32_cpu = flat_.device().is_cpu() && flat_.scalar_type() == torch::kFloat32;
+  cache.grow_slots = fp32_cpu ? std::max<int64_t>(capacity, 1) : KVCache::kGrowSlots;
   return cache;
 }
 
@@ -551,7 +596,7 @@ void KVCache::reserve(int64_t slots) {
   if (slots > capacity)
     throw UserError("KV cache full: " + std::to_string(slots) + " slots exceed its capacity of " +
                     std::to_string(capacity));
-  const int64_t n = std::min(capacity, (slots + kGrowSlots - 1) / kGrowSlots * kGrowSlots);
+  const int64_t n = std::min(capacity, (slots + grow_slots - 1) / grow_slots * grow_slots);
   const auto grown = [&](const torch::Tensor& t, int64_t dim) {
     std::vector<int64_t> shape = t.sizes().vec();
     shape[std::size_t(dim)] = n;

@@ -54,27 +54,33 @@ TEST(Llama, CachedDecodingMatchesFullForwardFp32) { check_cache_matches_full(tor
 // activations; 2% of the largest logit bounds it with margin.
 TEST(Llama, CachedDecodingMatchesFullForwardBf16) { check_cache_matches_full(torch::kBFloat16, 2e-2); }
 
-// The cache's buffers grow with the filled slots (kGrowSlots at a time, capped at the capacity), so
-// CPU decoding, which attends over the whole buffer, reads about the filled slots only; the logits
-// are those of a full forward across every growth, and a token past the capacity is refused.
-TEST(Llama, CacheGrowsWithItsFill) {
+// BF16 / FP16 CPU decoding attends over the whole buffer, so the cache's buffers grow with the
+// filled slots (kGrowSlots at a time, capped at the capacity) and decoding reads about the filled
+// slots only; FP32 on the CPU decodes with a kernel that reads only the filled slots, so its cache is
+// allocated once at full capacity (no step copies it). The logits are those of a full forward across
+// every growth (tolerances of the tests above), and a token past the capacity is refused.
+void check_cache_growth(torch::ScalarType dtype, double tol, const std::vector<int64_t>& expected_sizes) {
   const ModelConfig c = small_config();
-  LlamaModel model(c, fresh_weights(c, torch::kFloat32));
+  LlamaModel model(c, fresh_weights(c, dtype));
   torch::NoGradGuard no_grad;
   const torch::Tensor tokens = random_tokens(2, 37, c.vocab_size, 9);
   const torch::Tensor full = model.forward(tokens);
   KVCache cache = model.new_cache(2, 37);
   EXPECT_EQ(cache.allocated(), 0);
   std::vector<torch::Tensor> parts{model.forward_cached(tokens.narrow(1, 0, 5), cache)};
-  EXPECT_EQ(cache.allocated(), KVCache::kGrowSlots);
-  std::vector<int64_t> sizes;
+  std::vector<int64_t> sizes{cache.allocated()};
   for (int64_t t = 5; t < 37; ++t) {
     parts.push_back(model.forward_cached(tokens.narrow(1, t, 1), cache));
-    if (sizes.empty() || sizes.back() != cache.allocated()) sizes.push_back(cache.allocated());
+    if (sizes.back() != cache.allocated()) sizes.push_back(cache.allocated());
   }
-  EXPECT_EQ(sizes, (std::vector<int64_t>{16, 32, 37}));
-  EXPECT_LT(rel_error(torch::cat(parts, 1), full), 1e-5);
+  EXPECT_EQ(sizes, expected_sizes) << c10::toString(dtype);
+  EXPECT_LT(rel_error(torch::cat(parts, 1), full), tol) << c10::toString(dtype);
   EXPECT_THROW(model.forward_cached(tokens.narrow(1, 0, 1), cache), UserError);
+}
+
+TEST(Llama, CacheGrowsWithItsFill) {
+  check_cache_growth(torch::kBFloat16, 2e-2, {KVCache::kGrowSlots, 2 * KVCache::kGrowSlots, 37});
+  check_cache_growth(torch::kFloat32, 1e-5, {37});
 }
 
 TEST(Llama, LeftPaddingWithMaskEqualsUnpadded) {

@@ -21,11 +21,14 @@ namespace unstuck::model {
 
 // Keys and values of every layer for incremental decoding, plus which cache slots hold real tokens
 // (padded prompts leave holes) and the rotary position each row continues from. The buffers grow
-// with the filled slots in steps of kGrowSlots up to `capacity` (CPU decoding attends over the whole
-// buffer: a buffer sized to the fill reads less); dropping rows compacts them into the first rows of
-// the same buffers.
+// with the filled slots in steps of `grow_slots` up to `capacity`: kGrowSlots in general (CPU
+// decoding in BF16 / FP16 attends over the whole buffer, so a buffer sized to the fill reads less; on
+// a GPU it holds memory to what is filled), the whole capacity at once for FP32 on the CPU, whose
+// decode kernel reads only the filled slots (growing would only copy the cache). Dropping rows
+// compacts them into the first rows of the same buffers.
 struct KVCache {
   static constexpr int64_t kGrowSlots = 16;
+  int64_t grow_slots = kGrowSlots;  // allocation step of reserve()
   std::vector<torch::Tensor> k, v;  // per layer: (B, n_kv_heads, allocated, head_dim)
   torch::Tensor key_valid;          // (B, allocated) bool
   torch::Tensor key_position;       // (B, allocated) int64: rotary position of each slot
