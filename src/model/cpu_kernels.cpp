@@ -100,10 +100,11 @@ UNSTUCK_INLINE void attend(const float* q, const float* k, const float* v, const
       for (int64_t d = 0; d < hd; ++d) qs[std::size_t(r * hd + d)] = qh[d] * scale;
     }
     // Each (row, KV head) reads L of its A slots, so the cache is not one linear stream that the
-    // hardware prefetcher follows: fetch the next pair's key and value rows one pair ahead.
-    const bool prefetch_next = bg + 2 < last;
+    // hardware prefetcher follows: fetch the key and value rows of the pair two ahead (measured:
+    // 29.6-30.6k tok/s one ahead, 30.8k two ahead, 25.5k without, bench generate fp32, 1 thread).
+    const bool prefetch_ahead = bg + 2 < last;
     for (int64_t c = 0; c < L; ++c) {  // (R, L) scores; a hidden slot's key is not read
-      if (prefetch_next)
+      if (prefetch_ahead)
         for (int64_t line = 0; line < hd; line += 16) {
           __builtin_prefetch(keys + 2 * A * hd + c * hd + line);
           __builtin_prefetch(values + 2 * A * hd + c * hd + line);
