@@ -6,7 +6,7 @@
 # python's libtorch. Steps, each timed: prefix -> configure + build (UNSTUCK_CUDA=ON, sm_90), or the
 # binaries built here (--prebuilt) -> [first CUDA step] CUDA kernel, model, sampling, SFT and NCCL
 # tests -> a tiny SFT base -> 20 GRPO steps with run.device=cuda and run.device=cpu from it, compared
-# step by step -> `bench step --device cuda` -> [--paper] the paper's GPU preset (reproduce.sh --gpu;
+# step by step -> `bench step --device cuda` -> `bench precision` on the host CPU -> [--paper] the paper's GPU preset (reproduce.sh --gpu;
 # GPU_CHECK_PAPER_PRESETS="paper-gpu paper-gpu-phase" adds its phase diagram), reports, plots and
 # metrics packed into $OUT/paper_gpu.tar.gz.
 #   scripts/gpu_debs.sh                                   # here: fetch the .deb files (~5 MB)
@@ -281,6 +281,14 @@ step "bench step --device $DEV"
 limited 200 "$U" bench step --device "$DEV" --peak-tflops 989 --config "$W/grpo.yaml" --model "$W/base" --json \
   > "$OUT_DIR/bench_step.json" 2> "$W/bench.log" || { rc=$?; tail -20 "$W/bench.log"; fail "bench step --device $DEV$(why $rc)"; }
 cat "$OUT_DIR/bench_step.json"
+echo
+
+# ---- 8. the host CPU's rounding kernels against a copy (issue 15, item 3; informational) ----------
+# The SR kernel's bandwidth against memcpy at 1 and 2 threads on this machine's CPU (the dev machine
+# is an AMD EPYC; this one may be an Intel Xeon). Seconds; a failure here does not fail the check.
+step "bench precision on the host CPU ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1))"
+limited 60 "$U" bench precision --threads 2 --json 2> "$W/bench_precision.log" ||
+  { tail -5 "$W/bench_precision.log"; echo "gpu_check: bench precision failed (informational)"; }
 echo
 step "all checks passed"
 ((PAPER == 1)) && run_paper
