@@ -29,6 +29,24 @@ int cuda_device_count(std::string* why_not) {
   return count;
 }
 
+bool cuda_memory(int device, double* free_bytes, double* total_bytes) {
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  size_t free = 0, total = 0;
+  const cudaError_t err = cudaMemGetInfo(&free, &total);
+  (void)cudaSetDevice(previous);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  *free_bytes = double(free);
+  *total_bytes = double(total);
+  return true;
+}
+
 bool nccl_compiled() {
 #if defined(UNSTUCK_HAVE_NCCL)
   return true;

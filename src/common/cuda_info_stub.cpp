@@ -14,6 +14,8 @@ int cuda_device_count(std::string* why_not) {
   return 0;
 }
 
+bool cuda_memory(int, double*, double*) { return false; }
+
 bool nccl_compiled() { return false; }
 
 std::string nccl_version() { return "unavailable (built without CUDA)"; }

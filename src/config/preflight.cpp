@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 
+#include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
 #include "unstuck/config/device.h"
 
@@ -181,28 +182,42 @@ void check_limits(const RunConfig& c) {
                     "): prompt and completion together must fit the model's context");
 }
 
-void preflight(const RunConfig& c, const std::string& command, double limit_bytes, int64_t longest_prompt) {
-  check_limits(c);
-  if (limit_bytes < 0) {
-    // A CUDA run (run.device cuda, or auto on a machine with a usable GPU) keeps its step on the
-    // GPU, whose memory this build does not query: nothing to compare the host against.
-    if (resolve_device(c, 0).kind == DeviceKind::cuda) return;
-    limit_bytes = available_memory_bytes();
-  }
-  if (limit_bytes <= 0) return;  // unknown machine size: nothing to compare against
+MemoryLimit host_memory_limit(double bytes) {
   // The ranks started on this machine (LOCAL_WORLD_SIZE) share its memory.
-  const int64_t ranks_here = env_count("LOCAL_WORLD_SIZE");
-  const std::vector<MemoryPart> parts = estimate_memory(c, command, longest_prompt);
+  return {bytes, "this machine's " + format_bytes(bytes), env_count("LOCAL_WORLD_SIZE")};
+}
+
+MemoryLimit gpu_memory_limit(int device) {
+  double free = 0, total = 0;
+  if (!cuda_memory(device, &free, &total)) return {0, "", 1};  // unknown: no check
+  // Each rank has a GPU of its own (resolve_device refuses ranks sharing one).
+  return {free, "the free memory of cuda:" + std::to_string(device) + ", " + format_bytes(free) + " of " +
+                    format_bytes(total),
+          1};
+}
+
+void check_memory(const std::vector<MemoryPart>& parts, const MemoryLimit& limit, const std::string& command) {
+  if (limit.bytes <= 0 || parts.empty()) return;  // unknown size: nothing to compare against
   double total = 0;
   for (const MemoryPart& p : parts) total += p.bytes;
-  if (total * double(ranks_here) <= limit_bytes) return;
+  if (total * double(limit.ranks) <= limit.bytes) return;
   const MemoryPart& big = parts.front();
-  throw UserError(command + ": estimated memory " + format_bytes(total * double(ranks_here)) +
-                  (ranks_here > 1 ? " (" + format_bytes(total) + " per rank x LOCAL_WORLD_SIZE " + num(ranks_here) + ")"
-                                  : std::string()) +
-                  " exceeds this machine's " + format_bytes(limit_bytes) + "; largest part: " + big.what + ", " +
-                  format_bytes(big.bytes) + ", sized by " + big.keys + " (" + (big.knob.empty() ? "lower it" : big.knob) +
-                  ")");
+  throw UserError(command + ": estimated memory " + format_bytes(total * double(limit.ranks)) +
+                  (limit.ranks > 1 ? " (" + format_bytes(total) + " per rank x LOCAL_WORLD_SIZE " + num(limit.ranks) + ")"
+                                   : std::string()) +
+                  " exceeds " + limit.where + "; largest part: " + big.what + ", " + format_bytes(big.bytes) +
+                  ", sized by " + big.keys + " (" + (big.knob.empty() ? "lower it" : big.knob) + ")");
+}
+
+void preflight(const RunConfig& c, const std::string& command, double limit_bytes, int64_t longest_prompt) {
+  check_limits(c);
+  MemoryLimit limit = host_memory_limit(limit_bytes);
+  if (limit_bytes < 0) {  // this rank's device: its GPU's free memory, else the host's available memory
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    const ResolvedDevice d = resolve_device(c, local_rank ? std::atoi(local_rank) : 0);
+    limit = d.kind == DeviceKind::cuda ? gpu_memory_limit(d.index) : host_memory_limit(available_memory_bytes());
+  }
+  check_memory(estimate_memory(c, command, longest_prompt), limit, command);
 }
 
 }  // namespace unstuck

@@ -60,7 +60,7 @@ RunContext prepare_run(RunConfig& config, const std::string& command, bool model
   else
     preflight(config, command);
   at::set_num_threads(resolve_threads(config.precision.threads));
-  return {{}, tok_path, std::move(tok), derive_seeds(config.run.seed), std::move(prompts)};
+  return {{}, tok_path, std::move(tok), derive_seeds(config.run.seed), std::move(prompts), {}};
 }
 
 void open_run(RunContext& ctx, const RunConfig& config, const std::string& command, int rank) {

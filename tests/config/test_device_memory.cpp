@@ -1,6 +1,7 @@
 // run.device resolution (cpu, auto, cuda without a device, LOCAL_RANK beyond the devices) and the
 // GRPO memory pre-flight: a config that cannot fit is refused naming the knob to turn, the log-prob
-// row chunk lowers the estimate, and the ranks of LOCAL_WORLD_SIZE share the machine's memory.
+// row chunk lowers the estimate, the ranks of LOCAL_WORLD_SIZE share the machine's memory, and a GPU
+// run is held to its own GPU's free memory.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -152,6 +153,38 @@ TEST(TrainMemory, RanksOnOneMachineShareIt) {
   const std::string e = error_of([&] { preflight(c, "train", limit); });
   ::unsetenv("LOCAL_WORLD_SIZE");
   EXPECT_TRUE(has(e, "per rank x LOCAL_WORLD_SIZE 3")) << e;
+}
+
+// A GPU run is held to its GPU's free memory, which its rank does not share with the other ranks of
+// the machine (each has a GPU of its own); the error names the device and its free and total memory.
+TEST(TrainMemory, AGpuRunIsHeldToItsOwnGpu) {
+  RunConfig c = big_vocab_run();
+  c.grpo.logprob_chunk_rows = 8;
+  const std::vector<MemoryPart> parts = estimate_memory(c, "train");
+  const double limit = total(c) * 1.5;
+  ::setenv("LOCAL_WORLD_SIZE", "3", 1);
+  const std::string host = error_of([&] { check_memory(parts, host_memory_limit(limit), "train"); });
+  EXPECT_TRUE(has(host, "per rank x LOCAL_WORLD_SIZE 3") && has(host, "exceeds this machine's")) << host;
+  const MemoryLimit gpu{limit, "the free memory of cuda:1, 90.0 GiB of 140 GiB", 1};
+  EXPECT_EQ(error_of([&] { check_memory(parts, gpu, "train"); }), "<no UserError>");
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  const std::string e = error_of([&] { check_memory(parts, MemoryLimit{limit / 2, gpu.where, 1}, "train"); });
+  EXPECT_TRUE(has(e, "exceeds the free memory of cuda:1, 90.0 GiB of 140 GiB; largest part: ")) << e;
+}
+
+TEST(TrainMemory, GpuFreeMemoryOnThisMachine) {
+  if (cuda_device_count() == 0) {
+    EXPECT_EQ(gpu_memory_limit(0).bytes, 0.0);  // unknown: preflight checks nothing
+    GTEST_SKIP() << "no CUDA device: only the no-device answer is checked";
+  }
+  const MemoryLimit limit = gpu_memory_limit(0);
+  EXPECT_GT(limit.bytes, 0.0);
+  EXPECT_TRUE(has(limit.where, "the free memory of cuda:0, ")) << limit.where;
+  RunConfig c = big_vocab_run();
+  c.run.device = DeviceKind::cuda;
+  c.model.n_layers = 24000;  // about 10 TiB of weights and optimizer state: no GPU holds it
+  const std::string e = error_of([&] { preflight(c, "train"); });
+  EXPECT_TRUE(has(e, "exceeds the free memory of cuda:0")) << e;
 }
 
 }  // namespace

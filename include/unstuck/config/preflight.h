@@ -39,12 +39,27 @@ std::string memory_report(const std::vector<MemoryPart>& parts);
 // "1.5 GiB", "384.0 TiB".
 std::string format_bytes(double bytes);
 
-// Throws UserError when rollout.max_new_tokens leaves no room for a prompt within model.max_seq_len,
-// or when the memory estimate exceeds `limit_bytes` (default: the available memory of this machine
-// shared by its LOCAL_WORLD_SIZE ranks; no check when run.device resolves to a GPU), naming the
-// largest part's keys and the estimated bytes, e.g. "estimated memory 32.0 GiB exceeds this
+// What a run's memory estimate is compared with: `bytes` (0: unknown, no check), shared by `ranks`
+// ranks, described by `where` in the error ("this machine's 24.0 GiB").
+struct MemoryLimit {
+  double bytes = 0;
+  std::string where;
+  int64_t ranks = 1;
+};
+// The host's `bytes`, shared by the LOCAL_WORLD_SIZE ranks started on this machine.
+MemoryLimit host_memory_limit(double bytes);
+// The free memory of CUDA device `device` now, for its one rank (unknown without CUDA).
+MemoryLimit gpu_memory_limit(int device);
+// Throws UserError when the parts' total times limit.ranks exceeds limit.bytes, naming the total,
+// the limit and the largest part's keys and knob, e.g. "train: estimated memory 32.0 GiB exceeds this
 // machine's 24.0 GiB; largest part: logits ..., 29.8 GiB, sized by grpo.prompts_per_step (...) x ...
 // (raise grpo.minibatches or lower grpo.logprob_chunk_rows ...)".
+void check_memory(const std::vector<MemoryPart>& parts, const MemoryLimit& limit, const std::string& command);
+
+// Throws UserError when rollout.max_new_tokens leaves no room for a prompt within model.max_seq_len,
+// or when the memory estimate does not fit this rank's device (check_memory): with `limit_bytes` < 0,
+// the free memory of its GPU when run.device resolves to one (LOCAL_RANK's), else the available
+// memory of this machine shared by its LOCAL_WORLD_SIZE ranks; otherwise `limit_bytes` of host memory.
 void preflight(const RunConfig& config, const std::string& command, double limit_bytes = -1,
                int64_t longest_prompt = -1);
 
