@@ -140,12 +140,15 @@ class Sweep:
             self.probe_samples = p.get("probe_samples")
             # The prompt pool: built from the base (cached next to a base this driver trains, else in the
             # sweep folder) unless --pool gives one or an override sets data.train_path.
-            self.pool_spec, self.pool = None, a.pool
+            self.pool_spec, self.pool, self.pool_full = None, a.pool, None
             if not a.pool and not any(o.startswith("data.train_path=") for o in self.overrides) and p.get("pool"):
                 self.pool_spec = dict(p["pool"])
                 folder = os.path.dirname(self.base) if self.sft_args is not None else os.path.join(self.out, "pool")
                 s = self.pool_spec
                 self.pool = os.path.join(folder, f"pool-n{s['records']}-k{s['k']}-{s['lo']:g}-{s['hi']:g}.jsonl")
+                if s.get("size"):  # the first `size` prompts of that pool, in the sweep folder
+                    self.pool_full = self.pool
+                    self.pool = os.path.join(self.out, f"pool-first{s['size']}.jsonl")
             public = p.get("results_doc")
             doc = "" if public in ("quick", None) else "-" + public
             self.results = a.results or (f"docs/RESULTS{doc}{native}.md" if public else os.path.join(self.out, "RESULTS.md"))
@@ -168,7 +171,7 @@ class Sweep:
             self.drift = not a.no_drift
             self.device = self.jobs = self.probe_samples = None
             self.preset_overrides = []
-            self.pool_spec = self.pool = None
+            self.pool_spec = self.pool = self.pool_full = None
             self.base, self.sft_args = yaml_scalar(cfg, "grpo", "base_model"), None
             self.results = a.results or os.path.join(self.out, "RESULTS.md")
             self.plots = a.plots or os.path.join(self.out, "plots")
@@ -319,7 +322,7 @@ def prepare_pool(sweep):
         if sweep.pool and not os.path.exists(sweep.pool):
             raise SweepError(f"--pool {sweep.pool}: no such file")
         return None
-    s, pool = sweep.pool_spec, sweep.pool
+    s, pool = sweep.pool_spec, sweep.pool_full or sweep.pool
     meta = pool[:-len(".jsonl")] + ".json"
     model = os.path.join(sweep.base, "model.safetensors")
     st = os.stat(model)
@@ -344,6 +347,16 @@ def prepare_pool(sweep):
         note = f"building the prompt pool ({fmt_time(stats['seconds'])})"
     say(f"prompt pool {pool}: kept {stats['kept']} of {stats['records']} prompts (base's mean solve rate "
         f"{stats['mean_solve_rate']:.3f}, in the pool {stats['kept_mean_solve_rate']:.3f})")
+    if s.get("size"):  # the sweep trains on the first `size` prompts of the pool (a pool that recurs often)
+        lines = open(pool).readlines()
+        if len(lines) < s["size"]:
+            raise SweepError(f"the preset trains on the first {s['size']} prompts of the pool, but {pool} "
+                             f"kept only {len(lines)}")
+        with open(sweep.pool + ".new", "w") as f:
+            f.writelines(lines[:s["size"]])
+        os.replace(sweep.pool + ".new", sweep.pool)
+        stats = dict(stats, size=s["size"], full_pool=pool)
+        say(f"the sweep trains on its first {s['size']} prompts: {sweep.pool}")
     path = os.path.join(sweep.out, "sweep.json")
     record = json.load(open(path))
     record["pool_stats"] = {k: v for k, v in stats.items() if k != "base_id"}

@@ -248,8 +248,10 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
             f"{ps['records']} training prompts, each sampled {ps['k']} times at temperature 1, kept when solved "
             f"{ps['lo']:g}-{ps['hi']:g} of the time: {ps['kept']} prompts (base's solve rate on them "
             f"{ps['kept_mean_solve_rate']:.3f}; on all {ps['records']}: {ps['mean_solve_rate']:.3f}, pass@{ps['k']} "
-            f"{pass_k:.3f}; prompts by correct samples 0..{ps['k']}: {hist}). The trainer cycles "
-            "the pool; *training reward* below is on its prompts, *eval accuracy* on the whole test set.")
+            f"{pass_k:.3f}; prompts by correct samples 0..{ps['k']}: {hist})"
+            + (f"; the sweep trains on its first {ps['size']} prompts" if ps.get("size") else "") +
+            ". The trainer cycles the pool; *training reward* below is on its prompts, *eval accuracy* on "
+            "the whole test set.")
         add("")
     elif sweep.get("pool_path"):
         add(f"Prompts: `{sweep['pool_path']}` (given by --pool).")

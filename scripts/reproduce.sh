@@ -10,6 +10,7 @@
 #   scripts/reproduce.sh --full      # 2 model sizes x 4 arms x 5 seeds (150, 100 steps) -> docs/RESULTS-full*.md
 #   scripts/reproduce.sh --gpu       # a 27M-parameter policy on one CUDA device -> docs/RESULTS-gpu.md
 #   scripts/reproduce.sh --gpu-phase # its phase diagram at 1e-5, 2e-5, 4e-5 -> docs/RESULTS-gpu-phase.md
+#   scripts/reproduce.sh --gpu-pool  # --gpu on the first 64 prompts of its pool, 200 steps -> docs/RESULTS-gpu-pool.md
 #   scripts/reproduce.sh --smoke     # pipeline check in about a minute (tiny base, 1 seed, 4 steps)
 #
 # A thin wrapper of scripts/compare.py --preset paper-<name>; every other option goes to it (see
@@ -25,8 +26,8 @@ COMMAND_LINE="scripts/reproduce.sh${*:+ $(printf '%q ' "$@" | sed 's/ $//')}"
 PRESET=quick ARGS=() BUILD=1
 for arg in "$@"; do
   case "$arg" in
-    --quick|--full|--smoke|--phase|--gpu|--gpu-phase) PRESET=${arg#--} ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --quick|--full|--smoke|--phase|--gpu|--gpu-phase|--gpu-pool) PRESET=${arg#--} ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     --no-build) BUILD=0; ARGS+=("$arg") ;;
     *) ARGS+=("$arg") ;;
   esac

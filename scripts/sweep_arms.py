@@ -19,7 +19,8 @@ MODE_LABELS = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16-RN", "bf16_sr": "BF
 
 # Presets of the paper reproduction: arms, steps, seeds, evaluation and checkpoint cadence, and the
 # prompt pool built from the base (scripts/paper_pool.py: `records` first training prompts sampled `k`
-# times, kept when solved between `lo` and `hi` of the time). `results_doc`: the report goes to
+# times, kept when solved between `lo` and `hi` of the time; with `size`, the sweep trains on the first
+# `size` prompts of that pool, which then recur every few steps). `results_doc`: the report goes to
 # docs/RESULTS.md (docs/RESULTS-<name>.md for the others) and the plots to docs/results/<name>.
 # `phase`: the LR sweep of the phase diagram (modes x LRs, arms named MODE_lrLR; report by
 # scripts/paper_phase.py). `drift`: run scripts/paper_drift.py after the sweep (`probe_samples`: test
@@ -60,8 +61,14 @@ PRESETS = {
                             eval_every=25, eval_samples=500, checkpoint_every=50,
                             pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False, results_doc="gpu-phase",
                             base_name="sft-countdown-gpu", sft=GPU_SFT, device="cuda", compute="native", jobs=4),
+    # --gpu-pool: --gpu on the first 64 prompts of its pool (same base), 200 steps: on the CPU policy a
+    # 32-64-prompt pool raised FP16's gain 1.5-2.3x at the same LR (docs/CALIBRATION.md, "Smaller prompt
+    # pools"); the 27M policy's lag at x (20-51%) came with a gain below the verdicts' minimum.
+    "paper-gpu-pool": dict(steps=200, seeds=3, arms=QUICK_ARMS, eval_every=50, eval_samples=500, checkpoint_every=20,
+                           pool=dict(records=2000, k=8, lo=0.2, hi=0.8, size=64), drift=True, results_doc="gpu-pool",
+                           base_name="sft-countdown-gpu", sft=GPU_SFT, device="cuda", compute="native", jobs=4),
     "paper-smoke": dict(steps=4, seeds=1, arms=PAPER_ARMS, eval_every=2, eval_samples=16, checkpoint_every=2,
-                        pool=dict(records=24, k=2, lo=0.0, hi=1.0), drift=True, smoke=True,
+                        pool=dict(records=24, k=2, lo=0.0, hi=1.0, size=16), drift=True, smoke=True,
                         # the smoke base solves nothing: a 0/1 reward would give it no gradient at all
                         train=["reward.format_reward=0.1"]),
 }

@@ -20,10 +20,13 @@ for arm in "FP32 (control)" "FP16 @ x" "BF16-RN @ x" "BF16-RN @ k\*x" "BF16-SR @
 done
 [[ $(ls "$OUT"/plots/*.png | wc -l) == 10 ]] || fail "expected 10 plots in $OUT/plots (7 + drift, drift vs step, probe)"
 grep -q "^  compute: fp32" "$OUT/bf16/seed1/config.yaml" || fail "the paper preset must compute every arm in FP32"
-# The prompt pool: built from the smoke base in the sweep folder, recorded, and trained on.
+# The prompt pool: built from the smoke base in the sweep folder, recorded; the arms train on its
+# first 16 prompts (the preset's pool size), copied into the sweep folder.
 POOL=$OUT/sft-smoke/pool-n24-k2-0-1.jsonl
 [[ $(wc -l < "$POOL") == 24 ]] || fail "expected the 24-prompt smoke pool at $POOL"
-grep -q "^  train_path: .*sft-smoke/pool-n24-k2-0-1.jsonl" "$OUT/fp16/seed1/config.yaml" || fail "the arms must train on the pool"
+cmp -s <(head -16 "$POOL") "$OUT/pool-first16.jsonl" || fail "pool-first16.jsonl must hold the pool's first 16 prompts"
+grep -q "^  train_path: .*/pool-first16.jsonl" "$OUT/fp16/seed1/config.yaml" || fail "the arms must train on the pool's first 16 prompts"
+grep -q "the sweep trains on its first 16 prompts" "$OUT/RESULTS.md" || fail "the report does not give the pool size"
 # The paper arms use a 0/1 reward; the smoke preset gives its base (which solves nothing) the 0.1 format reward.
 grep -Eq "^reward: \{format_reward: 0\.0\}" configs/paper/fp16.yaml || fail "configs/paper: the arms use a 0/1 reward"
 grep -Eq "^  format_reward: 0\.1( |$)" "$OUT/fp16/seed1/config.yaml" || fail "the smoke preset's reward override"
