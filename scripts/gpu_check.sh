@@ -4,11 +4,12 @@
 # cmake, ninja. The Debian -dev packages travel as .deb files in .gpu/debs (scripts/gpu_debs.sh
 # fetches them here) and are unpacked into the private prefix .gpu/prefix; the build uses that
 # python's libtorch. Steps, each timed: prefix -> configure + build (UNSTUCK_CUDA=ON, sm_90), or the
-# binaries built here (--prebuilt) -> [first CUDA step] CUDA kernel, model, sampling, SFT and NCCL
-# tests -> a tiny SFT base -> 20 GRPO steps with run.device=cuda and run.device=cpu from it, compared
-# step by step -> `bench step --device cuda` -> `bench precision` on the host CPU -> [--paper] the paper's GPU preset (reproduce.sh --gpu;
-# GPU_CHECK_PAPER_PRESETS="paper-gpu paper-gpu-phase" adds its phase diagram), reports, plots and
-# metrics packed into $OUT/paper_gpu.tar.gz.
+# binaries built here (--prebuilt) -> [first CUDA step] CUDA kernel, model, sampling, SFT,
+# device/pre-flight and NCCL tests -> a tiny SFT base -> 20 GRPO steps with run.device=cuda and
+# run.device=cpu from it, compared step by step -> `bench step --device cuda` -> `bench precision` on
+# the host CPU -> [--paper] the paper's GPU preset (reproduce.sh --gpu; GPU_CHECK_PAPER_PRESETS="paper-gpu
+# paper-gpu-phase" adds its phase diagram, "paper-gpu-pool" runs it on a 64-prompt pool), reports,
+# plots and metrics packed into $OUT/paper_gpu.tar.gz.
 #   scripts/gpu_debs.sh                                   # here: fetch the .deb files (~5 MB)
 #   UNSTUCK_GPU_PYTHON=/work/t211/bin/python3 scripts/gpu_check.sh --build-dir /work/build-t211 \
 #       --no-prefix --pack .gpu/bin                       # here: build against the GPU machine's torch
@@ -106,7 +107,7 @@ source_hash() {
 }
 
 # ---- 3. configure and build, or the binaries built here ------------------------------------------
-TARGETS=(unstuck test_precision test_dist test_model test_rollout test_train)
+TARGETS=(unstuck test_precision test_dist test_model test_rollout test_train test_config)
 if [[ -n $PREBUILT ]]; then
   step "prebuilt binaries in $BUILD_DIR (built against torch $(cat "$BUILD_DIR/TORCH_VERSION" 2> /dev/null || echo '?'))"
   [[ -x $BUILD_DIR/unstuck ]] || fail "--prebuilt $BUILD_DIR: no unstuck there (make it with --pack)" 2
@@ -211,6 +212,8 @@ else
   gtest_run "$LOGS/model_tests.log" '*Cuda*' "$BUILD_DIR/tests/test_model"
   gtest_run "$LOGS/rollout_tests.log" '*Cuda*' "$BUILD_DIR/tests/test_rollout"
   gtest_run "$LOGS/sft_tests.log" 'Sft.TrainsOnTheConfiguredDevice' "$BUILD_DIR/tests/test_train"
+  step "run.device on this machine and the pre-flight against the GPU's free memory"
+  gtest_run "$LOGS/device_tests.log" 'ResolveDevice.ThisMachine:TrainMemory.GpuFreeMemoryOnThisMachine' "$BUILD_DIR/tests/test_config"
   step "NCCL tests (collectives on device buffers, sharded update)"
   gtest_run "$LOGS/nccl_tests.log" '*Nccl*' "$BUILD_DIR/tests/test_dist"
 fi
