@@ -22,6 +22,35 @@ namespace {
 constexpr int kLanes = 16;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// Element types of the decode kernel's tensors, computed in FP32. `round` is the rounding libtorch's
+// ops apply to an intermediate result of that dtype (none in FP32; BF16 round-to-nearest-even, NaN
+// as libtorch's quiet NaN 0x7FC0), so the kernel rounds where the batched products of the BF16 path do.
+struct F32 {
+  using T = float;
+  static float load(const float* p) { return *p; }
+  static float round(float x) { return x; }
+  static void store(float* p, float x) { *p = x; }
+};
+struct BF16 {
+  using T = uint16_t;
+  static float load(const uint16_t* p) {
+    const uint32_t u = uint32_t(*p) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+  static uint16_t bits(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    return x != x ? uint16_t(0x7FC0) : uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+  static float round(float x) {
+    const uint16_t b = bits(x);
+    return load(&b);
+  }
+  static void store(uint16_t* p, float x) { *p = bits(x); }
+};
+
 // Lane j accumulates the elements j, j + 16, ...; the lanes fold pairwise (8, 4, 2, 1). The order is
 // fixed by the code, not by the vector width, so every clone sums alike.
 UNSTUCK_INLINE float fold(float (&acc)[kLanes]) {
@@ -33,12 +62,13 @@ UNSTUCK_INLINE float fold(float (&acc)[kLanes]) {
   return acc[0] + acc[1];
 }
 
-UNSTUCK_INLINE float dot(const float* a, const float* b, int64_t n) {
+template <class E = F32>
+UNSTUCK_INLINE float dot(const float* a, const typename E::T* b, int64_t n) {
   float acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
-  for (int j = 0; i + j < n; ++j) acc[j] += a[i + j] * b[i + j];
+    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * E::load(b + i + j);
+  for (int j = 0; i + j < n; ++j) acc[j] += a[i + j] * E::load(b + i + j);
   return fold(acc);
 }
 
@@ -82,9 +112,11 @@ UNSTUCK_INLINE float exp_nonpositive(float x) {
 
 // The kernel for head dimension HD (0: any, read from the shape). A compile-time HD keeps the
 // query, the lanes and the value accumulator in registers.
-template <int HD>
-UNSTUCK_INLINE void attend(const float* q, const float* k, const float* v, const float* bias, float* out,
-                           const DecodeAttentionShape& shape, float scale, int64_t first, int64_t last) {
+template <class E, int HD>
+UNSTUCK_INLINE void attend(const typename E::T* q, const typename E::T* k, const typename E::T* v,
+                           const typename E::T* bias, typename E::T* out, const DecodeAttentionShape& shape,
+                           float scale, int64_t first, int64_t last) {
+  using T = typename E::T;
   const int64_t H = shape.heads, G = shape.kv_heads, hd = HD > 0 ? HD : shape.head_dim, A = shape.slots,
                 L = shape.filled;
   const int64_t R = H / G;  // query heads per KV head
@@ -92,12 +124,12 @@ UNSTUCK_INLINE void attend(const float* q, const float* k, const float* v, const
       acc(static_cast<std::size_t>(hd));
   for (int64_t bg = first; bg < last; ++bg) {
     const int64_t b = bg / G, g = bg % G;
-    const float* keys = k + bg * A * hd;  // (A, hd)
-    const float* values = v + bg * A * hd;
-    const float* row_bias = bias + b * A;
+    const T* keys = k + bg * A * hd;  // (A, hd)
+    const T* values = v + bg * A * hd;
+    const T* row_bias = bias + b * A;
     for (int64_t r = 0; r < R; ++r) {
-      const float* qh = q + b * shape.q_row_stride + (g * R + r) * hd;
-      for (int64_t d = 0; d < hd; ++d) qs[std::size_t(r * hd + d)] = qh[d] * scale;
+      const T* qh = q + b * shape.q_row_stride + (g * R + r) * hd;
+      for (int64_t d = 0; d < hd; ++d) qs[std::size_t(r * hd + d)] = E::round(E::load(qh + d) * scale);
     }
     // Each (row, KV head) reads L of its A slots, so the cache is not one linear stream that the
     // hardware prefetcher follows: fetch the key and value rows of the pair two ahead (measured:
@@ -109,16 +141,18 @@ UNSTUCK_INLINE void attend(const float* q, const float* k, const float* v, const
           __builtin_prefetch(keys + 2 * A * hd + c * hd + line);
           __builtin_prefetch(values + 2 * A * hd + c * hd + line);
         }
-      const bool hidden = row_bias[c] == kNegInf;
-      for (int64_t r = 0; r < R; ++r)
-        scores[std::size_t(r * L + c)] = hidden ? kNegInf : dot(&qs[std::size_t(r * hd)], keys + c * hd, hd) + row_bias[c];
+      const float slot_bias = E::load(row_bias + c);
+      const bool hidden = slot_bias == kNegInf;
+      for (int64_t r = 0; r < R; ++r)  // the product rounded to the dtype, then the bias added in it
+        scores[std::size_t(r * L + c)] =
+            hidden ? kNegInf : E::round(E::round(dot<E>(&qs[std::size_t(r * hd)], keys + c * hd, hd)) + slot_bias);
     }
     for (int64_t r = 0; r < R; ++r) {
       float* __restrict s = &scores[std::size_t(r * L)];
-      float* __restrict o = out + (b * H + g * R + r) * hd;
+      T* __restrict o = out + (b * H + g * R + r) * hd;
       const float m = max_of(s, L);
       if (m == kNegInf) {  // nothing visible (a row with no real token): zeros, not NaN
-        for (int64_t d = 0; d < hd; ++d) o[d] = 0.0f;
+        for (int64_t d = 0; d < hd; ++d) E::store(o + d, 0.0f);
         continue;
       }
       float sums[kLanes] = {};
@@ -130,22 +164,22 @@ UNSTUCK_INLINE void attend(const float* q, const float* k, const float* v, const
       if constexpr (HD > 0) {
         float a[HD] = {};
         for (c = 0; c < L; ++c) {
-          const float p = s[c] / total;
+          const float p = E::round(s[c] / total);  // probabilities in the dtype, as the BF16 path casts them
           if (p == 0.0f) continue;  // hidden (or underflowed) slot: its value is not read
-          const float* __restrict vrow = values + c * HD;
-          for (int d = 0; d < HD; ++d) a[d] += p * vrow[d];
+          const T* __restrict vrow = values + c * HD;
+          for (int d = 0; d < HD; ++d) a[d] += p * E::load(vrow + d);
         }
-        for (int d = 0; d < HD; ++d) o[d] = a[d];
+        for (int d = 0; d < HD; ++d) E::store(o + d, a[d]);
       } else {
         float* __restrict a = acc.data();
         for (int64_t d = 0; d < hd; ++d) a[d] = 0.0f;
         for (c = 0; c < L; ++c) {
-          const float p = s[c] / total;
+          const float p = E::round(s[c] / total);
           if (p == 0.0f) continue;
-          const float* __restrict vrow = values + c * hd;
-          for (int64_t d = 0; d < hd; ++d) a[d] += p * vrow[d];
+          const T* __restrict vrow = values + c * hd;
+          for (int64_t d = 0; d < hd; ++d) a[d] += p * E::load(vrow + d);
         }
-        for (int64_t d = 0; d < hd; ++d) o[d] = a[d];
+        for (int64_t d = 0; d < hd; ++d) E::store(o + d, a[d]);
       }
     }
   }
@@ -157,10 +191,22 @@ UNSTUCK_ISA_CLONES
 void decode_attention_f32(const float* q, const float* k, const float* v, const float* bias, float* out,
                           const DecodeAttentionShape& shape, float scale, int64_t first, int64_t last) {
   switch (shape.head_dim) {
-    case 32: return attend<32>(q, k, v, bias, out, shape, scale, first, last);
-    case 64: return attend<64>(q, k, v, bias, out, shape, scale, first, last);
-    case 128: return attend<128>(q, k, v, bias, out, shape, scale, first, last);
-    default: return attend<0>(q, k, v, bias, out, shape, scale, first, last);
+    case 32: return attend<F32, 32>(q, k, v, bias, out, shape, scale, first, last);
+    case 64: return attend<F32, 64>(q, k, v, bias, out, shape, scale, first, last);
+    case 128: return attend<F32, 128>(q, k, v, bias, out, shape, scale, first, last);
+    default: return attend<F32, 0>(q, k, v, bias, out, shape, scale, first, last);
+  }
+}
+
+UNSTUCK_ISA_CLONES
+void decode_attention_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* bias,
+                           uint16_t* out, const DecodeAttentionShape& shape, float scale, int64_t first,
+                           int64_t last) {
+  switch (shape.head_dim) {
+    case 32: return attend<BF16, 32>(q, k, v, bias, out, shape, scale, first, last);
+    case 64: return attend<BF16, 64>(q, k, v, bias, out, shape, scale, first, last);
+    case 128: return attend<BF16, 128>(q, k, v, bias, out, shape, scale, first, last);
+    default: return attend<BF16, 0>(q, k, v, bias, out, shape, scale, first, last);
   }
 }
 

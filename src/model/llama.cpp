@@ -332,26 +332,34 @@ bool decodes_over_capacity(const KVCache& cache, int64_t T) {
 
 // One query per row on the CPU: q (B, H, 1, hd) against the first `filled` slots of the cache k, v
 // (B, G, A, hd), slots masked by `bias` (B, 1, 1, A: 0 for a key, -inf for an unfilled or hidden
-// slot, built once per step for every layer). FP32 runs our fused kernel (cpu_kernels.h): the
+// slot, built once per step for every layer). FP32 and BF16 run our fused kernel (cpu_kernels.h): the
 // step is bound by reading the cache, and the kernel reads each filled key and value once, with no
-// score tensors in between. Other dtypes run two batched matrix products over the whole contiguous
-// buffer with the H / G query heads of a group stacked as rows (GQA without copying keys): libtorch's
-// CPU flash kernel runs a single query as one matrix-vector product per (row, head), and batched
-// products on a slice of the cache copy it; scores are formed in the compute dtype and normalized in
-// FP32 (as transformers' eager attention does).
+// score tensors in between. Other dtypes (FP16) run two batched matrix products over the whole
+// contiguous buffer with the H / G query heads of a group stacked as rows (GQA without copying keys):
+// libtorch's CPU flash kernel runs a single query as one matrix-vector product per (row, head), and
+// batched products on a slice of the cache copy it; scores are formed in the compute dtype and
+// normalized in FP32 (as transformers' eager attention does), which the kernel's BF16 form follows.
 torch::Tensor decode_attention(const torch::Tensor& q_in, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& bias, int64_t filled) {
   const int64_t B = q_in.size(0), H = q_in.size(1), hd = q_in.size(3), G = k.size(1), A = k.size(2);
   const double scale = 1.0 / std::sqrt(double(hd));
-  if (q_in.scalar_type() == torch::kFloat32 && k.is_contiguous() && v.is_contiguous() && bias.is_contiguous()) {
+  const auto dtype = q_in.scalar_type();
+  if ((dtype == torch::kFloat32 || dtype == torch::kBFloat16) && k.is_contiguous() && v.is_contiguous() &&
+      bias.is_contiguous() && bias.scalar_type() == dtype) {
     const torch::Tensor q = q_in.stride(1) == hd && q_in.stride(3) == 1 ? q_in : q_in.contiguous();
     torch::Tensor out = torch::empty({B, H, 1, hd}, q.options());
     const DecodeAttentionShape shape{H, G, hd, A, filled, q.stride(0)};
-    const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
-    const float* bp = bias.data_ptr<float>();
-    float* op = out.data_ptr<float>();
     at::parallel_for(0, B * G, 16, [&](int64_t first, int64_t last) {
-      decode_attention_f32(qp, kp, vp, bp, op, shape, float(scale), first, last);
+      if (dtype == torch::kFloat32)
+        decode_attention_f32(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), bias.data_ptr<float>(),
+                             out.data_ptr<float>(), shape, float(scale), first, last);
+      else
+        decode_attention_bf16(reinterpret_cast<const uint16_t*>(q.data_ptr<at::BFloat16>()),
+                              reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>()),
+                              reinterpret_cast<const uint16_t*>(v.data_ptr<at::BFloat16>()),
+                              reinterpret_cast<const uint16_t*>(bias.data_ptr<at::BFloat16>()),
+                              reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()), shape, float(scale), first,
+                              last);
     });
     return out;
   }
@@ -586,8 +594,9 @@ KVCache LlamaModel::new_cache(int64_t batch, int64_t capacity) const {
   cache.key_position = torch::zeros({batch, 0}, opts.dtype(torch::kLong));
   cache.next_position = torch::zeros({batch}, opts.dtype(torch::kLong));
   cache.capacity = capacity;
-  const bool fp32_cpu = flat_.device().is_cpu() && flat_.scalar_type() == torch::kFloat32;
-  cache.grow_slots = fp32_cpu ? std::max<int64_t>(capacity, 1) : KVCache::kGrowSlots;
+  const auto dtype = flat_.scalar_type();
+  const bool kernel_decodes = flat_.device().is_cpu() && (dtype == torch::kFloat32 || dtype == torch::kBFloat16);
+  cache.grow_slots = kernel_decodes ? std::max<int64_t>(capacity, 1) : KVCache::kGrowSlots;
   return cache;
 }
 

@@ -54,11 +54,11 @@ TEST(Llama, CachedDecodingMatchesFullForwardFp32) { check_cache_matches_full(tor
 // activations; 2% of the largest logit bounds it with margin.
 TEST(Llama, CachedDecodingMatchesFullForwardBf16) { check_cache_matches_full(torch::kBFloat16, 2e-2); }
 
-// BF16 / FP16 CPU decoding attends over the whole buffer, so the cache's buffers grow with the
-// filled slots (kGrowSlots at a time, capped at the capacity) and decoding reads about the filled
-// slots only; FP32 on the CPU decodes with a kernel that reads only the filled slots, so its cache is
+// FP16 CPU decoding attends over the whole buffer, so the cache's buffers grow with the filled slots
+// (kGrowSlots at a time, capped at the capacity) and decoding reads about the filled slots only; FP32
+// and BF16 on the CPU decode with a kernel that reads only the filled slots, so their cache is
 // allocated once at full capacity (no step copies it). The logits are those of a full forward across
-// every growth (tolerances of the tests above), and a token past the capacity is refused.
+// every growth (FP32 1e-5, BF16 and FP16 2e-2, as above), and a token past the capacity is refused.
 void check_cache_growth(torch::ScalarType dtype, double tol, const std::vector<int64_t>& expected_sizes) {
   const ModelConfig c = small_config();
   LlamaModel model(c, fresh_weights(c, dtype));
@@ -79,7 +79,8 @@ void check_cache_growth(torch::ScalarType dtype, double tol, const std::vector<i
 }
 
 TEST(Llama, CacheGrowsWithItsFill) {
-  check_cache_growth(torch::kBFloat16, 2e-2, {KVCache::kGrowSlots, 2 * KVCache::kGrowSlots, 37});
+  check_cache_growth(torch::kFloat16, 2e-2, {KVCache::kGrowSlots, 2 * KVCache::kGrowSlots, 37});
+  check_cache_growth(torch::kBFloat16, 2e-2, {37});
   check_cache_growth(torch::kFloat32, 1e-5, {37});
 }
 

@@ -1,4 +1,4 @@
-// FP32 CPU kernels of the model's no-gradient path (rollouts, measurement forwards), each one pass
+// CPU kernels of the model's no-gradient path (FP32; decode attention also BF16) (rollouts, measurement forwards), each one pass
 // where libtorch runs several ops: decode attention (one query per row against its KV cache, bound
 // by reading the cache), RMSNorm and rotary embedding. Torch-free; src/model/llama.cpp calls them on
 // tensors' buffers. Sums run over 16 fixed lanes, so the scalar, AVX2 and AVX-512 clones the compiler
@@ -25,6 +25,13 @@ struct DecodeAttentionShape {
 // polynomial. A row whose slots are all hidden gets zeros. Hidden slots are not read.
 void decode_attention_f32(const float* q, const float* k, const float* v, const float* bias, float* out,
                           const DecodeAttentionShape& shape, float scale, int64_t first, int64_t last);
+
+// The same in BF16 (bit patterns): q, k, v, bias and out hold BF16 values; the kernel computes in FP32
+// and rounds to BF16 where libtorch's batched BF16 products round (the scaled query, each score,
+// each probability, the output), as the model's BF16 decode did before this kernel.
+void decode_attention_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* bias,
+                           uint16_t* out, const DecodeAttentionShape& shape, float scale, int64_t first,
+                           int64_t last);
 
 // The scalar reference the tests compare with: the same formula with double accumulation and std::exp.
 void decode_attention_reference(const float* q, const float* k, const float* v, const float* bias, float* out,
