@@ -121,7 +121,7 @@ UNSTUCK_INLINE void attend(const typename E::T* q, const typename E::T* k, const
                 L = shape.filled;
   const int64_t R = H / G;  // query heads per KV head
   std::vector<float> qs(static_cast<std::size_t>(R * hd)), scores(static_cast<std::size_t>(R * L)),
-      acc(static_cast<std::size_t>(hd));
+      acc_any(static_cast<std::size_t>(HD > 0 ? 0 : hd));  // the value accumulator without a fixed HD
   for (int64_t bg = first; bg < last; ++bg) {
     const int64_t b = bg / G, g = bg % G;
     const T* keys = k + bg * A * hd;  // (A, hd)
@@ -161,27 +161,30 @@ UNSTUCK_INLINE void attend(const typename E::T* q, const typename E::T* k, const
         for (int j = 0; j < kLanes; ++j) sums[j] += (s[c + j] = exp_nonpositive(s[c + j] - m));
       for (int j = 0; c + j < L; ++j) sums[j] += (s[c + j] = exp_nonpositive(s[c + j] - m));
       const float total = fold(sums);
-      if constexpr (HD > 0) {
-        float a[HD] = {};
-        for (c = 0; c < L; ++c) {
-          const float p = E::round(s[c] / total);  // probabilities in the dtype, as the BF16 path casts them
-          if (p == 0.0f) continue;  // hidden (or underflowed) slot: its value is not read
-          const T* __restrict vrow = values + c * HD;
-          for (int d = 0; d < HD; ++d) a[d] += p * E::load(vrow + d);
-        }
-        for (int d = 0; d < HD; ++d) E::store(o + d, a[d]);
-      } else {
-        float* __restrict a = acc.data();
-        for (int64_t d = 0; d < hd; ++d) a[d] = 0.0f;
-        for (c = 0; c < L; ++c) {
-          const float p = E::round(s[c] / total);
-          if (p == 0.0f) continue;
-          const T* __restrict vrow = values + c * hd;
-          for (int64_t d = 0; d < hd; ++d) a[d] += p * E::load(vrow + d);
-        }
-        for (int64_t d = 0; d < hd; ++d) E::store(o + d, a[d]);
+      float acc_fixed[HD > 0 ? HD : 1];  // in registers when HD is fixed
+      float* __restrict a = HD > 0 ? acc_fixed : acc_any.data();
+      for (int64_t d = 0; d < hd; ++d) a[d] = 0.0f;
+      for (c = 0; c < L; ++c) {
+        const float p = E::round(s[c] / total);  // probabilities in the dtype, as the BF16 path casts them
+        if (p == 0.0f) continue;  // hidden (or underflowed) slot: its value is not read
+        const T* __restrict vrow = values + c * hd;
+        for (int64_t d = 0; d < hd; ++d) a[d] += p * E::load(vrow + d);
       }
+      for (int64_t d = 0; d < hd; ++d) E::store(o + d, a[d]);
     }
+  }
+}
+
+// attend<E, HD> for the head dimensions with a compiled specialization, else the generic one.
+template <class E>
+UNSTUCK_INLINE void attend_any(const typename E::T* q, const typename E::T* k, const typename E::T* v,
+                               const typename E::T* bias, typename E::T* out, const DecodeAttentionShape& shape,
+                               float scale, int64_t first, int64_t last) {
+  switch (shape.head_dim) {
+    case 32: return attend<E, 32>(q, k, v, bias, out, shape, scale, first, last);
+    case 64: return attend<E, 64>(q, k, v, bias, out, shape, scale, first, last);
+    case 128: return attend<E, 128>(q, k, v, bias, out, shape, scale, first, last);
+    default: return attend<E, 0>(q, k, v, bias, out, shape, scale, first, last);
   }
 }
 
@@ -190,24 +193,14 @@ UNSTUCK_INLINE void attend(const typename E::T* q, const typename E::T* k, const
 UNSTUCK_ISA_CLONES
 void decode_attention_f32(const float* q, const float* k, const float* v, const float* bias, float* out,
                           const DecodeAttentionShape& shape, float scale, int64_t first, int64_t last) {
-  switch (shape.head_dim) {
-    case 32: return attend<F32, 32>(q, k, v, bias, out, shape, scale, first, last);
-    case 64: return attend<F32, 64>(q, k, v, bias, out, shape, scale, first, last);
-    case 128: return attend<F32, 128>(q, k, v, bias, out, shape, scale, first, last);
-    default: return attend<F32, 0>(q, k, v, bias, out, shape, scale, first, last);
-  }
+  attend_any<F32>(q, k, v, bias, out, shape, scale, first, last);
 }
 
 UNSTUCK_ISA_CLONES
 void decode_attention_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* bias,
                            uint16_t* out, const DecodeAttentionShape& shape, float scale, int64_t first,
                            int64_t last) {
-  switch (shape.head_dim) {
-    case 32: return attend<BF16, 32>(q, k, v, bias, out, shape, scale, first, last);
-    case 64: return attend<BF16, 64>(q, k, v, bias, out, shape, scale, first, last);
-    case 128: return attend<BF16, 128>(q, k, v, bias, out, shape, scale, first, last);
-    default: return attend<BF16, 0>(q, k, v, bias, out, shape, scale, first, last);
-  }
+  attend_any<BF16>(q, k, v, bias, out, shape, scale, first, last);
 }
 
 UNSTUCK_ISA_CLONES
