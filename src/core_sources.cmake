@@ -5,7 +5,7 @@ file(GLOB UNSTUCK_CORE_SOURCES CONFIGURE_DEPENDS
   ${UNSTUCK_SRC_DIR}/common/*.cpp ${UNSTUCK_SRC_DIR}/config/*.cpp ${UNSTUCK_SRC_DIR}/log/*.cpp
   ${UNSTUCK_SRC_DIR}/precision/*.cpp ${UNSTUCK_SRC_DIR}/data/*.cpp ${UNSTUCK_SRC_DIR}/reward/*.cpp
   ${UNSTUCK_SRC_DIR}/tokenizer/*.cpp ${UNSTUCK_SRC_DIR}/io/*.cpp ${UNSTUCK_SRC_DIR}/model/param_layout.cpp
-  ${UNSTUCK_SRC_DIR}/model/cpu_kernels.cpp
+  ${UNSTUCK_SRC_DIR}/model/cpu_kernels.cpp ${UNSTUCK_SRC_DIR}/dist/launch_env.cpp
   ${UNSTUCK_SRC_DIR}/model/hf_config.cpp)
 
 # Kernel files: ISA flags per file, and no floating-point contraction anywhere in the kernels, so

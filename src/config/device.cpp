@@ -3,6 +3,7 @@
 
 #include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
+#include "unstuck/dist/launch_env.h"
 
 namespace unstuck {
 
@@ -27,6 +28,13 @@ ResolvedDevice resolve_device(const RunConfig& config, int local_rank) {
   std::string why_not;
   const int n = cuda_device_count(&why_not);
   return resolve_device(config.run.device, local_rank, n, why_not);
+}
+
+ResolvedDevice rank_device(const RunConfig& config) {
+  if (config.run.device == DeviceKind::cpu) return {};
+  std::string why_not;
+  const int n = cuda_device_count(&why_not);
+  return resolve_device(config.run.device, n > 0 ? dist::launch_env_from_environment().local_rank : 0, n, why_not);
 }
 
 }  // namespace unstuck

@@ -211,12 +211,11 @@ void check_memory(const std::vector<MemoryPart>& parts, const MemoryLimit& limit
 
 void preflight(const RunConfig& c, const std::string& command, double limit_bytes, int64_t longest_prompt) {
   check_limits(c);
-  MemoryLimit limit = host_memory_limit(limit_bytes);
-  if (limit_bytes < 0) {  // this rank's device: its GPU's free memory, else the host's available memory
-    const char* local_rank = std::getenv("LOCAL_RANK");
-    const ResolvedDevice d = resolve_device(c, local_rank ? std::atoi(local_rank) : 0);
-    limit = d.kind == DeviceKind::cuda ? gpu_memory_limit(d.index) : host_memory_limit(available_memory_bytes());
-  }
+  // Given bytes of host memory, or this rank's device: its GPU's free memory, else the host's available memory.
+  const ResolvedDevice d = limit_bytes < 0 ? rank_device(c) : ResolvedDevice{};
+  const MemoryLimit limit = limit_bytes >= 0            ? host_memory_limit(limit_bytes)
+                            : d.kind == DeviceKind::cuda ? gpu_memory_limit(d.index)
+                                                         : host_memory_limit(available_memory_bytes());
   check_memory(estimate_memory(c, command, longest_prompt), limit, command);
 }
 

@@ -1,12 +1,11 @@
-// The communicator's bookkeeping (bytes, time), the single-process backend, the launcher
-// environment and the backend choice.
+// The communicator's bookkeeping (bytes, time), the single-process backend and the backend choice
+// (the launcher environment is read by launch_env.cpp).
 #include "unstuck/dist/communicator.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-
-#include "unstuck/common/error.h"
+#include <stdexcept>
+#include <string>
 
 namespace unstuck::dist {
 namespace {
@@ -29,17 +28,6 @@ class SingleProcessCommunicator final : public Communicator {
     if (in != out) std::memmove(out, in, n * element_size(t));
   }
 };
-
-int env_int(const char* name, int fallback, bool* present = nullptr) {
-  const char* v = std::getenv(name);
-  if (present) *present = v && *v;
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > 1 << 24)
-    throw UserError(std::string("environment variable ") + name + " must be a non-negative integer, got '" + v + "'");
-  return int(x);
-}
 
 }  // namespace
 
@@ -92,27 +80,6 @@ bool Communicator::any(bool flag) {
   double x = flag ? 1.0 : 0.0;
   all_reduce_sum(&x, 1);
   return x > 0;
-}
-
-LaunchEnv launch_env_from_environment() {
-  LaunchEnv e;
-  bool has_world = false;
-  e.world_size = env_int("WORLD_SIZE", 1, &has_world);
-  e.rank = env_int("RANK", 0);
-  e.local_rank = env_int("LOCAL_RANK", e.rank);
-  e.master_port = env_int("MASTER_PORT", e.master_port);
-  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) e.master_addr = a;
-  if (e.world_size < 1) throw UserError("environment variable WORLD_SIZE must be >= 1, got 0");
-  if (e.rank >= e.world_size)
-    throw UserError("environment variable RANK (" + std::to_string(e.rank) + ") must be < WORLD_SIZE (" +
-                    std::to_string(e.world_size) + ")");
-  if (e.master_port < 1 || e.master_port > 65535)
-    throw UserError("environment variable MASTER_PORT must be in [1, 65535], got " + std::to_string(e.master_port));
-  if (e.world_size > 1 && !std::getenv("MASTER_PORT"))
-    throw UserError("WORLD_SIZE is " + std::to_string(e.world_size) +
-                    " but MASTER_PORT is not set (start the ranks with `unstuck launch`, torchrun or set "
-                    "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
-  return e;
 }
 
 std::unique_ptr<Communicator> make_single_process_communicator() {

@@ -23,4 +23,9 @@ ResolvedDevice resolve_device(DeviceKind requested, int local_rank, int cuda_dev
 // resolve_device() with this build's and this machine's CUDA devices (common/cuda_info.h).
 ResolvedDevice resolve_device(const RunConfig& config, int local_rank);
 
+// This process's device: resolve_device() with its LOCAL_RANK from the launch environment
+// (dist/launch_env.h), read only when there is a GPU to pick. The trainers compute there and the
+// pre-flight checks its memory.
+ResolvedDevice rank_device(const RunConfig& config);
+
 }  // namespace unstuck
