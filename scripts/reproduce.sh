@@ -7,7 +7,7 @@
 #
 #   scripts/reproduce.sh --quick     # 4 arms x 3 seeds x 200 steps -> docs/RESULTS.md (16.5 min on 2 cores)
 #   scripts/reproduce.sh --phase     # the phase diagram: FP16, BF16-RN, BF16-SR at 4 LRs -> docs/RESULTS-phase.md
-#   scripts/reproduce.sh --full      # 2 model sizes x 4 arms x 5 seeds (150, 100 steps) -> docs/RESULTS-full*.md
+#   scripts/reproduce.sh --full      # 2 model sizes x 4 arms x 5 seeds (200 steps) -> docs/RESULTS-full*.md
 #   scripts/reproduce.sh --gpu       # a 27M-parameter policy on one CUDA device -> docs/RESULTS-gpu.md
 #   scripts/reproduce.sh --gpu-phase # its phase diagram at 1e-5, 2e-5, 4e-5 -> docs/RESULTS-gpu-phase.md
 #   scripts/reproduce.sh --gpu-pool  # --gpu on the first 64 prompts of its pool, 200 steps -> docs/RESULTS-gpu-pool.md

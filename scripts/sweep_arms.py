@@ -37,12 +37,12 @@ PRESETS = {
                         checkpoint_every=20, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
                         probe_samples=2000, results_doc="quick"),
     # --full: the small base and a wider, deeper one (2.9M parameters; two model sizes), each 5 seeds;
-    # reproduce.sh --full runs both: about 2 h 45 min on 2 quiet cores (docs/CALIBRATION.md).
-    "paper-full": dict(steps=150, seeds=5, arms=QUICK_ARMS, eval_every=50, eval_samples=500,
-                       checkpoint_every=15, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
+    # reproduce.sh --full runs both, 200 steps as --quick (docs/CALIBRATION.md has the measured time).
+    "paper-full": dict(steps=200, seeds=5, arms=QUICK_ARMS, eval_every=50, eval_samples=500,
+                       checkpoint_every=20, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
                        probe_samples=2000, results_doc="full"),
-    "paper-full-wide": dict(steps=100, seeds=5, arms=QUICK_ARMS, eval_every=50, eval_samples=500,
-                            checkpoint_every=10, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
+    "paper-full-wide": dict(steps=200, seeds=5, arms=QUICK_ARMS, eval_every=50, eval_samples=500,
+                            checkpoint_every=20, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
                             probe_samples=2000, results_doc="full-wide", base_name="sft-countdown-wide",
                             sft=WIDE_SFT),
     "paper-phase": dict(steps=200, seeds=1, phase=dict(modes=["fp16", "bf16", "bf16_sr"],
