@@ -120,7 +120,8 @@ class Sweep:
             native = "-native" if self.compute == "native" != p.get("compute", "fp32") else ""
             self.out = a.out or f"runs/{a.preset}{native}"
             phase = p.get("phase")
-            self.arms = phase_arms(phase["modes"], phase["lrs"], a.arms) if phase else paper_arms(a.arms, p["arms"])
+            self.arms = (phase_arms(phase["modes"], phase["lrs"], a.arms, phase.get("bits", (0,))) if phase
+                         else paper_arms(a.arms, p["arms"]))
             self.phase = bool(phase)
             self.verdicts = not phase
             self.drift = p.get("drift", True) and not a.no_drift

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The phase diagram of issue 16 (item 5): BF16-RN's and BF16-SR's lag behind FP16 over the learning
-rate, from sweeps of scripts/compare.py (the `paper-phase` preset, plus any other sweep on the same
-base, prompts and steps, e.g. the quick sweep at x).
+rate, or over the rounding grid at one LR (the grid-scaled analog, precision.analog_mantissa_bits: BF16
+with fewer mantissa bits), from sweeps of scripts/compare.py (the `paper-phase` / `paper-phase-analog`
+presets, plus any other sweep on the same base, prompts and steps, e.g. the quick sweep at x).
 
-Runs are grouped by (precision mode, LR); at each LR the lags are paired per seed against FP16 at
-that LR and seed: the relative area lag (FP16's mean training reward minus the arm's, over FP16's
+Runs are grouped by (precision mode, LR, grid); in each row the lags are paired per seed against FP16
+at that LR, grid and seed: the relative area lag (FP16's mean training reward minus the arm's, over FP16's
 area above its start; 0 = no lag, 1 = no progress) and the ratio of steps to 50% of FP16's gain.
 Writes <plots>/phase.json, <plots>/phase_diagram.png and a markdown report; scripts/paper_report.py
 embeds phase.json in docs/RESULTS.md when it sits in docs/results/phase/.
@@ -30,7 +31,7 @@ MATCH_KEYS = ("steps", "base", "compute", "pool", "overrides")  # sweeps merged 
 
 
 def load_runs(sweeps):
-    """{(mode, lr): {seed: Run}} over the sweeps (the first sweep wins a duplicate (mode, LR, seed)),
+    """{(mode, lr, bits): {seed: Run}} over the sweeps (the first sweep wins a duplicate),
     and notes on what was merged or skipped."""
     first, groups, notes = None, {}, []
     for folder in sweeps:
@@ -58,8 +59,8 @@ def load_runs(sweeps):
                         raise
                     unfinished += 1  # a sweep still running: its finished runs count
                     continue
-                if r.mode in MODES and s not in groups.setdefault((r.mode, r.lr), {}):
-                    groups[(r.mode, r.lr)][s] = r
+                if r.mode in MODES and s not in groups.setdefault((r.mode, r.lr, r.bits), {}):
+                    groups[(r.mode, r.lr, r.bits)][s] = r
                     used += 1
         notes.append(f"`{folder}` ({sw['preset']}, `{sw['command']}`, commit {sw.get('commit', 'unknown')}): "
                      f"{used} runs used" + (f", {unfinished} unfinished left out" if unfinished else ""))
@@ -69,15 +70,16 @@ def load_runs(sweeps):
 def analyse(groups, steps, min_gain):
     w = max(3, steps // 10)
     rows = []
-    for lr in sorted({lr for _, lr in groups}):
-        ref = groups.get(("fp16", lr))
+    # rows by LR, then from the real formats (bits 0, i.e. BF16's 7) to the coarsest analog grid
+    for lr, bits in sorted({(lr, b) for _, lr, b in groups}, key=lambda k: (k[0], -(k[1] or 7))):
+        ref = groups.get(("fp16", lr, bits))
         if not ref:
             continue
         levels = GainLevels(list(ref.values()), w)
-        row = {"lr": lr, "seeds": sorted(ref), "fp16_gain": [levels.gain[s] for s in sorted(ref)],
+        row = {"lr": lr, "bits": bits, "seeds": sorted(ref), "fp16_gain": [levels.gain[s] for s in sorted(ref)],
                "gain_sufficient": levels.sufficient(min_gain), "arms": {}}
         for mode in MODES:
-            runs = groups.get((mode, lr), {})
+            runs = groups.get((mode, lr, bits), {})
             paired_seeds = sorted(s for s in runs if s in ref)
             if not paired_seeds:
                 continue
@@ -104,10 +106,32 @@ def mean_or_none(values):
     return float(np.mean(v)) if v else None
 
 
+def coarseness(row):
+    """How many times BF16's ulp the row's grid is: 1 for the real formats, 2^(7 - bits) for the analog."""
+    return 2 ** (7 - (row.get("bits") or 7))
+
+
+def grid_label(row):
+    b = row.get("bits") or 0
+    return "BF16 (7 bits)" if not b else f"{b} bits ({coarseness(row)}x coarser; analog)"
+
+
+def x_axis(rows):
+    """The diagram's axis: the LR, or the grid when the rows share one LR (the analog sweep)."""
+    if len({row["lr"] for row in rows}) == 1 and len({row.get("bits") or 0 for row in rows}) > 1:
+        return "grid"
+    if len({row.get("bits") or 0 for row in rows}) > 1:
+        raise ReportError("the rows vary both the LR and the grid: give the phase diagram one axis "
+                          "(a sweep over LRs, or one over grids at one LR)")
+    return "lr"
+
+
 def plot(rows, folder, min_gain):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    axis = x_axis(rows)
+    xof = (lambda row: coarseness(row)) if axis == "grid" else (lambda row: row["lr"])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     colors = {"fp16": "tab:blue", "bf16": "tab:red", "bf16_sr": "tab:green"}
     for mode in ("bf16", "bf16_sr"):
@@ -119,36 +143,41 @@ def plot(rows, folder, min_gain):
                     continue
                 for v in m[key]:
                     if v is not None:
-                        ax.scatter([row["lr"]], [100 * v if key == "area_lag" else v], s=12, alpha=0.4,
+                        ax.scatter([xof(row)], [100 * v if key == "area_lag" else v], s=12, alpha=0.4,
                                    color=colors[mode])
                 mv = mean_or_none(m[key])
                 if mv is not None:
-                    xs.append(row["lr"])
+                    xs.append(xof(row))
                     ys.append(100 * mv if key == "area_lag" else mv)
                     hollow.append(not row["gain_sufficient"])
             ax.plot(xs, ys, "-", color=colors[mode], label=f"{LABELS[mode]} vs FP16 (mean over seeds)")
             for x, y, h in zip(xs, ys, hollow):
                 ax.scatter([x], [y], s=50, color="white" if h else colors[mode], edgecolors=colors[mode], zorder=3)
     for mode in MODES:
-        xs = [row["lr"] for row in rows if mode in row["arms"]]
+        xs = [xof(row) for row in rows if mode in row["arms"]]
         ys = [np.mean(row["arms"][mode]["sticking"]) for row in rows if mode in row["arms"]]
         axes[2].plot(xs, ys, "o-", color=colors[mode], label=LABELS[mode])
     axes[0].axhline(0, color="gray", lw=0.8)
     axes[1].axhline(1, color="gray", lw=0.8)
     axes[1].axhline(1.3, color="tab:red", lw=0.8, ls=":", label="T1 target (1.3x)")
-    titles = ("area lag vs FP16 at the same LR\n(% of FP16's area above its start)",
+    same = "the same grid" if axis == "grid" else "the same LR"
+    titles = (f"area lag vs FP16 at {same}\n(% of FP16's area above its start)",
               "steps to 50% of FP16's gain / FP16's\n(never reached: steps + 1, a lower bound)",
               "mean per-step sticking of the compute weights")
-    lrs = [row["lr"] for row in rows]
+    xs = [xof(row) for row in rows]
+    ticks = [(f"{x}x" if axis == "grid" else f"{x:g}") for x in xs]
     for ax, title in zip(axes, titles):
-        ax.set_xscale("log")
-        ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
+        ax.set_xscale("log", base=2 if axis == "grid" else 10)
+        ax.set_xticks(xs, ticks)
         ax.minorticks_off()
-        ax.set_xlabel("learning rate")
+        ax.set_xlabel(f"rounding grid: ulp / BF16's ulp (BF16 with fewer mantissa bits; LR {rows[0]['lr']:g})"
+                      if axis == "grid" else "learning rate")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"Phase diagram: lag behind FP16 over the LR (hollow: FP16's gain below {min_gain} in some seed, "
+    over = ("the rounding grid (1x: real BF16; coarser: the grid-scaled analog, not a real format)"
+            if axis == "grid" else "the LR")
+    fig.suptitle(f"Phase diagram: lag behind FP16 over {over} (hollow: FP16's gain below {min_gain} in some seed, "
                  "lag not meaningful)", fontsize=10)
     fig.tight_layout()
     os.makedirs(folder, exist_ok=True)
@@ -159,9 +188,20 @@ def plot(rows, folder, min_gain):
 
 def markdown(phase, rel_plots, heading="##"):
     """Markdown lines of the phase section; `rel_plots`: the plot folder relative to the document."""
-    lines = [f"{heading} Phase diagram: the lag over the learning rate (issue 16, item 5)", ""]
+    grid = x_axis(phase["rows"]) == "grid"
+    if grid:
+        lines = [f"{heading} Phase diagram over the rounding grid: the grid-scaled analog (issue 16, item 5)", ""]
+        lines.append("**Not a real format.** The analog rounds the FP32 master to BF16 with fewer mantissa bits "
+                     "(`precision.analog_mantissa_bits`, docs/PRECISION.md): a grid 2^(7 - bits) times coarser than "
+                     "BF16's at every magnitude, so the same drift is that many times fewer half-ulps, as in a larger "
+                     "model whose updates are smaller against its weights. Rounding to nearest or stochastic, the same "
+                     "contract as BF16's; every arm of a row, FP16 included, starts from the base rounded onto that "
+                     "row's grid; the 7-bit row is real BF16.")
+        lines.append("")
+    else:
+        lines = [f"{heading} Phase diagram: the lag over the learning rate (issue 16, item 5)", ""]
     lines.append(f"Sources: {'; '.join(phase['notes'])}. {phase['steps']} GRPO steps per run, every arm at the "
-                 "LR of its row (FP16 at the same LR is the reference of that row), paired per seed. *Area lag*: "
+                 "LR and grid of its row (FP16 in the same row is its reference), paired per seed. *Area lag*: "
                  "FP16's mean training reward over the run minus the arm's, divided by FP16's area above its start "
                  "(0: no lag; 1: no progress; negative: ahead). *Steps ratio*: the arm's steps to 50% of FP16's "
                  "gain over FP16's (`>` when the arm never reached it: steps + 1, a lower bound). *Sticking*: "
@@ -169,9 +209,9 @@ def markdown(phase, rel_plots, heading="##"):
                  f"below {phase['min_gain']} in some seed are marked *(gain too small)*: they divide by noise."
                  + (f" Wall time: {phase['timing']}." if phase.get("timing") else ""))
     lines.append("")
-    lines.append("| LR | seeds | FP16 gain per seed | BF16-RN area lag | BF16-SR area lag | BF16-RN steps ratio | "
+    lines.append(("| grid " if grid else "") + "| LR | seeds | FP16 gain per seed | BF16-RN area lag | BF16-SR area lag | BF16-RN steps ratio | "
                  "BF16-SR steps ratio | sticking FP16 / BF16-RN / BF16-SR | changed at end BF16-RN / BF16-SR |")
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+    lines.append(("|---" if grid else "") + "|---|---|---|---|---|---|---|---|---|")
 
     def per_seed(m, key, pct=False):
         if not m:
@@ -194,7 +234,7 @@ def markdown(phase, rel_plots, heading="##"):
         changed = " / ".join(fmt(float(np.mean(a[m]["changed_end"])), 3) if m in a else "n/a"
                              for m in ("bf16", "bf16_sr"))
         note = "" if row["gain_sufficient"] else " *(gain too small)*"
-        lines.append(f"| {row['lr']:g}{note} | {len(row['seeds'])} | "
+        lines.append((f"| {grid_label(row)} " if grid else "") + f"| {row['lr']:g}{note} | {len(row['seeds'])} | "
                      f"{', '.join(f'{g:+.3f}' for g in row['fp16_gain'])} | {per_seed(a.get('bf16'), 'area_lag', True)} | "
                      f"{per_seed(a.get('bf16_sr'), 'area_lag', True)} | {per_seed(a.get('bf16'), 'steps50_ratio')} | "
                      f"{per_seed(a.get('bf16_sr'), 'steps50_ratio')} | {stick} | {changed} |")
@@ -217,6 +257,7 @@ def main():
         rows = analyse(groups, steps, a.min_gain)
         if not rows:
             raise ReportError("no LR has FP16 runs: nothing to measure the lags against")
+        x_axis(rows)  # one axis: the LR, or the grid at one LR
     except (ReportError, KeyError, OSError) as e:
         print(f"paper_phase.py: error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -226,14 +267,15 @@ def main():
     with open(os.path.join(a.plots, "phase.json"), "w") as f:
         json.dump(phase, f, indent=1)
     rel = os.path.relpath(a.plots, os.path.dirname(os.path.abspath(a.results)) or ".")
-    lines = ["# Phase diagram: BF16 round-to-nearest and stochastic rounding vs FP16 over the LR", "",
+    over = "the rounding grid (grid-scaled analog)" if x_axis(rows) == "grid" else "the LR"
+    lines = [f"# Phase diagram: BF16 round-to-nearest and stochastic rounding vs FP16 over {over}", "",
              "<!-- Generated by scripts/paper_phase.py from the sweeps' metrics; do not edit by hand. -->", ""]
     lines += markdown(phase, rel)[2:]
     os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
     with open(a.results, "w") as f:
         f.write("\n".join(lines) + "\n")
     for row in rows:
-        print(f"paper_phase.py: LR {row['lr']:g}: FP16 gain {np.mean(row['fp16_gain']):+.3f}; " + "; ".join(
+        print(f"paper_phase.py: LR {row['lr']:g}, grid {grid_label(row)}: FP16 gain {np.mean(row['fp16_gain']):+.3f}; " + "; ".join(
             f"{LABELS[m]} area lag {fmt(mean_or_none(v['area_lag']), 3)}, steps ratio "
             f"{fmt(mean_or_none(v['steps50_ratio']), 2)}, sticking {np.mean(v['sticking']):.3f}"
             for m, v in row["arms"].items() if m != "fp16"))

@@ -75,6 +75,10 @@ class Run:
         cfg = os.path.join(directory, "config.yaml")
         self.lr = float(read_yaml_scalar(cfg, "optim", "lr"))
         self.mode = read_yaml_scalar(cfg, "precision", "mode")
+        try:  # the grid-scaled analog's mantissa bits (0: the real formats; configs written before it had none)
+            self.bits = int(read_yaml_scalar(cfg, "precision", "analog_mantissa_bits"))
+        except ReportError:
+            self.bits = 0
         self.seconds = float(col("step_seconds").sum())
 
 
@@ -326,18 +330,20 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
     # The phase diagram (scripts/paper_phase.py: docs/results/phase for the CPU presets,
     # docs/results/<plots>-phase for the others), if it was run from this sweep's base policy: another
     # base's lags (the CPU sweeps' in the GPU report) would read as this model's.
+    # The grid-scaled analog's diagram (docs/results/phase-analog) follows the real formats' one.
     plots_dir = os.path.abspath(a.plots)
-    phase, phase_json = None, None
-    for name in ("phase", os.path.basename(plots_dir) + "-phase"):
-        path = os.path.join(os.path.dirname(plots_dir), name, "phase.json")
-        candidate = json.load(open(path)) if paper and os.path.exists(path) else None
-        if candidate and candidate.get("base") == sweep.get("base"):
-            phase, phase_json = candidate, path
-    if phase:
-        from paper_phase import markdown as phase_markdown
-        rel_phase = os.path.relpath(os.path.dirname(phase_json), os.path.dirname(os.path.abspath(a.results)))
-        for line in phase_markdown(phase, rel_phase):
-            add(line)
+    for names in (("phase", os.path.basename(plots_dir) + "-phase"), ("phase-analog",)):
+        phase, phase_json = None, None
+        for name in names:
+            path = os.path.join(os.path.dirname(plots_dir), name, "phase.json")
+            candidate = json.load(open(path)) if paper and os.path.exists(path) else None
+            if candidate and candidate.get("base") == sweep.get("base"):
+                phase, phase_json = candidate, path
+        if phase:
+            from paper_phase import markdown as phase_markdown
+            rel_phase = os.path.relpath(os.path.dirname(phase_json), os.path.dirname(os.path.abspath(a.results)))
+            for line in phase_markdown(phase, rel_phase):
+                add(line)
     add("## Plots")
     add("")
     rel = os.path.relpath(a.plots, os.path.dirname(os.path.abspath(a.results)) or ".")

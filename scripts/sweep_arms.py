@@ -49,6 +49,14 @@ PRESETS = {
                                                        lrs=[2e-6, 5e-6, 1e-5, 2e-5]),
                         eval_every=50, eval_samples=200, checkpoint_every=50,
                         pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False, results_doc="phase"),
+    # --phase-analog: the phase diagram over the grid instead of the LR (issue 16, item 5): FP16, BF16-RN and
+    # BF16-SR at x = 5e-6 on the grid-scaled analog, BF16 with 6, 5 and 4 mantissa bits (a 2x, 4x, 8x coarser
+    # grid: the same drift is that many times fewer half-ulps), every arm from the base rounded onto its
+    # grid; the real-BF16 row (7 bits) comes from the quick sweep's runs at x. Not a real format: labelled so.
+    "paper-phase-analog": dict(steps=200, seeds=1, phase=dict(modes=["fp16", "bf16", "bf16_sr"], lrs=[5e-6],
+                                                              bits=[6, 5, 4]),
+                               eval_every=50, eval_samples=200, checkpoint_every=50,
+                               pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False, results_doc="phase-analog"),
     # --gpu: a 27M-parameter policy (dim 512, 8 layers) SFT-trained and swept on one CUDA device, every
     # arm computing in its own format (real formats only); refused without a usable CUDA device.
     "paper-gpu": dict(steps=100, seeds=3, arms=QUICK_ARMS, eval_every=25, eval_samples=500, checkpoint_every=10,
@@ -99,10 +107,14 @@ def paper_arms(spec, default=PAPER_ARMS):
     return arms
 
 
-def phase_arms(modes, lrs, spec=None):
-    """Arms of the phase diagram: configs/paper/<mode>.yaml at each LR, named MODE_lrLR (e.g. bf16_lr2e-06)."""
-    arms = [Arm(f"{m}_lr{lr:g}", f"{MODE_LABELS[m]} @ {lr:g}", f"configs/paper/{m}.yaml", [f"optim.lr={lr:g}"])
-            for lr in lrs for m in modes]
+def phase_arms(modes, lrs, spec=None, bits=(0,)):
+    """Arms of the phase diagram: configs/paper/<mode>.yaml at each LR, named MODE_lrLR (e.g. bf16_lr2e-06),
+    and on each grid of `bits` (precision.analog_mantissa_bits; 0 = the real formats), named MODE_lrLR_mB
+    for the grid-scaled analog (e.g. bf16_lr5e-06_m4)."""
+    arms = [Arm(f"{m}_lr{lr:g}" + (f"_m{b}" if b else ""),
+                f"{MODE_LABELS[m]} @ {lr:g}" + (f", {b}-bit analog grid" if b else ""), f"configs/paper/{m}.yaml",
+                [f"optim.lr={lr:g}"] + ([f"precision.analog_mantissa_bits={b}"] if b else []))
+            for lr in lrs for b in bits for m in modes]
     if spec:  # --arms picks among them
         names = spec.replace(",", " ").split()
         unknown = [n for n in names if n not in {arm.name for arm in arms}]

@@ -72,6 +72,8 @@ void validate_loss_scale(const precision::LossScaleConfig& ls) {
 void validate_precision(const precision::PrecisionConfig& p) {
   require(p.threads >= 0 && p.threads <= kMaxThreads, "precision.threads",
           "in [0, " + std::to_string(kMaxThreads) + "] (0 = all cores)", std::to_string(p.threads));
+  require(p.analog_mantissa_bits >= 0 && p.analog_mantissa_bits <= 6, "precision.analog_mantissa_bits",
+          "in [0, 6] (0 = off; BF16 itself has 7)", std::to_string(p.analog_mantissa_bits));
   validate_loss_scale(p.loss_scale);
 }
 

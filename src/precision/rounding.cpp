@@ -5,9 +5,12 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "cpu_kernels.h"
 #include "unstuck/common/parallel.h"
+#include "unstuck/precision/round_math.h"
 
 namespace unstuck::precision {
 namespace {
@@ -61,6 +64,19 @@ void materialize(const float* master, void* compute, std::size_t n, RoundMode mo
                     cpu::round_range(master + begin, static_cast<char*>(compute) + begin * bytes,
                                      end - begin, mode, key, global_offset + begin, options.simd);
                   });
+}
+
+void materialize_coarse_bf16(const float* master, uint16_t* compute, std::size_t n, int mantissa_bits,
+                             bool stochastic, SrKey key, uint64_t global_offset, const KernelOptions& options) {
+  if (mantissa_bits < 1 || mantissa_bits > 7)
+    throw std::invalid_argument("materialize_coarse_bf16: mantissa_bits must be in [1, 7], not " +
+                                std::to_string(mantissa_bits));
+  parallel_chunks(n, threads_for(n, options), kFp16SrTile, [&](std::size_t begin, std::size_t end, int) {
+    for (std::size_t i = begin; i < end; ++i)
+      compute[i] = stochastic ? bf16_coarse_sr(master[i], mantissa_bits,
+                                               sr_bits_fp16(key.seed, key.step, global_offset + i))
+                              : bf16_coarse_rn(master[i], mantissa_bits);
+  });
 }
 
 std::size_t count_nonfinite(const float* x, std::size_t n, const KernelOptions& options) {

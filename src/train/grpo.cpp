@@ -26,6 +26,7 @@
 #include "unstuck/train/policy_dir.h"
 #include "unstuck/train/run_setup.h"
 #include "unstuck/train/torch_device.h"
+#include "unstuck/train/trainable_weights.h"
 
 namespace unstuck::train {
 namespace {
@@ -120,7 +121,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
                     ctx.run_dir.string() + "` or pick another run.name");
 
   torch::Tensor master = loaded.flat;
-  if (cfg.grpo.round_base_to_bf16) master = master.to(torch::kBFloat16).to(torch::kFloat32);
+  if (cfg.grpo.round_base_to_bf16) master = train::round_base_to_grid(master, cfg.precision.analog_mantissa_bits);
   if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples) test.resize(std::size_t(cfg.grpo.eval_samples));
   const auto [test_begin, test_end] = dist::rank_range(int64_t(test.size()), world, rank);
   // precision.compute: auto is timed once (rank 0, then broadcast: every rank computes alike) or

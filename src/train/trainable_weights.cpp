@@ -44,9 +44,31 @@ torch::ScalarType compute_dtype(precision::RoundMode mode) {
   return torch::kFloat32;
 }
 
+torch::Tensor round_base_to_grid(const torch::Tensor& master, int analog_mantissa_bits) {
+  if (analog_mantissa_bits == 0) return master.to(torch::kBFloat16).to(torch::kFloat32);
+  const torch::Tensor host = master.to(torch::kCPU, torch::kFloat32).contiguous();
+  torch::Tensor bits = torch::empty({host.numel()}, host.options().dtype(torch::kBFloat16));
+  precision::materialize_coarse_bf16(host.data_ptr<float>(), static_cast<uint16_t*>(bits.data_ptr()),
+                                     std::size_t(host.numel()), analog_mantissa_bits, false, {});
+  return bits.to(torch::kFloat32).view(master.sizes()).to(master.device());
+}
+
 bool TrainableWeights::on_device() const { return master_.is_cuda(); }
 
+bool TrainableWeights::analog_grid() const {
+  return precision_.analog_mantissa_bits > 0 &&
+         (round_mode_ == precision::RoundMode::bf16_rn || round_mode_ == precision::RoundMode::bf16_sr);
+}
+
+void TrainableWeights::materialize_analog(const float* master_data, int64_t begin, int64_t n) {
+  precision::materialize_coarse_bf16(master_data, static_cast<uint16_t*>(compute_all_.data_ptr()) + begin,
+                                     std::size_t(n), precision_.analog_mantissa_bits,
+                                     round_mode_ == precision::RoundMode::bf16_sr,
+                                     {rounding_seed_, uint64_t(adam_step_)}, uint64_t(begin), {precision_.threads});
+}
+
 void TrainableWeights::materialize_compute(const torch::Tensor& full_master) {
+  if (analog_grid()) return materialize_analog(full_master.data_ptr<float>(), 0, total_);
   const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
   if (on_device()) {
 #if defined(UNSTUCK_HAVE_CUDA)
@@ -87,6 +109,9 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
   } else if (!master.is_cpu()) {
     throw UserError("trainable weights: unsupported device " + master.device().str() + " (cpu or cuda)");
   }
+  if (precision.analog_mantissa_bits > 0 && !master.is_cpu())
+    throw UserError("precision.analog_mantissa_bits (the grid-scaled analog) runs on the CPU only, and the master "
+                    "is on " + master.device().str() + ": set run.device: cpu");
   const torch::TensorOptions f32 = torch::TensorOptions().dtype(torch::kFloat32).device(master.device());
   total_ = layout.total;
   const int64_t blocks = (total_ + kNormBlock - 1) / kNormBlock;
@@ -285,6 +310,10 @@ OptimizerStepStats TrainableWeights::optimizer_step(const precision::OptimConfig
   std::vector<std::size_t> tensor_index;
   const std::vector<precision::Segment> segments = shard_segments(&tensor_index);
   const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
+  // The analog grid: the fused step writes BF16, then the shard is rounded onto the analog grid and
+  // its changes are counted against the previous analog weights.
+  const torch::Tensor analog_before =
+      analog_grid() ? compute_all_.narrow(0, shard_begin_, owned_).clone() : torch::Tensor();
   precision::AdamWStepStats s;
   if (on_device()) {
 #if defined(UNSTUCK_HAVE_CUDA)
@@ -293,6 +322,17 @@ OptimizerStepStats TrainableWeights::optimizer_step(const precision::OptimConfig
 #endif
   } else {
     s = precision::fused_adamw_step(buffers, segments, hyper, round_mode_, key, {precision_.threads});
+  }
+  if (analog_before.defined()) {
+    materialize_analog(master_.data_ptr<float>(), shard_begin_, owned_);
+    const uint16_t* before = static_cast<const uint16_t*>(analog_before.data_ptr());
+    const uint16_t* after = static_cast<const uint16_t*>(compute_all_.data_ptr()) + shard_begin_;
+    for (std::size_t k = 0; k < segments.size(); ++k) {
+      const uint64_t first = segments[k].offset - uint64_t(shard_begin_);
+      uint64_t n = 0;
+      for (uint64_t i = first; i < first + segments[k].size; ++i) n += before[i] != after[i];
+      s.changed[k] = n;
+    }
   }
   std::vector<int64_t> changed(layout().entries.size(), 0);
   for (std::size_t k = 0; k < segments.size(); ++k) changed[tensor_index[k]] += int64_t(s.changed[k]);

@@ -207,6 +207,8 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
   EXPECT_EQ(error("optim.grad_clip=-0.5"), "optim.grad_clip must be >= 0 (0 = off), got -0.5");
   EXPECT_EQ(error("precision.threads=-2"),
             "precision.threads must be in [0, 4096] (0 = all cores), got -2");
+  EXPECT_EQ(error("precision.analog_mantissa_bits=7"),
+            "precision.analog_mantissa_bits must be in [0, 6] (0 = off; BF16 itself has 7), got 7");
   EXPECT_EQ(error("run.name=a/b"),
             "run.name must be a plain folder name (not empty, no '/'), got 'a/b'");
   EXPECT_EQ(error("precision.loss_scale.backoff_factor=1.5"),

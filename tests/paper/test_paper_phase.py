@@ -6,7 +6,10 @@ speed (area lag 0.5, steps to 50% about 2x) and BF16-SR at FP16's; at 2e-6 every
 speed. A second sweep on the same settings adds LR 5e-6 (and a bf16 run at 1e-5 that must not
 replace the first sweep's); a third with other steps must be left out. Also checks that
 scripts/paper_report.py embeds the phase section when phase.json sits next to its plot folder, and
-that every preset of scripts/sweep_arms.py resolves (arm configs, prompt pool, phase LRs, CUDA).
+that every preset of scripts/sweep_arms.py resolves (arm configs, prompt pool, phase LRs and grids,
+CUDA). The grid-scaled analog: a sweep over the grid at one LR (BF16-RN slower the coarser its grid)
+is drawn over the grid, labelled as an analog, merged with the real-BF16 runs at that LR, embedded after
+the real phase section by paper_report.py; rows varying both the LR and the grid are refused.
 Run by ctest (`paper.phase`); exits non-zero on the first failed check.
 """
 import json
@@ -31,7 +34,8 @@ def check(cond, what):
 
 
 def write_sweep(folder, arms, seeds, rng, steps=STEPS, preset="paper-phase"):
-    """arms: {name: (mode, lr, speed)}; reward = 0.4 + speed * step + seed offset + noise."""
+    """arms: {name: (mode, lr, speed[, analog mantissa bits])}; reward = 0.4 + speed * step + seed offset
+    + noise."""
     os.makedirs(folder)
     with open(os.path.join(folder, "sweep.json"), "w") as f:
         json.dump({"preset": preset, "steps": steps, "seeds": seeds, "arms": " ".join(arms), "base": "base",
@@ -39,12 +43,13 @@ def write_sweep(folder, arms, seeds, rng, steps=STEPS, preset="paper-phase"):
                    "eval_samples": 10, "command": "tests/paper/test_paper_phase.py", "verdicts": False,
                    "reference": "fp16"}, f)
     offsets = rng.normal(0, 0.01, seeds)
-    for arm, (mode, lr, speed) in arms.items():
+    for arm, (mode, lr, speed, *bits) in arms.items():
         for s in range(1, seeds + 1):
             d = os.path.join(folder, arm, f"seed{s}")
             os.makedirs(d)
             with open(os.path.join(d, "config.yaml"), "w") as f:
-                f.write(f"precision:\n  mode: {mode}\noptim:\n  lr: {lr}\n")
+                grid = f"  analog_mantissa_bits: {bits[0]}\n" if bits else ""
+                f.write(f"precision:\n  mode: {mode}\n{grid}optim:\n  lr: {lr}\n")
             with open(os.path.join(d, "metrics.jsonl"), "w") as f:
                 for t in range(1, steps + 1):
                     acc = 0.4 + speed * t + offsets[s - 1] + rng.normal(0, 0.001)
@@ -73,8 +78,12 @@ def check_presets(tmp):
               f"{name}: the arms train on the prompt pool ({sweep.pool})")
         if p.get("phase"):
             lrs = sorted({float(o.split("=")[1]) for arm in sweep.arms for o in arm.overrides if o.startswith("optim.lr=")})
-            check(lrs == sorted(p["phase"]["lrs"]) and len(sweep.arms) == 3 * len(lrs),
-                  f"{name}: FP16, BF16-RN, BF16-SR at every LR {lrs}")
+            grids = p["phase"].get("bits", [0])
+            check(lrs == sorted(p["phase"]["lrs"]) and len(sweep.arms) == 3 * len(lrs) * len(grids),
+                  f"{name}: FP16, BF16-RN, BF16-SR at every LR {lrs} and grid {grids}")
+            got = sorted({next((int(o.split("=")[1]) for o in arm.overrides
+                                if o.startswith("precision.analog_mantissa_bits=")), 0) for arm in sweep.arms})
+            check(got == sorted(grids), f"{name}: the arms' analog grids {got}")
         if p.get("device") == "cuda":
             check("run.device=cuda" in args and sweep.compute == "native", f"{name}: CUDA, real formats")
     try:
@@ -137,7 +146,57 @@ def main():
         text = open(out).read()
         check("## Phase diagram" in text and "(results/phase/phase_diagram.png)" in text,
               "RESULTS.md embeds the phase diagram with a link relative to docs/")
+        check_analog(tmp, quick)
     print("paper_phase: all checks passed")
+
+
+def check_analog(tmp, quick):
+    """The grid-scaled analog: at LR 5e-6, grids of 6 and 4 mantissa bits where BF16-RN learns at 0.5x and
+    0.25x FP16's speed; the quick sweep's 5e-6 runs give the real-BF16 row."""
+    analog = os.path.join(tmp, "analog")
+    write_sweep(analog, {"fp16_lr5e-06_m6": ("fp16", 5e-6, 0.004, 6), "bf16_lr5e-06_m6": ("bf16", 5e-6, 0.002, 6),
+                         "bf16_sr_lr5e-06_m6": ("bf16_sr", 5e-6, 0.004, 6),
+                         "fp16_lr5e-06_m4": ("fp16", 5e-6, 0.004, 4), "bf16_lr5e-06_m4": ("bf16", 5e-6, 0.001, 4),
+                         "bf16_sr_lr5e-06_m4": ("bf16_sr", 5e-6, 0.004, 4)},
+                1, np.random.default_rng(4), preset="paper-phase-analog")
+    plots = os.path.join(tmp, "docs", "results", "phase-analog")
+    results = os.path.join(tmp, "docs", "RESULTS-phase-analog.md")
+    r = subprocess.run([sys.executable, PHASE, "--sweeps", analog, quick, "--results", results, "--plots", plots],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, f"paper_phase.py on the analog sweep exits 0 ({r.stderr.strip()})")
+    p = json.load(open(os.path.join(plots, "phase.json")))
+    rows = {row["bits"]: row for row in p["rows"] if row["lr"] == 5e-6}
+    check(sorted(rows) == [0, 4, 6] and len(p["rows"]) == 3,
+          f"rows: real BF16 (the quick sweep's) and the 6- and 4-bit grids at 5e-6 (the quick sweep's bf16 @ 1e-5 "
+          f"has no FP16 to pair with); got "
+          f"{[(row['lr'], row['bits']) for row in p['rows']]}")
+    lags = [rows[b]["arms"]["bf16"]["area_lag"][0] for b in (0, 6, 4)]
+    # (the area above FP16's start, its first-w-steps mean, makes a linear curve's lag a little above 1 - speed)
+    check(lags[0] < lags[1] < lags[2] and 0.7 < lags[2] < 0.95,
+          f"BF16-RN's lag grows with the grid's coarseness (about 0.25, 0.5, 0.75), got {[round(v, 2) for v in lags]}")
+    check(abs(rows[4]["arms"]["bf16_sr"]["area_lag"][0]) < 0.1, "BF16-SR keeps FP16's speed on the 4-bit grid")
+    # Rows with FP16 at two LRs and two grids have no single axis: refused.
+    mixed = os.path.join(tmp, "mixed")
+    write_sweep(mixed, {"fp16_lr1e-05": ("fp16", 1e-5, 0.004), "bf16_lr1e-05": ("bf16", 1e-5, 0.004),
+                        "fp16_lr5e-06_m4": ("fp16", 5e-6, 0.004, 4), "bf16_lr5e-06_m4": ("bf16", 5e-6, 0.001, 4)},
+                1, np.random.default_rng(5))
+    r = subprocess.run([sys.executable, PHASE, "--sweeps", mixed, "--results", results, "--plots", plots],
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and "both the LR and the grid" in r.stderr,
+          f"a sweep varying both the LR and the grid is refused ({r.stderr.strip()})")
+    r = subprocess.run([sys.executable, PHASE, "--sweeps", analog, quick, "--results", results, "--plots", plots],
+                       capture_output=True, text=True)
+    text = open(results).read()
+    check("**Not a real format.**" in text and "| 4 bits (8x coarser; analog) |" in text and
+          "| BF16 (7 bits) |" in text, "the analog report is labelled and names each grid")
+    out = os.path.join(tmp, "docs", "RESULTS.md")
+    r = subprocess.run([sys.executable, REPORT, "--sweep", quick, "--results", out, "--plots",
+                        os.path.join(tmp, "docs", "results", "quick")], capture_output=True, text=True)
+    check(r.returncode == 0, f"paper_report.py exits 0 ({r.stderr.strip()})")
+    text = open(out).read()
+    real, grid = text.find("## Phase diagram: the lag over"), text.find("## Phase diagram over the rounding grid")
+    check(0 <= real < grid and "(results/phase-analog/phase_diagram.png)" in text,
+          "RESULTS.md embeds the analog's phase section after the real one")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 
 #include "precision/precision_test_util.h"
 #include "unstuck/precision/philox.h"
+#include "unstuck/precision/round_math.h"
 #include "unstuck/precision/rounding.h"
 
 namespace unstuck::precision {
@@ -238,6 +239,105 @@ TEST(Rounding, CountNonfinite) {
   x[0] = -INFINITY;
   EXPECT_EQ(count_nonfinite(x.data(), x.size(), {1, SimdLevel::scalar}), 3u);
   EXPECT_EQ(count_nonfinite(x.data(), x.size(), {4, SimdLevel::scalar}), 3u);
+}
+
+// ---- the grid-scaled analog (precision.analog_mantissa_bits) ---------------------------------------
+
+// At BF16's own 7 mantissa bits the analog is BF16: the same bits as bf16_rn / bf16_sr on stress
+// values (edges, subnormals, Inf, NaN, overflow).
+TEST(CoarseRounding, SevenBitsIsBf16) {
+  const std::vector<float> x = stress_values(1 << 16, 21);
+  std::mt19937 rng(21);
+  for (const float v : x) {
+    const uint32_t r32 = rng();
+    ASSERT_EQ(bf16_coarse_rn(v, 7), bf16_rn(v)) << v;
+    ASSERT_EQ(bf16_coarse_sr(v, 7, r32), bf16_sr(v, r32 >> 16)) << v;
+  }
+}
+
+// The value of a BF16 pattern, widened (double holds every BF16 value exactly).
+double bf16_value(uint16_t h) { return double(bf16_to_float(h)); }
+
+// Fewer bits: the result sits on the coarse grid (its low 7 - m mantissa bits are zero), is one of
+// x's two neighbours on that grid, and round-to-nearest picks the nearer one (ties to an even
+// coarse mantissa), checked in double against neighbours built from the grid's definition.
+TEST(CoarseRounding, NearestIsTheNearestPointOfTheCoarseGrid) {
+  std::mt19937 rng(22);
+  for (int m = 1; m <= 6; ++m) {
+    const uint16_t low_mask = uint16_t((1u << (7 - m)) - 1u);
+    for (int i = 0; i < 20000; ++i) {
+      const float mag = std::ldexp(1.0f + float(rng() % 1000000) / 1000000.0f, int(rng() % 61) - 30);
+      const float x = rng() % 2 ? mag : -mag;
+      const uint16_t rn = bf16_coarse_rn(x, m);
+      ASSERT_EQ(rn & low_mask, 0) << "m=" << m << " x=" << x;
+      // Neighbours: x's FP32 pattern truncated to m bits (toward zero) and the next grid point out.
+      const uint32_t step = 1u << (23 - m);
+      const uint32_t lo_bits = float_bits(x) / step * step;
+      const double lo = double(bits_float(lo_bits)), hi = double(bits_float(lo_bits + step));
+      const double got = bf16_value(rn), dx = double(x);
+      ASSERT_TRUE(got == lo || got == hi) << "m=" << m << " x=" << x << " got " << got;
+      const double d_lo = std::fabs(dx - lo), d_hi = std::fabs(hi - dx);
+      if (d_lo != d_hi) {
+        ASSERT_EQ(got, d_lo < d_hi ? lo : hi) << "m=" << m << " x=" << x;
+      } else {
+        ASSERT_EQ(((float_bits(float(got)) >> (23 - m)) & 1u), 0u) << "tie to even, m=" << m << " x=" << x;
+      }
+      for (const uint32_t r : {0u, 0xFFFFFFFFu, uint32_t(rng())}) {
+        const double sr = bf16_value(bf16_coarse_sr(x, m, r));
+        ASSERT_TRUE(sr == lo || sr == hi) << "SR, m=" << m << " x=" << x;
+      }
+    }
+    // Grid points never move; Inf stays Inf, NaN is BF16's canonical NaN; a carry past the largest
+    // finite coarse value is Inf.
+    const float on_grid = bits_float(0x3F800000u | (1u << (23 - m)));  // 1 + 2^-m
+    EXPECT_EQ(bf16_value(bf16_coarse_rn(on_grid, m)), double(on_grid));
+    EXPECT_EQ(bf16_value(bf16_coarse_sr(on_grid, m, 0xFFFFFFFFu)), double(on_grid));
+    EXPECT_EQ(bf16_coarse_rn(INFINITY, m), 0x7F80);
+    EXPECT_EQ(bf16_coarse_sr(-INFINITY, m, 0xFFFFFFFFu), 0xFF80);
+    EXPECT_EQ(bf16_coarse_rn(NAN, m), kBf16CanonicalNan);
+    EXPECT_EQ(bf16_coarse_rn(3.4e38f, m), 0x7F80) << "m=" << m;
+  }
+}
+
+// SR on the coarse grid is unbiased: over 20000 random draws per value the round-up frequency is the
+// position between the neighbours within 5 binomial standard deviations (fixed seed 23).
+TEST(CoarseRounding, StochasticIsUnbiased) {
+  constexpr int kDraws = 20000;
+  std::mt19937 rng(23);
+  for (const int m : {2, 4, 6}) {
+    for (int i = 0; i < 40; ++i) {
+      const float x = std::ldexp(1.0f + float(rng() % 1000000) / 1000000.0f, int(rng() % 21) - 10);
+      const uint32_t step = 1u << (23 - m);
+      const uint32_t lo_bits = float_bits(x) / step * step;
+      const double lo = double(bits_float(lo_bits)), hi = double(bits_float(lo_bits + step));
+      const double p = (double(x) - lo) / (hi - lo);
+      int up = 0;
+      for (int k = 0; k < kDraws; ++k) up += bf16_value(bf16_coarse_sr(x, m, rng())) == hi;
+      ASSERT_NEAR(double(up) / kDraws, p, 5 * std::sqrt(p * (1 - p) / kDraws) + 1.0 / kDraws)
+          << "m=" << m << " x=" << x;
+    }
+  }
+}
+
+// The buffer version keys SR by global index only: a whole buffer, its two shards (with their global
+// offsets) and any thread count give the same bits, each equal to the per-element function.
+TEST(CoarseRounding, MaterializeIsThePerElementFunctionForAnySplit) {
+  const std::vector<float> x = stress_values(70001, 24);
+  const SrKey key{0x1234567890ull, 9};
+  for (const bool sr : {false, true}) {
+    std::vector<uint16_t> whole(x.size()), parts(x.size());
+    materialize_coarse_bf16(x.data(), whole.data(), x.size(), 4, sr, key, 0, {1});
+    const std::size_t cut = 33333;
+    materialize_coarse_bf16(x.data(), parts.data(), cut, 4, sr, key, 0, {2});
+    materialize_coarse_bf16(x.data() + cut, parts.data() + cut, x.size() - cut, 4, sr, key, cut, {2});
+    EXPECT_EQ(whole, parts) << (sr ? "SR" : "RN");
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const uint16_t want = sr ? bf16_coarse_sr(x[i], 4, sr_bits_fp16(key.seed, key.step, i)) : bf16_coarse_rn(x[i], 4);
+      ASSERT_EQ(whole[i], want) << i;
+    }
+  }
+  std::vector<uint16_t> out(4);
+  EXPECT_THROW(materialize_coarse_bf16(x.data(), out.data(), 4, 8, false, key), std::invalid_argument);
 }
 
 }  // namespace

@@ -70,6 +70,7 @@ struct PrecisionConfig {
   ComputeMode compute = ComputeMode::native;    // dtype of the forward/backward
   int threads = 0;                              // CPU threads for our kernels; 0 = all usable CPUs
   LossScaleConfig loss_scale;                   // used by fp16 and fp16_sr only
+  int analog_mantissa_bits = 0;                 // grid-scaled analog: BF16 with this many mantissa bits
 
   template <class V>
   void visit(V& v) {
@@ -84,6 +85,10 @@ struct PrecisionConfig {
       "CPU threads for the rounding and optimizer kernels; 0 = all CPUs this process may use "
       "(affinity mask, cgroup CPU quota)");
     v("loss_scale", loss_scale, "dynamic loss scaling, used in fp16 and fp16_sr modes only");
+    v("analog_mantissa_bits", analog_mantissa_bits,
+      "0 = off; 1-6: a grid-scaled analog, not a real format (docs/PRECISION.md): modes bf16 and bf16_sr "
+      "round to this many mantissa bits instead of BF16's 7 (a 2^(7 - bits) times coarser grid), and "
+      "grpo.round_base_to_bf16 puts the base on that grid in every mode; CPU only");
   }
 };
 

@@ -62,6 +62,32 @@ UNSTUCK_HD uint16_t bf16_sr(float x, uint32_t r16) {
   return uint16_t((b + (r16 & 0xFFFFu)) >> 16);
 }
 
+// ---- the grid-scaled analog: BF16 with fewer mantissa bits -----------------------------------------
+// A grid-scaled analog of BF16 (not a real format): x rounded to `mantissa_bits` explicit mantissa
+// bits (1..7; 7 is BF16 itself) with BF16's exponent range, written as a BF16 pattern whose low
+// 7 - mantissa_bits mantissa bits are zero. Its ulp is 2^(7 - mantissa_bits) times BF16's at every
+// magnitude, so the same drift is that many times fewer half-ulps. The d = 23 - mantissa_bits dropped
+// FP32 bits are the position between the two neighbours, exactly as in bf16_rn / bf16_sr (which these
+// equal bit for bit at 7 bits); the same edges: Inf stays, NaN -> 0x7FC0, a carry past the largest
+// finite value gives Inf.
+UNSTUCK_HD uint16_t bf16_coarse_rn(float x, int mantissa_bits) {
+  const uint32_t b = float_bits(x);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return kBf16CanonicalNan;
+  const int d = 23 - mantissa_bits;
+  const uint32_t r = b + ((1u << (d - 1)) - 1u) + ((b >> d) & 1u);
+  return uint16_t((r >> d << d) >> 16);
+}
+
+// Stochastic rounding to `mantissa_bits` with the top d = 23 - mantissa_bits of 32 random bits:
+// P(round up) = position / 2^d exactly (unbiased). At 7 bits: bf16_sr(x, r32 >> 16).
+UNSTUCK_HD uint16_t bf16_coarse_sr(float x, int mantissa_bits, uint32_t r32) {
+  const uint32_t b = float_bits(x);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return kBf16CanonicalNan;
+  const int d = 23 - mantissa_bits;
+  const uint32_t r = b + (r32 >> (32 - d));
+  return uint16_t((r >> d << d) >> 16);
+}
+
 // ---- FP16 -----------------------------------------------------------------------------------------
 
 UNSTUCK_HD float fp16_to_float(uint16_t h) {

@@ -43,6 +43,14 @@ struct KernelOptions {
 void materialize(const float* master, void* compute, std::size_t n, RoundMode mode, SrKey key,
                  uint64_t global_offset = 0, const KernelOptions& options = {});
 
+// The grid-scaled analog (precision.analog_mantissa_bits): master[0, n) rounded to BF16 patterns with
+// `mantissa_bits` (1..7) mantissa bits, nearest-even or stochastic (bf16_coarse_rn / bf16_coarse_sr).
+// SR takes element i's 32 bits of the FP16 schedule, sr_bits_fp16(seed, step, i): the bits depend on
+// (seed, step, global index) only, as in `materialize`. Scalar code: an analysis tool, not a fast path.
+void materialize_coarse_bf16(const float* master, uint16_t* compute, std::size_t n, int mantissa_bits,
+                             bool stochastic, SrKey key, uint64_t global_offset = 0,
+                             const KernelOptions& options = {});
+
 // Number of elements of x[0, n) that are NaN or +-Inf (vectorized, multi-threaded).
 std::size_t count_nonfinite(const float* x, std::size_t n, const KernelOptions& options = {});
 

@@ -95,6 +95,11 @@ class TrainableWeights {
   // Rounds the full master (layout.total elements, on this state's device) into the compute
   // weights with the key of the current optimizer step.
   void materialize_compute(const torch::Tensor& full_master);
+  // precision.analog_mantissa_bits in a BF16 mode: the compute weights sit on the coarser analog grid.
+  bool analog_grid() const;
+  // Rounds the master's [begin, begin + n) (global indices; master_data points at begin) onto the
+  // analog grid at this optimizer step.
+  void materialize_analog(const float* master_data, int64_t begin, int64_t n);
   double device_grad_sumsq(int64_t blocks) const;
   // Global L2 norm of the reduced gradient, summed in a fixed order whatever the world size.
   double reduced_grad_norm() const;
@@ -122,5 +127,9 @@ class TrainableWeights {
 
 // Dtype of the compute weights of a round mode (fp32, bf16 or fp16).
 torch::ScalarType compute_dtype(precision::RoundMode mode);
+
+// grpo.round_base_to_bf16: the FP32 base rounded to nearest BF16, or onto the grid of
+// precision.analog_mantissa_bits when that is set (1-6), as FP32 again (on master's device).
+torch::Tensor round_base_to_grid(const torch::Tensor& master, int analog_mantissa_bits);
 
 }  // namespace unstuck::train
