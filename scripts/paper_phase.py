@@ -170,7 +170,7 @@ def plot(rows, folder, min_gain):
         ax.set_xscale("log", base=2 if axis == "grid" else 10)
         ax.set_xticks(xs, ticks)
         ax.minorticks_off()
-        ax.set_xlabel(f"rounding grid: ulp / BF16's ulp (BF16 with fewer mantissa bits; LR {rows[0]['lr']:g})"
+        ax.set_xlabel(f"grid: ulp / BF16's ulp (LR {rows[0]['lr']:g})"
                       if axis == "grid" else "learning rate")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)

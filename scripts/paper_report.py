@@ -244,6 +244,15 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         + (" The calibration of the embedded default is in [CALIBRATION.md](CALIBRATION.md)." if paper else "")
         + (f" Wall time of the sweep: {a.timing}." if a.timing else ""))
     add("")
+    grids = sorted({r.bits for rs in runs.values() for r in rs})
+    if grids != [0]:
+        add(f"**Grid-scaled analog, not a real format**: every arm runs with `precision.analog_mantissa_bits` "
+            f"{', '.join(str(b) for b in grids)}: the BF16 arms round to that many mantissa bits instead of 7 (a grid "
+            f"{', '.join(str(2 ** (7 - b)) for b in grids)}x coarser than BF16's, so the same drift is that many times "
+            "fewer half-ulps), and every arm, FP16 included, starts from the base rounded onto that grid "
+            "(docs/PRECISION.md). It puts the small policy where an LLM's updates sit against BF16's grid; the "
+            "real-format results are the other reports.")
+        add("")
     ps = sweep.get("pool_stats")
     if ps:
         pass_k = ps[f"pass_at_{ps['k']}"]

@@ -57,6 +57,12 @@ PRESETS = {
                                                               bits=[6, 5, 4]),
                                eval_every=50, eval_samples=200, checkpoint_every=50,
                                pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False, results_doc="phase-analog"),
+    # --quick-analog: --quick's arms and seeds on the 5-bit analog grid (4x coarser than BF16's; no drift
+    # analysis, which measures BF16 half-ulps): the claims' verdicts where the phase diagram's lag is the
+    # paper's size. Not a real format: the report says so.
+    "paper-quick-analog": dict(steps=200, seeds=3, arms=QUICK_ARMS, eval_every=50, eval_samples=200,
+                               checkpoint_every=50, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False,
+                               results_doc="quick-analog", train=["precision.analog_mantissa_bits=5"]),
     # --gpu: a 27M-parameter policy (dim 512, 8 layers) SFT-trained and swept on one CUDA device, every
     # arm computing in its own format (real formats only); refused without a usable CUDA device.
     "paper-gpu": dict(steps=100, seeds=3, arms=QUICK_ARMS, eval_every=25, eval_samples=500, checkpoint_every=10,

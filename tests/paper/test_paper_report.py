@@ -22,10 +22,11 @@ MODES = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "bf16_lr_k": "bf16", "b
          "fp16_sr": "fp16_sr"}
 
 
-def write_sweep(folder, speed, kl_gain, rng, noise=0.002, kl_offset=None):
+def write_sweep(folder, speed, kl_gain, rng, noise=0.002, kl_offset=None, analog_bits=0):
     """speed[arm]: accuracy gained per step (one number, or one per seed); kl_gain[arm]: KL per unit
     of accuracy gained; noise: standard deviation of the per-step accuracy noise; kl_offset[arm]: KL
-    added from step 2 on, independent of progress (stochastic rounding's own noise)."""
+    added from step 2 on, independent of progress (stochastic rounding's own noise); analog_bits: the
+    runs' precision.analog_mantissa_bits (0: the line is absent, as in configs written before the key)."""
     kl_offset = kl_offset or {}
     arms = list(speed)
     with open(os.path.join(folder, "sweep.json"), "w") as f:
@@ -40,7 +41,8 @@ def write_sweep(folder, speed, kl_gain, rng, noise=0.002, kl_offset=None):
             d = os.path.join(folder, arm, f"seed{s}")
             os.makedirs(d)
             with open(os.path.join(d, "config.yaml"), "w") as f:
-                f.write(f"run:\n  seed: {s}\nprecision:\n  mode: {MODES[arm]}   # doc\n"
+                grid = f"  analog_mantissa_bits: {analog_bits}\n" if analog_bits else ""
+                f.write(f"run:\n  seed: {s}\nprecision:\n  mode: {MODES[arm]}   # doc\n{grid}"
                         f"optim:\n  lr: {LRS[arm]}\n")
             with open(os.path.join(d, "metrics.jsonl"), "w") as f:
                 for t in range(1, STEPS + 1):
@@ -133,6 +135,10 @@ def main():
         check(target(text, 3) == "met", "T3 met when BF16 @ k*x pays twice SR's KL per unit of progress")
         check("Rules: no claim can read reproduced unless FP16's gain" in text and "**0.05**" in text,
               "the minimum gain is stated in the report")
+        check("not a real format" not in text, "a real-format sweep carries no analog label")
+        _, text = new_sweep(tmp, "analog", dict(base, bf16=0.002), dict(kl, bf16_lr_k=0.2), 1, analog_bits=5)
+        check("**Grid-scaled analog, not a real format**" in text and "`precision.analog_mantissa_bits` 5" in text
+              and "4x coarser" in text, "a sweep on the analog grid is labelled as such, with its grid")
         r, text_strict = run_report(d, "--min-gain", "0.5")
         check(r.returncode == 0 and "not testable" in verdict(text_strict, 1) and target(text_strict, 1) ==
               "not testable", "--min-gain above FP16's gain makes the claims and targets not testable")
