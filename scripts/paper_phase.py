@@ -107,23 +107,23 @@ def mean_or_none(values):
 
 
 def coarseness(row):
-    """How many times BF16's ulp the row's grid is: 1 for the real formats, 2^(7 - bits) for the analog."""
+    """How many times BF16's ulp the row's grid is: 1 for the real formats (bits 0, or absent in rows
+    written before the analog), 2^(7 - bits) for the analog."""
     return 2 ** (7 - (row.get("bits") or 7))
 
 
 def grid_label(row):
-    b = row.get("bits") or 0
-    return "BF16 (7 bits)" if not b else f"{b} bits ({coarseness(row)}x coarser; analog)"
+    return "BF16 (7 bits)" if coarseness(row) == 1 else f"{row['bits']} bits ({coarseness(row)}x coarser; analog)"
 
 
 def x_axis(rows):
     """The diagram's axis: the LR, or the grid when the rows share one LR (the analog sweep)."""
-    if len({row["lr"] for row in rows}) == 1 and len({row.get("bits") or 0 for row in rows}) > 1:
+    if len({coarseness(row) for row in rows}) == 1:
+        return "lr"
+    if len({row["lr"] for row in rows}) == 1:
         return "grid"
-    if len({row.get("bits") or 0 for row in rows}) > 1:
-        raise ReportError("the rows vary both the LR and the grid: give the phase diagram one axis "
-                          "(a sweep over LRs, or one over grids at one LR)")
-    return "lr"
+    raise ReportError("the rows vary both the LR and the grid: give the phase diagram one axis "
+                      "(a sweep over LRs, or one over grids at one LR)")
 
 
 def plot(rows, folder, min_gain):
