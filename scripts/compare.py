@@ -62,6 +62,8 @@ def parse_args(argv):
                     "fp32, fp16, bf16, bf16_sr, fp16_sr (e.g. fp16,bf16,bf16_sr,bf16@2x)")
     ap.add_argument("--arms", help="paper presets: space- or comma-separated arms of configs/paper/ "
                     f"(default: {' '.join(PAPER_ARMS)})")
+    ap.add_argument("--k", type=float, help="paper presets: k of the BF16-RN @ k*x arm (bf16_lr_k; default "
+                    "configs/paper/bf16_lr_k.yaml's, 2), e.g. the calibrated k of an earlier report")
     ap.add_argument("--seeds", type=int, help="paired seeds 1..N (default: the preset's, or 3)")
     ap.add_argument("--steps", type=int, help="GRPO steps per run (default: the preset's or the config's)")
     ap.add_argument("--eval-every", type=int, help="steps between greedy evaluations")
@@ -88,9 +90,15 @@ def parse_args(argv):
         ap.error("--config needs --modes (e.g. --modes fp16,bf16,bf16_sr)")
     if a.preset and a.modes:
         ap.error("--modes goes with --config; a paper preset takes --arms")
-    if a.config and (a.arms or a.base or a.pool):
-        ap.error("--arms, --base and --pool go with a paper preset; with --config the arms come from --modes, "
-                 "the base policy from the config's grpo.base_model and the prompts from its data.train_path")
+    if a.config and (a.arms or a.base or a.pool or a.k is not None):
+        ap.error("--arms, --base, --pool and --k go with a paper preset; with --config the arms come from --modes "
+                 "(bf16@1.7x for k = 1.7), the base policy from the config's grpo.base_model and the prompts from "
+                 "its data.train_path")
+    if a.k is not None and not a.k > 0:
+        ap.error(f"--k takes a positive LR multiple, got {a.k:g}")
+    if a.k is not None and any(o.startswith("optim.lr=") for o in a.overrides):
+        ap.error("--k multiplies the arms' LR x (configs/paper/bf16.yaml's); an optim.lr override would set "
+                 "every arm's LR, bf16_lr_k's included: give one or the other")
     for name in ("seeds", "steps", "eval_every", "eval_samples", "checkpoint_every", "jobs"):
         v = getattr(a, name)
         if v is not None and v < 1:
@@ -122,6 +130,8 @@ class Sweep:
             phase = p.get("phase")
             self.arms = (phase_arms(phase["modes"], phase["lrs"], a.arms, phase.get("bits", (0,))) if phase
                          else paper_arms(a.arms, p["arms"]))
+            if a.k is not None:
+                self.set_k(a.k, unstuck)
             self.phase = bool(phase)
             self.verdicts = not phase
             self.drift = p.get("drift", True) and not a.no_drift
@@ -179,6 +189,15 @@ class Sweep:
             self.base_dtype = "bf16" if yaml_scalar(cfg, "grpo", "round_base_to_bf16") == "true" else "fp32"
         self.reference = "fp16" if any(arm.name == "fp16" for arm in self.arms) else self.arms[0].name
         self.runs = [(arm, s) for s in range(1, self.seeds + 1) for arm in self.arms]
+
+    def set_k(self, k, unstuck):
+        """--k: the bf16_lr_k arm at k times the LR of configs/paper/bf16.yaml (x) instead of its own."""
+        arm = next((arm for arm in self.arms if arm.name == "bf16_lr_k"), None)
+        if arm is None:
+            raise SweepError("--k sets the LR of the bf16_lr_k arm (BF16-RN @ k*x), which this sweep does not run")
+        x = float(yaml_scalar(resolved_config(unstuck, "configs/paper/bf16.yaml", []), "optim", "lr"))
+        arm.overrides.append(f"optim.lr={k * x:.6g}")
+        arm.label = f"BF16-RN @ k*x (k = {k:g})"
 
     def run_dir(self, arm, seed):
         return os.path.join(self.out, arm.name, f"seed{seed}")

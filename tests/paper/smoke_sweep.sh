@@ -8,7 +8,7 @@ BUILD_DIR=$1 OUT=$2
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 fail() { echo "FAILED: $*" >&2; exit 1; }
-rm -rf "$OUT"
+rm -rf "$OUT" "$OUT-k3" "$OUT-bad"
 UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build --out "$OUT" | tee "$OUT.log1"
 [[ -f $OUT/RESULTS.md ]] || fail "no $OUT/RESULTS.md"
 for arm in fp32 fp16 bf16 bf16_lr_k bf16_sr fp16_sr; do
@@ -49,4 +49,29 @@ if UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build 
   fail "a different sweep in the same folder was accepted"
 fi
 grep -q "holds a different sweep" "$OUT.err" || fail "no clear error for a different sweep: $(cat "$OUT.err")"
+# --k: the bf16_lr_k arm at k times x (the other arms' LR), labelled with k; a folder that ran another
+# k is another sweep; --k without that arm, with --config or with an optim.lr override is refused.
+X=$(grep -Eo "lr: [0-9.e+-]+" configs/paper/bf16.yaml | head -1 | cut -d' ' -f2)
+UNSTUCK_BUILD_DIR=$BUILD_DIR .venv/bin/python scripts/compare.py --preset paper-smoke --no-build --no-drift \
+  --arms bf16_lr_k --k 3 --steps 1 --eval-every 1 --base "$OUT/sft-smoke/model" --pool "$OUT/pool-first16.jsonl" \
+  --out "$OUT-k3" > "$OUT.k3.log" 2>&1 || fail "--k 3: $(cat "$OUT.k3.log")"
+.venv/bin/python - "$OUT-k3" "$X" <<'EOF' || fail "--k 3 did not run bf16_lr_k at 3x"
+import json, re, sys
+out, x = sys.argv[1], float(sys.argv[2])
+lr = float(re.search(r"^  lr: ([0-9.e+-]+)", open(f"{out}/bf16_lr_k/seed1/config.yaml").read(), re.M).group(1))
+assert abs(lr - 3 * x) <= 1e-12, (lr, x)
+assert json.load(open(f"{out}/sweep.json"))["labels"]["bf16_lr_k"] == "BF16-RN @ k*x (k = 3)"
+EOF
+if UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build --out "$OUT" --k 3 2> "$OUT.err"; then
+  fail "a sweep at another k in the same folder was accepted"
+fi
+grep -q "holds a different sweep (arm_overrides" "$OUT.err" || fail "unclear error for another k: $(cat "$OUT.err")"
+for bad in "--preset paper-smoke --arms fp16 --k 2" "--preset paper-smoke --k 0" \
+           "--preset paper-smoke --k 2 optim.lr=1e-5" "--config configs/paper/fp16.yaml --modes fp16 --k 2"; do
+  # shellcheck disable=SC2086 # each case is a list of arguments
+  if UNSTUCK_BUILD_DIR=$BUILD_DIR .venv/bin/python scripts/compare.py $bad --no-build --out "$OUT-bad" 2> "$OUT.err"; then
+    fail "compare.py $bad was accepted"
+  fi
+  grep -q -- "--k" "$OUT.err" || fail "compare.py $bad: the error does not name --k: $(cat "$OUT.err")"
+done
 echo "smoke sweep ok"
