@@ -242,6 +242,14 @@ for run in cuda cpu; do
     { rc=$?; tail -30 "$W/$run.log"; fail "GRPO on $dev$(why $rc)"; }
   grep -E "device|memory" "$W/runs/$run/train.log" | head -4
 done
+if [[ $DEV == cuda ]]; then  # the grid-scaled analog is CPU only: refused before the run directory exists
+  step "precision.analog_mantissa_bits with run.device=cuda is refused before the run starts"
+  limited 60 "$U" train --config "$W/grpo.yaml" run.name=analog run.device=cuda precision.mode=bf16 \
+    precision.analog_mantissa_bits=5 > "$W/analog.log" 2>&1 && fail "the analog on cuda was accepted"
+  grep -q "analog_mantissa_bits (the grid-scaled analog) runs on the CPU only" "$W/analog.log" && [[ ! -e $W/runs/analog ]] ||
+    { tail -5 "$W/analog.log"; fail "the analog on cuda: no clear refusal before the run directory"; }
+  echo "refused: $(grep -o 'precision.analog_mantissa_bits (the grid.*' "$W/analog.log" | head -1)"
+fi
 step "cuda vs cpu, step by step"
 limited 60 "$PY" - "$W/runs" "$OUT_DIR/grpo_metrics.jsonl" << 'EOF' 2>&1 | tee "$OUT_DIR/compare.txt"
 # Tolerances: the sampled tokens depend on the logits, which differ between devices in the last

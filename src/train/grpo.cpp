@@ -86,6 +86,9 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
   // and counted), the checkpoint to resume (contents checked against this model and data).
   RunContext ctx = prepare_run(cfg, "train", /*model_from_checkpoint=*/true);
   const torch::Device device = torch_device(cfg);
+  if (cfg.precision.analog_mantissa_bits > 0 && !device.is_cpu())
+    throw UserError("precision.analog_mantissa_bits (the grid-scaled analog) runs on the CPU only, and run.device "
+                    "resolves to " + device.str() + ": set run.device: cpu");
   const int64_t max_prompt = cfg.model.max_seq_len - cfg.rollout.max_new_tokens;
   PromptFit train_fit = fit_prompts(data::read_dataset(data::train_file(cfg.data), cfg.data), ctx.prompts,
                                     ctx.tokenizer, max_prompt);
