@@ -62,8 +62,8 @@ def parse_args(argv):
                     "fp32, fp16, bf16, bf16_sr, fp16_sr (e.g. fp16,bf16,bf16_sr,bf16@2x)")
     ap.add_argument("--arms", help="paper presets: space- or comma-separated arms of configs/paper/ "
                     f"(default: {' '.join(PAPER_ARMS)})")
-    ap.add_argument("--k", type=float, help="paper presets: k of the BF16-RN @ k*x arm (bf16_lr_k; default "
-                    "configs/paper/bf16_lr_k.yaml's, 2), e.g. the calibrated k of an earlier report")
+    ap.add_argument("--k", type=float, help="paper presets: k of the BF16-RN @ k*x arm (bf16_lr_k; default the "
+                    "preset's, else configs/paper/bf16_lr_k.yaml's 2), e.g. the calibrated k of an earlier report")
     ap.add_argument("--seeds", type=int, help="paired seeds 1..N (default: the preset's, or 3)")
     ap.add_argument("--steps", type=int, help="GRPO steps per run (default: the preset's or the config's)")
     ap.add_argument("--eval-every", type=int, help="steps between greedy evaluations")
@@ -130,8 +130,8 @@ class Sweep:
             phase = p.get("phase")
             self.arms = (phase_arms(phase["modes"], phase["lrs"], a.arms, phase.get("bits", (0,))) if phase
                          else paper_arms(a.arms, p["arms"]))
-            if a.k is not None:
-                self.set_k(a.k, unstuck)
+            if a.k is not None or (p.get("k") and any(arm.name == "bf16_lr_k" for arm in self.arms)):
+                self.set_k(a.k if a.k is not None else p["k"], unstuck)
             self.phase = bool(phase)
             self.verdicts = not phase
             self.drift = p.get("drift", True) and not a.no_drift

@@ -9,7 +9,7 @@
 #   scripts/reproduce.sh --phase     # the phase diagram: FP16, BF16-RN, BF16-SR at 4 LRs -> docs/RESULTS-phase.md
 #   scripts/reproduce.sh --phase-analog # the same over the grid: BF16 with 6, 5, 4 mantissa bits (a labelled
 #                                    # analog, not a real format) at x -> docs/RESULTS-phase-analog.md
-#   scripts/reproduce.sh --quick-analog # --quick on the 5-bit analog grid -> docs/RESULTS-quick-analog.md
+#   scripts/reproduce.sh --quick-analog # --quick on the 5-bit analog grid, k = 1.7 -> docs/RESULTS-quick-analog.md
 #   scripts/reproduce.sh --full      # 2 model sizes x 4 arms x 5 seeds (200 steps) -> docs/RESULTS-full*.md
 #   scripts/reproduce.sh --gpu       # a 27M-parameter policy on one CUDA device -> docs/RESULTS-gpu.md
 #   scripts/reproduce.sh --gpu-phase # its phase diagram at 1e-5, 2e-5, 4e-5 -> docs/RESULTS-gpu-phase.md
@@ -18,8 +18,8 @@
 #
 # A thin wrapper of scripts/compare.py --preset paper-<name>; every other option goes to it (see
 # scripts/compare.py --help): --out DIR, --results FILE, --plots DIR, --seeds N, --steps N,
-# --arms "fp16 bf16 ...", --jobs J, --base DIR, --pool FILE, --compute native (the secondary sweep),
-# --no-build, key=value overrides. UNSTUCK_BUILD_DIR picks another build folder (default build/).
+# --arms "fp16 bf16 ...", --k K (BF16-RN @ k*x's LR multiple), --jobs J, --base DIR, --pool FILE,
+# --compute native (the secondary sweep), --no-build, key=value overrides. UNSTUCK_BUILD_DIR picks another build folder (default build/).
 # Ctrl-C stops cleanly (the running arms checkpoint); rerunning the same command resumes: finished
 # runs are kept and an interrupted one continues bit-exactly. Run --phase before --quick and the
 # quick report embeds the phase diagram (rerunning --quick only rewrites the report).

@@ -23,7 +23,8 @@ MODE_LABELS = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16-RN", "bf16_sr": "BF
 # `size` prompts of that pool, which then recur every few steps). `results_doc`: the report goes to
 # docs/RESULTS.md (docs/RESULTS-<name>.md for the others) and the plots to docs/results/<name>.
 # `phase`: the LR sweep of the phase diagram (modes x LRs, arms named MODE_lrLR; report by
-# scripts/paper_phase.py). `drift`: run scripts/paper_drift.py after the sweep (`probe_samples`: test
+# scripts/paper_phase.py). `k`: the LR multiple of the bf16_lr_k arm (default configs/paper/bf16_lr_k.yaml's;
+# --k overrides it). `drift`: run scripts/paper_drift.py after the sweep (`probe_samples`: test
 # records of its retained-gain probe; default the sweep's eval_samples). docs/CALIBRATION.md
 # gives the measured step times these budgets are based on.
 QUICK_ARMS = ["fp16", "bf16", "bf16_lr_k", "bf16_sr"]  # the four arms the claims need
@@ -59,8 +60,9 @@ PRESETS = {
                                pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False, results_doc="phase-analog"),
     # --quick-analog: --quick's arms and seeds on the 5-bit analog grid (4x coarser than BF16's; no drift
     # analysis, which measures BF16 half-ulps): the claims' verdicts where the phase diagram's lag is the
-    # paper's size. Not a real format: the report says so.
-    "paper-quick-analog": dict(steps=200, seeds=3, arms=QUICK_ARMS, eval_every=50, eval_samples=200,
+    # paper's size. Not a real format: the report says so. `k`: BF16-RN @ k*x at k = 1.7, the k calibrated
+    # on this preset's run at k = 2 (docs/CALIBRATION.md, "The grid-scaled analog"), instead of the arm's 2.
+    "paper-quick-analog": dict(steps=200, seeds=3, arms=QUICK_ARMS, k=1.7, eval_every=50, eval_samples=200,
                                checkpoint_every=50, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False,
                                results_doc="quick-analog", train=["precision.analog_mantissa_bits=5"]),
     # --gpu: a 27M-parameter policy (dim 512, 8 layers) SFT-trained and swept on one CUDA device, every

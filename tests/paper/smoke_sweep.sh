@@ -8,7 +8,7 @@ BUILD_DIR=$1 OUT=$2
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 fail() { echo "FAILED: $*" >&2; exit 1; }
-rm -rf "$OUT" "$OUT-k3" "$OUT-bad"
+rm -rf "$OUT" "$OUT-k3" "$OUT-bad" "$OUT-qa" "$OUT-qa1"
 UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build --out "$OUT" | tee "$OUT.log1"
 [[ -f $OUT/RESULTS.md ]] || fail "no $OUT/RESULTS.md"
 for arm in fp32 fp16 bf16 bf16_lr_k bf16_sr fp16_sr; do
@@ -62,6 +62,18 @@ lr = float(re.search(r"^  lr: ([0-9.e+-]+)", open(f"{out}/bf16_lr_k/seed1/config
 assert abs(lr - 3 * x) <= 1e-12, (lr, x)
 assert json.load(open(f"{out}/sweep.json"))["labels"]["bf16_lr_k"] == "BF16-RN @ k*x (k = 3)"
 EOF
+# A preset's own k (--quick-analog: 1.7, calibrated) applies when the sweep runs bf16_lr_k, and only then.
+UNSTUCK_BUILD_DIR=$BUILD_DIR .venv/bin/python scripts/compare.py --preset paper-quick-analog --no-build \
+  --arms "fp16 bf16_lr_k" --steps 1 --eval-every 1 --eval-samples 4 --base "$OUT/sft-smoke/model" \
+  --pool "$OUT/pool-first16.jsonl" --out "$OUT-qa" --results "$OUT-qa/RESULTS.md" --plots "$OUT-qa/plots" \
+  reward.format_reward=0.1 > "$OUT.qa.log" 2>&1 ||
+  fail "--quick-analog's k: $(cat "$OUT.qa.log")"
+grep -Eq "^  lr: 8.5e-0?6 " "$OUT-qa/bf16_lr_k/seed1/config.yaml" || fail "--quick-analog: bf16_lr_k is not at 1.7x"
+grep -Eq "^  lr: 5e-0?6 " "$OUT-qa/fp16/seed1/config.yaml" || fail "--quick-analog: fp16 is not at x"
+UNSTUCK_BUILD_DIR=$BUILD_DIR .venv/bin/python scripts/compare.py --preset paper-quick-analog --no-build --arms fp16 \
+  --steps 1 --eval-every 1 --eval-samples 4 --base "$OUT/sft-smoke/model" --pool "$OUT/pool-first16.jsonl" \
+  --out "$OUT-qa1" --results "$OUT-qa1/RESULTS.md" --plots "$OUT-qa1/plots" reward.format_reward=0.1 \
+  > "$OUT.qa.log" 2>&1 || fail "--quick-analog without bf16_lr_k: $(cat "$OUT.qa.log")"
 if UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build --out "$OUT" --k 3 2> "$OUT.err"; then
   fail "a sweep at another k in the same folder was accepted"
 fi
