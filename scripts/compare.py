@@ -130,8 +130,7 @@ class Sweep:
             phase = p.get("phase")
             self.arms = (phase_arms(phase["modes"], phase["lrs"], a.arms, phase.get("bits", (0,))) if phase
                          else paper_arms(a.arms, p["arms"]))
-            if a.k is not None or (p.get("k") and any(arm.name == "bf16_lr_k" for arm in self.arms)):
-                self.set_k(a.k if a.k is not None else p["k"], unstuck)
+            self.set_lrs(p.get("lr"), a.k if a.k is not None else p.get("k"), a.k is not None, unstuck)
             self.phase = bool(phase)
             self.verdicts = not phase
             self.drift = p.get("drift", True) and not a.no_drift
@@ -190,14 +189,25 @@ class Sweep:
         self.reference = "fp16" if any(arm.name == "fp16" for arm in self.arms) else self.arms[0].name
         self.runs = [(arm, s) for s in range(1, self.seeds + 1) for arm in self.arms]
 
-    def set_k(self, k, unstuck):
-        """--k: the bf16_lr_k arm at k times the LR of configs/paper/bf16.yaml (x) instead of its own."""
-        arm = next((arm for arm in self.arms if arm.name == "bf16_lr_k"), None)
-        if arm is None:
+    def set_lrs(self, x, k, k_given, unstuck):
+        """A preset's LR x for every arm (`lr`; default configs/paper/bf16.yaml's) and the bf16_lr_k arm at k
+        times it (`k` or --k; default the arm's own multiple, 2). --k without that arm is refused."""
+        lr_k = next((arm for arm in self.arms if arm.name == "bf16_lr_k"), None)
+        if k_given and lr_k is None:
             raise SweepError("--k sets the LR of the bf16_lr_k arm (BF16-RN @ k*x), which this sweep does not run")
-        x = float(yaml_scalar(resolved_config(unstuck, "configs/paper/bf16.yaml", []), "optim", "lr"))
-        arm.overrides.append(f"optim.lr={k * x:.6g}")
-        arm.label = f"BF16-RN @ k*x (k = {k:g})"
+        if x is None and (k is None or lr_k is None):
+            return  # every arm at its own config's LR
+        config_lr = lambda path: float(yaml_scalar(resolved_config(unstuck, path, []), "optim", "lr"))
+        x_config = config_lr("configs/paper/bf16.yaml")
+        for arm in self.arms:
+            if arm is not lr_k and x is not None:
+                arm.overrides.append(f"optim.lr={x:g}")
+        if lr_k is not None:
+            if k is None:
+                k = config_lr(lr_k.config) / x_config
+            else:
+                lr_k.label = f"BF16-RN @ k*x (k = {k:g})"
+            lr_k.overrides.append(f"optim.lr={k * (x or x_config):.6g}")
 
     def run_dir(self, arm, seed):
         return os.path.join(self.out, arm.name, f"seed{seed}")

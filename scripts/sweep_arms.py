@@ -23,8 +23,8 @@ MODE_LABELS = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16-RN", "bf16_sr": "BF
 # `size` prompts of that pool, which then recur every few steps). `results_doc`: the report goes to
 # docs/RESULTS.md (docs/RESULTS-<name>.md for the others) and the plots to docs/results/<name>.
 # `phase`: the LR sweep of the phase diagram (modes x LRs, arms named MODE_lrLR; report by
-# scripts/paper_phase.py). `k`: the LR multiple of the bf16_lr_k arm (default configs/paper/bf16_lr_k.yaml's;
-# --k overrides it). `drift`: run scripts/paper_drift.py after the sweep (`probe_samples`: test
+# scripts/paper_phase.py). `lr`: the LR x of every arm (default configs/paper/bf16.yaml's); `k`: the LR
+# multiple of the bf16_lr_k arm (default configs/paper/bf16_lr_k.yaml's; --k overrides it). `drift`: run scripts/paper_drift.py after the sweep (`probe_samples`: test
 # records of its retained-gain probe; default the sweep's eval_samples). docs/CALIBRATION.md
 # gives the measured step times these budgets are based on.
 QUICK_ARMS = ["fp16", "bf16", "bf16_lr_k", "bf16_sr"]  # the four arms the claims need
@@ -65,6 +65,14 @@ PRESETS = {
     "paper-quick-analog": dict(steps=200, seeds=3, arms=QUICK_ARMS, k=1.7, eval_every=50, eval_samples=200,
                                checkpoint_every=50, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False,
                                results_doc="quick-analog", train=["precision.analog_mantissa_bits=5"]),
+    # --quick-analog-pool: the analog where FP16's gain also reaches the 0.3 target: the first 64 prompts of the
+    # pool (they recur every other step, so the gradient is a cleaner signal per unit of drift), x = 2e-5 (`lr`,
+    # for every arm) and a 3-bit grid (16x coarser than BF16's: 4x the LR against a 4x coarser grid than
+    # --quick-analog's), k = 1.7 calibrated on one seed at k = 2 (docs/CALIBRATION.md). Not a real format.
+    "paper-quick-analog-pool": dict(steps=200, seeds=3, arms=QUICK_ARMS, lr=2e-5, k=1.7, eval_every=50,
+                                    eval_samples=200, checkpoint_every=50,
+                                    pool=dict(records=2000, k=8, lo=0.2, hi=0.8, size=64), drift=False,
+                                    results_doc="quick-analog-pool", train=["precision.analog_mantissa_bits=3"]),
     # --gpu: a 27M-parameter policy (dim 512, 8 layers) SFT-trained and swept on one CUDA device, every
     # arm computing in its own format (real formats only); refused without a usable CUDA device.
     "paper-gpu": dict(steps=100, seeds=3, arms=QUICK_ARMS, eval_every=25, eval_samples=500, checkpoint_every=10,
