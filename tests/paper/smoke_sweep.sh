@@ -8,7 +8,7 @@ BUILD_DIR=$1 OUT=$2
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 fail() { echo "FAILED: $*" >&2; exit 1; }
-rm -rf "$OUT" "$OUT-k3" "$OUT-bad" "$OUT-qa" "$OUT-qa1"
+rm -rf "$OUT" "$OUT-k3" "$OUT-bad" "$OUT-qa" "$OUT-qa1" "$OUT-qap"
 UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build --out "$OUT" | tee "$OUT.log1"
 [[ -f $OUT/RESULTS.md ]] || fail "no $OUT/RESULTS.md"
 for arm in fp32 fp16 bf16 bf16_lr_k bf16_sr fp16_sr; do
@@ -70,6 +70,14 @@ UNSTUCK_BUILD_DIR=$BUILD_DIR .venv/bin/python scripts/compare.py --preset paper-
   fail "--quick-analog's k: $(cat "$OUT.qa.log")"
 grep -Eq "^  lr: 8.5e-0?6 " "$OUT-qa/bf16_lr_k/seed1/config.yaml" || fail "--quick-analog: bf16_lr_k is not at 1.7x"
 grep -Eq "^  lr: 5e-0?6 " "$OUT-qa/fp16/seed1/config.yaml" || fail "--quick-analog: fp16 is not at x"
+# A preset's own x (--quick-analog-pool: 2e-5) for every arm, bf16_lr_k at k times it.
+UNSTUCK_BUILD_DIR=$BUILD_DIR .venv/bin/python scripts/compare.py --preset paper-quick-analog-pool --no-build \
+  --arms "fp16 bf16_lr_k" --steps 1 --eval-every 1 --eval-samples 4 --base "$OUT/sft-smoke/model" \
+  --pool "$OUT/pool-first16.jsonl" --out "$OUT-qap" --results "$OUT-qap/RESULTS.md" --plots "$OUT-qap/plots" \
+  reward.format_reward=0.1 > "$OUT.qa.log" 2>&1 || fail "--quick-analog-pool: $(cat "$OUT.qa.log")"
+grep -Eq "^  lr: 3.4e-0?5 " "$OUT-qap/bf16_lr_k/seed1/config.yaml" || fail "--quick-analog-pool: bf16_lr_k not at 1.7x"
+grep -Eq "^  lr: 2e-0?5 " "$OUT-qap/fp16/seed1/config.yaml" || fail "--quick-analog-pool: fp16 is not at x = 2e-5"
+grep -Eq "^  analog_mantissa_bits: 3( |$)" "$OUT-qap/fp16/seed1/config.yaml" || fail "--quick-analog-pool: not on 3 bits"
 UNSTUCK_BUILD_DIR=$BUILD_DIR .venv/bin/python scripts/compare.py --preset paper-quick-analog --no-build --arms fp16 \
   --steps 1 --eval-every 1 --eval-samples 4 --base "$OUT/sft-smoke/model" --pool "$OUT/pool-first16.jsonl" \
   --out "$OUT-qa1" --results "$OUT-qa1/RESULTS.md" --plots "$OUT-qa1/plots" reward.format_reward=0.1 \
