@@ -536,7 +536,8 @@ def main(argv=None):
             say(f"done: {sweep.results}")
             return 0
         if sweep.drift:
-            probe = ["--eval-samples", str(sweep.probe_samples)] if sweep.probe_samples else []
+            probe = (["--no-probe"] if sweep.probe_samples == 0 else
+                     ["--eval-samples", str(sweep.probe_samples)] if sweep.probe_samples else [])
             subprocess.run([py, os.path.join(HERE, "paper_drift.py"), "--sweep", sweep.out, "--plots", sweep.plots,
                             "--unstuck", unstuck] + probe, check=True)
         subprocess.run([py, os.path.join(HERE, "paper_report.py"), "--sweep", sweep.out, "--results",

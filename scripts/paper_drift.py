@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """How far FP16's weights drift in BF16 half-ulps, and how much of FP16's gain survives BF16 rounding.
 
+On a sweep of the grid-scaled analog (precision.analog_mantissa_bits = m in 1-6), every "BF16" below
+is BF16 with m mantissa bits, the grid its BF16 arms round to: half-ulps of that grid, rounding onto it.
+
 For each seed of a sweep (scripts/compare.py), from the reference arm's (FP16's) checkpoints at the
 steps where its training reward reaches 50% and 100% of its gain (the nearest kept checkpoint):
   * drift: |w_t - w_0| / (half a BF16 ulp of w_0) per weight, where w_0 is the base policy as the
@@ -62,16 +65,36 @@ def to_bf16(x):
     return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(torch.bfloat16).to(torch.float32).numpy()
 
 
-def half_ulp_bf16(w):
-    """Half the BF16 spacing at |w| (8 significant bits): 2^(E - 8) for |w| in [2^E, 2^(E+1))."""
-    _, e = np.frexp(np.abs(w))  # |w| = m * 2^e, m in [0.5, 1): E = e - 1
-    return np.ldexp(np.ones_like(w, dtype=np.float64), e - 9)
+def to_grid(x, bits):
+    """Round-to-nearest-even FP32 -> the grid of `bits` mantissa bits (0: BF16 itself, 7 bits), as FP32
+    values: bf16_coarse_rn of include/unstuck/precision/round_math.h on finite values (the drop of the
+    23 - bits low bits of the FP32 pattern, rounded half to even; a carry into the exponent is the next
+    binade's first point)."""
+    if bits == 0:
+        return to_bf16(x)
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    d = 23 - bits
+    lsb = (u >> np.uint64(d)) & np.uint64(1)
+    r = (u + np.uint64((1 << (d - 1)) - 1) + lsb) & ~np.uint64((1 << d) - 1)
+    return r.astype(np.uint32).view(np.float32)
+
+
+def half_ulp(w, bits=0):
+    """Half the grid's spacing at |w| with m = bits mantissa bits (BF16: 7): 2^(E - m - 1) for |w| in
+    [2^E, 2^(E+1))."""
+    _, e = np.frexp(np.abs(w))  # |w| = f * 2^e, f in [0.5, 1): E = e - 1
+    return np.ldexp(np.ones_like(w, dtype=np.float64), e - (bits or 7) - 2)
+
+
+def grid_name(bits):
+    """How reports name the grid: BF16, or the analog's."""
+    return "BF16" if bits == 0 else f"{bits}-bit analog"
 
 
 class Base:
     """The base policy as the runs start: named tensors, the flat layout and w_0."""
 
-    def __init__(self, model_dir, round_to_bf16):
+    def __init__(self, model_dir, round_to_grid, bits=0):
         from safetensors.numpy import load_file
         import torch
         self.dir = model_dir
@@ -93,7 +116,7 @@ class Base:
             total += (size + PARAM_ALIGN - 1) // PARAM_ALIGN * PARAM_ALIGN
         self.total = total
         w0 = np.concatenate([tensors[n].astype(np.float32).ravel() for n in self.order])
-        self.w0 = (to_bf16(w0) if round_to_bf16 else w0).astype(np.float64)  # packed: no gaps
+        self.w0 = (to_grid(w0, bits) if round_to_grid else w0).astype(np.float64)  # packed: no gaps
 
     def flat_to_packed(self, master):
         """The model's elements of a flat master (the alignment gaps dropped), in layout order."""
@@ -159,12 +182,17 @@ def analyse(a):
     w = max(3, steps // 10)  # the report's window
     run1 = os.path.join(a.sweep, ref, "seed1")
     cfg = open(os.path.join(run1, "config.yaml")).read()
-    base = Base(yaml_scalar(cfg, "grpo", "base_model"), yaml_scalar(cfg, "grpo", "round_base_to_bf16") == "true")
+    try:  # the grid-scaled analog's mantissa bits (0: BF16; configs written before the key have none)
+        bits = int(yaml_scalar(cfg, "precision", "analog_mantissa_bits"))
+    except SweepError:
+        bits = 0
+    base = Base(yaml_scalar(cfg, "grpo", "base_model"), yaml_scalar(cfg, "grpo", "round_base_to_bf16") == "true",
+                bits)
     lr = float(yaml_scalar(cfg, "optim", "lr"))
     samples = a.eval_samples or int(sweep["eval_samples"])
     packed_w0 = base.w0  # (model elements,) in layout order, no alignment gaps
     nonzero = packed_w0 != 0
-    half = half_ulp_bf16(packed_w0[nonzero])
+    half = half_ulp(packed_w0[nonzero], bits)
     cache_path = os.path.join(a.sweep, "drift", "evals.json")
     os.makedirs(os.path.dirname(cache_path), exist_ok=True)
     cache = json.load(open(cache_path)) if os.path.exists(cache_path) else {}
@@ -210,11 +238,11 @@ def analyse(a):
                    "lr": lr, "zero_weights_left_out": int((~nonzero).sum())}
             if not a.no_probe:
                 fp16_dir = os.path.join(a.sweep, "drift", f"seed{s}_step{ck}_fp16")
-                bf16_dir = os.path.join(a.sweep, "drift", f"seed{s}_step{ck}_bf16rn")
+                bf16_dir = os.path.join(a.sweep, "drift", f"seed{s}_step{ck}_" + (f"m{bits}rn" if bits else "bf16rn"))
                 if not os.path.exists(os.path.join(fp16_dir, "model.safetensors")):
                     base.write_model(fp16_dir, master.astype(np.float16).astype(np.float32))
                 if not os.path.exists(os.path.join(bf16_dir, "model.safetensors")):
-                    base.write_model(bf16_dir, to_bf16(master))
+                    base.write_model(bf16_dir, to_grid(master, bits))
                 acc0 = evaluate(a.unstuck, base_dir, samples, cache)
                 acc16 = evaluate(a.unstuck, fp16_dir, samples, cache)
                 accbf = evaluate(a.unstuck, bf16_dir, samples, cache)
@@ -222,10 +250,10 @@ def analyse(a):
                 row["probe"] = {"base": acc0, "unrounded": acc16, "bf16_rounded": accbf, "samples": samples,
                                 "retained": (accbf - acc0) / (acc16 - acc0) if acc16 != acc0 else None}
             rows.append(row)
-    return ref, rows, hists, series
+    return ref, rows, hists, series, bits
 
 
-def plots(folder, ref, rows, hists, series):
+def plots(folder, ref, rows, hists, series, bits):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -237,7 +265,7 @@ def plots(folder, ref, rows, hists, series):
         ax.step(centers, h / max(1, h.sum()), where="mid", label=f"seed {s}, {label}", lw=1.3)
     ax.axvline(1.0, color="black", ls="--", lw=1, label="1 half-ulp (RN moves the weight)")
     ax.set_xscale("log")
-    ax.set_xlabel("|w_t - w_0| in BF16 half-ulps of w_0")
+    ax.set_xlabel(f"|w_t - w_0| in {grid_name(bits)} half-ulps of w_0")
     ax.set_ylabel("fraction of weights")
     ax.set_title(f"drift of {ref}'s master at 50% / 100% of its gain", fontsize=9)
     ax.grid(alpha=0.3)
@@ -255,8 +283,8 @@ def plots(folder, ref, rows, hists, series):
                     label=f"seed {s}: fraction below 1 half-ulp")
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_xlabel("GRPO step (kept checkpoints)")
-        ax.set_ylabel("BF16 half-ulps / fraction")
-        ax.set_title(f"drift of {ref}'s master from the base, in BF16 half-ulps", fontsize=9)
+        ax.set_ylabel(f"{grid_name(bits)} half-ulps / fraction")
+        ax.set_title(f"drift of {ref}'s master from the base, in {grid_name(bits)} half-ulps", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
@@ -270,7 +298,7 @@ def plots(folder, ref, rows, hists, series):
         gain16 = [r["probe"]["unrounded"] - r["probe"]["base"] for r in probed]
         gainbf = [r["probe"]["bf16_rounded"] - r["probe"]["base"] for r in probed]
         ax.bar(x - 0.2, gain16, 0.4, label=f"{ref} weights (unrounded)", color="tab:blue")
-        ax.bar(x + 0.2, gainbf, 0.4, label="same master rounded to nearest BF16", color="tab:red")
+        ax.bar(x + 0.2, gainbf, 0.4, label=f"same master rounded to nearest {grid_name(bits)}", color="tab:red")
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xticks(x, [f"s{r['seed']} {r['level']}\nstep {r['step']}" for r in probed], fontsize=7)
         ax.set_ylabel("greedy eval accuracy minus the base's")
@@ -284,13 +312,14 @@ def plots(folder, ref, rows, hists, series):
     return written
 
 
-DEFINITION = (
-    "From the reference arm's checkpoints (the nearest kept one to the step where its training reward, "
-    "averaged as in the table, reaches 50% and 100% of its gain, and the last one): *drift* = |w_t - w_0| / half a BF16 ulp "
-    "of w_0 per weight (w_0: the base as the runs start; exact zeros left out); round-to-nearest keeps a "
-    "BF16 weight at w_0 while its drift is below 1, so *drift < 1 half-ulp* is the fraction of weights whose "
-    "progress BF16-RN would not show yet. *Retained gain*: greedy eval accuracy (FP32 compute) of the master "
-    "rounded to nearest BF16 minus the base's, over the same for the FP16 weights.")
+def definition(bits):
+    g = grid_name(bits)
+    return ("From the reference arm's checkpoints (the nearest kept one to the step where its training reward, "
+            f"averaged as in the table, reaches 50% and 100% of its gain, and the last one): *drift* = |w_t - w_0| / "
+            f"half a {g} ulp of w_0 per weight (w_0: the base as the runs start; exact zeros left out); "
+            f"round-to-nearest keeps a {g} weight at w_0 while its drift is below 1, so *drift < 1 half-ulp* is the "
+            "fraction of weights whose progress BF16-RN would not show yet. *Retained gain*: greedy eval accuracy "
+            f"(FP32 compute) of the master rounded to nearest {g} minus the base's, over the same for the FP16 weights.")
 
 
 def main():
@@ -303,21 +332,21 @@ def main():
     ap.add_argument("--no-probe", action="store_true", help="drift histogram only")
     a = ap.parse_args()
     try:
-        ref, rows, hists, series = analyse(a)
+        ref, rows, hists, series, bits = analyse(a)
     except (DriftError, SweepError, OSError, KeyError) as e:
         print(f"paper_drift.py: error: {e}", file=sys.stderr)
         sys.exit(2)
-    written = plots(a.plots, ref, rows, hists, series)
+    written = plots(a.plots, ref, rows, hists, series, bits)
     out = os.path.join(a.sweep, "drift.json")
     with open(out + ".tmp", "w") as f:
-        json.dump({"arm": ref, "definition": DEFINITION, "rows": rows, "series": series, "plots": written}, f,
-                  indent=1)
+        json.dump({"arm": ref, "grid": grid_name(bits), "bits": bits, "definition": definition(bits), "rows": rows,
+                   "series": series, "plots": written}, f, indent=1)
     os.replace(out + ".tmp", out)
     for r in rows:
         p = r.get("probe")
         print(f"paper_drift.py: seed {r['seed']} {r['level']} step {r['step']}: median drift {r['median']:.2f} "
-              f"half-ulps, {100 * r['below_one']:.1f}% below 1"
-              + (f"; eval acc base {p['base']:.3f}, FP16 {p['unrounded']:.3f}, BF16-RN {p['bf16_rounded']:.3f}"
+              f"{grid_name(bits)} half-ulps, {100 * r['below_one']:.1f}% below 1"
+              + (f"; eval acc base {p['base']:.3f}, FP16 {p['unrounded']:.3f}, RN {p['bf16_rounded']:.3f}"
                  if p else ""))
     for s in sorted({p["seed"] for p in series}):
         print(f"paper_drift.py: seed {s} median drift by step: " + ", ".join(

@@ -434,18 +434,21 @@ def write_verdicts(add, a, runs, rows, levels, steps, w):
 
 def write_drift(add, drift, labels):
     arm = labels.get(drift["arm"], drift["arm"]).split(" @")[0]
-    add(f"## Drift of {arm}'s weights in BF16 half-ulps, and the retained-gain probe")
+    grid = drift.get("grid", "BF16")  # drift.json written before the analog: BF16
+    probed = any(row.get("probe") for row in drift["rows"])
+    add(f"## Drift of {arm}'s weights in {grid} half-ulps" + (", and the retained-gain probe" if probed else ""))
     add("")
-    add(drift["definition"])
+    add(drift["definition"] + ("" if probed else " The retained-gain probe was not run for this sweep."))
     add("")
-    add("| seed | level | step (checkpoint) | median drift | mean drift | drift < 1 half-ulp | "
-        f"eval acc: base / {arm} weights / BF16-rounded | retained gain |")
-    add("|---|---|---|---|---|---|---|---|")
+    add("| seed | level | step (checkpoint) | median drift | mean drift | drift < 1 half-ulp |"
+        + (f" eval acc: base / {arm} weights / {grid}-rounded | retained gain |" if probed else ""))
+    add("|---|---|---|---|---|---|" + ("---|---|" if probed else ""))
     for row in drift["rows"]:
         probe = row.get("probe") or {}
         accs = (f"{probe['base']:.3f} / {probe['unrounded']:.3f} / {probe['bf16_rounded']:.3f}" if probe else "n/a")
         add(f"| s{row['seed']} | {row['level']} | {row['target_step']} ({row['step']}) | {row['median']:.2f} | "
-            f"{row['mean']:.2f} | {row['below_one']:.3f} | {accs} | {fmt(probe.get('retained'), 2)} |")
+            f"{row['mean']:.2f} | {row['below_one']:.3f} |"
+            + (f" {accs} | {fmt(probe.get('retained'), 2)} |" if probed else ""))
     add("")
     series = drift.get("series", [])
     for s in sorted({p["seed"] for p in series}):

@@ -139,6 +139,25 @@ def main():
         _, text = new_sweep(tmp, "analog", dict(base, bf16=0.002), dict(kl, bf16_lr_k=0.2), 1, analog_bits=5)
         check("**Grid-scaled analog, not a real format**" in text and "`precision.analog_mantissa_bits` 5" in text
               and "4x coarser" in text, "a sweep on the analog grid is labelled as such, with its grid")
+        # The drift section names the grid paper_drift.py measured in (drift.json's "grid"; BF16 when absent).
+        d_analog = os.path.join(tmp, "analog")
+        row = {"seed": 1, "level": "50%", "target_step": 10, "step": 10, "median": 0.5, "mean": 0.7, "below_one": 0.6,
+               "probe": {"base": 0.4, "unrounded": 0.5, "bf16_rounded": 0.45, "samples": 100, "retained": 0.5}}
+        for grid, header, column in (("5-bit analog", "in 5-bit analog half-ulps", "5-bit analog-rounded"),
+                                     (None, "in BF16 half-ulps", "BF16-rounded")):
+            with open(os.path.join(d_analog, "drift.json"), "w") as f:
+                json.dump(dict({"arm": "fp16", "definition": "d", "rows": [row], "series": []},
+                               **({"grid": grid} if grid else {})), f)
+            r, text = run_report(d_analog)
+            check(r.returncode == 0 and f"## Drift of FP16's weights {header}" in text and column in text,
+                  f"the drift section names its grid ({grid or 'absent: BF16'})")
+        row.pop("probe")  # a sweep without the probe (probe_samples 0): no probe columns, and it says so
+        with open(os.path.join(d_analog, "drift.json"), "w") as f:
+            json.dump({"arm": "fp16", "grid": "3-bit analog", "definition": "d", "rows": [row], "series": []}, f)
+        r, text = run_report(d_analog)
+        check(r.returncode == 0 and "## Drift of FP16's weights in 3-bit analog half-ulps\n" in text
+              and "probe was not run" in text and "retained gain" not in section(text, "Drift of FP16"),
+              "a drift section without the probe has no probe columns and says so")
         r, text_strict = run_report(d, "--min-gain", "0.5")
         check(r.returncode == 0 and "not testable" in verdict(text_strict, 1) and target(text_strict, 1) ==
               "not testable", "--min-gain above FP16's gain makes the claims and targets not testable")
