@@ -84,7 +84,8 @@ def parse_args(argv):
     ap.add_argument("--no-drift", action="store_true", help="skip the drift histogram and retained-gain probe")
     ap.add_argument("--progress-every", type=float, default=30.0, help="seconds between progress lines")
     ap.add_argument("--command-line", help=argparse.SUPPRESS)  # how the user called us (reproduce.sh)
-    ap.add_argument("overrides", nargs="*", help="key=value overrides for every arm (after the arm's own)")
+    ap.add_argument("overrides", nargs="*", help="key=value overrides for every arm (after the arm's own); with a "
+                    "paper preset, optim.lr=X sets x (bf16_lr_k runs at k times it)")
     a = ap.parse_args(argv)
     if a.config and not a.modes:
         ap.error("--config needs --modes (e.g. --modes fp16,bf16,bf16_sr)")
@@ -96,9 +97,6 @@ def parse_args(argv):
                  "its data.train_path")
     if a.k is not None and not a.k > 0:
         ap.error(f"--k takes a positive LR multiple, got {a.k:g}")
-    if a.k is not None and any(o.startswith("optim.lr=") for o in a.overrides):
-        ap.error("--k multiplies the arms' LR x (configs/paper/bf16.yaml's); an optim.lr override would set "
-                 "every arm's LR, bf16_lr_k's included: give one or the other")
     for name in ("seeds", "steps", "eval_every", "eval_samples", "checkpoint_every", "jobs"):
         v = getattr(a, name)
         if v is not None and v < 1:
@@ -130,7 +128,22 @@ class Sweep:
             phase = p.get("phase")
             self.arms = (phase_arms(phase["modes"], phase["lrs"], a.arms, phase.get("bits", (0,))) if phase
                          else paper_arms(a.arms, p["arms"]))
-            self.set_lrs(p.get("lr"), a.k if a.k is not None else p.get("k"), a.k is not None, unstuck)
+            # An optim.lr override sets x, as with --config: bf16_lr_k runs at k times it, a phase sweep refuses it.
+            x = p.get("lr")
+            lr_overrides = [o for o in self.overrides if o.startswith("optim.lr=")]
+            if lr_overrides:
+                if phase:
+                    raise SweepError(f"{lr_overrides[-1]}: the phase sweep gives every arm the LR of its row "
+                                     f"({', '.join(f'{lr:g}' for lr in phase['lrs'])}); --arms picks among them")
+                value = lr_overrides[-1].split("=", 1)[1]
+                try:
+                    x = float(value)
+                except ValueError:
+                    x = float("nan")
+                if not x > 0:
+                    raise SweepError(f"{lr_overrides[-1]}: optim.lr must be a positive number, got '{value}'")
+                self.overrides = [o for o in self.overrides if not o.startswith("optim.lr=")]
+            self.set_lrs(x, a.k if a.k is not None else p.get("k"), a.k is not None, unstuck)
             self.phase = bool(phase)
             self.verdicts = not phase
             self.drift = p.get("drift", True) and not a.no_drift
@@ -190,8 +203,9 @@ class Sweep:
         self.runs = [(arm, s) for s in range(1, self.seeds + 1) for arm in self.arms]
 
     def set_lrs(self, x, k, k_given, unstuck):
-        """A preset's LR x for every arm (`lr`; default configs/paper/bf16.yaml's) and the bf16_lr_k arm at k
-        times it (`k` or --k; default the arm's own multiple, 2). --k without that arm is refused."""
+        """The LR x for every arm (an optim.lr override, else the preset's `lr`, else configs/paper/bf16.yaml's)
+        and the bf16_lr_k arm at k times it (--k, else the preset's `k`, else the arm's own multiple, 2).
+        --k without that arm is refused."""
         lr_k = next((arm for arm in self.arms if arm.name == "bf16_lr_k"), None)
         if k_given and lr_k is None:
             raise SweepError("--k sets the LR of the bf16_lr_k arm (BF16-RN @ k*x), which this sweep does not run")

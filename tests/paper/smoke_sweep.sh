@@ -49,12 +49,13 @@ if UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build 
   fail "a different sweep in the same folder was accepted"
 fi
 grep -q "holds a different sweep" "$OUT.err" || fail "no clear error for a different sweep: $(cat "$OUT.err")"
-# --k: the bf16_lr_k arm at k times x (the other arms' LR), labelled with k; a folder that ran another
-# k is another sweep; --k without that arm, with --config or with an optim.lr override is refused.
-X=$(grep -Eo "lr: [0-9.e+-]+" configs/paper/bf16.yaml | head -1 | cut -d' ' -f2)
+# --k: the bf16_lr_k arm at k times x (the other arms' LR; an optim.lr override sets x), labelled with k;
+# a folder that ran another k is another sweep; --k without that arm or with --config is refused, and so
+# is an optim.lr override of a phase sweep (its rows set the LRs) or one that is not a positive number.
 UNSTUCK_BUILD_DIR=$BUILD_DIR .venv/bin/python scripts/compare.py --preset paper-smoke --no-build --no-drift \
   --arms bf16_lr_k --k 3 --steps 1 --eval-every 1 --base "$OUT/sft-smoke/model" --pool "$OUT/pool-first16.jsonl" \
-  --out "$OUT-k3" > "$OUT.k3.log" 2>&1 || fail "--k 3: $(cat "$OUT.k3.log")"
+  --out "$OUT-k3" optim.lr=4e-6 > "$OUT.k3.log" 2>&1 || fail "--k 3: $(cat "$OUT.k3.log")"
+X=4e-6
 .venv/bin/python - "$OUT-k3" "$X" <<'EOF' || fail "--k 3 did not run bf16_lr_k at 3x"
 import json, re, sys
 out, x = sys.argv[1], float(sys.argv[2])
@@ -86,12 +87,15 @@ if UNSTUCK_BUILD_DIR=$BUILD_DIR "$ROOT/scripts/reproduce.sh" --smoke --no-build 
   fail "a sweep at another k in the same folder was accepted"
 fi
 grep -q "holds a different sweep (arm_overrides" "$OUT.err" || fail "unclear error for another k: $(cat "$OUT.err")"
-for bad in "--preset paper-smoke --arms fp16 --k 2" "--preset paper-smoke --k 0" \
-           "--preset paper-smoke --k 2 optim.lr=1e-5" "--config configs/paper/fp16.yaml --modes fp16 --k 2"; do
+for bad in "--preset paper-smoke --arms fp16 --k 2|--k" "--preset paper-smoke --k 0|--k" \
+           "--config configs/paper/fp16.yaml --modes fp16 --k 2|--k" \
+           "--preset paper-phase optim.lr=1e-5|optim.lr=1e-5: the phase sweep" \
+           "--preset paper-smoke optim.lr=fast|optim.lr must be a positive number, got 'fast'"; do
+  args=${bad%%|*} want=${bad#*|}
   # shellcheck disable=SC2086 # each case is a list of arguments
-  if UNSTUCK_BUILD_DIR=$BUILD_DIR .venv/bin/python scripts/compare.py $bad --no-build --out "$OUT-bad" 2> "$OUT.err"; then
-    fail "compare.py $bad was accepted"
+  if UNSTUCK_BUILD_DIR=$BUILD_DIR .venv/bin/python scripts/compare.py $args --no-build --out "$OUT-bad" 2> "$OUT.err"; then
+    fail "compare.py $args was accepted"
   fi
-  grep -q -- "--k" "$OUT.err" || fail "compare.py $bad: the error does not name --k: $(cat "$OUT.err")"
+  grep -qF -- "$want" "$OUT.err" || fail "compare.py $args: the error does not say '$want': $(cat "$OUT.err")"
 done
 echo "smoke sweep ok"
