@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -332,8 +333,7 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         f"reward curves per step); *relative*: divided by {ref_label}'s area above its start (its mean reward "
         "minus its start). A level not reached within the run reads > steps; its KL reads n/a.")
     add("")
-    if paper:
-        write_verdicts(add, a, runs, rows, levels, steps, w)
+    outcomes = write_verdicts(add, a, runs, rows, levels, steps, w) if paper else None
     if drift:
         write_drift(add, drift, labels)
     # The phase diagram (scripts/paper_phase.py: docs/results/phase for the CPU presets,
@@ -353,6 +353,25 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
             rel_phase = os.path.relpath(os.path.dirname(phase_json), os.path.dirname(os.path.abspath(a.results)))
             for line in phase_markdown(phase, rel_phase):
                 add(line)
+    # The analog quick sweeps of the same base (docs/results/quick-analog*/summary.json) after a real-format
+    # sweep's verdicts: where the regime the real formats miss on this policy is reached.
+    if outcomes is not None:
+        own = sweep_summary(sweep, runs, levels, w, outcomes, None)
+        summary_path = os.path.join(plots_dir, "summary.json")
+        results_doc = os.path.relpath(os.path.abspath(a.results), os.path.dirname(summary_path))
+        with open(summary_path + ".tmp", "w") as f:
+            json.dump(dict(own, results=results_doc), f, indent=1)
+        os.replace(summary_path + ".tmp", summary_path)
+        others = []
+        for name in ("quick-analog", "quick-analog-pool"):
+            path = os.path.join(os.path.dirname(plots_dir), name, "summary.json")
+            sm = json.load(open(path)) if os.path.exists(path) and os.path.abspath(path) != summary_path else None
+            if sm and sm.get("base") == sweep.get("base") and own["bits"] == [0]:
+                sm["results"] = os.path.join(os.path.dirname(path), sm["results"])
+                others.append(sm)
+        if others:
+            results_dir = os.path.dirname(os.path.abspath(a.results))
+            analog_section(add, [own] + others, lambda p: os.path.relpath(os.path.abspath(p), results_dir))
     add("## Plots")
     add("")
     rel = os.path.relpath(a.plots, os.path.dirname(os.path.abspath(a.results)) or ".")
@@ -384,14 +403,16 @@ def write_verdicts(add, a, runs, rows, levels, steps, w):
         "*Speed* is the mean training reward over the run; the KL is judged at the end and at matched reward "
         "(the first step a run reaches 50% of FP16's gain: the KL a run pays for the same progress).")
     add("")
-    for line in claim_verdicts(runs, rows, levels, tolerances, w, a.min_gain):
+    claims = claim_verdicts(runs, rows, levels, tolerances, w, a.min_gain)
+    for line in claims:
         add(line)
     add("")
     add("## Size targets (issue 16)")
     add("")
     add(f"Each target is judged per seed on the levels above and needs FP16's gain >= {a.min_gain} in every seed.")
     add("")
-    for rule, result in size_targets(runs, levels, steps, a.min_gain):
+    targets = size_targets(runs, levels, steps, a.min_gain)
+    for rule, result in targets:
         add(f"* {rule} Result: {result}.")
     add("")
     add("## Regime targets (issue 16, item 2)")
@@ -399,9 +420,13 @@ def write_verdicts(add, a, runs, rows, levels, steps, w):
     add("Whether the sweep sits in the paper's regime (measured on its own runs; docs/CALIBRATION.md says why a "
         "target is missed and what was tried):")
     add("")
-    for line in regime_targets(runs, levels):
+    regime = regime_targets(runs, levels)
+    for line in regime:
         add(line)
     add("")
+    outcomes = {"claims": [first_bold(line) for line in claims if line[:1].isdigit()],
+                "targets": [first_bold(result) for _, result in targets],
+                "regime": [first_bold(line.split("Result:", 1)[-1]) for line in regime]}
     if all(arm in runs for arm in ("fp16", "bf16", "bf16_lr_k")):
         k0 = runs["bf16_lr_k"][0].lr / runs["bf16"][0].lr
         ks = calibrated_k(levels, runs["bf16"], runs["bf16_lr_k"], runs["fp16"], k0)
@@ -430,6 +455,59 @@ def write_verdicts(add, a, runs, rows, levels, steps, w):
         for line in sr_vs_higher_lr(runs, levels, tolerances[1], a.min_gain):
             add(line)
         add("")
+    return outcomes
+
+
+def first_bold(text):
+    """The first **bold** phrase of a verdict line: its outcome ("reproduced", "met", ...)."""
+    m = re.search(r"\*\*([^*]+)\*\*", text)
+    return m.group(1) if m else "n/a"
+
+
+def sweep_summary(sweep, runs, levels, w, outcomes, results):
+    """What the quick report shows of another sweep (docs/results/<name>/summary.json): its setting,
+    FP16's gain and BF16-RN's area lag per seed, and the outcomes of its verdicts."""
+    bits = sorted({r.bits for rs in runs.values() for r in rs})
+    pool = sweep.get("pool")
+    lag = {}
+    if "fp16" in runs and "bf16" in runs:
+        bf16 = {r.seed: r for r in runs["bf16"]}
+        for r in runs["fp16"]:
+            above = float(r.reward.mean() - r.reward[:w].mean())
+            if r.seed in bf16 and above > 0:
+                lag[r.seed] = float(r.reward.mean() - bf16[r.seed].reward.mean()) / above
+    lr = {arm: rs[0].lr for arm, rs in runs.items()}
+    return {"base": sweep.get("base"), "results": results, "command": sweep.get("command"), "bits": bits,
+            "prompts": (pool.get("size") if isinstance(pool, dict) else None) or sweep.get("pool_stats", {}).get("kept"),
+            "x": lr.get("fp16"),
+            "k": lr["bf16_lr_k"] / lr["bf16"] if "bf16_lr_k" in lr and "bf16" in lr else None,
+            "seeds": len(next(iter(runs.values()))), "gain": {str(s): g for s, g in sorted(levels.gain.items())},
+            "lag": {str(s): v for s, v in sorted(lag.items())}, **outcomes}
+
+
+def analog_section(add, summaries, rel):
+    """Markdown: the verdict outcomes of this sweep and of the analog sweeps of the same base, one row each."""
+    add("## The claims on the grid-scaled analog (issue 16, item 5)")
+    add("")
+    add("**Not a real format.** The same arms, seeds, rules and base on sweeps whose BF16 arms round to fewer "
+        "mantissa bits (`precision.analog_mantissa_bits`, docs/PRECISION.md: a grid 2^(7 - bits) times coarser "
+        "than BF16's, so FP16's drift is that many times fewer half-ulps, as in a larger model); each has its own "
+        "report. The first row is this sweep. Outcomes as in the sections above: claims 1-3, targets T1-T3, and "
+        "the regime targets FP16's gain >= 0.3, BF16-RN's sticking >= 0.97 and changed at end <= 0.5.")
+    add("")
+    add("| sweep | grid | prompts | x, k | FP16 gain per seed | BF16-RN area lag per seed | claims 1 / 2 / 3 | "
+        "T1 / T2 / T3 | gain / sticking / changed |")
+    add("|---|---|---|---|---|---|---|---|---|")
+    for sm in summaries:
+        bits = [b for b in sm["bits"] if b] or [7]
+        grid = ", ".join(f"{b}-bit analog" if b != 7 else "BF16" for b in bits)
+        name = f"[{os.path.basename(sm['results'])}]({rel(sm['results'])})" if sm.get("results") else "this sweep"
+        k = f", k = {sm['k']:g}" if sm.get("k") else ""
+        add(f"| {name} | {grid} | {sm['prompts'] or 'n/a'} | {sm['x']:g}{k} | "
+            + ", ".join(f"{v:+.3f}" for v in sm["gain"].values()) + " | "
+            + (", ".join(f"{100 * v:.0f}%" for v in sm["lag"].values()) or "n/a") + " | "
+            + " / ".join(sm["claims"]) + " | " + " / ".join(sm["targets"]) + " | " + " / ".join(sm["regime"]) + " |")
+    add("")
 
 
 def write_drift(add, drift, labels):

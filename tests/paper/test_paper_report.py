@@ -158,6 +158,22 @@ def main():
         check(r.returncode == 0 and "## Drift of FP16's weights in 3-bit analog half-ulps\n" in text
               and "probe was not run" in text and "retained gain" not in section(text, "Drift of FP16"),
               "a drift section without the probe has no probe columns and says so")
+        # A real-format report lists the analog quick sweeps of its base (their summary.json next to its plots).
+        docs = os.path.join(tmp, "docs")
+        run_report(d_analog, "--plots", os.path.join(docs, "results", "quick-analog"),
+                   "--results", os.path.join(docs, "RESULTS-quick-analog.md"))
+        run_report(d, "--plots", os.path.join(docs, "results", "quick"), "--results", os.path.join(docs, "RESULTS.md"))
+        analog = section(open(os.path.join(docs, "RESULTS.md")).read(), "The claims on the grid-scaled analog")
+        check("| this sweep | BF16 | n/a | 2e-05, k = 2 |" in analog and "| [RESULTS-quick-analog.md]"
+              "(RESULTS-quick-analog.md) | 5-bit analog |" in analog and analog.count("reproduced / reproduced / "
+              "reproduced | met / met / met |") == 2, "the real report lists itself and the analog sweep, with outcomes")
+        check("The claims on the grid-scaled analog" not in open(os.path.join(docs, "RESULTS-quick-analog.md")).read(),
+              "an analog report does not list the analog sweeps")
+        summary = os.path.join(docs, "results", "quick-analog", "summary.json")
+        json.dump(dict(json.load(open(summary)), base="another base"), open(summary, "w"))
+        run_report(d, "--plots", os.path.join(docs, "results", "quick"), "--results", os.path.join(docs, "RESULTS.md"))
+        check("The claims on the grid-scaled analog" not in open(os.path.join(docs, "RESULTS.md")).read(),
+              "analog sweeps of another base are not listed")
         r, text_strict = run_report(d, "--min-gain", "0.5")
         check(r.returncode == 0 and "not testable" in verdict(text_strict, 1) and target(text_strict, 1) ==
               "not testable", "--min-gain above FP16's gain makes the claims and targets not testable")
