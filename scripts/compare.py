@@ -215,13 +215,13 @@ class Sweep:
         x_config = config_lr("configs/paper/bf16.yaml")
         for arm in self.arms:
             if arm is not lr_k and x is not None:
-                arm.overrides.append(f"optim.lr={x:g}")
+                arm.overrides.append(f"optim.lr={x!r}")
         if lr_k is not None:
             if k is None:
                 k = config_lr(lr_k.config) / x_config
             else:
                 lr_k.label = f"BF16-RN @ k*x (k = {k:g})"
-            lr_k.overrides.append(f"optim.lr={k * (x or x_config):.6g}")
+            lr_k.overrides.append(f"optim.lr={k * (x or x_config):.10g}")  # 10 digits: no float noise (8.5e-06)
 
     def run_dir(self, arm, seed):
         return os.path.join(self.out, arm.name, f"seed{seed}")
