@@ -356,7 +356,7 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
     # The analog quick sweeps of the same base (docs/results/quick-analog*/summary.json) after a real-format
     # sweep's verdicts: where the regime the real formats miss on this policy is reached.
     if outcomes is not None:
-        own = sweep_summary(sweep, runs, levels, w, outcomes, None)
+        own = sweep_summary(sweep, runs, levels, w, outcomes, None, drift)
         summary_path = os.path.join(plots_dir, "summary.json")
         results_doc = os.path.relpath(os.path.abspath(a.results), os.path.dirname(summary_path))
         with open(summary_path + ".tmp", "w") as f:
@@ -464,9 +464,10 @@ def first_bold(text):
     return m.group(1) if m else "n/a"
 
 
-def sweep_summary(sweep, runs, levels, w, outcomes, results):
+def sweep_summary(sweep, runs, levels, w, outcomes, results, drift):
     """What the quick report shows of another sweep (docs/results/<name>/summary.json): its setting,
-    FP16's gain and BF16-RN's area lag per seed, and the outcomes of its verdicts."""
+    FP16's gain, Q (FP16's median drift at 50% of its gain, in half-ulps of the sweep's grid, when the
+    drift analysis ran) and BF16-RN's area lag per seed, and the outcomes of its verdicts."""
     bits = sorted({r.bits for rs in runs.values() for r in rs})
     pool = sweep.get("pool")
     lag = {}
@@ -482,7 +483,9 @@ def sweep_summary(sweep, runs, levels, w, outcomes, results):
             "x": lr.get("fp16"),
             "k": lr["bf16_lr_k"] / lr["bf16"] if "bf16_lr_k" in lr and "bf16" in lr else None,
             "seeds": len(next(iter(runs.values()))), "gain": {str(s): g for s, g in sorted(levels.gain.items())},
-            "lag": {str(s): v for s, v in sorted(lag.items())}, **outcomes}
+            "lag": {str(s): v for s, v in sorted(lag.items())},
+            "q50": {str(r["seed"]): r["median"] for r in (drift or {}).get("rows", []) if r["level"] == "50%"},
+            **outcomes}
 
 
 def analog_section(add, summaries, rel):
@@ -492,12 +495,14 @@ def analog_section(add, summaries, rel):
     add("**Not a real format.** The same arms, seeds, rules and base on sweeps whose BF16 arms round to fewer "
         "mantissa bits (`precision.analog_mantissa_bits`, docs/PRECISION.md: a grid 2^(7 - bits) times coarser "
         "than BF16's, so FP16's drift is that many times fewer half-ulps, as in a larger model); each has its own "
-        "report. The first row is this sweep. Outcomes as in the sections above: claims 1-3, targets T1-T3, and "
-        "the regime targets FP16's gain >= 0.3, BF16-RN's sticking >= 0.97 and changed at end <= 0.5.")
+        "report. The first row is this sweep. *Q*: FP16's median drift from the base at 50% of its gain, in "
+        "half-ulps of the row's grid (the drift section; round-to-nearest moves a weight once it passes 1), the "
+        "measure of how far the paper's regime is. Outcomes as in the sections above: claims 1-3, targets T1-T3, "
+        "and the regime targets FP16's gain >= 0.3, BF16-RN's sticking >= 0.97 and changed at end <= 0.5.")
     add("")
-    add("| sweep | grid | prompts | x, k | FP16 gain per seed | BF16-RN area lag per seed | claims 1 / 2 / 3 | "
-        "T1 / T2 / T3 | gain / sticking / changed |")
-    add("|---|---|---|---|---|---|---|---|---|")
+    add("| sweep | grid | prompts | x, k | FP16 gain per seed | Q per seed | BF16-RN area lag per seed | "
+        "claims 1 / 2 / 3 | T1 / T2 / T3 | gain / sticking / changed |")
+    add("|---|---|---|---|---|---|---|---|---|---|")
     for sm in summaries:
         bits = [b for b in sm["bits"] if b] or [7]
         grid = ", ".join(f"{b}-bit analog" if b != 7 else "BF16" for b in bits)
@@ -505,6 +510,7 @@ def analog_section(add, summaries, rel):
         k = f", k = {sm['k']:g}" if sm.get("k") else ""
         add(f"| {name} | {grid} | {sm['prompts'] or 'n/a'} | {sm['x']:g}{k} | "
             + ", ".join(f"{v:+.3f}" for v in sm["gain"].values()) + " | "
+            + (", ".join(f"{v:.2f}" for v in sm.get("q50", {}).values()) or "n/a") + " | "
             + (", ".join(f"{100 * v:.0f}%" for v in sm["lag"].values()) or "n/a") + " | "
             + " / ".join(sm["claims"]) + " | " + " / ".join(sm["targets"]) + " | " + " / ".join(sm["regime"]) + " |")
     add("")

@@ -164,7 +164,7 @@ def main():
                    "--results", os.path.join(docs, "RESULTS-quick-analog.md"))
         run_report(d, "--plots", os.path.join(docs, "results", "quick"), "--results", os.path.join(docs, "RESULTS.md"))
         analog = section(open(os.path.join(docs, "RESULTS.md")).read(), "The claims on the grid-scaled analog")
-        check("| this sweep | BF16 | n/a | 2e-05, k = 2 |" in analog and "| [RESULTS-quick-analog.md]"
+        check("| this sweep | BF16 | n/a | 2e-05, k = 2 |" in analog and "| Q per seed |" in analog and "| [RESULTS-quick-analog.md]"
               "(RESULTS-quick-analog.md) | 5-bit analog |" in analog and analog.count("reproduced / reproduced / "
               "reproduced | met / met / met |") == 2, "the real report lists itself and the analog sweep, with outcomes")
         check("The claims on the grid-scaled analog" not in open(os.path.join(docs, "RESULTS-quick-analog.md")).read(),
