@@ -30,7 +30,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from paper_verdicts import GainLevels  # noqa: E402
-from sweep_arms import SweepError, yaml_scalar  # noqa: E402
+from sweep_arms import SweepError, analog_bits, grid_name, yaml_scalar  # noqa: E402
 
 PARAM_ALIGN = 128  # kParamAlign of include/unstuck/model/param_layout.h: tensors start on multiples
 LAYER_PARTS = ["input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
@@ -84,11 +84,6 @@ def half_ulp(w, bits=0):
     [2^E, 2^(E+1))."""
     _, e = np.frexp(np.abs(w))  # |w| = f * 2^e, f in [0.5, 1): E = e - 1
     return np.ldexp(np.ones_like(w, dtype=np.float64), e - (bits or 7) - 2)
-
-
-def grid_name(bits):
-    """How reports name the grid: BF16, or the analog's."""
-    return "BF16" if bits == 0 else f"{bits}-bit analog"
 
 
 class Base:
@@ -182,10 +177,7 @@ def analyse(a):
     w = max(3, steps // 10)  # the report's window
     run1 = os.path.join(a.sweep, ref, "seed1")
     cfg = open(os.path.join(run1, "config.yaml")).read()
-    try:  # the grid-scaled analog's mantissa bits (0: BF16; configs written before the key have none)
-        bits = int(yaml_scalar(cfg, "precision", "analog_mantissa_bits"))
-    except SweepError:
-        bits = 0
+    bits = analog_bits(cfg)
     base = Base(yaml_scalar(cfg, "grpo", "base_model"), yaml_scalar(cfg, "grpo", "round_base_to_bf16") == "true",
                 bits)
     lr = float(yaml_scalar(cfg, "optim", "lr"))

@@ -23,7 +23,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from paper_report import ReportError, Run  # noqa: E402
-from paper_verdicts import MIN_FP16_GAIN, GainLevels, fmt  # noqa: E402
+from paper_verdicts import MIN_FP16_GAIN, GainLevels, area_lag, fmt  # noqa: E402
 
 MODES = ("fp16", "bf16", "bf16_sr")
 LABELS = {"fp16": "FP16", "bf16": "BF16-RN", "bf16_sr": "BF16-SR"}
@@ -83,16 +83,15 @@ def analyse(groups, steps, min_gain):
             paired_seeds = sorted(s for s in runs if s in ref)
             if not paired_seeds:
                 continue
-            area_lag, ratio, ratio_bound = [], [], []
+            lags, ratio, ratio_bound = [], [], []
             for s in paired_seeds:
                 a, f = runs[s], ref[s]
-                area_lag.append(float((f.reward.mean() - a.reward.mean()) / levels.area[s])
-                                if levels.area[s] > 0 else None)
+                lags.append(area_lag(levels, f, a))
                 sf, sa = levels.steps_to(f, 0.5), levels.steps_to(a, 0.5)
                 ratio.append(None if sf is None else (sa if sa is not None else steps + 1) / sf)
                 ratio_bound.append(sa is None)
             row["arms"][mode] = {
-                "seeds": paired_seeds, "area_lag": area_lag, "steps50_ratio": ratio,
+                "seeds": paired_seeds, "area_lag": lags, "steps50_ratio": ratio,
                 "steps50_ratio_is_lower_bound": ratio_bound,
                 "sticking": [float(runs[s].sticking.mean()) for s in paired_seeds],
                 "changed_end": [float(runs[s].changed[-1]) for s in paired_seeds],

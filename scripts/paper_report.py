@@ -20,10 +20,10 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paper_verdicts import (LEVELS, MIN_FP16_GAIN, REL_TOLERANCE, T_CLEAR, GainLevels, calibrated_k,  # noqa: E402
+from paper_verdicts import (LEVELS, MIN_FP16_GAIN, REL_TOLERANCE, T_CLEAR, GainLevels, area_lag, calibrated_k,  # noqa: E402
                             claim_verdicts, describe_diffs, fmt, format_ms, paired, regime_targets, size_measures,
                             size_targets, smooth, sr_noise, sr_vs_higher_lr)
-from sweep_arms import PAPER_LABELS, SweepError, yaml_scalar  # noqa: E402
+from sweep_arms import PAPER_LABELS, SweepError, analog_bits, grid_name, yaml_scalar  # noqa: E402
 
 ARM_COLORS = {"fp32": "black", "fp16": "tab:blue", "bf16": "tab:red", "bf16_lr_k": "tab:orange",
               "bf16_sr": "tab:green", "fp16_sr": "tab:purple"}
@@ -76,10 +76,8 @@ class Run:
         cfg = os.path.join(directory, "config.yaml")
         self.lr = float(read_yaml_scalar(cfg, "optim", "lr"))
         self.mode = read_yaml_scalar(cfg, "precision", "mode")
-        try:  # the grid-scaled analog's mantissa bits (0: the real formats; configs written before it had none)
-            self.bits = int(read_yaml_scalar(cfg, "precision", "analog_mantissa_bits"))
-        except ReportError:
-            self.bits = 0
+        with open(cfg) as f:
+            self.bits = analog_bits(f.read())
         self.seconds = float(col("step_seconds").sum())
 
 
@@ -356,7 +354,7 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
     # The analog quick sweeps of the same base (docs/results/quick-analog*/summary.json) after a real-format
     # sweep's verdicts: where the regime the real formats miss on this policy is reached.
     if outcomes is not None:
-        own = sweep_summary(sweep, runs, levels, w, outcomes, None, drift)
+        own = sweep_summary(sweep, runs, levels, outcomes, None, drift)
         summary_path = os.path.join(plots_dir, "summary.json")
         results_doc = os.path.relpath(os.path.abspath(a.results), os.path.dirname(summary_path))
         with open(summary_path + ".tmp", "w") as f:
@@ -464,7 +462,7 @@ def first_bold(text):
     return m.group(1) if m else "n/a"
 
 
-def sweep_summary(sweep, runs, levels, w, outcomes, results, drift):
+def sweep_summary(sweep, runs, levels, outcomes, results, drift):
     """What the quick report shows of another sweep (docs/results/<name>/summary.json): its setting,
     FP16's gain, Q (FP16's median drift at 50% of its gain, in half-ulps of the sweep's grid, when the
     drift analysis ran) and BF16-RN's area lag per seed, and the outcomes of its verdicts."""
@@ -473,17 +471,14 @@ def sweep_summary(sweep, runs, levels, w, outcomes, results, drift):
     lag = {}
     if "fp16" in runs and "bf16" in runs:
         bf16 = {r.seed: r for r in runs["bf16"]}
-        for r in runs["fp16"]:
-            above = float(r.reward.mean() - r.reward[:w].mean())
-            if r.seed in bf16 and above > 0:
-                lag[r.seed] = float(r.reward.mean() - bf16[r.seed].reward.mean()) / above
+        lag = {r.seed: area_lag(levels, r, bf16[r.seed]) for r in runs["fp16"] if r.seed in bf16}
     lr = {arm: rs[0].lr for arm, rs in runs.items()}
     return {"base": sweep.get("base"), "results": results, "command": sweep.get("command"), "bits": bits,
             "prompts": (pool.get("size") if isinstance(pool, dict) else None) or sweep.get("pool_stats", {}).get("kept"),
             "x": lr.get("fp16"),
             "k": lr["bf16_lr_k"] / lr["bf16"] if "bf16_lr_k" in lr and "bf16" in lr else None,
             "seeds": len(next(iter(runs.values()))), "gain": {str(s): g for s, g in sorted(levels.gain.items())},
-            "lag": {str(s): v for s, v in sorted(lag.items())},
+            "lag": {str(s): v for s, v in sorted(lag.items()) if v is not None},
             "q50": {str(r["seed"]): r["median"] for r in (drift or {}).get("rows", []) if r["level"] == "50%"},
             **outcomes}
 
@@ -504,8 +499,7 @@ def analog_section(add, summaries, rel):
         "claims 1 / 2 / 3 | T1 / T2 / T3 | gain / sticking / changed |")
     add("|---|---|---|---|---|---|---|---|---|---|")
     for sm in summaries:
-        bits = [b for b in sm["bits"] if b] or [7]
-        grid = ", ".join(f"{b}-bit analog" if b != 7 else "BF16" for b in bits)
+        grid = ", ".join(grid_name(b) for b in sm["bits"])
         name = f"[{os.path.basename(sm['results'])}]({rel(sm['results'])})" if sm.get("results") else "this sweep"
         k = f", k = {sm['k']:g}" if sm.get("k") else ""
         add(f"| {name} | {grid} | {sm['prompts'] or 'n/a'} | {sm['x']:g}{k} | "

@@ -117,6 +117,14 @@ def steps_text(x, steps):
     return f"> {steps}" if x is None else str(x)
 
 
+def area_lag(levels, ref_run, run):
+    """`run`'s relative area lag behind the reference in their seed: the reference's mean training reward
+    minus the run's, over the reference's area above its start (0: no lag; 1: no progress; negative:
+    ahead); None when the reference has no area above its start."""
+    area = levels.area[ref_run.seed]
+    return float((ref_run.reward.mean() - run.reward.mean()) / area) if area > 0 else None
+
+
 def size_measures(runs, ref, levels, steps):
     """Markdown rows: per arm, steps to 25/50/75% of FP16's gain per seed, the paired area
     difference and the KL at matched reward per level, paired against the reference arm."""

@@ -24,9 +24,10 @@ MODE_LABELS = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16-RN", "bf16_sr": "BF
 # docs/RESULTS.md (docs/RESULTS-<name>.md for the others) and the plots to docs/results/<name>.
 # `phase`: the LR sweep of the phase diagram (modes x LRs, arms named MODE_lrLR; report by
 # scripts/paper_phase.py). `lr`: the LR x of every arm (default configs/paper/bf16.yaml's); `k`: the LR
-# multiple of the bf16_lr_k arm (default configs/paper/bf16_lr_k.yaml's; --k overrides it). `drift`: run scripts/paper_drift.py after the sweep (`probe_samples`: test
-# records of its retained-gain probe; default the sweep's eval_samples; 0: no probe). docs/CALIBRATION.md
-# gives the measured step times these budgets are based on.
+# multiple of the bf16_lr_k arm (default configs/paper/bf16_lr_k.yaml's; --k overrides it). `drift`: run
+# scripts/paper_drift.py after the sweep (`probe_samples`: test records of its retained-gain probe; default
+# the sweep's eval_samples; 0: no probe). docs/CALIBRATION.md gives the measured step times these budgets
+# are based on.
 QUICK_ARMS = ["fp16", "bf16", "bf16_lr_k", "bf16_sr"]  # the four arms the claims need
 # SFT overrides of configs/sft/countdown.yaml for the larger bases (the default: dim 128, 4 layers, 0.86M).
 WIDE_SFT = ["model.dim=192", "model.n_layers=6", "model.n_heads=6", "model.n_kv_heads=6", "model.ffn_dim=576"]
@@ -193,3 +194,17 @@ def yaml_scalar(text, section, key):
         elif current == section and stripped.strip().startswith(key + ":"):
             return stripped.split(":", 1)[1].strip().strip('"')
     raise SweepError(f"resolved config has no {section}.{key}")
+
+
+def analog_bits(config_text):
+    """precision.analog_mantissa_bits of a run's resolved config (0: the real formats; configs written
+    before the key have none)."""
+    try:
+        return int(yaml_scalar(config_text, "precision", "analog_mantissa_bits"))
+    except SweepError:
+        return 0
+
+
+def grid_name(bits):
+    """How reports name a run's rounding grid: BF16, or the analog's."""
+    return "BF16" if bits == 0 else f"{bits}-bit analog"
