@@ -161,7 +161,9 @@ LlamaModel::LlamaModel(const ModelConfig& config, torch::Tensor flat_weights)
   }
 }
 
-torch::Tensor LlamaModel::adjacent(const std::vector<std::string>& names) const {
+torch::Tensor LlamaModel::adjacent(const std::vector<std::string>& names) const { return adjacent_view(flat_, names); }
+
+torch::Tensor LlamaModel::adjacent_view(const torch::Tensor& buffer, const std::vector<std::string>& names) const {
   std::vector<const ParamEntry*> parts;
   for (const std::string& n : names) parts.push_back(layout_.find(n));
   int64_t rows = 0;
@@ -171,8 +173,48 @@ torch::Tensor LlamaModel::adjacent(const std::vector<std::string>& names) const 
   }
   std::vector<int64_t> shape = parts[0]->shape;
   shape[0] = rows;
-  return torch::from_blob(static_cast<char*>(flat_.data_ptr()) + parts[0]->offset * flat_.element_size(), shape,
-                          flat_.options());
+  return torch::from_blob(static_cast<char*>(buffer.data_ptr()) + parts[0]->offset * buffer.element_size(), shape,
+                          buffer.options());
+}
+
+void LlamaModel::set_gradient_buffer(const torch::Tensor& grad) {
+  if (grad.scalar_type() != torch::kFloat32 || grad.dim() != 1 || grad.numel() != layout_.total ||
+      grad.device() != flat_.device() || !grad.is_contiguous())
+    throw std::invalid_argument("set_gradient_buffer: expected a contiguous FP32 buffer of the layout's size on the "
+                                "weights' device");
+  grad_ = grad;
+  const auto view = [&](const std::string& name) {
+    const ParamEntry* e = layout_.find(name);
+    return e ? grad_.narrow(0, e->offset, e->numel).view(e->shape) : torch::Tensor();
+  };
+  embed_sink_ = view("model.embed_tokens.weight");
+  head_sink_ = config_.tie_embeddings ? embed_sink_ : view("lm_head.weight");
+  layer_sinks_.clear();
+  for (int64_t i = 0; i < config_.n_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const LayerWeights& w = layers_[std::size_t(i)];
+    LayerWeights s;
+    s.wq = view(p + "self_attn.q_proj.weight");
+    s.wk = view(p + "self_attn.k_proj.weight");
+    s.wv = view(p + "self_attn.v_proj.weight");
+    s.wo = view(p + "self_attn.o_proj.weight");
+    s.bq = view(p + "self_attn.q_proj.bias");
+    s.bk = view(p + "self_attn.k_proj.bias");
+    s.bv = view(p + "self_attn.v_proj.bias");
+    s.bo = view(p + "self_attn.o_proj.bias");
+    s.w_gate = view(p + "mlp.gate_proj.weight");
+    s.w_up = view(p + "mlp.up_proj.weight");
+    s.w_down = view(p + "mlp.down_proj.weight");
+    // Where the weights are one matrix, so are their gradients (the same offsets).
+    if (w.wqkv.defined())
+      s.wqkv = adjacent_view(grad_, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                                     p + "self_attn.v_proj.weight"});
+    if (w.bqkv.defined())
+      s.bqkv = adjacent_view(grad_, {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias",
+                                     p + "self_attn.v_proj.bias"});
+    if (w.w_gate_up.defined()) s.w_gate_up = adjacent_view(grad_, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
+    layer_sinks_.push_back(std::move(s));
+  }
 }
 
 void LlamaModel::set_requires_grad(bool requires_grad) {
@@ -284,6 +326,71 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
   }
 };
 
+// Weight-gradient rows formed at a time by LinearIntoSink (a BF16 / FP16 temporary of this many rows).
+constexpr int64_t kSinkRows = 4096;
+
+// sink (out, in) FP32 += g^T x for g (N, out), x (N, in): in place for FP32, else a block of rows at
+// a time in the operands' dtype (the product autograd's linear backward forms), then widened.
+void add_weight_grad(torch::Tensor& sink, const torch::Tensor& g, const torch::Tensor& x) {
+  if (g.scalar_type() == torch::kFloat32 && x.scalar_type() == torch::kFloat32) {
+    sink.addmm_(g.t(), x);
+    return;
+  }
+  for (int64_t r = 0; r < sink.size(0); r += kSinkRows) {
+    const int64_t rows = std::min(kSinkRows, sink.size(0) - r);
+    sink.narrow(0, r, rows).add_(g.narrow(1, r, rows).t().mm(x));
+  }
+}
+
+// A linear layer whose weight (and bias) gradients are added straight into FP32 sinks (their ranges
+// of the trainer's flat gradient) in the backward pass: they are never autograd outputs, so the
+// engine never holds one layer's weight gradient while it waits for the other uses of the weight
+// (a shared prompt pass, the completion pass) to be differentiated.
+struct LinearIntoSink : public torch::autograd::Function<LinearIntoSink> {
+  using Opt = std::optional<torch::Tensor>;
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               const Opt& b, const torch::Tensor& w_sink, const Opt& b_sink) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["w_sink"] = w_sink;
+    ctx->saved_data["b_sink"] = b_sink.has_value() ? *b_sink : torch::Tensor();
+    return b.has_value() && b->defined() ? at::linear(x, w, *b) : at::linear(x, w);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &w = saved[1];
+    torch::Tensor w_sink = ctx->saved_data["w_sink"].toTensor(), b_sink = ctx->saved_data["b_sink"].toTensor();
+    const torch::Tensor g = grad_out[0].reshape({-1, w.size(0)});  // (N, out)
+    const torch::Tensor x2 = x.reshape({-1, w.size(1)});          // (N, in)
+    add_weight_grad(w_sink, g, x2);
+    if (b_sink.defined()) b_sink.add_(g.sum(0, false, torch::kFloat32));
+    return {g.mm(w).view(x.sizes()), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// The embedding lookup whose backward adds each looked-up row's gradient into an FP32 sink (the
+// embedding's range of a flat gradient) instead of building a dense (V, D) gradient.
+struct EmbeddingIntoSink : public torch::autograd::Function<EmbeddingIntoSink> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& weight,
+                               const torch::Tensor& tokens, const torch::Tensor& sink) {
+    ctx->saved_data["tokens"] = tokens;
+    ctx->saved_data["sink"] = sink;
+    return at::embedding(weight, tokens);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const torch::Tensor ids = ctx->saved_data["tokens"].toTensor().reshape({-1});
+    torch::Tensor sink = ctx->saved_data["sink"].toTensor();
+    const torch::Tensor g = grad_out[0].reshape({ids.size(0), -1});  // (B*T, D)
+    constexpr int64_t kRows = 4096;  // rows widened to FP32 at a time
+    for (int64_t r = 0; r < ids.size(0); r += kRows) {
+      const int64_t n = std::min(kRows, ids.size(0) - r);
+      sink.index_add_(0, ids.narrow(0, r, n), g.narrow(0, r, n).to(torch::kFloat32));
+    }
+    return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 // Whether each row of `valid` (B, T) is padding, one run of real tokens, padding; and gather indices
 // that rotate every row so its run starts at 0, and back. One host read for the three checks.
 struct RowRotation {
@@ -377,12 +484,23 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
   const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t H = config_.n_heads, G = config_.n_kv_heads, hd = config_.head_dim();
   const LayerWeights& w = layers_[std::size_t(layer)];
-  const bool fused = !(torch::GradMode::is_enabled() && w.wq.requires_grad());  // no gradient taken
+  const bool grad = torch::GradMode::is_enabled() && w.wq.requires_grad();
+  // Training into the flat gradient: every product through LinearIntoSink (its gradients go to the
+  // layer's sinks), and like inference on the fused q/k/v and gate/up matrices (their gradients are
+  // as adjacent as they are).
+  const LayerWeights* sink = grad && !layer_sinks_.empty() ? &layer_sinks_[std::size_t(layer)] : nullptr;
+  const bool fused = !grad || sink;
+  const auto opt = [](const torch::Tensor& t) { return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt; };
+  const auto proj = [&](const torch::Tensor& in, const torch::Tensor& weight, const torch::Tensor& bias,
+                        const torch::Tensor& weight_sink, const torch::Tensor& bias_sink) {
+    return sink ? LinearIntoSink::apply(in, weight, opt(bias), weight_sink, opt(bias_sink)) : linear(in, weight, bias);
+  };
   const torch::Tensor h = rms_norm(x_in, w.attn_norm, config_.norm_eps);
   torch::Tensor q, k, v;
   bool rotated = false;  // RoPE already applied to q and k
   if (fused && w.wqkv.defined()) {
-    const torch::Tensor qkv = linear(h, w.wqkv, w.bqkv);  // (B, T, (H+2G)*hd)
+    const torch::Tensor qkv = sink ? proj(h, w.wqkv, w.bqkv, sink->wqkv, sink->bqkv)
+                                   : linear(h, w.wqkv, w.bqkv);  // (B, T, (H+2G)*hd)
     v = qkv.narrow(-1, (H + G) * hd, G * hd).view({B, T, G, hd});
     if (!w.q_norm.defined()) {  // q and k rotated together: half the elementwise ops, the same values
       torch::Tensor qk = qkv.narrow(-1, 0, (H + G) * hd).view({B, T, H + G, hd});
@@ -404,9 +522,10 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
       k = qkv.narrow(-1, H * hd, G * hd).view({B, T, G, hd});
     }
   } else {
-    q = linear(h, w.wq, w.bq).view({B, T, H, hd});  // (B, T, H, hd)
-    k = linear(h, w.wk, w.bk).view({B, T, G, hd});  // (B, T, G, hd)
-    v = linear(h, w.wv, w.bv).view({B, T, G, hd});
+    const auto sk = [&](torch::Tensor LayerWeights::*field) { return sink ? (*sink).*field : torch::Tensor(); };
+    q = proj(h, w.wq, w.bq, sk(&LayerWeights::wq), sk(&LayerWeights::bq)).view({B, T, H, hd});  // (B, T, H, hd)
+    k = proj(h, w.wk, w.bk, sk(&LayerWeights::wk), sk(&LayerWeights::bk)).view({B, T, G, hd});  // (B, T, G, hd)
+    v = proj(h, w.wv, w.bv, sk(&LayerWeights::wv), sk(&LayerWeights::bv)).view({B, T, G, hd});
   }
   if (w.q_norm.defined()) {  // Qwen3: RMSNorm over each head's hd values, before RoPE
     q = rms_norm(q, w.q_norm, config_.norm_eps);
@@ -447,20 +566,28 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
     attn = at::scaled_dot_product_attention(q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
                                             0.0, causal, std::nullopt, /*enable_gqa=*/G != H && native_gqa);
   }
-  const torch::Tensor x = x_in + linear(attn.transpose(1, 2).reshape({B, T, H * hd}), w.wo, w.bo);
+  const torch::Tensor none;
+  const auto s = [&](torch::Tensor LayerWeights::*field) { return sink ? (*sink).*field : torch::Tensor(); };
+  const torch::Tensor x =
+      x_in + proj(attn.transpose(1, 2).reshape({B, T, H * hd}), w.wo, w.bo, s(&LayerWeights::wo), s(&LayerWeights::bo));
   const torch::Tensor h2 = rms_norm(x, w.mlp_norm, config_.norm_eps);
   if (fused && w.w_gate_up.defined()) {
-    const torch::Tensor gate_up = at::linear(h2, w.w_gate_up);  // (B, T, 2F)
+    const torch::Tensor gate_up = proj(h2, w.w_gate_up, none, s(&LayerWeights::w_gate_up), none);  // (B, T, 2F)
     const int64_t F = config_.ffn_dim;
-    return x + at::linear(torch::silu(gate_up.narrow(-1, 0, F)) * gate_up.narrow(-1, F, F), w.w_down);
+    return x + proj(torch::silu(gate_up.narrow(-1, 0, F)) * gate_up.narrow(-1, F, F), w.w_down, none,
+                    s(&LayerWeights::w_down), none);
   }
-  return x + at::linear(torch::silu(at::linear(h2, w.w_gate)) * at::linear(h2, w.w_up), w.w_down);  // (B, T, D)
+  return x + proj(torch::silu(proj(h2, w.w_gate, none, s(&LayerWeights::w_gate), none)) *
+                      proj(h2, w.w_up, none, s(&LayerWeights::w_up), none),
+                  w.w_down, none, s(&LayerWeights::w_down), none);  // (B, T, D)
 }
 
 torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tensor& positions,
                                  const torch::Tensor& mask, bool causal, KVCache* cache, PromptKV* prompt_kv) const {
   const auto dtype = flat_.scalar_type();
-  torch::Tensor x = at::embedding(embed_, tokens);  // (B, T, D)
+  const bool into_sink = embed_sink_.defined() && torch::GradMode::is_enabled() && embed_.requires_grad();
+  torch::Tensor x = into_sink ? EmbeddingIntoSink::apply(embed_, tokens, embed_sink_)
+                              : at::embedding(embed_, tokens);  // (B, T, D)
   // Rotary tables as Hugging Face builds them: FP32 angles (times yarn's attention factor), cast to
   // the compute dtype.
   const torch::Tensor freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_;  // (B, T, hd/2)
@@ -498,11 +625,20 @@ torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tenso
   return x;
 }
 
-torch::Tensor LlamaModel::head(const torch::Tensor& x) const {
-  return at::linear(rms_norm(x, final_norm_, config_.norm_eps), head_).to(torch::kFloat32);  // (B, T, V)
+torch::Tensor LlamaModel::head(const torch::Tensor& x) const { return logits_of(final_norm(x)); }
+
+torch::Tensor LlamaModel::final_norm(const torch::Tensor& x) const { return rms_norm(x, final_norm_, config_.norm_eps); }
+
+torch::Tensor LlamaModel::logits_of(const torch::Tensor& normed) const {
+  return at::linear(normed, head_).to(torch::kFloat32);  // (B, T, V)
 }
 
 torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, const torch::Tensor& valid, int64_t logits_from) const {
+  return logits_of(forward_hidden(tokens, valid, logits_from));
+}
+
+torch::Tensor LlamaModel::forward_hidden(const torch::Tensor& tokens, const torch::Tensor& valid,
+                                         int64_t logits_from) const {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   if (T > config_.max_seq_len)
     throw UserError("sequence of " + std::to_string(T) + " tokens exceeds model.max_seq_len (" +
@@ -521,7 +657,7 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, const torch::Tens
     const bool rotate = !rot.no_lead;
     const torch::Tensor x = hidden(rotate ? tokens.gather(1, rot.to_front) : tokens, positions, window,
                                    !window.defined(), nullptr);  // (B, T, D)
-    return head(tail(rotate ? gather_rows(x, rot.to_back) : x));
+    return final_norm(tail(rotate ? gather_rows(x, rot.to_back) : x));
   }
   // Padding inside rows: a dense mask. Padded keys are hidden; every query may still see itself so
   // no softmax row is empty.
@@ -530,10 +666,14 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, const torch::Tens
   const torch::Tensor causal = torch::ones({T, T}, bool_opts).tril();  // (T, T)
   torch::Tensor mask = (causal.unsqueeze(0) & valid.unsqueeze(1)) | torch::eye(T, bool_opts).unsqueeze(0);  // (B, T, T)
   if (W > 0) mask = mask & ((positions.unsqueeze(2) - positions.unsqueeze(1)) < W);
-  return head(tail(hidden(tokens, positions, mask.unsqueeze(1), false, nullptr)));
+  return final_norm(tail(hidden(tokens, positions, mask.unsqueeze(1), false, nullptr)));
 }
 
 torch::Tensor LlamaModel::forward_completions(const SharedPrompts& sp, const torch::Tensor& completions) const {
+  return logits_of(forward_completions_hidden(sp, completions));
+}
+
+torch::Tensor LlamaModel::forward_completions_hidden(const SharedPrompts& sp, const torch::Tensor& completions) const {
   const int64_t U = sp.tokens.size(0), P = sp.tokens.size(1), n = completions.size(0), T = completions.size(1);
   if (sp.of_row.dim() != 1 || sp.of_row.size(0) != n || T < 1 || P < 1 ||
       (sp.valid.defined() && sp.valid.sizes() != sp.tokens.sizes()))
@@ -551,7 +691,7 @@ torch::Tensor LlamaModel::forward_completions(const SharedPrompts& sp, const tor
     const torch::Tensor valid =
         sp.valid.defined() ? torch::cat({sp.valid.index_select(0, sp.of_row), torch::ones_like(rest, torch::kBool)}, 1)
                            : torch::Tensor();
-    return forward(tokens, valid, P - 1);
+    return forward_hidden(tokens, valid, P - 1);
   }
   // Prompt pass: each distinct prompt once, real tokens rotated to the front, plain causal
   // attention; every layer's keys and values are kept (with their autograd history).
@@ -564,7 +704,7 @@ torch::Tensor LlamaModel::forward_completions(const SharedPrompts& sp, const tor
                                         &kv);  // (U, P, D)
   const torch::Tensor length = sp.valid.defined() ? sp.valid.sum(1, false, torch::kLong) : torch::full({U}, P, long_opts);
   const torch::Tensor last = gather_rows(x_prompt, (length - 1).unsqueeze(1)).index_select(0, sp.of_row);  // (n, 1, D)
-  if (T == 1) return head(last);
+  if (T == 1) return final_norm(last);
   // Completion pass: the rows' tokens but the last, at positions after their prompts; queries see
   // the real slots of their prompt and the completion causally.
   const int64_t S = T - 1;
@@ -577,7 +717,7 @@ torch::Tensor LlamaModel::forward_completions(const SharedPrompts& sp, const tor
   kv.capture = false;
   kv.of_row = sp.of_row;
   const torch::Tensor x = hidden(completions.narrow(1, 0, S), positions, mask, false, nullptr, &kv);  // (n, S, D)
-  return head(torch::cat({last, x}, 1));
+  return final_norm(torch::cat({last, x}, 1));
 }
 
 KVCache LlamaModel::new_cache(int64_t batch, int64_t capacity) const {

@@ -31,4 +31,27 @@ struct TokenStats {
 TokenStats token_stats(const torch::Tensor& logits, const torch::Tensor& ref_logits, const torch::Tensor& targets,
                        int64_t chunk_tokens);
 
+// The LM head fused with the log-probs: logits = hidden W^T, formed as LlamaModel::logits_of forms
+// them (the product in hidden's dtype, then FP32), chunk_tokens positions of every row at a time in
+// the forward and again (recomputed) in the backward, so neither pass ever holds an (n, T, V)
+// tensor: the memory of the head is one (n, chunk, V) slice and its temporaries, whatever T is.
+// Log-probs are logit[target] - logsumexp(logits), as the rollout's sampler computes them.
+struct HeadInput {
+  torch::Tensor hidden;  // (n, T, D) final-normed hidden states (LlamaModel::forward_completions_hidden)
+  torch::Tensor weight;  // (V, D) the head (LlamaModel::head_weight)
+};
+struct HeadLogProbs {
+  torch::Tensor logp;     // (n, T) differentiable w.r.t. the policy's hidden and weight
+  torch::Tensor entropy;  // (n, T) differentiable likewise (for an entropy bonus)
+  TokenStats stats;       // the same values detached, and kl_exact / ref_logp with a reference
+};
+// `ref`: the frozen reference's hidden states and head (no gradient), or undefined tensors.
+// `weight_sink`: an FP32 tensor of the weight's shape that the backward adds the weight's gradient
+// into (a chunk and a block of vocabulary rows at a time: no (V, D) gradient tensor is made); the
+// weight then gets no gradient through autograd. Undefined: the weight's gradient is returned to
+// autograd as usual. Without gradients (NoGradGuard or nothing requiring grad) no graph is built.
+// Example: hidden [[[1, 0]]], W [[0, 0], [ln 3, 0]], targets [[1]] -> logp [[ln 0.75]].
+HeadLogProbs head_log_probs(const HeadInput& policy, const HeadInput& ref, const torch::Tensor& targets,
+                            int64_t chunk_tokens, const torch::Tensor& weight_sink = {});
+
 }  // namespace unstuck::algo

@@ -116,6 +116,24 @@ class LlamaModel {
   // pass's keys and values are the checkpointed layer's extra outputs). Falls back to that forward()
   // with a sliding window shorter than the sequence.
   torch::Tensor forward_completions(const SharedPrompts& prompts, const torch::Tensor& completions) const;
+  // The same before the LM head: the final-normed hidden states (n, T, D) in the weights' dtype,
+  // whose logits_of() are forward_completions()'s (a fused head takes them a chunk at a time).
+  torch::Tensor forward_completions_hidden(const SharedPrompts& prompts, const torch::Tensor& completions) const;
+  // forward() before the LM head (see forward_completions_hidden).
+  torch::Tensor forward_hidden(const torch::Tensor& tokens, const torch::Tensor& valid = {}, int64_t logits_from = 0) const;
+  // The LM head on final-normed hidden states: (..., D) -> (..., V) float32.
+  torch::Tensor logits_of(const torch::Tensor& normed) const;
+  const torch::Tensor& head_weight() const { return head_; }  // (V, D): the embedding when tied
+
+  // The flat FP32 gradient this model's backward adds into (layout.total elements on the weights'
+  // device; the trainer's): the gradients of every weight matrix, bias and the embedding go there
+  // straight from the backward pass (the linear layers' weight gradients a block of rows at a time,
+  // the embedding's looked-up rows, the fused head's chunks via head_grad_sink()), never through
+  // autograd's .grad, so no (V, D) gradient and no layer's gradient waiting for its other uses
+  // exists. The norms' small gradients still arrive in their parameters' .grad.
+  void set_gradient_buffer(const torch::Tensor& grad);
+  // The head's range of that buffer ((V, D); the embedding's when tied), or undefined without one.
+  const torch::Tensor& head_grad_sink() const { return head_sink_; }
 
   KVCache new_cache(int64_t batch, int64_t capacity) const;
   // Appends tokens (B, S) to the cache and returns their logits (B, S, V) float32, or only the
@@ -136,15 +154,21 @@ class LlamaModel {
   torch::Tensor hidden(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& mask,
                        bool causal, KVCache* cache, PromptKV* prompt_kv = nullptr) const;
   torch::Tensor head(const torch::Tensor& x) const;  // final norm + LM head -> (B, T, V) float32
+  torch::Tensor final_norm(const torch::Tensor& x) const;
   const torch::Tensor& param(const std::string& name) const;  // by layout name; must exist
   // One view over consecutive layout tensors (stacked along dim 0), or undefined if a gap separates them.
   torch::Tensor adjacent(const std::vector<std::string>& names) const;
+  // The same view of another buffer with this layout (the gradient).
+  torch::Tensor adjacent_view(const torch::Tensor& buffer, const std::vector<std::string>& names) const;
 
   ModelConfig config_;
   ParamLayout layout_;
   torch::Tensor flat_;
   std::vector<torch::Tensor> params_;
   torch::Tensor embed_, final_norm_, head_;  // (V, D), (D), (V, D): head_ is embed_ when tied
+  torch::Tensor grad_;                       // the flat FP32 gradient (set_gradient_buffer), or undefined
+  torch::Tensor embed_sink_, head_sink_;     // its embedding and head ranges
+  std::vector<LayerWeights> layer_sinks_;    // per layer: the ranges of its matrices and biases
   std::vector<LayerWeights> layers_;
   torch::Tensor inv_freq_;      // (head_dim / 2) float32, scaled as config.rope_scaling says
   double rope_attention_ = 1;   // cos/sin multiplier (yarn's attention factor, else 1)
