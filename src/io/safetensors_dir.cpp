@@ -77,6 +77,11 @@ const std::string& SafetensorsDir::file_of(const std::string& name) const {
   return it == tensors_.end() ? source_ : it->second.second->path();
 }
 
+uint64_t SafetensorsDir::file_offset(const std::string& name) const {
+  const auto& [tensor, file] = tensors_.at(name);
+  return file->file_offset(*tensor);
+}
+
 std::vector<std::string> SafetensorsDir::names() const {
   std::vector<std::string> out;
   for (const auto& [name, t] : tensors_) out.push_back(name);

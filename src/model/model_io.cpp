@@ -3,11 +3,20 @@
 #include "unstuck/model/model_io.h"
 
 #include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
 
 #include "unstuck/common/error.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/io/safetensors_dir.h"
 #include "unstuck/model/param_layout.h"
+#include "unstuck/precision/round_math.h"
 
 namespace unstuck::model {
 torch::ScalarType torch_dtype(io::DType d) {
@@ -50,6 +59,76 @@ LoadedModel load_pretrained(const std::filesystem::path& dir) {
       throw UserError(weights.file_of(e.name) + ": tensor '" + e.name + "' holds NaN or infinite values");
   }
   return out;
+}
+
+namespace {
+
+int64_t mtime_ns(const struct stat& st) { return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec; }
+
+}  // namespace
+
+FlatWeightsReader::FlatWeightsReader(const std::filesystem::path& dir, const ModelConfig& config) {
+  const io::SafetensorsDir weights(dir);
+  std::map<std::string, std::size_t> file_index;
+  for (const ParamEntry& e : llama_layout(config).entries) {
+    const io::TensorView* t = weights.find(e.name);
+    if (!t || io::numel(t->shape) != e.numel)
+      throw UserError(weights.source() + ": tensor '" + e.name + "' is missing or changed shape");
+    const std::string& path = weights.file_of(e.name);
+    auto [it, added] = file_index.emplace(path, files_.size());
+    if (added) {
+      File f;
+      f.path = path;
+      f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      struct stat st {};
+      if (f.fd < 0 || ::fstat(f.fd, &st) != 0) {
+        if (f.fd >= 0) ::close(f.fd);
+        throw UserError("cannot open '" + path + "': " + std::strerror(errno));
+      }
+      f.size = int64_t(st.st_size);
+      f.mtime_ns = mtime_ns(st);
+      files_.push_back(f);
+    }
+    pieces_.push_back({e.offset, e.numel, it->second, weights.file_offset(e.name), t->dtype});
+  }
+  std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+}
+
+FlatWeightsReader::~FlatWeightsReader() {
+  for (const File& f : files_) ::close(f.fd);
+}
+
+void FlatWeightsReader::read(int64_t begin, int64_t n, float* out) const {
+  std::fill(out, out + n, 0.0f);
+  for (const File& f : files_) {
+    struct stat st {};
+    if (::fstat(f.fd, &st) != 0 || int64_t(st.st_size) != f.size || mtime_ns(st) != f.mtime_ns)
+      throw UserError("'" + f.path + "' changed since the run started (the base model's weights must stay as loaded)");
+  }
+  std::vector<uint8_t> bytes;
+  for (const Piece& p : pieces_) {
+    const int64_t b = std::max(begin, p.offset), e = std::min(begin + n, p.offset + p.numel);
+    if (b >= e) continue;
+    const std::size_t elem = io::dtype_size(p.dtype), len = std::size_t(e - b) * elem;
+    bytes.resize(len);
+    const File& f = files_[p.file];
+    for (std::size_t done = 0; done < len;) {
+      const ssize_t got = ::pread(f.fd, bytes.data() + done, len - done,
+                                  off_t(p.data_offset + uint64_t(b - p.offset) * elem + done));
+      if (got <= 0)
+        throw UserError("cannot read '" + f.path + "'" + (got < 0 ? std::string(": ") + std::strerror(errno) : ": truncated"));
+      done += std::size_t(got);
+    }
+    float* dst = out + (b - begin);
+    const std::size_t count = std::size_t(e - b);
+    if (p.dtype == io::DType::f32) {
+      std::memcpy(dst, bytes.data(), len);
+    } else {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(bytes.data());
+      for (std::size_t i = 0; i < count; ++i)
+        dst[i] = p.dtype == io::DType::bf16 ? precision::bf16_to_float(h[i]) : precision::fp16_to_float(h[i]);
+    }
+  }
 }
 
 void save_pretrained(const std::filesystem::path& dir, const ModelConfig& config, const torch::Tensor& flat,

@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -24,11 +25,52 @@
 #include "unstuck/common/error.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/io/safetensors.h"
+#include "unstuck/precision/rounding.h"
 
 namespace unstuck::train {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Files are checksummed and checked this many bytes at a time.
+constexpr std::size_t kReadBlock = std::size_t(16) << 20;
+
+// FNV-1a 64 state over several blocks.
+struct Fnv1a {
+  uint64_t h = 0xcbf29ce484222325ull;  // offset basis
+  void add(const unsigned char* p, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      h ^= p[i];
+      h *= 0x100000001b3ull;
+    }
+  }
+  std::string hex() const {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return buf;
+  }
+};
+
+// Reads `file` in blocks, calling block(offset, bytes, n) for each; returns the total size.
+template <class Fn>
+uint64_t for_each_block(const fs::path& file, Fn&& block) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UserError("checkpoint: cannot read '" + file.string() + "'");
+  std::vector<unsigned char> buf(kReadBlock);
+  uint64_t offset = 0;
+  for (;;) {
+    const ssize_t got = ::read(fd, buf.data(), buf.size());
+    if (got < 0) {
+      ::close(fd);
+      throw UserError("checkpoint: cannot read '" + file.string() + "'");
+    }
+    if (got == 0) break;
+    block(offset, buf.data(), std::size_t(got));
+    offset += uint64_t(got);
+  }
+  ::close(fd);
+  return offset;
+}
 
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -68,19 +110,21 @@ const char* kFiles[] = {"state.safetensors", "rng.bin", "trainer.json", "config.
 }  // namespace
 
 std::string checkpoint_checksum(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64: offset basis and prime
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  Fnv1a h;
+  h.add(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+  return h.hex();
+}
+
+std::string checkpoint_file_checksum(const fs::path& file, uint64_t* size) {
+  Fnv1a h;
+  const uint64_t n = for_each_block(file, [&](uint64_t, const unsigned char* p, std::size_t len) { h.add(p, len); });
+  if (size) *size = n;
+  return h.hex();
 }
 
 fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep) {
   for (const torch::Tensor* t : {&s.master, &s.exp_avg, &s.exp_avg_sq})
-    if (!torch::isfinite(*t).all().item<bool>())
+    if (precision::count_nonfinite(t->contiguous().data_ptr<float>(), std::size_t(t->numel())) > 0)
       throw UserError("checkpoint at step " + std::to_string(s.step) +
                       " not written: the optimizer state holds NaN/Inf values");
   fs::create_directories(root);
@@ -115,8 +159,9 @@ fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep) 
   nlohmann::json manifest = nlohmann::json::object();
   for (const char* f : kFiles) {
     fsync_path(tmp / f);
-    const std::string bytes = read_bytes(tmp / f);
-    manifest[f] = {{"bytes", bytes.size()}, {"fnv1a64", checkpoint_checksum(bytes)}};
+    uint64_t bytes = 0;
+    const std::string sum = checkpoint_file_checksum(tmp / f, &bytes);
+    manifest[f] = {{"bytes", bytes}, {"fnv1a64", sum}};
   }
   io::write_json_file(tmp / "manifest.json", manifest);  // last: its presence marks completeness
   fs::remove_all(final_dir);
@@ -208,50 +253,87 @@ void check_sampling_rng(const std::string& bytes, const fs::path& file) {
 
 }  // namespace
 
-TrainerState load_checkpoint(const fs::path& dir) {
+TrainerState load_checkpoint(const fs::path& dir, CheckpointBuffers buffers) {
   const fs::path manifest_path = dir / "manifest.json";
   const nlohmann::json manifest = io::read_json_file(manifest_path);
+  // The state file's header first (its own checks: dtypes, shapes, byte ranges within the file),
+  // so its buffers can be checked while the file is checksummed, in one read.
+  TrainerState s;
+  const fs::path state_path = dir / "state.safetensors";
+  if (!fs::exists(state_path)) throw UserError("checkpoint file '" + state_path.string() + "' is missing");
+  std::unique_ptr<io::MappedSafetensors> mapped;
+  try {
+    mapped = std::make_unique<io::MappedSafetensors>(state_path);
+  } catch (const UserError&) {
+    // A header that does not parse: a corrupted file says so by its checksum, first.
+    const auto expected = field<std::string>(manifest, {"state.safetensors", "fnv1a64"}, manifest_path);
+    if (checkpoint_file_checksum(state_path) != expected)
+      throw UserError("checkpoint file '" + state_path.string() + "' is corrupted (checksum mismatch)");
+    throw;
+  }
+  const io::MappedSafetensors& st = *mapped;
+  int64_t length = -1;
+  for (const io::TensorView& t : st.tensors())
+    require(t.name == "master" || t.name == "exp_avg" || t.name == "exp_avg_sq", state_path,
+            "unexpected tensor '" + t.name + "' (a checkpoint holds master, exp_avg and exp_avg_sq)");
+  struct Range {
+    std::string name;
+    uint64_t begin = 0, end = 0;  // bytes in the file
+    uint64_t nonfinite = 0, negative = 0;
+  };
+  std::vector<Range> ranges;
+  for (const char* name : {"master", "exp_avg", "exp_avg_sq"}) {
+    const io::TensorView* t = st.find(name);
+    require(t != nullptr, state_path, std::string("tensor '") + name + "' is missing");
+    require(t->dtype == io::DType::f32, state_path,
+            std::string("tensor '") + name + "' is " + io::dtype_name(t->dtype) + ", expected F32");
+    require(t->shape.size() == 1, state_path, std::string("tensor '") + name + "' is not a flat (1-D) buffer");
+    const int64_t n = io::numel(t->shape);
+    require(t->nbytes == std::size_t(n) * 4, state_path, std::string("tensor '") + name + "' byte size");
+    if (length < 0) length = n;
+    require(n == length, state_path,
+            std::string("tensor '") + name + "' has " + std::to_string(n) + " elements, master has " +
+                std::to_string(length));
+    ranges.push_back({name, st.file_offset(*t), st.file_offset(*t) + t->nbytes});
+  }
   for (const char* f : kFiles) {
     const fs::path p = dir / f;
     const auto bytes_expected = field<std::size_t>(manifest, {f, "bytes"}, manifest_path);
     const auto checksum = field<std::string>(manifest, {f, "fnv1a64"}, manifest_path);
     if (!fs::exists(p)) throw UserError("checkpoint file '" + p.string() + "' is missing");
-    const std::string bytes = read_bytes(p);
-    if (bytes.size() != bytes_expected)
-      throw UserError("checkpoint file '" + p.string() + "' is truncated or altered: " +
-                      std::to_string(bytes.size()) + " bytes, manifest says " + std::to_string(bytes_expected));
-    if (checkpoint_checksum(bytes) != checksum)
-      throw UserError("checkpoint file '" + p.string() + "' is corrupted (checksum mismatch)");
+    Fnv1a h;
+    const bool state = p == state_path;
+    const uint64_t size = for_each_block(p, [&](uint64_t at, const unsigned char* bytes, std::size_t len) {
+      h.add(bytes, len);
+      if (!state) return;
+      for (Range& r : ranges) {  // the buffers' values in this block (4-byte aligned: offsets are)
+        const uint64_t b = std::max(r.begin, at), e = std::min(r.end, at + len);
+        if (b >= e) continue;
+        const float* x = reinterpret_cast<const float*>(bytes + (b - at));
+        const std::size_t count = std::size_t(e - b) / 4;
+        r.nonfinite += precision::count_nonfinite(x, count, {1});
+        if (r.name == "exp_avg_sq")
+          for (std::size_t i = 0; i < count; ++i) r.negative += x[i] < 0;
+      }
+    });
+    if (size != bytes_expected)
+      throw UserError("checkpoint file '" + p.string() + "' is truncated or altered: " + std::to_string(size) +
+                      " bytes, manifest says " + std::to_string(bytes_expected));
+    if (h.hex() != checksum) throw UserError("checkpoint file '" + p.string() + "' is corrupted (checksum mismatch)");
   }
   // The checksums prove the files are the ones written; what follows proves they make sense (a
   // tampered or buggy writer), before anything of the run is touched.
-  TrainerState s;
-  const fs::path state_path = dir / "state.safetensors";
-  const io::SafetensorsFile st = io::read_safetensors(state_path);
-  int64_t length = -1;
-  for (const io::Tensor& t : st.tensors)
-    require(t.name == "master" || t.name == "exp_avg" || t.name == "exp_avg_sq", state_path,
-            "unexpected tensor '" + t.name + "' (a checkpoint holds master, exp_avg and exp_avg_sq)");
-  const auto tensor = [&](const char* name) {
-    const io::Tensor& t = st.at(name);
-    require(t.dtype == io::DType::f32, state_path,
-            std::string("tensor '") + name + "' is " + io::dtype_name(t.dtype) + ", expected F32");
-    require(t.shape.size() == 1, state_path, std::string("tensor '") + name + "' is not a flat (1-D) buffer");
-    const int64_t n = io::numel(t.shape);
-    require(t.bytes.size() == std::size_t(n) * 4, state_path, std::string("tensor '") + name + "' byte size");
-    if (length < 0) length = n;
-    require(n == length, state_path,
-            std::string("tensor '") + name + "' has " + std::to_string(n) + " elements, master has " +
-                std::to_string(length));
-    torch::Tensor out = torch::from_blob(const_cast<uint8_t*>(t.bytes.data()), {n}, torch::kFloat32).clone();
-    require(torch::isfinite(out).all().item<bool>(), state_path,
-            std::string("tensor '") + name + "' holds NaN/Inf values");
-    return out;
-  };
-  s.master = tensor("master");
-  s.exp_avg = tensor("exp_avg");
-  s.exp_avg_sq = tensor("exp_avg_sq");
-  require((s.exp_avg_sq >= 0).all().item<bool>(), state_path, "tensor 'exp_avg_sq' holds negative values");
+  for (const Range& r : ranges)
+    require(r.nonfinite == 0, state_path, "tensor '" + r.name + "' holds NaN/Inf values");
+  require(ranges[2].negative == 0, state_path, "tensor 'exp_avg_sq' holds negative values");
+  s.elements = length;
+  s.state_file = state_path;
+  if (buffers == CheckpointBuffers::load) {
+    for (auto [name, dst] : {std::pair{"master", &s.master}, {"exp_avg", &s.exp_avg}, {"exp_avg_sq", &s.exp_avg_sq}}) {
+      *dst = torch::empty({length}, torch::kFloat32);
+      read_checkpoint_buffer(s, name, 0, length, dst->data_ptr<float>());
+    }
+  }
   const fs::path rng_path = dir / "rng.bin";
   const std::string rng = read_bytes(rng_path);
   require(rng.size() == sampling_rng_bytes(), rng_path,
@@ -304,10 +386,33 @@ TrainerState load_checkpoint(const fs::path& dir) {
   return s;
 }
 
+void read_checkpoint_buffer(const TrainerState& s, const std::string& name, int64_t begin, int64_t n, float* out) {
+  if (begin < 0 || n < 0 || begin + n > s.elements)
+    throw std::invalid_argument("read_checkpoint_buffer: range outside the buffers");
+  const io::MappedSafetensors st(s.state_file);  // the header only: the data are read with pread
+  const io::TensorView* t = st.find(name);
+  if (!t || t->dtype != io::DType::f32 || t->nbytes != std::size_t(s.elements) * 4)
+    throw UserError("checkpoint file '" + s.state_file.string() + "' changed since it was checked (tensor '" + name + "')");
+  const int fd = ::open(s.state_file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UserError("checkpoint: cannot read '" + s.state_file.string() + "'");
+  char* dst = reinterpret_cast<char*>(out);
+  const std::size_t len = std::size_t(n) * 4;
+  const uint64_t at = st.file_offset(*t) + uint64_t(begin) * 4;
+  for (std::size_t done = 0; done < len;) {
+    const ssize_t got = ::pread(fd, dst + done, std::min(len - done, kReadBlock * 4), off_t(at + done));
+    if (got <= 0) {
+      ::close(fd);
+      throw UserError("checkpoint: cannot read '" + s.state_file.string() + "' (truncated?)");
+    }
+    done += std::size_t(got);
+  }
+  ::close(fd);
+}
+
 void check_checkpoint_fits(const TrainerState& s, int64_t flat_params, std::size_t train_records,
                            const fs::path& dir) {
-  if (s.master.numel() != flat_params)
-    throw UserError("checkpoint " + dir.string() + " holds " + std::to_string(s.master.numel()) +
+  if (s.elements != flat_params)
+    throw UserError("checkpoint " + dir.string() + " holds " + std::to_string(s.elements) +
                     " parameters, the model (grpo.base_model) has " + std::to_string(flat_params));
   if (s.order.size() != train_records)
     throw UserError("checkpoint " + dir.string() + " was written for " + std::to_string(s.order.size()) +

@@ -82,19 +82,32 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
     throw UserError("export: no checkpoint " +
                     (opts.step >= 0 ? "for step " + std::to_string(opts.step) + " " : std::string()) + "in '" +
                     (run_dir / "checkpoints").string() + "'");
-  const TrainerState st = load_checkpoint(ckpt);
+  const TrainerState st = load_checkpoint(ckpt, CheckpointBuffers::defer);
   RunConfig config;
   config::load_yaml_string(config::bind(config), st.config_yaml, (ckpt / kRunConfigFile).string());
   validate(config);
-  // The compute weights of that step, regenerated exactly as the run did on resume (the forward's
-  // dtype, precision.compute, does not change them).
-  TrainableWeights weights(config.model, st.master.clone(),
-                           with_compute(config.precision, precision::ComputeMode::native),
-                           derive_seeds(config.run.seed).rounding);
-  weights.restore(st.master, st.exp_avg, st.exp_avg_sq, st.optimizer_steps, st.scaler);
-  const io::DType compute = dtype_of(weights.compute().scalar_type());
+  // The compute weights of that step, regenerated a slice at a time exactly as the run did on resume
+  // (the forward's dtype, precision.compute, does not change them); or the FP32 master (--dtype
+  // fp32), or the master rounded to nearest into another dtype. Memory: the output and one slice.
+  const io::DType compute = dtype_of(compute_dtype(precision::round_mode_for(config.precision.mode)));
   const io::DType dtype = opts.dtype.empty() ? compute : parse_export_dtype(opts.dtype, "--dtype");
-  const torch::Tensor& flat = dtype == compute ? weights.compute() : st.master;
+  const uint64_t seed = derive_seeds(config.run.seed).rounding;
+  torch::Tensor flat = torch::empty({st.elements}, model::torch_dtype(dtype));
+  constexpr int64_t kSlice = 1 << 22;
+  torch::Tensor master = torch::empty({std::min(kSlice, st.elements)}, torch::kFloat32);
+  for (int64_t b = 0; b < st.elements; b += kSlice) {
+    const int64_t n = std::min(kSlice, st.elements - b);
+    if (dtype == io::DType::f32) {
+      read_checkpoint_buffer(st, "master", b, n, flat.data_ptr<float>() + b);
+      continue;
+    }
+    read_checkpoint_buffer(st, "master", b, n, master.data_ptr<float>());
+    if (dtype == compute)
+      materialize_compute_slice(config.precision, seed, master.data_ptr<float>(), b, n,
+                                static_cast<char*>(flat.data_ptr()) + b * flat.element_size(), st.optimizer_steps);
+    else
+      flat.narrow(0, b, n).copy_(master.narrow(0, 0, n));
+  }
   write_model_dir(out, config, flat, dtype, opts.shard_bytes);
   return dtype;
 }

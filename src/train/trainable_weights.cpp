@@ -7,11 +7,15 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
+#include "unstuck/precision/update_stats.h"
 #if defined(UNSTUCK_HAVE_CUDA)
 #include "unstuck/precision/cuda_kernels.h"
 #endif
@@ -22,6 +26,24 @@ namespace {
 // The gradient norm is summed per block of this many global elements (in double), then over the
 // blocks in order. Shards start at block boundaries, so the sum does not depend on the world size.
 constexpr int64_t kNormBlock = 1 << 14;
+// The optimizer updates this many elements at a time (a multiple of kNormBlock), saving their old
+// compute weights first: the update statistics need the old values, never a copy of the model.
+constexpr int64_t kSliceElems = 1 << 22;
+// A parameter's gradient is added into the flat FP32 gradient this many elements at a time (the
+// widening of a BF16 gradient makes an FP32 temporary of that size, not of the whole tensor).
+constexpr int64_t kGradSliceElems = 1 << 22;
+
+// Moves a parameter's gradient into the flat gradient as soon as the backward pass has accumulated
+// it, so the per-parameter gradients of the whole model never exist at once.
+class FlatGradHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  FlatGradHook(TrainableWeights* weights, std::size_t index) : weights_(weights), index_(index) {}
+  void operator()(const torch::autograd::Variable&) override { weights_->take_grad(index_); }
+
+ private:
+  TrainableWeights* weights_;
+  std::size_t index_;
+};
 
 int64_t world_of(const dist::Communicator* comm) { return comm ? comm->world_size() : 1; }
 
@@ -51,6 +73,32 @@ torch::Tensor round_base_to_grid(const torch::Tensor& master, int analog_mantiss
   precision::materialize_coarse_bf16(host.data_ptr<float>(), static_cast<uint16_t*>(bits.data_ptr()),
                                      std::size_t(host.numel()), analog_mantissa_bits, false, {});
   return bits.to(torch::kFloat32).view(master.sizes()).to(master.device());
+}
+
+void round_base_to_grid(float* x, int64_t n, int analog_mantissa_bits) {
+  torch::Tensor bits = torch::empty({std::min(n, kSliceElems)}, torch::kBFloat16);
+  for (int64_t i = 0; i < n; i += kSliceElems) {
+    const int64_t len = std::min(kSliceElems, n - i);
+    const torch::Tensor slice = torch::from_blob(x + i, {len}, torch::kFloat32);
+    if (analog_mantissa_bits == 0) {
+      bits.narrow(0, 0, len).copy_(slice);
+    } else {
+      precision::materialize_coarse_bf16(x + i, static_cast<uint16_t*>(bits.data_ptr()), std::size_t(len),
+                                         analog_mantissa_bits, false, {});
+    }
+    slice.copy_(bits.narrow(0, 0, len));
+  }
+}
+
+void round_base_to_grid_(torch::Tensor& master, int analog_mantissa_bits) {
+  if (master.scalar_type() != torch::kFloat32 || !master.is_contiguous())
+    throw std::invalid_argument("round_base_to_grid_: expected a contiguous FP32 tensor");
+  if (master.is_cpu()) return round_base_to_grid(master.data_ptr<float>(), master.numel(), analog_mantissa_bits);
+  torch::Tensor flat = master.view({-1});
+  for (int64_t i = 0; i < flat.numel(); i += kSliceElems) {
+    torch::Tensor slice = flat.narrow(0, i, std::min(kSliceElems, flat.numel() - i));
+    slice.copy_(round_base_to_grid(slice, analog_mantissa_bits));
+  }
 }
 
 bool TrainableWeights::on_device() const { return master_.is_cuda(); }
@@ -118,26 +166,71 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
   shard_size_ = (blocks + world - 1) / world * kNormBlock;
   shard_begin_ = std::min(rank * shard_size_, total_);
   owned_ = std::min(shard_size_, total_ - shard_begin_);
-  master_ = master.narrow(0, shard_begin_, owned_).clone();
+  // The caller's buffer is adopted when nothing else refers to it (it was moved in); a shard, or a
+  // buffer someone else still sees, is copied.
+  const bool adopt = world == 1 && master.use_count() == 1 && master.storage().use_count() == 1 &&
+                     master.storage_offset() == 0;
+  const bool fp32 = round_mode_ == precision::RoundMode::fp32;
+  if (fp32 && world == 1) {
+    // FP32 compute weights equal the master: one buffer serves both.
+    master_ = adopt ? master : master.clone();
+    compute_all_ = master_;
+  } else if (fp32) {
+    compute_all_ = padded(master, world * shard_size_);
+    master_ = compute_all_.narrow(0, shard_begin_, owned_);
+  } else {
+    master_ = adopt ? master : master.narrow(0, shard_begin_, owned_).clone();
+    compute_all_ = torch::zeros({world * shard_size_}, f32.dtype(compute_dtype(round_mode_)));
+  }
   exp_avg_ = torch::zeros_like(master_);
   exp_avg_sq_ = torch::zeros_like(master_);
   grad_ = torch::zeros({world * shard_size_}, f32);
   grad_shard_ = world == 1 ? grad_ : torch::zeros({shard_size_}, f32);
-  compute_all_ = torch::zeros({world * shard_size_}, f32.dtype(compute_dtype(round_mode_)));
   compute_ = compute_all_.narrow(0, 0, total_);
-  materialize_compute(master);
+  scratch_ = torch::empty({std::min(kSliceElems, std::max<int64_t>(owned_, 1))}, compute_all_.options());
+  if (!fp32) materialize_compute(master);
+  master = torch::Tensor();  // a copied full master is released here, before the model is built
   // FP16 has no fast CPU kernels: compute in FP32 on the FP16-rounded weights (DESIGN.md). CUDA
   // computes in FP16 natively.
   const bool fp32_forward = precision_.compute == precision::ComputeMode::fp32 ||
-                            (compute_.scalar_type() == torch::kHalf && !master.is_cuda());
+                            (compute_.scalar_type() == torch::kHalf && !master_.is_cuda());
   forward_ = fp32_forward && compute_.scalar_type() != torch::kFloat32 ? compute_.to(torch::kFloat32)
                                                                        : compute_;
   model_ = std::make_unique<model::LlamaModel>(config, forward_);
   model_->set_requires_grad(true);
+  for (std::size_t i = 0; i < model_->parameters().size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(model_->parameters()[i], std::make_unique<FlatGradHook>(this, i));
+  // The backward adds the matrices', biases' and the embedding's gradients straight into the flat
+  // gradient (no per-parameter gradient of their size exists); the norms arrive through the hooks.
+  model_->set_gradient_buffer(grad_.narrow(0, 0, total_));
   if (precision::uses_loss_scaling(precision_.mode))
     scaler_ = std::make_unique<precision::DynamicLossScaler>(precision_.loss_scale);
   else
     scaler_ = std::make_unique<precision::ConstantLossScaler>(1.0);
+}
+
+TrainableWeights::~TrainableWeights() {
+  if (!model_) return;
+  for (const torch::Tensor& p : model_->parameters()) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+void materialize_compute_slice(const precision::PrecisionConfig& precision, uint64_t rounding_seed, const float* master,
+                               int64_t begin, int64_t n, void* out, int64_t step) {
+  const precision::RoundMode mode = precision::round_mode_for(precision.mode);
+  const precision::SrKey key{rounding_seed, uint64_t(step)};
+  const bool bf16 = mode == precision::RoundMode::bf16_rn || mode == precision::RoundMode::bf16_sr;
+  if (precision.analog_mantissa_bits > 0 && bf16) {
+    precision::materialize_coarse_bf16(master, static_cast<uint16_t*>(out), std::size_t(n),
+                                       precision.analog_mantissa_bits, mode == precision::RoundMode::bf16_sr, key,
+                                       uint64_t(begin), {precision.threads});
+    return;
+  }
+  precision::materialize(master, out, std::size_t(n), mode, key, uint64_t(begin), {precision.threads});
+}
+
+void TrainableWeights::materialize_slice(const float* master, int64_t begin, int64_t n, void* out,
+                                         int64_t step) const {
+  materialize_compute_slice(precision_, rounding_seed_, master, begin, n, out, step);
 }
 
 void TrainableWeights::restore(const torch::Tensor& master, const torch::Tensor& exp_avg,
@@ -147,14 +240,45 @@ void TrainableWeights::restore(const torch::Tensor& master, const torch::Tensor&
     if (t->numel() != total_)
       throw UserError("checkpoint state has " + std::to_string(t->numel()) + " elements, the model " +
                       std::to_string(total_) + " (a different model?)");
+  const auto read = [&](const std::string& name, int64_t begin, int64_t n, float* out) {
+    const torch::Tensor& src = name == "master" ? master : name == "exp_avg" ? exp_avg : exp_avg_sq;
+    torch::from_blob(out, {n}, torch::kFloat32).copy_(src.reshape({-1}).narrow(0, begin, n));
+  };
+  restore(read, optimizer_steps, scaler);
+}
+
+void TrainableWeights::restore(const BufferReader& read, int64_t optimizer_steps,
+                               const precision::LossScalerState& scaler) {
   torch::NoGradGuard no_grad;
-  master_.copy_(master.narrow(0, shard_begin_, owned_));
-  exp_avg_.copy_(exp_avg.narrow(0, shard_begin_, owned_));
-  exp_avg_sq_.copy_(exp_avg_sq.narrow(0, shard_begin_, owned_));
+  const int64_t slice = std::min(kSliceElems, std::max<int64_t>(total_, 1));
+  const torch::Tensor host = torch::empty({slice}, torch::kFloat32);  // one bounded staging buffer
+  // This rank's shard of each buffer, a slice at a time (read straight into host buffers).
+  for (auto [name, dst] : {std::pair<const char*, torch::Tensor*>{"master", &master_}, {"exp_avg", &exp_avg_},
+                           {"exp_avg_sq", &exp_avg_sq_}})
+    for (int64_t i = 0; i < owned_; i += slice) {
+      const int64_t n = std::min(slice, owned_ - i);
+      if (dst->is_cpu()) {
+        read(name, shard_begin_ + i, n, dst->data_ptr<float>() + i);
+      } else {
+        read(name, shard_begin_ + i, n, host.data_ptr<float>());
+        dst->narrow(0, i, n).copy_(host.narrow(0, 0, n));
+      }
+    }
   grad_.zero_();
   adam_step_ = optimizer_steps;
   scaler_->load_state(scaler);
-  materialize_compute(master.to(master_.device()).contiguous());
+  // The compute weights of the whole model, regenerated from the master a slice at a time with the
+  // key of this optimizer step: bit-identical to the saved run's. (In fp32 mode at world size 1 the
+  // master read above is already them.)
+  if (!(master_is_compute() && world_of(comm_) == 1)) {
+    const torch::Tensor bits = torch::empty({slice}, compute_.options().device(torch::kCPU));
+    for (int64_t b = 0; b < total_; b += slice) {
+      const int64_t n = std::min(slice, total_ - b);
+      read("master", b, n, host.data_ptr<float>());
+      materialize_slice(host.data_ptr<float>(), b, n, bits.data_ptr(), adam_step_);
+      compute_.narrow(0, b, n).copy_(bits.narrow(0, 0, n));
+    }
+  }
   refresh_forward_weights();
 }
 
@@ -173,16 +297,22 @@ void TrainableWeights::refresh_forward_weights() {
   if (forward_.data_ptr() != compute_.data_ptr()) forward_.copy_(compute_);
 }
 
-void TrainableWeights::accumulate_grads() {
+void TrainableWeights::take_grad(std::size_t i) {
   torch::NoGradGuard no_grad;
-  const auto& params = model_->parameters();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    torch::Tensor g = params[i].grad();
-    if (!g.defined()) continue;
-    const model::ParamEntry& e = layout().entries[i];
-    grad_.narrow(0, e.offset, e.numel).add_(g.reshape({-1}).to(torch::kFloat32));
-    params[i].mutable_grad().reset();
+  const torch::Tensor& p = model_->parameters()[i];
+  const torch::Tensor g = p.grad();
+  if (!g.defined()) return;
+  const model::ParamEntry& e = layout().entries[i];
+  const torch::Tensor flat = g.reshape({-1});
+  for (int64_t k = 0; k < e.numel; k += kGradSliceElems) {
+    const int64_t n = std::min(kGradSliceElems, e.numel - k);
+    grad_.narrow(0, e.offset + k, n).add_(flat.narrow(0, k, n));
   }
+  p.mutable_grad().reset();
+}
+
+void TrainableWeights::accumulate_grads() {
+  for (std::size_t i = 0; i < model_->parameters().size(); ++i) take_grad(i);
 }
 
 void TrainableWeights::add_flat_grad(const torch::Tensor& grad) {
@@ -258,17 +388,76 @@ void TrainableWeights::throw_nonfinite_grad() const {
   throw UserError("non-finite gradient in another rank's shard (its log names the tensor)" + where);
 }
 
-std::vector<precision::Segment> TrainableWeights::shard_segments(std::vector<std::size_t>* tensor_index) const {
-  std::vector<precision::Segment> out;
-  const auto& entries = layout().entries;
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const int64_t begin = std::max(entries[i].offset, shard_begin_);
-    const int64_t end = std::min(entries[i].offset + entries[i].numel, shard_begin_ + owned_);
-    if (begin >= end) continue;
-    out.push_back({uint64_t(begin), uint64_t(end - begin), entries[i].decay});
-    tensor_index->push_back(i);
+void TrainableWeights::update_slice(int64_t begin, int64_t n, const precision::AdamWBuffers& buffers,
+                                    const precision::AdamWHyper& hyper, precision::SrKey key,
+                                    std::vector<int64_t>& changed, double* delta, double* weight) {
+  // The tensors of the shard that overlap [begin, begin + n), clipped to it.
+  std::vector<precision::Segment> segments;
+  std::vector<std::size_t> tensor;
+  for (std::size_t i = 0; i < layout().entries.size(); ++i) {
+    const model::ParamEntry& e = layout().entries[i];
+    const int64_t b = std::max(e.offset, begin), end = std::min(e.offset + e.numel, begin + n);
+    if (b >= end) continue;
+    segments.push_back({uint64_t(b), uint64_t(end - b), e.decay});
+    tensor.push_back(i);
   }
-  return out;
+  const torch::Tensor before = scratch_.narrow(0, 0, n), after = compute_all_.narrow(0, begin, n);
+  before.copy_(after);
+  if (on_device()) {
+#if defined(UNSTUCK_HAVE_CUDA)
+    const c10::DeviceGuard on_master(master_.device());
+    precision::fused_adamw_cuda(buffers, segments, hyper, round_mode_, key, nullptr);
+#endif
+  } else {
+    precision::fused_adamw_step(buffers, segments, hyper, round_mode_, key, {precision_.threads});
+  }
+  // The analog grid: the fused step wrote BF16; the slice is rounded onto the coarser grid.
+  if (analog_grid()) materialize_analog(master_.data_ptr<float>() + (begin - shard_begin_), begin, n);
+  if (!on_device()) {
+    const std::size_t bytes = compute_all_.element_size();
+    const char* old_bits = static_cast<const char*>(before.data_ptr());
+    const char* new_bits = static_cast<const char*>(after.data_ptr());
+    for (std::size_t k = 0; k < segments.size(); ++k) {
+      const std::size_t at = std::size_t(int64_t(segments[k].offset) - begin) * bytes;
+      changed[tensor[k]] += int64_t(precision::count_changed_bits(old_bits + at, new_bits + at, segments[k].size,
+                                                                  round_mode_));
+    }
+    precision::add_block_update_sums(old_bits, new_bits, std::size_t(n), round_mode_, std::size_t(kNormBlock), delta,
+                                     weight, {precision_.threads});
+    return;
+  }
+  // On the device: the same comparisons as tensor operations, one copy of the results to the host.
+  const torch::ScalarType bits = compute_all_.element_size() == 4 ? torch::kInt : torch::kShort;
+  const torch::Tensor differ = before.view(bits).ne(after.view(bits));  // (n) bool
+  std::vector<torch::Tensor> counts;
+  for (const precision::Segment& seg : segments)
+    counts.push_back(differ.narrow(0, int64_t(seg.offset) - begin, int64_t(seg.size)).sum());
+  const int64_t nb = (n + kNormBlock - 1) / kNormBlock;
+  const auto sumsq_per_block = [&](const torch::Tensor& x) {  // (n) -> (nb): squares summed in double
+    const torch::Tensor x2 = x.to(torch::kDouble).square();
+    return torch::constant_pad_nd(x2, {0, nb * kNormBlock - n}).view({nb, kNormBlock}).sum(1);
+  };
+  const torch::Tensor old_f = before.to(torch::kFloat32);
+  const torch::Tensor sums = torch::cat({torch::stack(counts).to(torch::kDouble),
+                                         sumsq_per_block(after.to(torch::kFloat32) - old_f), sumsq_per_block(old_f)})
+                                 .cpu();
+  const double* h = sums.data_ptr<double>();
+  for (std::size_t k = 0; k < segments.size(); ++k) changed[tensor[k]] += int64_t(h[k]);
+  for (int64_t b = 0; b < nb; ++b) {
+    delta[b] += h[segments.size() + std::size_t(b)];
+    weight[b] += h[segments.size() + std::size_t(nb + b)];
+  }
+}
+
+double TrainableWeights::global_block_sum(const std::vector<double>& partial) const {
+  std::vector<double> all(partial.size() * std::size_t(world_of(comm_)));
+  if (comm_ && comm_->world_size() > 1)
+    comm_->all_gather(partial.data(), all.data(), partial.size(), dist::DataType::f64);
+  else
+    all = partial;
+  double sum = 0;
+  for (double x : all) sum += x;
+  return sum;
 }
 
 OptimizerStepStats TrainableWeights::optimizer_step(const precision::OptimConfig& optim, double lr) {
@@ -307,35 +496,17 @@ OptimizerStepStats TrainableWeights::optimizer_step(const precision::OptimConfig
                                         exp_avg_.data_ptr<float>(), exp_avg_sq_.data_ptr<float>(),
                                         static_cast<char*>(compute_all_.data_ptr()) + shard_begin_ * compute_bytes,
                                         uint64_t(shard_begin_)};
-  std::vector<std::size_t> tensor_index;
-  const std::vector<precision::Segment> segments = shard_segments(&tensor_index);
   const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
-  // The analog grid: the fused step writes BF16, then the shard is rounded onto the analog grid and
-  // its changes are counted against the previous analog weights.
-  const torch::Tensor analog_before =
-      analog_grid() ? compute_all_.narrow(0, shard_begin_, owned_).clone() : torch::Tensor();
-  precision::AdamWStepStats s;
-  if (on_device()) {
-#if defined(UNSTUCK_HAVE_CUDA)
-    const c10::DeviceGuard on_master(master_.device());
-    s = precision::fused_adamw_cuda(buffers, segments, hyper, round_mode_, key, nullptr);
-#endif
-  } else {
-    s = precision::fused_adamw_step(buffers, segments, hyper, round_mode_, key, {precision_.threads});
-  }
-  if (analog_before.defined()) {
-    materialize_analog(master_.data_ptr<float>(), shard_begin_, owned_);
-    const uint16_t* before = static_cast<const uint16_t*>(analog_before.data_ptr());
-    const uint16_t* after = static_cast<const uint16_t*>(compute_all_.data_ptr()) + shard_begin_;
-    for (std::size_t k = 0; k < segments.size(); ++k) {
-      const uint64_t first = segments[k].offset - uint64_t(shard_begin_);
-      uint64_t n = 0;
-      for (uint64_t i = first; i < first + segments[k].size; ++i) n += before[i] != after[i];
-      s.changed[k] = n;
-    }
-  }
   std::vector<int64_t> changed(layout().entries.size(), 0);
-  for (std::size_t k = 0; k < segments.size(); ++k) changed[tensor_index[k]] += int64_t(s.changed[k]);
+  const std::size_t blocks = std::size_t(shard_size_ / kNormBlock);
+  std::vector<double> delta(blocks, 0.0), weight(blocks, 0.0);  // per block of this rank's shard
+  for (int64_t begin = shard_begin_; begin < shard_begin_ + owned_; begin += kSliceElems) {
+    const int64_t n = std::min(kSliceElems, shard_begin_ + owned_ - begin);
+    const std::size_t block0 = std::size_t((begin - shard_begin_) / kNormBlock);
+    update_slice(begin, n, buffers, hyper, key, changed, delta.data() + block0, weight.data() + block0);
+  }
+  stats.update_sumsq = global_block_sum(delta);
+  stats.weight_sumsq = global_block_sum(weight);
 
   // ---- gather: every rank gets the full rounded compute weights and the sticking counts
   if (world > 1) {

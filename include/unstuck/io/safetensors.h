@@ -75,6 +75,10 @@ class MappedSafetensors {
   const std::vector<TensorView>& tensors() const { return tensors_; }  // in file order
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const TensorView* find(std::string_view name) const;  // nullptr when absent
+  // Byte offset of a tensor's data in the file (for reading it with pread instead of the mapping).
+  uint64_t file_offset(const TensorView& tensor) const {
+    return uint64_t(static_cast<const uint8_t*>(tensor.data) - base_);
+  }
 
  private:
   std::string path_;

@@ -27,6 +27,8 @@ class SafetensorsDir {
   const std::string& source() const { return source_; }       // the index or the single file
   const TensorView* find(const std::string& name) const;      // nullptr when absent
   const std::string& file_of(const std::string& name) const;  // the shard holding `name`
+  // Byte offset of `name`'s data in file_of(name) (`name` must exist).
+  uint64_t file_offset(const std::string& name) const;
   std::vector<std::string> names() const;                     // every tensor, sorted
 
  private:

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "unstuck/io/safetensors.h"
 #include "unstuck/model/hf_config.h"
@@ -33,6 +34,38 @@ LoadedModel load_pretrained(const std::filesystem::path& dir);
 // weights (with model.safetensors.index.json) when they exceed it. Each file is written atomically.
 void save_pretrained(const std::filesystem::path& dir, const ModelConfig& config, const torch::Tensor& flat,
                      io::DType dtype, const SpecialTokens& tokens, uint64_t max_shard_bytes = 0);
+
+// Ranges of a model directory's weights as the flat FP32 buffer of load_pretrained(), read from the
+// files again when they are needed (pread: the bytes go through the page cache, never into this
+// process's memory as a whole). The trainer uses it to compare the weights with the start policy's
+// without keeping a copy. Files replaced by rename keep their first contents (the descriptors stay
+// open); a file changed in place or truncated makes read() throw UserError naming it.
+class FlatWeightsReader {
+ public:
+  // `config`: the model load_pretrained(dir) returned (its layout names the tensors).
+  FlatWeightsReader(const std::filesystem::path& dir, const ModelConfig& config);
+  ~FlatWeightsReader();
+  FlatWeightsReader(const FlatWeightsReader&) = delete;
+  FlatWeightsReader& operator=(const FlatWeightsReader&) = delete;
+
+  // Flat elements [begin, begin + n) widened to FP32 into out[0, n) (alignment gaps: 0).
+  void read(int64_t begin, int64_t n, float* out) const;
+
+ private:
+  struct File {
+    std::string path;
+    int fd = -1;
+    int64_t size = 0, mtime_ns = 0;
+  };
+  struct Piece {  // one tensor of the layout
+    int64_t offset = 0, numel = 0;  // in the flat buffer
+    std::size_t file = 0;
+    uint64_t data_offset = 0;       // bytes into the file
+    io::DType dtype = io::DType::f32;
+  };
+  std::vector<File> files_;
+  std::vector<Piece> pieces_;  // ascending offsets
+};
 
 torch::ScalarType torch_dtype(io::DType dtype);
 const char* hf_dtype_name(io::DType dtype);  // "float32", "bfloat16", "float16"

@@ -25,7 +25,9 @@ struct TrainerState {
   std::vector<int64_t> order;   // current epoch's record order
   int64_t cursor = 0;           // next position in `order`
   std::vector<uint8_t> sampling_rng;  // libtorch CPU generator state
-  torch::Tensor master, exp_avg, exp_avg_sq;  // FP32 flat buffers
+  torch::Tensor master, exp_avg, exp_avg_sq;  // FP32 flat buffers (undefined when loaded deferred)
+  int64_t elements = 0;                       // elements of each buffer
+  std::filesystem::path state_file;           // where a loaded checkpoint's buffers are (state.safetensors)
   std::string config_yaml;      // the resolved run config (seeds included)
   // precision.compute as the run resolved it (native or fp32; precision.compute: auto is kept by
   // this); empty in checkpoints written before it was recorded.
@@ -34,6 +36,12 @@ struct TrainerState {
 
 // The manifest's checksum of a file's bytes: FNV-1a 64, as 16 lowercase hex digits.
 std::string checkpoint_checksum(std::string_view bytes);
+// The same over a file, read a bounded block at a time; `size` receives its length.
+std::string checkpoint_file_checksum(const std::filesystem::path& file, uint64_t* size = nullptr);
+
+// What load_checkpoint() reads into memory: everything, or all but the three buffers, which stay in
+// the file (validated there, read later a slice at a time by read_checkpoint_buffer()).
+enum class CheckpointBuffers { load, defer };
 
 // Writes <checkpoints_dir>/step_<step>/ atomically and keeps the newest `keep` checkpoints.
 // Throws UserError (and leaves earlier checkpoints untouched) when the state is not finite.
@@ -45,7 +53,14 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
 // [0, 2^53], integers stored as integers, the data order a permutation, both generator states
 // accepted by their generators). Throws UserError naming the file that is
 // missing, truncated, altered or inconsistent; reads only, so a failed resume changes nothing.
-TrainerState load_checkpoint(const std::filesystem::path& dir);
+// Files are checksummed and buffers checked a bounded block at a time: memory beyond the buffers
+// themselves does not grow with the model.
+TrainerState load_checkpoint(const std::filesystem::path& dir, CheckpointBuffers buffers = CheckpointBuffers::load);
+
+// Elements [begin, begin + n) of buffer `name` ("master", "exp_avg", "exp_avg_sq") of a loaded
+// checkpoint, read from its state file into out[0, n). Throws UserError naming the file when it
+// can no longer be read as it was validated.
+void read_checkpoint_buffer(const TrainerState& state, const std::string& name, int64_t begin, int64_t n, float* out);
 
 // Throws UserError when a loaded checkpoint does not fit this run: `flat_params` elements of the
 // model's flat buffer and `train_records` training records.

@@ -15,6 +15,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ struct OptimizerStepStats {
   uint64_t changed = 0;        // compute-weight elements whose bits this step changed
   uint64_t elements = 0;       // compute-weight elements in the model's tensors
   std::vector<uint64_t> changed_per_tensor;  // in layout order
+  // Over the whole model (every rank's shard): sum of (after - before)^2 of the compute weights'
+  // values, and sum of before^2; sqrt of their ratio is ||delta w|| / ||w|| of this step.
+  double update_sumsq = 0.0, weight_sumsq = 0.0;
 };
 
 // The full FP32 optimizer state (layout.total elements each), as checkpoints hold it.
@@ -45,14 +49,20 @@ struct FullOptimizerState {
 class TrainableWeights {
  public:
   // `master` (FP32, layout.total elements, the same on every rank) becomes the master copy; this
-  // rank keeps its shard. Compute weights are materialized from it (step 0). Every buffer lives
-  // on `master`'s device (CPU or CUDA). `rounding_seed` keys
+  // rank keeps its shard. Passed as the only reference to its buffer (std::move, not a view) at
+  // world size 1, the buffer is adopted instead of copied; otherwise this rank's shard is copied.
+  // Compute weights are materialized from it (step 0); in fp32 mode they are the master itself (the
+  // same buffer: no rounding, no copy). Every buffer lives on `master`'s device (CPU or CUDA). `rounding_seed` keys
   // stochastic rounding. `comm` (optional, outlives this object): the ranks sharing the state;
   // without one the state is not sharded. precision.compute is native or fp32 (auto is resolved
   // before, by train::resolve_compute).
   TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
                    const precision::PrecisionConfig& precision, uint64_t rounding_seed,
                    dist::Communicator* comm = nullptr);
+  // The parameters' gradient hooks point at this object: it stays where it was built.
+  TrainableWeights(const TrainableWeights&) = delete;
+  TrainableWeights& operator=(const TrainableWeights&) = delete;
+  ~TrainableWeights();
 
   const model::LlamaModel& model() const { return *model_; }
   const model::ParamLayout& layout() const { return model_->layout(); }
@@ -76,8 +86,12 @@ class TrainableWeights {
   int64_t optimizer_steps() const { return adam_step_; }
 
   // Moves the parameters' gradients into the flat FP32 gradient (adding to what is there) and
-  // clears them; call after each backward.
+  // clears them; call after each backward. Each parameter's gradient is normally moved there by a
+  // hook as soon as the backward pass has produced it (so the per-parameter gradients never exist
+  // all at once); this catches any left over.
   void accumulate_grads();
+  // Adds one parameter's gradient into the flat gradient (bounded slices) and clears it.
+  void take_grad(std::size_t param_index);
   // Adds a flat FP32 gradient (layout.total elements) to the accumulated one (custom losses, tests).
   void add_flat_grad(const torch::Tensor& grad);
   // One AdamW step on the accumulated gradient (then zeroed) with global-norm clipping, writing
@@ -85,10 +99,20 @@ class TrainableWeights {
   // gradient is NaN/Inf outside the FP16 modes (those skip the step instead).
   OptimizerStepStats optimizer_step(const precision::OptimConfig& optim, double lr);
 
+  // The compute-weight bits of master[0, n) (FP32, global elements [begin, begin + n)) at optimizer
+  // step `step`, as materialize_compute() writes them, into `out` (host memory of compute().dtype,
+  // n elements). Used to regenerate the start weights a slice at a time.
+  void materialize_slice(const float* master, int64_t begin, int64_t n, void* out, int64_t step) const;
+
   // Restores a checkpointed state (full buffers; this rank takes its shard) and regenerates the compute weights from the master: with the
   // rounding keyed by (seed, optimizer step) they come out bit-identical to the saved run's.
   void restore(const torch::Tensor& master, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
                int64_t optimizer_steps, const precision::LossScalerState& scaler);
+  // The same from buffers read a slice at a time: read(name, begin, n, out) writes elements
+  // [begin, begin + n) of "master", "exp_avg" or "exp_avg_sq" into host FP32 out[0, n) (e.g.
+  // read_checkpoint_buffer), so a checkpoint resumes without a full copy of its state in memory.
+  using BufferReader = std::function<void(const std::string& name, int64_t begin, int64_t n, float* out)>;
+  void restore(const BufferReader& read, int64_t optimizer_steps, const precision::LossScalerState& scaler);
 
  private:
   void refresh_forward_weights();
@@ -101,11 +125,21 @@ class TrainableWeights {
   // analog grid at this optimizer step.
   void materialize_analog(const float* master_data, int64_t begin, int64_t n);
   double device_grad_sumsq(int64_t blocks) const;
+  // One slice [begin, begin + n) of this rank's shard through the fused AdamW: saves its compute
+  // weights, updates it, then counts the changed bits per tensor and adds the per-block update sums
+  // (blocks of kNormBlock from `begin`, which is block-aligned).
+  void update_slice(int64_t begin, int64_t n, const precision::AdamWBuffers& buffers, const precision::AdamWHyper& hyper,
+                    precision::SrKey key, std::vector<int64_t>& changed, double* delta, double* weight);
+  // Sums of the per-block partials of every rank, in global block order (world-size invariant).
+  double global_block_sum(const std::vector<double>& partial) const;
   // Global L2 norm of the reduced gradient, summed in a fixed order whatever the world size.
   double reduced_grad_norm() const;
   bool any_nonfinite_grad() const;
   void throw_nonfinite_grad() const;
-  std::vector<precision::Segment> shard_segments(std::vector<std::size_t>* tensor_index) const;
+  // fp32 mode: the master is this rank's part of the compute weights (one buffer).
+  bool master_is_compute() const {
+    return master_.data_ptr() == static_cast<char*>(compute_all_.data_ptr()) + shard_begin_ * compute_all_.element_size();
+  }
 
   precision::PrecisionConfig precision_;
   precision::RoundMode round_mode_;
@@ -120,6 +154,7 @@ class TrainableWeights {
   torch::Tensor master_, exp_avg_, exp_avg_sq_;  // (owned) this rank's shard
   torch::Tensor compute_all_;  // (W * shard_size) compute weights, padded; compute_ views the model's part
   torch::Tensor compute_, forward_;
+  torch::Tensor scratch_;      // (kSliceElems) the old compute weights of the slice being updated
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<precision::LossScaler> scaler_;
   int64_t adam_step_ = 0;
@@ -128,8 +163,19 @@ class TrainableWeights {
 // Dtype of the compute weights of a round mode (fp32, bf16 or fp16).
 torch::ScalarType compute_dtype(precision::RoundMode mode);
 
+// The compute-weight bits of master[0, n) (FP32, global elements [begin, begin + n)) at optimizer
+// step `step`, as TrainableWeights materializes them (precision.mode, the rounding seed, the analog
+// grid), into host memory `out` of compute_dtype (n elements). A checkpoint's compute weights are
+// regenerated with it a slice at a time (export, resume).
+void materialize_compute_slice(const precision::PrecisionConfig& precision, uint64_t rounding_seed,
+                               const float* master, int64_t begin, int64_t n, void* out, int64_t step);
+
 // grpo.round_base_to_bf16: the FP32 base rounded to nearest BF16, or onto the grid of
 // precision.analog_mantissa_bits when that is set (1-6), as FP32 again (on master's device).
 torch::Tensor round_base_to_grid(const torch::Tensor& master, int analog_mantissa_bits);
+// The same in place, a bounded slice at a time (no full-size temporary). `master`: contiguous FP32.
+void round_base_to_grid_(torch::Tensor& master, int analog_mantissa_bits);
+// round_base_to_grid_ of host FP32 values x[0, n).
+void round_base_to_grid(float* x, int64_t n, int analog_mantissa_bits);
 
 }  // namespace unstuck::train
