@@ -30,11 +30,14 @@ int64_t env_count(const char* name) {
   return end != v && *end == '\0' && n >= 1 ? n : 1;
 }
 
-// Parameters of the Llama layout (param_layout.cpp), in double.
+// Parameters of the Llama layout (param_layout.cpp), in double: embedding (and an untied head),
+// per layer two norms, q/k/v (with their biases and Qwen3's q/k norms), o (with its bias) and the
+// SwiGLU matrices, and the final norm.
 double param_count(const model::ModelConfig& m) {
-  const double dim = double(m.dim), hd = m.n_heads > 0 ? double(m.dim / m.n_heads) : 0.0;
+  const double dim = double(m.dim), hd = double(m.head_dim());
   const double q = double(m.n_heads) * hd, kv = double(m.n_kv_heads) * hd;
-  const double per_layer = 2 * dim + q * dim + 2 * kv * dim + dim * q + 3 * double(m.ffn_dim) * dim;
+  const double per_layer = 2 * dim + q * dim + 2 * kv * dim + dim * q + 3 * double(m.ffn_dim) * dim +
+                           (m.qkv_bias ? q + 2 * kv : 0) + (m.o_bias ? dim : 0) + (m.qk_norm ? 2 * hd : 0);
   return double(m.vocab_size) * dim * (m.tie_embeddings ? 1 : 2) + double(m.n_layers) * per_layer + dim;
 }
 
@@ -43,108 +46,244 @@ std::string model_keys(const model::ModelConfig& m) {
          num(m.n_layers) + "), model.ffn_dim (" + num(m.ffn_dim) + ")";
 }
 
-}  // namespace
+// Bytes of activations one layer keeps for the backward per token in dtype bytes `fb`: the two
+// norms' inputs and outputs, q/k/v before and after RoPE, the attention output, the gate/up
+// projection, SiLU(gate) and its product with up (the down projection's input). Calibrated against
+// the measured peaks of tests/train/test_memory_plan.cpp.
+double layer_activation_bytes(const model::ModelConfig& m, double fb) {
+  const double dim = double(m.dim), q = double(m.n_heads) * double(m.head_dim()),
+               kv = double(m.n_kv_heads) * double(m.head_dim()), f = double(m.ffn_dim);
+  return (4 * dim + 2 * (q + 2 * kv) + q + 4 * f) * fb;
+}
 
-std::vector<MemoryPart> estimate_memory(const RunConfig& c, const std::string& command, int64_t longest_prompt) {
+// Elements of TrainableWeights' optimizer slices (kSliceElems): the scratch copy of the compute
+// weights and the per-slice statistics.
+constexpr double kSliceElems = double(1 << 22);
+
+void sort_largest_first(std::vector<MemoryPart>& parts) {
+  std::stable_sort(parts.begin(), parts.end(), [](const MemoryPart& a, const MemoryPart& b) {
+    if (a.phase.empty() != b.phase.empty()) return a.phase.empty();
+    return a.phase == b.phase && a.bytes > b.bytes;
+  });
+}
+
+void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<MemoryPart>& parts) {
   const model::ModelConfig& m = c.model;
-  const double P = param_count(m), V = double(m.vocab_size), L = double(m.n_layers);
-  const double kv_dim = m.n_heads > 0 ? double(m.n_kv_heads) * double(m.dim / m.n_heads) : 0.0;
+  const double P = param_count(m), V = double(m.vocab_size), L = double(m.n_layers), D = double(m.dim);
+  const double kv_dim = double(m.n_kv_heads) * double(m.head_dim());
   const double S = double(m.max_seq_len), T = double(c.rollout.max_new_tokens);
   // Prompt tokens of a GRPO row: the longest prompt kept, or all the context leaves (upper bound).
-  const double Pp = longest_prompt >= 0 ? std::min(double(longest_prompt), std::max(0.0, S - T)) : std::max(0.0, S - T);
+  const double Pp = in.longest_prompt >= 0 ? std::min(double(in.longest_prompt), std::max(0.0, S - T))
+                                           : std::max(0.0, S - T);
   const double row_len = Pp + T;
-  const std::string prompt_keys = longest_prompt >= 0 ? "the longest prompt (" + num(int64_t(Pp)) + " tokens)"
-                                                      : "model.max_seq_len - rollout.max_new_tokens (" +
-                                                            num(int64_t(Pp)) + ")";
-  std::vector<MemoryPart> parts;
-  if (command != "train") {
+  const std::string prompt_keys = in.longest_prompt >= 0 ? "the longest prompt (" + num(int64_t(Pp)) + " tokens)"
+                                                         : "model.max_seq_len - rollout.max_new_tokens (" +
+                                                               num(int64_t(Pp)) + ")";
+  // Per rank (GrpoTrainer): the ranks of WORLD_SIZE shard the master and moments and split the batch.
+  const double W = double(env_count("WORLD_SIZE"));
+  const bool fp32 = c.precision.mode == precision::PrecisionMode::fp32;
+  const double cb = fp32 ? 4 : 2;  // compute dtype bytes
+  // FP16 weights compute in FP32 on the CPU, and precision.compute: fp32 always does (DESIGN.md).
+  const bool fp16 = c.precision.mode == precision::PrecisionMode::fp16 ||
+                    c.precision.mode == precision::PrecisionMode::fp16_sr;
+  // auto may resolve to fp32 at start-up: counted as fp32 (the larger of the two).
+  const double fb = c.precision.compute != precision::ComputeMode::native || fp16 ? 4 : cb;  // forward dtype
+  const std::string mk = model_keys(m);
+  const std::string shard_knob = "more ranks (WORLD_SIZE) shard them";
+
+  // Held for the whole run (TrainableWeights, GrpoTrainer).
+  if (fp32 && W == 1)
+    parts.push_back({"FP32 master weights (also the compute weights)", mk, P * 4, "", ""});
+  else if (fp32)
+    parts.push_back({"FP32 compute weights (all of them; this rank's master is its shard of them)", mk, P * 4, "", ""});
+  else
+    parts.push_back({"FP32 master weights (this rank's shard)", mk, P * 4 / W, shard_knob, ""});
+  parts.push_back({"AdamW moments (this rank's shard)", mk, P * 8 / W, shard_knob, ""});
+  parts.push_back({W > 1 ? "flat FP32 gradient and this rank's reduced shard" : "flat FP32 gradient", mk,
+                   P * 4 * (1 + (W > 1 ? 1 / W : 0)), "", ""});
+  if (!fp32) parts.push_back({"compute weights (" + std::string(cb == 2 ? "16-bit" : "FP32") + ")", mk, P * cb, "", ""});
+  if (fb == 4 && cb != 4)
+    parts.push_back({"FP32 forward copy of the compute weights (precision.compute)", mk, P * 4,
+                     "precision.compute: native computes in the compute dtype", ""});
+  const bool ref = c.grpo.kl_coef > 0 || c.grpo.ref_metrics_every > 0;
+  if (ref)
+    parts.push_back({"frozen reference policy (forward dtype)", mk, P * fb,
+                     "grpo.ref_metrics_every: 0 with grpo.kl_coef: 0 keeps no reference", ""});
+  parts.push_back({"optimizer scratch slice", "min(parameters, 2^22)", std::min(P, kSliceElems) * cb, "", ""});
+
+  // Loading the base model: its files mapped while the FP32 buffer fills (before anything else).
+  parts.push_back({"FP32 weights being loaded", mk, P * 4, "", "load"});
+  parts.push_back({"base model files, mapped while converted", "the weight files of grpo.base_model",
+                   in.weight_file_bytes > 0 ? in.weight_file_bytes : P * 4, "", "load"});
+
+  const double N = double(c.grpo.prompts_per_step) * double(c.grpo.group_size), N_rank = std::ceil(N / W);
+  const double prompts_rank = std::ceil(double(c.grpo.prompts_per_step) / W);
+  const std::string batch = "grpo.prompts_per_step (" + num(c.grpo.prompts_per_step) + ") x grpo.group_size (" +
+                            num(c.grpo.group_size) + ")";
+  const std::string rows_knob = "lower grpo.prompts_per_step or rollout.max_new_tokens";
+  // Rollout: this rank's KV cache (2 x layers x rows x row length x kv_dim), the prompts' shared
+  // prefill cache, the sampling uniforms of the whole batch (N, T) and one decode step's logits and
+  // sampling buffers.
+  parts.push_back({"KV cache of the rollout",
+                   "(rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") + " + prompt_keys + ") x " + batch,
+                   2 * L * N_rank * row_len * kv_dim * fb + 2 * L * prompts_rank * Pp * kv_dim * fb, rows_knob,
+                   "rollout"});
+  parts.push_back({"sampling uniforms and one decode step's logits", batch + " x model.vocab_size (" +
+                                                                          num(m.vocab_size) + ")",
+                   N * T * 4 + N_rank * V * (fb + 12), rows_knob, "rollout"});
+
+  // Rows per forward of the log-prob passes: a minibatch, or grpo.logprob_chunk_rows of it.
+  double rows = std::ceil(N_rank / std::max<double>(1.0, double(c.grpo.minibatches)));
+  std::string row_keys = batch + " / grpo.minibatches (" + num(c.grpo.minibatches) + ")";
+  if (c.grpo.logprob_chunk_rows > 0 && double(c.grpo.logprob_chunk_rows) < rows) {
+    rows = double(c.grpo.logprob_chunk_rows);
+    row_keys = "grpo.logprob_chunk_rows (" + num(c.grpo.logprob_chunk_rows) + ")";
+  }
+  const std::string knob = "raise grpo.minibatches or lower grpo.logprob_chunk_rows (sequences per forward)";
+  // Tokens per forward: the rows' completions and each group's prompt once (the full rows when a
+  // sliding window shorter than a row makes forward_completions fall back to them).
+  const bool shared = !(m.sliding_window > 0 && double(m.sliding_window) < row_len);
+  const double tokens = shared ? rows * T + std::ceil(rows / std::max(1.0, double(c.grpo.group_size))) * Pp
+                               : rows * row_len;
+  const std::string token_keys = row_keys + " x (rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") + " +
+                                 prompt_keys +
+                                 (shared ? " / grpo.group_size (" + num(c.grpo.group_size) + ")" : std::string()) + ")";
+  const double per_layer = layer_activation_bytes(m, fb);
+  // Activations kept for the backward; with model.activation_checkpointing each layer's input, plus
+  // one layer's activations recomputed.
+  parts.push_back({"activations kept for the backward",
+                   token_keys + " x model.n_layers (" + num(m.n_layers) + ")" +
+                       (m.activation_checkpointing ? " with model.activation_checkpointing" : ""),
+                   m.activation_checkpointing ? tokens * (L * D * fb + per_layer) : tokens * L * per_layer,
+                   m.activation_checkpointing ? knob : knob + ", or set model.activation_checkpointing: true",
+                   "update"});
+  // The fused head: grpo.logprob_chunk_tokens positions of each row at a time, its logits in the
+  // forward dtype, their FP32 log-softmax and, in the backward, the recomputed logits and their
+  // gradient (the head's weight gradient goes into the flat gradient).
+  const double slice = c.grpo.logprob_chunk_tokens > 0 ? std::min(T, double(c.grpo.logprob_chunk_tokens)) : T;
+  const std::string head_keys = row_keys + " x min(grpo.logprob_chunk_tokens (" + num(c.grpo.logprob_chunk_tokens) +
+                                "), rollout.max_new_tokens) x model.vocab_size (" + num(m.vocab_size) + ")";
+  const std::string head_knob = "lower grpo.logprob_chunk_tokens or grpo.logprob_chunk_rows";
+  parts.push_back({"LM head slice: logits, log-softmax and their gradient", head_keys,
+                   rows * slice * V * (2 * fb + 12), head_knob, "update"});
+  parts.push_back({"hidden states and per-token log-probs of the rows", token_keys,
+                   tokens * D * fb * 3 + rows * T * 4 * 8, knob, "update"});
+  // The no-gradient passes (old log-probs, the reference's): one layer's outputs at a time and
+  // the head's slices, with the reference's beside the policy's.
+  parts.push_back({"activations of one layer (no gradient)", token_keys,
+                   tokens * (3 * D + 3 * double(m.ffn_dim)) * fb + tokens * D * fb * 2, knob, "log-probs"});
+  parts.push_back({"LM head slices (no gradient; the reference's beside the policy's)", head_keys,
+                   rows * slice * V * (fb + 8) * (ref ? 2 : 1), head_knob, "log-probs"});
+
+  // Optimizer step and weight statistics: bounded slices of the flat buffers.
+  parts.push_back({"optimizer and weight-statistics slices", "min(parameters, 2^22)",
+                   std::min(P, kSliceElems) * (4 * 3 + 8), "", "optimizer"});
+  // Checkpoints: one rank's shards gathered into the full master and moments on every rank.
+  if (W > 1)
+    parts.push_back({"gathered FP32 master and moments (checkpoint)", mk, P * 12, "", "checkpoint"});
+  // Greedy evaluation of the test records, 128 at a time (EvalOptions::batch_size).
+  const double eval_rows = std::ceil(std::min(128.0, c.grpo.eval_samples > 0 ? double(c.grpo.eval_samples) : 128.0) / W);
+  parts.push_back({"evaluation KV cache and logits",
+                   "min(128, grpo.eval_samples (" + num(c.grpo.eval_samples) + ")) x (rollout.max_new_tokens (" +
+                       num(c.rollout.max_new_tokens) + ") + " + prompt_keys + ")",
+                   2 * L * eval_rows * row_len * kv_dim * fb + eval_rows * V * (fb + 12),
+                   "lower grpo.eval_samples", "evaluation"});
+}
+
+}  // namespace
+
+double MemoryPlan::held() const {
+  double t = baseline;
+  for (const MemoryPart& p : parts)
+    if (p.phase.empty()) t += p.bytes;
+  return t;
+}
+
+double MemoryPlan::phase_bytes(const std::string& phase) const {
+  double t = 0;
+  for (const MemoryPart& p : parts)
+    if (p.phase == phase) t += p.bytes;
+  return t;
+}
+
+double MemoryPlan::phase_peak(const std::string& phase) const {
+  return phase == "load" ? baseline + phase_bytes(phase) : held() + phase_bytes(phase);
+}
+
+std::vector<std::string> MemoryPlan::phases() const {
+  std::vector<std::string> out;
+  for (const MemoryPart& p : parts)
+    if (!p.phase.empty() && std::find(out.begin(), out.end(), p.phase) == out.end()) out.push_back(p.phase);
+  return out;
+}
+
+double MemoryPlan::peak() const {
+  double best = held();
+  for (const std::string& ph : phases()) best = std::max(best, phase_peak(ph));
+  return best;
+}
+
+std::string MemoryPlan::peak_phase() const {
+  std::string best;
+  double bytes = held();
+  for (const std::string& ph : phases())
+    if (phase_peak(ph) > bytes) {
+      bytes = phase_peak(ph);
+      best = ph;
+    }
+  return best;
+}
+
+MemoryPlan plan_memory(const RunConfig& c, const std::string& command, const MemoryPlanInputs& in) {
+  const model::ModelConfig& m = c.model;
+  const double P = param_count(m), V = double(m.vocab_size), S = double(m.max_seq_len);
+  MemoryPlan plan;
+  plan.command = command;
+  plan.baseline = in.baseline_bytes;
+  std::vector<MemoryPart>& parts = plan.parts;
+  if (command == "train") {
+    train_parts(c, in, parts);
+  } else {
     // Weights: eval holds the FP32 weights and a compute copy; SFT adds gradients, the AdamW moments
     // and the starting point: ~6 FP32 copies.
-    parts.push_back({"weights and optimizer state", model_keys(m), P * 4 * (command == "eval" ? 2 : 6), ""});
+    parts.push_back({"weights and optimizer state", model_keys(m), P * 4 * (command == "eval" ? 2 : 6), "", ""});
   }
-  if (command == "train") {
-    // Per rank (GrpoTrainer): the ranks of WORLD_SIZE shard the master and moments and split the batch.
-    const double W = double(env_count("WORLD_SIZE"));
-    const double cb = c.precision.mode == precision::PrecisionMode::fp32 ? 4 : 2;  // compute dtype bytes
-    // FP16 weights compute in FP32 on the CPU, and precision.compute: fp32 always does (DESIGN.md).
-    const bool fp16 = c.precision.mode == precision::PrecisionMode::fp16 ||
-                      c.precision.mode == precision::PrecisionMode::fp16_sr;
-    // auto may resolve to fp32 at start-up: counted as fp32 (the larger of the two).
-    const double fb = c.precision.compute != precision::ComputeMode::native || fp16 ? 4 : cb;  // forward dtype
-    const std::string mk = model_keys(m);
-    parts.push_back({"base weights as loaded (FP32)", mk, P * 4, ""});
-    parts.push_back({"FP32 master and AdamW moments (this rank's shard)", mk, P * 4 * 3 / W,
-                     "more ranks (WORLD_SIZE) shard them"});
-    parts.push_back({"gradients (flat FP32 and per parameter)", mk, P * 4 * (1 + (W > 1 ? 1 / W : 0)) + P * fb, ""});
-    parts.push_back({"compute weights, FP32 forward copy and two snapshots (metrics)", mk,
-                     P * cb * 3 + (fb != cb ? P * fb : 0), ""});
-    if (c.grpo.kl_coef > 0 || c.grpo.ref_metrics_every > 0)
-      parts.push_back({"frozen reference policy (forward dtype)", mk, P * fb,
-                       "grpo.ref_metrics_every: 0 with grpo.kl_coef: 0 keeps no reference"});
-    const double N = double(c.grpo.prompts_per_step) * double(c.grpo.group_size), N_rank = std::ceil(N / W);
-    const std::string batch = "grpo.prompts_per_step (" + num(c.grpo.prompts_per_step) + ") x grpo.group_size (" +
-                              num(c.grpo.group_size) + ")";
-    // Sampling uniforms of the whole batch (N, T) and this rank's KV cache (2 x layers x rows x row
-    // length x kv_dim).
-    parts.push_back({"rollout sampling buffers and KV cache",
-                     "(rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") + " + prompt_keys + ") x " + batch,
-                     N * T * 4 + 2 * L * N_rank * row_len * kv_dim * fb,
-                     "lower grpo.prompts_per_step or rollout.max_new_tokens"});
-    // Rows per forward of the log-prob passes: a minibatch, or grpo.logprob_chunk_rows of it.
-    double rows = std::ceil(N_rank / std::max<double>(1.0, double(c.grpo.minibatches)));
-    std::string row_keys = batch + " / grpo.minibatches (" + num(c.grpo.minibatches) + ")";
-    if (c.grpo.logprob_chunk_rows > 0 && double(c.grpo.logprob_chunk_rows) < rows) {
-      rows = double(c.grpo.logprob_chunk_rows);
-      row_keys = "grpo.logprob_chunk_rows (" + num(c.grpo.logprob_chunk_rows) + ")";
-    }
-    const std::string knob = "raise grpo.minibatches or lower grpo.logprob_chunk_rows (sequences per forward)";
-    // Logits over the completions and their gradient, the reference's logits, and the
-    // log-softmax slices of grpo.logprob_chunk_tokens positions (all T with the entropy bonus).
-    const double slice = c.grpo.entropy_coef > 0 || c.grpo.logprob_chunk_tokens <= 0
-                             ? T : std::min(T, double(c.grpo.logprob_chunk_tokens));
-    const bool ref = c.grpo.kl_coef > 0 || c.grpo.ref_metrics_every > 0;
-    parts.push_back({"logits and log-prob slices (rows per forward x completion x vocabulary)",
-                     row_keys + " x rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") x model.vocab_size (" +
-                         num(m.vocab_size) + ")",
-                     rows * T * V * 4 * (ref ? 3 : 2) + rows * slice * V * 4 * 3, knob});
-    // Activations kept for the backward: about 8 of width dim + ffn_dim per token and layer; with
-    // model.activation_checkpointing each layer's input, plus one layer's activations recomputed.
-    // Tokens per forward: the rows' completions and each group's prompt once (the full rows when a
-    // sliding window shorter than a row makes forward_completions fall back to them).
-    const bool shared = !(m.sliding_window > 0 && double(m.sliding_window) < row_len);
-    const double tokens = shared ? rows * T + std::ceil(rows / std::max(1.0, double(c.grpo.group_size))) * Pp
-                                 : rows * row_len;
-    const double per_layer = double(m.dim + m.ffn_dim) * fb * 8;
-    parts.push_back({"activations kept for the backward",
-                     row_keys + " x (rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") + " + prompt_keys +
-                         (shared ? " / grpo.group_size (" + num(c.grpo.group_size) + ")" : std::string()) +
-                         ") x model.n_layers (" + num(m.n_layers) + ") x model.ffn_dim (" + num(m.ffn_dim) + ")" +
-                         (m.activation_checkpointing ? " with model.activation_checkpointing" : ""),
-                     m.activation_checkpointing ? tokens * (L * double(m.dim) * fb + per_layer) : tokens * L * per_layer,
-                     m.activation_checkpointing ? knob : knob + ", or set model.activation_checkpointing: true"});
-  } else if (command == "sft") {
+  if (command == "sft") {
     // Logits (B, S, V), their gradient and the cross-entropy's log-softmax; activations per layer
     // kept for backward (about 8 of width dim + ffn_dim per token and layer).
     const std::string batch = "sft.batch_size (" + num(c.sft.batch_size) + ") x model.max_seq_len (" +
                               num(m.max_seq_len) + ")";
     parts.push_back({"batch logits", batch + " x model.vocab_size (" + num(m.vocab_size) + ")",
-                     double(c.sft.batch_size) * S * V * 4 * 3, "lower sft.batch_size"});
+                     double(c.sft.batch_size) * S * V * 4 * 3, "lower sft.batch_size", "step"});
     parts.push_back({"batch activations", batch + " x model.n_layers (" + num(m.n_layers) + ") x model.ffn_dim (" +
                                               num(m.ffn_dim) + ")",
-                     double(c.sft.batch_size) * S * L * double(m.dim + m.ffn_dim) * 4 * 8, "lower sft.batch_size"});
+                     double(c.sft.batch_size) * S * double(m.n_layers) * double(m.dim + m.ffn_dim) * 4 * 8,
+                     "lower sft.batch_size", "step"});
   }
-  std::sort(parts.begin(), parts.end(), [](const MemoryPart& a, const MemoryPart& b) { return a.bytes > b.bytes; });
-  return parts;
+  sort_largest_first(parts);
+  return plan;
 }
 
-std::string memory_report(const std::vector<MemoryPart>& parts) {
-  double total = 0;
-  std::string out;
-  for (const MemoryPart& p : parts) {
-    total += p.bytes;
-    out += "\n  " + format_bytes(p.bytes) + "  " + p.what;
+std::vector<MemoryPart> estimate_memory(const RunConfig& c, const std::string& command, int64_t longest_prompt) {
+  MemoryPlanInputs in;
+  in.longest_prompt = longest_prompt;
+  return plan_memory(c, command, in).parts;
+}
+
+std::string memory_report(const MemoryPlan& plan) {
+  const std::string at = plan.peak_phase();
+  std::string out = "memory plan per rank: peak " + format_bytes(plan.peak()) +
+                    (at.empty() ? std::string() : " (" + at + ")") + "; held all run " + format_bytes(plan.held());
+  if (plan.baseline > 0) out += "\n  " + format_bytes(plan.baseline) + "  process baseline (libtorch, tokenizer, data; measured)";
+  for (const MemoryPart& p : plan.parts)
+    if (p.phase.empty()) out += "\n  " + format_bytes(p.bytes) + "  " + p.what;
+  for (const std::string& ph : plan.phases()) {
+    out += "\n  " + ph + ": peak " + format_bytes(plan.phase_peak(ph)) +
+           (ph == "load" ? " (before the optimizer state exists)" : "");
+    for (const MemoryPart& p : plan.parts)
+      if (p.phase == ph) out += "\n    " + format_bytes(p.bytes) + "  " + p.what;
   }
-  return "estimated memory per rank " + format_bytes(total) + ":" + out;
+  return out;
 }
 
 double available_memory_bytes() {
@@ -196,27 +335,45 @@ MemoryLimit gpu_memory_limit(int device) {
           1};
 }
 
-void check_memory(const std::vector<MemoryPart>& parts, const MemoryLimit& limit, const std::string& command) {
-  if (limit.bytes <= 0 || parts.empty()) return;  // unknown size: nothing to compare against
-  double total = 0;
-  for (const MemoryPart& p : parts) total += p.bytes;
-  if (total * double(limit.ranks) <= limit.bytes) return;
-  const MemoryPart& big = parts.front();
-  throw UserError(command + ": estimated memory " + format_bytes(total * double(limit.ranks)) +
-                  (limit.ranks > 1 ? " (" + format_bytes(total) + " per rank x LOCAL_WORLD_SIZE " + num(limit.ranks) + ")"
+void check_memory(const MemoryPlan& plan, const MemoryLimit& limit) {
+  if (limit.bytes <= 0 || plan.parts.empty()) return;  // unknown size: nothing to compare against
+  const double peak = plan.peak();
+  if (peak * double(limit.ranks) <= limit.bytes) return;
+  // The largest part of the peak (its phase's or a held one), and the knobs of the other large ones.
+  const std::string at = plan.peak_phase();
+  std::vector<const MemoryPart*> in_peak;
+  for (const MemoryPart& p : plan.parts)
+    if (at == "load" ? p.phase == "load" : (p.phase.empty() || p.phase == at)) in_peak.push_back(&p);
+  std::stable_sort(in_peak.begin(), in_peak.end(), [](const MemoryPart* a, const MemoryPart* b) { return a->bytes > b->bytes; });
+  const MemoryPart& big = *in_peak.front();
+  std::string others;
+  for (std::size_t i = 1; i < in_peak.size() && i < 4; ++i)
+    if (!in_peak[i]->knob.empty() && in_peak[i]->knob != big.knob)
+      others += "; " + in_peak[i]->what + ", " + format_bytes(in_peak[i]->bytes) + ": " + in_peak[i]->knob;
+  throw UserError(plan.command + ": planned peak memory " + format_bytes(peak * double(limit.ranks)) +
+                  (at.empty() ? std::string() : " (" + at + ")") +
+                  (limit.ranks > 1 ? " (" + format_bytes(peak) + " per rank x LOCAL_WORLD_SIZE " + num(limit.ranks) + ")"
                                    : std::string()) +
                   " exceeds " + limit.where + "; largest part: " + big.what + ", " + format_bytes(big.bytes) +
-                  ", sized by " + big.keys + " (" + (big.knob.empty() ? "lower it" : big.knob) + ")");
+                  ", sized by " + big.keys + " (" + (big.knob.empty() ? "lower it" : big.knob) + ")" +
+                  (others.empty() ? std::string() : "; next:" + others.substr(1)) + "\n" + memory_report(plan));
 }
 
-void preflight(const RunConfig& c, const std::string& command, double limit_bytes, int64_t longest_prompt) {
-  check_limits(c);
+MemoryLimit memory_limit(const RunConfig& c, double limit_bytes) {
   // Given bytes of host memory, or this rank's device: its GPU's free memory, else the host's available memory.
-  const ResolvedDevice d = limit_bytes < 0 ? rank_device(c) : ResolvedDevice{};
-  const MemoryLimit limit = limit_bytes >= 0            ? host_memory_limit(limit_bytes)
-                            : d.kind == DeviceKind::cuda ? gpu_memory_limit(d.index)
-                                                         : host_memory_limit(available_memory_bytes());
-  check_memory(estimate_memory(c, command, longest_prompt), limit, command);
+  if (limit_bytes >= 0) return host_memory_limit(limit_bytes);
+  const ResolvedDevice d = rank_device(c);
+  return d.kind == DeviceKind::cuda ? gpu_memory_limit(d.index) : host_memory_limit(available_memory_bytes());
+}
+
+MemoryPlan preflight(const RunConfig& c, const std::string& command, double limit_bytes, const MemoryPlanInputs& in) {
+  check_limits(c);
+  MemoryLimit limit = memory_limit(c, limit_bytes);
+  // The available memory already leaves out what this process holds (its baseline).
+  if (limit_bytes < 0 && limit.where.rfind("this machine", 0) == 0) limit.bytes += in.baseline_bytes;
+  MemoryPlan plan = plan_memory(c, command, in);
+  check_memory(plan, limit);
+  return plan;
 }
 
 }  // namespace unstuck

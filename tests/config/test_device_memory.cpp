@@ -69,10 +69,12 @@ RunConfig big_vocab_run() {
   return c;
 }
 
-double total(const RunConfig& c) {
-  double t = 0;
-  for (const MemoryPart& p : estimate_memory(c, "train")) t += p.bytes;
-  return t;
+double total(const RunConfig& c) { return plan_memory(c, "train").peak(); }
+
+double part_bytes(const MemoryPlan& plan, const std::string& what) {
+  for (const MemoryPart& p : plan.parts)
+    if (has(p.what, what)) return p.bytes;
+  return -1;
 }
 
 TEST(TrainMemory, RefusedWithTheKnobToTurn) {
@@ -81,18 +83,26 @@ TEST(TrainMemory, RefusedWithTheKnobToTurn) {
   const double k64 = 64.0 * (1 << 30);
   RunConfig c = big_vocab_run();
   const std::string e = error_of([&] { preflight(c, "train", k64); });
-  EXPECT_TRUE(has(e, "train: estimated memory") && has(e, "exceeds this machine's 64.0 GiB")) << e;
-  EXPECT_TRUE(has(e, "largest part: logits and log-prob slices")) << e;
+  EXPECT_TRUE(has(e, "train: planned peak memory") && has(e, "(update) exceeds this machine's 64.0 GiB")) << e;
+  EXPECT_TRUE(has(e, "largest part: activations kept for the backward")) << e;
   EXPECT_TRUE(has(e, "raise grpo.minibatches or lower grpo.logprob_chunk_rows")) << e;
-  // Every component is listed, and the report prints them.
-  const std::string report = memory_report(estimate_memory(c, "train"));
-  for (const char* part : {"FP32 master and AdamW moments", "gradients", "compute weights", "frozen reference policy",
-                           "KV cache", "logits and log-prob slices", "activations kept for the backward"})
+  EXPECT_TRUE(has(e, "or set model.activation_checkpointing: true")) << e;
+  // The refusal carries the whole breakdown, every component of the plan with its phase.
+  const std::string report = memory_report(plan_memory(c, "train"));
+  EXPECT_TRUE(has(e, report)) << e;
+  for (const char* part : {"FP32 master weights", "AdamW moments", "flat FP32 gradient", "frozen reference policy",
+                           "KV cache of the rollout", "LM head slice", "activations kept for the backward",
+                           "rollout: peak", "update: peak", "evaluation: peak", "load: peak"})
     EXPECT_TRUE(has(report, part)) << part << "\n" << report;
   // Chunks of 8 rows fit.
   RunConfig chunked = c;
   chunked.grpo.logprob_chunk_rows = 8;
   EXPECT_LT(total(chunked), total(c) / 10);
+  // Checkpointing keeps each layer's input only.
+  RunConfig checkpointed = c;
+  checkpointed.model.activation_checkpointing = true;
+  EXPECT_LT(part_bytes(plan_memory(checkpointed, "train"), "activations kept"),
+            part_bytes(plan_memory(c, "train"), "activations kept") / 5);
   EXPECT_EQ(error_of([&] { preflight(chunked, "train", k64); }), "<no UserError>");
   RunConfig more_minibatches = c;
   more_minibatches.grpo.minibatches = 32;
@@ -119,28 +129,24 @@ TEST(TrainMemory, SizedByTheLongestPromptNotTheContext) {
   c.grpo.ref_metrics_every = 1;  // a reference forward
   c.grpo.entropy_coef = 0;
   c.grpo.logprob_chunk_tokens = 256;
-  EXPECT_EQ(error_of([&] { preflight(c, "train", k64, 200); }), "<no UserError>");
+  EXPECT_EQ(error_of([&] { preflight(c, "train", k64, MemoryPlanInputs{200}); }), "<no UserError>");
   const std::string e = error_of([&] { preflight(c, "train", k64); });
   EXPECT_TRUE(has(e, "model.max_seq_len - rollout.max_new_tokens (32256)")) << e;
-  double with_prompt = 0, logits = 0;
-  for (const MemoryPart& p : estimate_memory(c, "train", 200)) {
-    with_prompt += p.bytes;
-    if (has(p.what, "logits")) {
-      logits = p.bytes;
-      EXPECT_TRUE(has(p.keys, "rollout.max_new_tokens (512) x model.vocab_size (151936)")) << p.keys;
-    }
-  }
-  // 8 rows per forward x 512 completion tokens x vocabulary x 4 bytes x (policy, its gradient,
-  // the reference) + 3 log-softmax slices of 256 positions.
-  const double rows_t_v4 = 8.0 * 512 * 151936 * 4;
-  EXPECT_DOUBLE_EQ(logits, rows_t_v4 * 3 + rows_t_v4 / 2 * 3);
-  EXPECT_LT(with_prompt * 3, total(c));
+  MemoryPlanInputs in;
+  in.longest_prompt = 200;
+  const MemoryPlan with_prompt = plan_memory(c, "train", in);
+  // The fused head holds one slice of 8 rows x 256 positions: its logits (BF16 forward), their FP32
+  // log-softmax and, in the backward, the recomputed logits and their gradient.
+  ASSERT_EQ(c.precision.mode, precision::PrecisionMode::bf16_sr);
+  ASSERT_EQ(c.precision.compute, precision::ComputeMode::native);
+  EXPECT_DOUBLE_EQ(part_bytes(with_prompt, "LM head slice:"), 8.0 * 256 * 151936 * (2 * 2 + 12));
+  for (const MemoryPart& p : with_prompt.parts)
+    if (has(p.what, "LM head slice:"))
+      EXPECT_TRUE(has(p.keys, "grpo.logprob_chunk_rows (8) x min(grpo.logprob_chunk_tokens (256)")) << p.keys;
+  EXPECT_LT(with_prompt.peak() * 3, total(c));
   // The longest prompt counts at most up to what the context leaves.
-  EXPECT_DOUBLE_EQ(total(c), [&] {
-    double t = 0;
-    for (const MemoryPart& p : estimate_memory(c, "train", 1 << 20)) t += p.bytes;
-    return t;
-  }());
+  in.longest_prompt = 1 << 20;
+  EXPECT_DOUBLE_EQ(total(c), plan_memory(c, "train", in).peak());
 }
 
 TEST(TrainMemory, RanksOnOneMachineShareIt) {
@@ -160,16 +166,67 @@ TEST(TrainMemory, RanksOnOneMachineShareIt) {
 TEST(TrainMemory, AGpuRunIsHeldToItsOwnGpu) {
   RunConfig c = big_vocab_run();
   c.grpo.logprob_chunk_rows = 8;
-  const std::vector<MemoryPart> parts = estimate_memory(c, "train");
+  const MemoryPlan parts = plan_memory(c, "train");
   const double limit = total(c) * 1.5;
   ::setenv("LOCAL_WORLD_SIZE", "3", 1);
-  const std::string host = error_of([&] { check_memory(parts, host_memory_limit(limit), "train"); });
+  const std::string host = error_of([&] { check_memory(parts, host_memory_limit(limit)); });
   EXPECT_TRUE(has(host, "per rank x LOCAL_WORLD_SIZE 3") && has(host, "exceeds this machine's")) << host;
   const MemoryLimit gpu{limit, "the free memory of cuda:1, 90.0 GiB of 140 GiB", 1};
-  EXPECT_EQ(error_of([&] { check_memory(parts, gpu, "train"); }), "<no UserError>");
+  EXPECT_EQ(error_of([&] { check_memory(parts, gpu); }), "<no UserError>");
   ::unsetenv("LOCAL_WORLD_SIZE");
-  const std::string e = error_of([&] { check_memory(parts, MemoryLimit{limit / 2, gpu.where, 1}, "train"); });
+  const std::string e = error_of([&] { check_memory(parts, MemoryLimit{limit / 2, gpu.where, 1}); });
   EXPECT_TRUE(has(e, "exceeds the free memory of cuda:1, 90.0 GiB of 140 GiB; largest part: ")) << e;
+}
+
+// The plan's arithmetic: what is held all run is counted once, phases replace each other, the load
+// comes before the optimizer state exists, and each precision holds the buffers it allocates
+// (TrainableWeights): FP32 shares the master with the compute weights, BF16 adds a 16-bit copy,
+// FP16 on the CPU an FP32 forward copy beside it, and the reference is in the forward dtype.
+TEST(TrainMemory, PhasesAndPrecisions) {
+  ::unsetenv("WORLD_SIZE");
+  RunConfig c = big_vocab_run();
+  c.grpo.logprob_chunk_rows = 4;
+  c.precision.compute = precision::ComputeMode::native;
+  c.model.tie_embeddings = true;  // Qwen2.5-0.5B's layout
+  c.model.qkv_bias = true;
+  MemoryPlanInputs in;
+  in.longest_prompt = 100;
+  in.baseline_bytes = 3e8;
+  c.precision.mode = precision::PrecisionMode::bf16_sr;
+  const MemoryPlan bf = plan_memory(c, "train", in);
+  const double P = part_bytes(bf, "FP32 master weights") / 4;
+  EXPECT_NEAR(P, 494032768, 1);  // Qwen2.5-0.5B: 494,032,768 parameters
+  double held = in.baseline_bytes;
+  for (const MemoryPart& p : bf.parts) held += p.phase.empty() ? p.bytes : 0;
+  EXPECT_DOUBLE_EQ(bf.held(), held);
+  double best = held;
+  for (const std::string& ph : bf.phases()) {
+    const double peak = ph == "load" ? in.baseline_bytes + bf.phase_bytes(ph) : held + bf.phase_bytes(ph);
+    EXPECT_DOUBLE_EQ(bf.phase_peak(ph), peak) << ph;
+    best = std::max(best, peak);
+  }
+  EXPECT_DOUBLE_EQ(bf.peak(), best);
+  EXPECT_DOUBLE_EQ(bf.phase_peak("load"), in.baseline_bytes + P * 4 + P * 4);  // file size unknown: FP32
+  EXPECT_DOUBLE_EQ(part_bytes(bf, "AdamW moments"), P * 8);
+  EXPECT_DOUBLE_EQ(part_bytes(bf, "compute weights (16-bit)"), P * 2);
+  EXPECT_DOUBLE_EQ(part_bytes(bf, "frozen reference policy"), P * 2);
+  EXPECT_LT(part_bytes(bf, "FP32 forward copy"), 0);
+  c.precision.mode = precision::PrecisionMode::fp32;
+  const MemoryPlan f32 = plan_memory(c, "train", in);
+  EXPECT_DOUBLE_EQ(part_bytes(f32, "FP32 master weights (also the compute weights)"), P * 4);
+  EXPECT_LT(part_bytes(f32, "compute weights (16-bit)"), 0);
+  EXPECT_DOUBLE_EQ(part_bytes(f32, "frozen reference policy"), P * 4);
+  c.precision.mode = precision::PrecisionMode::fp16;
+  const MemoryPlan f16 = plan_memory(c, "train", in);
+  EXPECT_DOUBLE_EQ(part_bytes(f16, "FP32 forward copy"), P * 4);
+  // Two ranks shard the master and the moments and add a reduced gradient shard.
+  ::setenv("WORLD_SIZE", "2", 1);
+  c.precision.mode = precision::PrecisionMode::bf16_sr;
+  const MemoryPlan two = plan_memory(c, "train", in);
+  ::unsetenv("WORLD_SIZE");
+  EXPECT_DOUBLE_EQ(part_bytes(two, "AdamW moments"), P * 4);
+  EXPECT_DOUBLE_EQ(part_bytes(two, "flat FP32 gradient and this rank's reduced shard"), P * 6);
+  EXPECT_DOUBLE_EQ(two.phase_bytes("checkpoint"), P * 12);
 }
 
 TEST(TrainMemory, GpuFreeMemoryOnThisMachine) {

@@ -117,7 +117,7 @@ TEST(HostileConfig, AbsurdSizesNameTheKey) {
   for (const char* command : {"sft", "train", "eval"}) EXPECT_EQ(preflight_error({}, command), "<no UserError>");
   // Sizes that load but cannot fit: the pre-flight memory estimate names the key.
   const std::string layers = preflight_error({"model.n_layers=100000"}, "sft");
-  EXPECT_TRUE(has(layers, "sft: estimated memory") && has(layers, "exceeds this machine's 24.0 GiB") &&
+  EXPECT_TRUE(has(layers, "sft: planned peak memory") && has(layers, "exceeds this machine's 24.0 GiB") &&
               has(layers, "model.n_layers (100000)"))
       << layers;
   const std::string prompts = preflight_error({"grpo.prompts_per_step=1000000000000"}, "train");

@@ -57,7 +57,7 @@ TEST_F(GrpoTest, LogsEveryMetricAndReproducesWithTheSameSeed) {
                           "entropy", "response_len_mean", "clip_frac", "grad_norm", "lr", "loss_scale",
                           "skipped_steps", "sticking_frac", "sticking_frac_per_tensor", "update_ratio",
                           "logprob_mismatch", "zero_adv_frac", "tokens_per_s", "step_seconds",
-                          "changed_from_start_frac"})
+                          "changed_from_start_frac", "peak_memory_bytes"})
     EXPECT_TRUE(ma[0].contains(key)) << key;
   EXPECT_TRUE(ma.back().contains("eval_accuracy"));
   // FP32: the log-probs kept at sampling time equal the training forward's (KV cache vs full).
@@ -104,12 +104,13 @@ TEST_F(GrpoTest, Bf16NearestSticksMoreThanStochasticRounding) {
   EXPECT_LT(sticking[2], 0.01);
 }
 
-// Metrics of a run without the wall-clock fields.
+// Metrics of a run without the wall-clock fields and the measured memory.
 std::vector<nlohmann::json> comparable_metrics(const fs::path& run_dir) {
   std::vector<nlohmann::json> out = read_metrics(run_dir);
   for (auto& m : out)
     for (const char* k : {"tokens_per_s", "step_seconds", "rollout_seconds", "reward_seconds",
-                          "forward_backward_seconds", "optimizer_seconds", "collective_seconds", "eval_accuracy"})
+                          "forward_backward_seconds", "optimizer_seconds", "collective_seconds", "eval_accuracy",
+                          "peak_memory_bytes"})
       m.erase(k);
   return out;
 }

@@ -11,21 +11,53 @@
 
 namespace unstuck {
 
-// One part of a run's memory estimate: what it is, the config keys that size it, its bytes.
+// One part of a run's memory plan: what it is, the config keys that size it, its bytes, and when it
+// is alive: `phase` empty for what the whole run holds (weights, optimizer state, gradients, the
+// process itself), else the phase it lives in and dies with ("rollout", "update", ...).
 struct MemoryPart {
   std::string what;  // "rollout sampling uniforms and KV cache"
   std::string keys;  // "rollout.max_new_tokens (1000000000) x grpo.prompts_per_step (32) x ..."
   double bytes = 0;
   std::string knob;  // what to change when this part does not fit ("raise grpo.minibatches ..."); may be empty
+  std::string phase;  // "" (held all run), "load", "rollout", "update", "log-probs", "optimizer", "checkpoint", "evaluation"
 };
 
-// The largest buffers `command` ("sft", "train", "eval") allocates for `config` (model shape final),
-// computed in double so absurd sizes (1e12 layers) do not overflow. Sorted, largest first.
-// `longest_prompt` (train): tokens of the longest prompt the run keeps, which with
-// rollout.max_new_tokens sizes its sequences; -1: model.max_seq_len - rollout.max_new_tokens (an
-// upper bound: a real model's context, e.g. Qwen2.5's 32768, is far longer than its GRPO rows).
-// Training logits cover the completions only and each group's prompt is computed once
-// (LlamaModel::forward_completions).
+// What the plan is built from beyond the config.
+struct MemoryPlanInputs {
+  // train: tokens of the longest prompt the run keeps, which with rollout.max_new_tokens sizes its
+  // sequences; -1: model.max_seq_len - rollout.max_new_tokens (an upper bound: a real model's
+  // context, e.g. Qwen2.5's 32768, is far longer than its GRPO rows).
+  int64_t longest_prompt = -1;
+  // Memory the process holds before the plan's parts (libtorch, the tokenizer, the data): measured
+  // at start-up on the CPU; 0 on a GPU (device memory) or when unknown.
+  double baseline_bytes = 0;
+  // Bytes of the base model's weight files, mapped while they are converted (0: unknown, taken as
+  // the FP32 size).
+  double weight_file_bytes = 0;
+};
+
+// A run's memory per rank: what it holds all along plus, at each moment, the parts of one phase.
+// The peak is the largest phase's: baseline + held + that phase's parts, except "load", which
+// comes before the optimizer state exists (baseline + its own parts).
+struct MemoryPlan {
+  std::string command;
+  double baseline = 0;
+  std::vector<MemoryPart> parts;  // held first, then by phase; largest first within each
+
+  double held() const;                                 // the parts with no phase
+  double phase_bytes(const std::string& phase) const;  // the parts of `phase`
+  double phase_peak(const std::string& phase) const;   // the process's memory while `phase` runs
+  std::vector<std::string> phases() const;             // in order of first appearance
+  double peak() const;
+  std::string peak_phase() const;  // the phase that sets the peak ("" when none)
+};
+
+// The plan of `command` ("sft", "train", "eval") for `config` (model shape final), computed in
+// double so absurd sizes (1e12 layers) do not overflow. Training logits cover the completions only
+// and each group's prompt is computed once (LlamaModel::forward_completions); the log-softmax of
+// the fused head runs grpo.logprob_chunk_tokens positions at a time (algo::head_log_probs).
+MemoryPlan plan_memory(const RunConfig& config, const std::string& command, const MemoryPlanInputs& in = {});
+// The plan's parts (compatibility: plan_memory(...).parts).
 std::vector<MemoryPart> estimate_memory(const RunConfig& config, const std::string& command,
                                         int64_t longest_prompt = -1);
 
@@ -33,8 +65,9 @@ std::vector<MemoryPart> estimate_memory(const RunConfig& config, const std::stri
 double physical_memory_bytes();
 // Memory available to new allocations (MemAvailable; the physical memory when unknown).
 double available_memory_bytes();
-// One line of the total, then one line per part: "  1.5 GiB  frozen reference policy ...".
-std::string memory_report(const std::vector<MemoryPart>& parts);
+// The plan as lines: the peak and the phase that sets it, then the held parts and each phase's
+// ("  1.5 GiB  frozen reference policy ..."), each phase with its peak.
+std::string memory_report(const MemoryPlan& plan);
 
 // "1.5 GiB", "384.0 TiB".
 std::string format_bytes(double bytes);
@@ -50,18 +83,22 @@ struct MemoryLimit {
 MemoryLimit host_memory_limit(double bytes);
 // The free memory of CUDA device `device` now, for its one rank (unknown without CUDA).
 MemoryLimit gpu_memory_limit(int device);
-// Throws UserError when the parts' total times limit.ranks exceeds limit.bytes, naming the total,
-// the limit and the largest part's keys and knob, e.g. "train: estimated memory 32.0 GiB exceeds this
-// machine's 24.0 GiB; largest part: logits ..., 29.8 GiB, sized by grpo.prompts_per_step (...) x ...
-// (raise grpo.minibatches or lower grpo.logprob_chunk_rows ...)".
-void check_memory(const std::vector<MemoryPart>& parts, const MemoryLimit& limit, const std::string& command);
+// Throws UserError when the plan's peak times limit.ranks exceeds limit.bytes, naming the peak, its
+// phase, the limit, the largest part of that peak with its keys and knob, the knobs of the other
+// large parts, and the whole breakdown (memory_report), e.g. "train: planned peak 32.0 GiB (update)
+// exceeds this machine's 24.0 GiB; largest part: activations ..., 29.8 GiB, sized by ... (raise
+// grpo.minibatches ...)".
+void check_memory(const MemoryPlan& plan, const MemoryLimit& limit);
 
 // Throws UserError when rollout.max_new_tokens leaves no room for a prompt within model.max_seq_len,
 // or when the memory estimate does not fit this rank's device (check_memory): with `limit_bytes` < 0,
 // the free memory of its GPU when run.device resolves to one (LOCAL_RANK's), else the available
 // memory of this machine shared by its LOCAL_WORLD_SIZE ranks; otherwise `limit_bytes` of host memory.
-void preflight(const RunConfig& config, const std::string& command, double limit_bytes = -1,
-               int64_t longest_prompt = -1);
+// Returns the plan it checked.
+MemoryPlan preflight(const RunConfig& config, const std::string& command, double limit_bytes = -1,
+                     const MemoryPlanInputs& in = {});
+// The limit preflight() checks against: `limit_bytes` >= 0 of host memory, else this rank's device.
+MemoryLimit memory_limit(const RunConfig& config, double limit_bytes = -1);
 
 // The checks of preflight() that need no memory estimate (prompt room in the context); `unstuck
 // train` runs these first and its memory check once the data gives the longest prompt.
