@@ -170,17 +170,24 @@ std::vector<Completion> generate(const model::LlamaModel& model,
   torch::Tensor done = torch::zeros({A}, long_opts.dtype(torch::kBool));
   if (o.stop_check_every < 0) throw std::invalid_argument("generate: stop_check_every must be >= 0");
   const int64_t check_every = o.stop_check_every > 0 ? o.stop_check_every : (device.is_cuda() ? 8 : 1);
+  GenerateProgress progress{0, N, B, 0, 0};
   for (int64_t t = 0; t < N; ++t) {
     auto [next, logp] = sample(logits, o.sampling, uniforms.defined() ? uniforms.select(1, t).index_select(0, active) : torch::Tensor());
     // Rows already finished keep sampling until dropped; what they sample after their stop is never read.
     gen_tokens.select(1, t).index_copy_(0, active, next);
     gen_logp.select(1, t).index_copy_(0, active, logp);
+    if (o.progress) {
+      progress.tokens_done = t + 1;
+      progress.sampled += A;
+      o.progress(progress);
+    }
     if (t + 1 == N) break;
     if (!stop_list.empty()) {
       done = done | (stop_list.size() == 1 ? next.eq(stop_list[0]) : torch::isin(next, stop));
     }
     if (!stop_list.empty() && (t + 1) % check_every == 0) {
       const int64_t finished = done.sum().item<int64_t>();  // the decode loop's one host read
+      progress.finished = B - A + finished;
       if (finished == A) break;
       // Compacting the cache costs about one step's attention reads: do it once an eighth of the
       // batch has finished, not for every single row.

@@ -6,12 +6,17 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <tuple>
 
 #include "unstuck/algo/advantages.h"
 #include "unstuck/algo/token_logprobs.h"
+#include "unstuck/common/error.h"
+#include "unstuck/common/memory_usage.h"
 #include "unstuck/config/config.h"
 #include "unstuck/dist/data_parallel.h"
 #include "unstuck/train/compute_choice.h"
@@ -19,6 +24,22 @@
 
 namespace unstuck::train {
 namespace {
+
+// `t` on `device`: itself (the same buffer, moved: no new reference) when it is there already.
+torch::Tensor on_device(torch::Tensor t, const torch::Device& device) {
+  if (t.device() == device) return t;  // a parameter returned by name is moved, never copied
+  return t.to(device);
+}
+
+// run.log_level: debug: the resident memory and its high-water mark at a point of the step.
+void trace_memory(const char* where) {
+  if (!spdlog::should_log(spdlog::level::debug)) return;
+  spdlog::debug("memory at {}: resident {:.3f} GiB, peak {:.3f} GiB", where, double(current_rss_bytes()) / (1 << 30),
+                double(peak_rss_bytes()) / (1 << 30));
+}
+
+// Slices of the start-weight comparison: bounded temporaries, whatever the model's size.
+constexpr int64_t kCompareSlice = 1 << 22;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -67,7 +88,8 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
       device_(device),
       train_(train),
       my_test_(std::move(my_test)),
-      weights_(config.model, master.to(device), with_compute(config.precision, compute), ctx.seeds.rounding, &comm),
+      weights_(config.model, on_device(std::move(master), device), with_compute(config.precision, compute),
+               ctx.seeds.rounding, &comm),
       verifier_(reward::make_verifier(reward::verifier_name(config.reward, config::enum_name(config.data.task)),
                                       config.reward)),
       order_(train.size(), ctx.seeds.data),
@@ -82,7 +104,8 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
   // compute dtype, or FP32 where the forward runs in FP32), so at step 1 the policy equals it.
   if (g.kl_coef > 0 || g.ref_metrics_every > 0)
     reference_ = std::make_unique<model::LlamaModel>(cfg_.model, weights_.model().flat_weights().clone());
-  start_compute_ = weights_.compute().clone();
+  else
+    base_reader_ = std::make_unique<model::FlatWeightsReader>(cfg_.grpo.base_model, cfg_.model);
   gen_opts_.sampling = cfg_.rollout;
   gen_opts_.stop_ids = ctx_.stop_ids;
   gen_opts_.pad_id = ctx_.tokenizer.pad_id();
@@ -107,10 +130,13 @@ bool GrpoTrainer::reference_due(int64_t step) const {
 
 MetricsLine GrpoTrainer::step(int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
+  progress_.start_step(step);
+  trace_memory("step start");
   Timings time;
   time.comm_before = comm_.stats();
   const Rollouts ro = rollout(step);
   time.rollout = seconds_since(t0);
+  trace_memory("rollout");
   const auto t_reward = std::chrono::steady_clock::now();
   const Scores sc = score(ro);
   time.reward = seconds_since(t_reward);
@@ -122,11 +148,10 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   std::optional<Measurement> meas;
   if (cfg_.grpo.ppo_epochs != 1 || cfg_.grpo.minibatches != 1) meas = measure(batch, with_ref);
   const auto t_update = std::chrono::steady_clock::now();
-  const torch::Tensor compute_before = weights_.compute().clone();
   const UpdateStats up = update(step, batch, advantages, with_ref, &meas);
   time.update = seconds_since(t_update);
   time.step = seconds_since(t0);
-  return metrics(step, sc, adv, batch, *meas, up, compute_before, time);
+  return metrics(step, sc, adv, batch, *meas, up, time);
 }
 
 // G completions per prompt of this rank's share, from the current compute weights. Every rank
@@ -147,6 +172,15 @@ GrpoTrainer::Rollouts GrpoTrainer::rollout(int64_t step) {
   }
   gen_opts_.uniforms = rollout::sampling_uniforms(ctx_.seeds.sampling, step, my_rows, cfg_.rollout.max_new_tokens,
                                                   device_);  // (rows, T)
+  gen_opts_.progress = [this](const rollout::GenerateProgress& p) {
+    if (startup_ && p.tokens_done == 1) {
+      startup_->mark("first rollout token");
+      spdlog::info("train: start-up {}", startup_->summary());
+      if (comm_.rank() == 0) record_in_run_json(ctx_, {{"startup", startup_->to_json()}});
+      startup_ = nullptr;
+    }
+    progress_.rollout(p);
+  };
   ro.completions = rollout::generate(weights_.model(), ro.prompts, gen_opts_, sampling_);
   return ro;
 }
@@ -201,7 +235,7 @@ RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
   return b;
 }
 
-torch::Tensor GrpoTrainer::completion_logits(const model::LlamaModel& m, const RolloutBatch& b, int64_t begin,
+algo::HeadInput GrpoTrainer::completion_head(const model::LlamaModel& m, const RolloutBatch& b, int64_t begin,
                                              int64_t end) const {
   // The rows' distinct prompts are a contiguous range (consecutive rows share them).
   const int64_t first = b.prompt_of_row_host[std::size_t(begin)];
@@ -211,17 +245,20 @@ torch::Tensor GrpoTrainer::completion_logits(const model::LlamaModel& m, const R
       b.prompt_valid.defined() ? b.prompt_valid.narrow(0, first, distinct) : torch::Tensor(),
       b.prompt_of_row.narrow(0, begin, end - begin) - first};
   const int64_t P = b.prompt_len;
-  return m.forward_completions(sp, b.tokens.narrow(0, begin, end - begin).narrow(1, P, b.tokens.size(1) - P));  // (n, T, V)
+  const torch::Tensor completions = b.tokens.narrow(0, begin, end - begin).narrow(1, P, b.tokens.size(1) - P);
+  return {m.forward_completions_hidden(sp, completions), m.head_weight()};  // (n, T, D), (V, D)
 }
 
 Measurement GrpoTrainer::measure(const RolloutBatch& batch, bool with_ref) const {
   torch::NoGradGuard no_grad;
   std::vector<Measurement> parts;
-  for (const auto& [b, e] : row_chunks(0, batch.rows(), cfg_.grpo.logprob_chunk_rows)) {
+  const auto chunks = row_chunks(0, batch.rows(), cfg_.grpo.logprob_chunk_rows);
+  for (const auto& [b, e] : chunks) {
+    progress_.chunk("measure", int64_t(parts.size()) + 1, int64_t(chunks.size()));
     const torch::Tensor rows = torch::arange(b, e, torch::TensorOptions(torch::kLong).device(device_));
-    const torch::Tensor ref_logits = with_ref ? completion_logits(*reference_, batch, b, e) : torch::Tensor();
-    parts.push_back(algo::token_stats(completion_logits(weights_.model(), batch, b, e), ref_logits,
-                                      batch.targets(rows), cfg_.grpo.logprob_chunk_tokens));
+    const algo::HeadInput ref = with_ref ? completion_head(*reference_, batch, b, e) : algo::HeadInput{};
+    parts.push_back(algo::head_log_probs(completion_head(weights_.model(), batch, b, e), ref, batch.targets(rows),
+                                         cfg_.grpo.logprob_chunk_tokens).stats);
   }
   return cat_rows(parts);
 }
@@ -249,82 +286,89 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
             g.loss_aggregation == algo::LossAggregation::token_mean ? std::max(counts[0], 1.0) : counts[1];
       }
       double clipped = 0;
+      const int64_t passes = g.ppo_epochs * g.minibatches;
+      int64_t chunk_no = 0;
       for (const auto& [cb, ce] : chunks) {
+        progress_.chunk("update", ++chunk_no, int64_t(chunks.size()), updates + 1, passes);
         const torch::Tensor rows = torch::arange(cb, ce, torch::TensorOptions(torch::kLong).device(device_));
         const torch::Tensor targets = batch.targets(rows);                            // (n, T)
-        const torch::Tensor logits = completion_logits(weights_.model(), batch, cb, ce);  // (n, T, V)
+        trace_memory("update: chunk start");
+        const algo::HeadInput policy = completion_head(weights_.model(), batch, cb, ce);  // (n, T, D)
         up.forward_positions += double(batch.forward_positions(cb, ce));
-        torch::Tensor ref_logits, lp, ent, ref;
+        algo::HeadInput ref_in;
         if (need_ref_logits) {
           torch::NoGradGuard no_grad;
-          ref_logits = completion_logits(*reference_, batch, cb, ce);
-          if (g.kl_coef > 0) ref = algo::token_log_probs(ref_logits, targets, g.logprob_chunk_tokens);
+          ref_in = completion_head(*reference_, batch, cb, ce);
         }
-        if (g.entropy_coef > 0) {
-          // The entropy bonus needs the gradient of the whole distribution: its log-softmax is kept.
-          const torch::Tensor lp_all = torch::log_softmax(logits, -1);  // (n, T, V)
-          lp = lp_all.gather(2, targets.unsqueeze(2)).squeeze(2);
-          ent = -(lp_all.exp() * lp_all).sum(-1);
-        } else {
-          lp = algo::token_log_probs(logits, targets, g.logprob_chunk_tokens);
-        }
+        // The head fused with the log-probs: no (n, T, V) logits; its weight gradient goes to the
+        // flat gradient directly.
+        const algo::HeadLogProbs head = algo::head_log_probs(policy, ref_in, targets, g.logprob_chunk_tokens,
+                                                             weights_.model().head_grad_sink());
+        const torch::Tensor lp = head.logp;
+        const torch::Tensor ent = g.entropy_coef > 0 ? head.entropy : torch::Tensor();
+        const torch::Tensor ref = g.kl_coef > 0 ? head.stats.ref_logp : torch::Tensor();
         if (measure_here) {
-          measured_parts.push_back(algo::token_stats(logits.detach(), with_ref ? ref_logits : torch::Tensor(), targets,
-                                                     g.logprob_chunk_tokens));
+          Measurement m = head.stats;
+          if (!with_ref) m.kl_exact = m.ref_logp = torch::Tensor();
+          measured_parts.push_back(m);
         }
+        trace_memory("update: log-probs and measurement");
         const torch::Tensor mask = batch.mask.index_select(0, rows);
         const algo::PolicyLoss pl = algo::policy_loss(lp, batch.old_logp.index_select(0, rows),
                                                       advantages.index_select(0, rows), mask, ref, ent, loss_opts_);
         (pl.loss * weights_.loss_scale()).backward();
+        trace_memory("update: backward");
         weights_.accumulate_grads();
         clipped += pl.clip_frac * (chunks.size() > 1 ? std::max(mask.sum().item<double>(), 1.0) : std::max(mb_tokens, 1.0));
       }
       up.lr = scheduled_lr(g.lr_schedule, cfg_.optim.lr, weights_.optimizer_steps() + 1, total_opt_steps_,
                            g.warmup_steps, 0.1);
+      progress_.optimizer(updates + 1, passes);
       const auto t_opt = std::chrono::steady_clock::now();
       up.last = weights_.optimizer_step(cfg_.optim, up.lr);
       up.optimizer_seconds += seconds_since(t_opt);
+      trace_memory("update: optimizer step");
       skipped_ += up.last.skipped;
       skip_guard_.record(step, up.last.skipped, up.last.loss_scale, up.lr);
       up.clipped.push_back(clipped);
       up.tokens.push_back(std::max(mb_tokens, 1.0));
       up.grad_norm += up.last.grad_norm;
       up.loss_scale = up.last.loss_scale;
+      up.update_ratio += std::sqrt(up.last.update_sumsq) / std::max(std::sqrt(up.last.weight_sumsq), 1e-30);
       ++updates;
     }
   up.grad_norm /= double(updates);
+  up.update_ratio /= double(updates);
   if (measure_here) *measured = cat_rows(measured_parts);
   return up;
 }
 
 MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Advantages& adv, const RolloutBatch& batch,
-                                 const Measurement& meas, const UpdateStats& up, const torch::Tensor& compute_before,
-                                 const Timings& time) const {
+                                 const Measurement& meas, const UpdateStats& up, const Timings& time) {
   const bool with_ref = meas.ref_logp.defined();
   // Device-side sums, copied to the host in one go: sums over this rank's completion tokens, then
   // the weight statistics.
   const torch::Tensor& mask = batch.mask;
   const auto masked_sum = [&](const torch::Tensor& x) { return (x * mask).sum(); };
   const torch::Tensor zero = torch::zeros({}, mask.options());
-  const torch::Tensor after = weights_.compute();
-  const auto as_float = [](const torch::Tensor& t) { return t.to(torch::kFloat32); };
   std::vector<torch::Tensor> sums{
       with_ref ? masked_sum(algo::kl_estimate(meas.logp, meas.ref_logp, algo::KlEstimator::k3)) : zero,
       with_ref ? masked_sum(meas.kl_exact) : zero, masked_sum(meas.entropy),
-      masked_sum((meas.logp - batch.old_logp).abs()), mask.sum(),
-      (as_float(after) - as_float(compute_before)).norm(), as_float(compute_before).norm(),
-      (after != start_compute_).sum()};
+      masked_sum((meas.logp - batch.old_logp).abs()), mask.sum()};
   for (torch::Tensor& t : sums) t = t.to(torch::kDouble);  // exact for float sums and counts < 2^53
   const torch::Tensor host = torch::stack(sums).cpu();
   const double* h = host.data_ptr<double>();
   // Summed over ranks by one all-reduce: counts, token sums, and per optimizer step the clipped
   // tokens and tokens.
+  const int64_t changed_here = changed_from_start();  // this rank's shard
   std::vector<double> v{sc.correct, sc.gen_tokens, double(adv.zero_variance_groups), double(adv.groups),
                         h[0], h[1], h[2], h[3], h[4]};
   v.insert(v.end(), up.clipped.begin(), up.clipped.end());
   v.insert(v.end(), up.tokens.begin(), up.tokens.end());
   // Positions through the training forwards and backwards: each distinct prompt once per row chunk,
   // plus the completions, per optimizer pass.
+  v.push_back(changed_here < 0 ? 1.0 : 0.0);  // ranks that could not compare
+  v.push_back(double(std::max<int64_t>(changed_here, 0)));
   v.push_back(up.forward_positions);
   comm_.all_reduce_sum(v.data(), v.size());
   const std::size_t updates = up.clipped.size();
@@ -358,7 +402,7 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
   m["loss_scale"] = up.loss_scale;
   m["skipped_steps"] = skipped_;
   m["sticking_frac"] = up.last.elements ? 1.0 - double(up.last.changed) / double(up.last.elements) : 0.0;
-  m["update_ratio"] = h[5] / std::max(h[6], 1e-30);
+  m["update_ratio"] = up.update_ratio;
   m["logprob_mismatch"] = v[7] / tokens;
   m["zero_adv_frac"] = zero_var / std::max(1.0, groups);
   m["tokens_per_s"] = sc.gen_tokens / std::max(time.rollout, 1e-9);
@@ -369,7 +413,8 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
   m["optimizer_seconds"] = up.optimizer_seconds;
   m["collective_seconds"] = comm_.stats().seconds - time.comm_before.seconds;
   m["collective_bytes"] = double(comm_.stats().bytes - time.comm_before.bytes);
-  m["changed_from_start_frac"] = h[7] / double(weights_.layout().total);
+  // Every rank counted its shard; left out once any rank could not.
+  if (v[v.size() - 3] == 0) m["changed_from_start_frac"] = v[v.size() - 2] / double(weights_.layout().total);
   m["train_tokens"] = v.back();
   MetricsLine per_tensor = MetricsLine::object();
   for (std::size_t i = 0; i < weights_.layout().entries.size() && i < up.last.changed_per_tensor.size(); ++i) {
@@ -378,6 +423,44 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
   }
   m["sticking_frac_per_tensor"] = per_tensor;
   return m;
+}
+
+int64_t GrpoTrainer::changed_from_start() {
+  if (changed_lost_) return -1;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor& now = weights_.compute();
+  const int64_t begin = weights_.shard_begin(), end = begin + weights_.master().numel();
+  const torch::ScalarType bits = now.element_size() == 4 ? torch::kInt : torch::kShort;
+  torch::Tensor count = torch::zeros({}, now.options().dtype(torch::kLong));
+  try {
+    torch::Tensor start_master, start_bits;  // host buffers of the base path
+    for (int64_t b = begin; b < end; b += kCompareSlice) {
+      const int64_t n = std::min(kCompareSlice, end - b);
+      const torch::Tensor cur = now.narrow(0, b, n);
+      if (reference_) {
+        // The reference holds the start compute weights, widened to FP32 when the forward runs in
+        // FP32: widening is exact and one-to-one on the bits, so comparing widened bits is the same.
+        const torch::Tensor ref = reference_->flat_weights().narrow(0, b, n);
+        const bool same = ref.scalar_type() == cur.scalar_type();
+        count += (same ? cur.view(bits).ne(ref.view(bits)) : cur.to(ref.scalar_type()).view(torch::kInt).ne(ref.view(torch::kInt))).sum();
+        continue;
+      }
+      if (!start_master.defined()) {
+        start_master = torch::empty({std::min(kCompareSlice, end - begin)}, torch::kFloat32);
+        start_bits = torch::empty({start_master.numel()}, torch::TensorOptions().dtype(now.scalar_type()));
+      }
+      float* m = start_master.data_ptr<float>();
+      base_reader_->read(b, n, m);
+      if (cfg_.grpo.round_base_to_bf16) round_base_to_grid(m, n, cfg_.precision.analog_mantissa_bits);
+      weights_.materialize_slice(m, b, n, start_bits.data_ptr(), 0);
+      count += cur.view(bits).ne(start_bits.narrow(0, 0, n).to(now.device()).view(bits)).sum();
+    }
+  } catch (const UserError& e) {
+    spdlog::warn("train: changed_from_start_frac is no longer logged: {}", e.what());
+    changed_lost_ = true;
+    return -1;
+  }
+  return count.item<int64_t>();
 }
 
 double GrpoTrainer::evaluate() {
@@ -393,8 +476,12 @@ double GrpoTrainer::evaluate() {
 }
 
 void GrpoTrainer::restore(const TrainerState& st, const std::string& where) {
-  weights_.restore(st.master.to(device_), st.exp_avg.to(device_), st.exp_avg_sq.to(device_), st.optimizer_steps,
-                   st.scaler);
+  if (st.master.defined())
+    weights_.restore(st.master, st.exp_avg, st.exp_avg_sq, st.optimizer_steps, st.scaler);
+  else  // deferred: the buffers stay in the checkpoint's file and are read a slice at a time
+    weights_.restore([&](const std::string& name, int64_t begin, int64_t n,
+                         float* out) { read_checkpoint_buffer(st, name, begin, n, out); },
+                     st.optimizer_steps, st.scaler);
   order_.restore(st.data_rng, st.order, st.cursor, where);
   sampling_.set_state(torch::from_blob(const_cast<uint8_t*>(st.sampling_rng.data()),
                                        {int64_t(st.sampling_rng.size())}, torch::kUInt8).clone());

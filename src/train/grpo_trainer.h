@@ -13,11 +13,13 @@
 #include <vector>
 
 #include "train/grpo_metrics.h"
+#include "train/step_progress.h"
 #include "unstuck/algo/policy_loss.h"
 #include "unstuck/algo/token_logprobs.h"
 #include "unstuck/config/run_config.h"
 #include "unstuck/data/record.h"
 #include "unstuck/dist/communicator.h"
+#include "unstuck/model/model_io.h"
 #include "unstuck/reward/verifier.h"
 #include "unstuck/rollout/sampler.h"
 #include "unstuck/train/checkpoint.h"
@@ -58,7 +60,7 @@ class GrpoTrainer {
   // `master`: the base policy's FP32 flat weights (on any device; moved to `device`). `train`: the
   // training records (outlive the trainer); `my_test`: this rank's share of the test records.
   // `compute`: precision.compute resolved (native or fp32; see train::resolve_compute), which the
-  // checkpoints record.
+  // checkpoints record. Moving `master` in lets the weights adopt its buffer (no copy).
   GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm, torch::Tensor master,
               const std::vector<data::TaskRecord>& train, std::vector<data::TaskRecord> my_test,
               torch::Device device, precision::ComputeMode compute);
@@ -72,6 +74,10 @@ class GrpoTrainer {
   void restore(const TrainerState& state, const std::string& where);
   // The checkpoint state after `step` (a collective: every rank gathers; rank 0's is complete).
   TrainerState checkpoint_state(int64_t step);
+
+  // Marks "first rollout token" on `clock` during the next rollout, logs the start-up summary and
+  // records it in run.json (rank 0).
+  void report_startup(StartupClock* clock) { startup_ = clock; }
 
   const TrainableWeights& weights() const { return weights_; }
   torch::Device device() const { return device_; }
@@ -90,6 +96,7 @@ class GrpoTrainer {
   };
   struct UpdateStats {
     double grad_norm = 0, lr = 0, loss_scale = 1, optimizer_seconds = 0;
+    double update_ratio = 0;              // mean over the optimizer steps of ||delta w|| / ||w||
     std::vector<double> clipped, tokens;  // per optimizer step: clipped tokens, tokens (this rank)
     double forward_positions = 0;         // positions through the training forwards (this rank)
     OptimizerStepStats last;
@@ -108,10 +115,15 @@ class GrpoTrainer {
   UpdateStats update(int64_t step, const RolloutBatch& batch, const torch::Tensor& advantages, bool with_ref,
                      std::optional<Measurement>* measured);
   MetricsLine metrics(int64_t step, const Scores& scores, const algo::Advantages& adv, const RolloutBatch& batch,
-                      const Measurement& meas, const UpdateStats& up, const torch::Tensor& compute_before,
-                      const Timings& time) const;
-  // (n, T, V) logits at the positions predicting the completion tokens of rows [begin, end).
-  torch::Tensor completion_logits(const model::LlamaModel& m, const RolloutBatch& batch, int64_t begin,
+                      const Measurement& meas, const UpdateStats& up, const Timings& time);
+  // Compute-weight elements of this rank's shard whose bits differ from the start policy's, a
+  // bounded slice at a time: against the frozen reference (which holds the start weights) when one
+  // is kept, else against the base model's files read again (as the run loaded and rounded them).
+  // -1 once that is no longer possible (a base file changed; warned once).
+  int64_t changed_from_start();
+  // The LM head's input (final-normed hidden states, (n, T, D)) and weight at the positions
+  // predicting the completion tokens of rows [begin, end), for algo::head_log_probs.
+  algo::HeadInput completion_head(const model::LlamaModel& m, const RolloutBatch& batch, int64_t begin,
                                   int64_t end) const;
   RolloutBatch make_batch(const Rollouts& rollouts) const;
   bool reference_due(int64_t step) const;
@@ -125,13 +137,16 @@ class GrpoTrainer {
   std::vector<std::vector<int64_t>> rows_of_;  // global rows (prompt x completion) of each rank
   TrainableWeights weights_;
   std::unique_ptr<model::LlamaModel> reference_;  // frozen start policy in the forward dtype
-  torch::Tensor start_compute_;
+  std::unique_ptr<model::FlatWeightsReader> base_reader_;  // without a reference: the start policy's files
+  bool changed_lost_ = false;                              // changed_from_start() gave up (warned)
   std::unique_ptr<reward::Verifier> verifier_;
   RecordOrder order_;
   at::Generator sampling_;
   rollout::GenerateOptions gen_opts_;
   algo::PolicyLossOptions loss_opts_;
   SkipGuard skip_guard_;
+  mutable StepProgress progress_;  // output only
+  StartupClock* startup_ = nullptr;
   int64_t skipped_ = 0;
   int64_t total_opt_steps_ = 0;
 };

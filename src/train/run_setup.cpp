@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "unstuck/common/error.h"
+#include "unstuck/common/memory_usage.h"
 #include "unstuck/common/parallel.h"
 #include "unstuck/common/simd.h"
 #include "unstuck/config/config.h"
@@ -27,6 +28,29 @@ uint64_t mix(uint64_t x) {
 }
 
 }  // namespace
+
+StartupClock::StartupClock() { mark("launch"); }
+
+void StartupClock::mark(const std::string& stage) {
+  const double now = seconds_since_process_start();
+  stages_.push_back({stage, now - last_, current_rss_bytes()});
+  last_ = now;
+}
+
+double StartupClock::seconds() const { return last_; }
+
+std::string StartupClock::summary() const {
+  std::string out = fmt::format("{:.1f} s:", last_);
+  for (std::size_t i = 0; i < stages_.size(); ++i)
+    out += fmt::format("{} {} {:.1f} s", i ? "," : "", stages_[i].name, stages_[i].seconds);
+  return out + fmt::format(" (resident {})", format_bytes(double(stages_.back().rss)));
+}
+
+nlohmann::json StartupClock::to_json() const {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const Stage& s : stages_) stages.push_back({{"stage", s.name}, {"seconds", s.seconds}, {"rss_bytes", s.rss}});
+  return {{"seconds", last_}, {"stages", stages}};
+}
 
 Seeds derive_seeds(uint64_t s) {
   return {mix(s * 4 + 1), mix(s * 4 + 2), mix(s * 4 + 3), mix(s * 4 + 4)};

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,15 @@ struct Completion {
   std::vector<float> logprobs;   // log-prob of each generated token under the sampling
                                  // distribution (temperature applied, before top-k/top-p)
   FinishReason finish = FinishReason::length;
+};
+
+// How far a generate() call is, after a decode step (for progress output).
+struct GenerateProgress {
+  int64_t tokens_done = 0;  // decode steps done (each row's completion has at most this many tokens)
+  int64_t max_tokens = 0;   // max_new_tokens
+  int64_t rows = 0;         // rows of the call
+  int64_t finished = 0;     // rows known to have sampled a stop token (read every stop_check_every steps)
+  int64_t sampled = 0;      // tokens sampled so far over the rows still decoding
 };
 
 struct GenerateOptions {
@@ -52,6 +62,9 @@ struct GenerateOptions {
   // which other rows share its batch. Data-parallel GRPO passes sampling_uniforms() of its global
   // rows. Undefined: the uniforms of rows 0..B-1 at step 0 under a seed drawn from the generator.
   torch::Tensor uniforms;
+  // Called after every decode step (empty: never). Costs no host synchronization of its own: the
+  // finished count is the one the loop reads anyway.
+  std::function<void(const GenerateProgress&)> progress;
 };
 
 // Samples one completion per prompt. Prompts may differ in length (they are left padded). Runs on

@@ -38,7 +38,7 @@ struct GrpoConfig {
   bool final_model = true;          // write <run dir>/final_model/ (HF model dir, compute weights) at the end
   int64_t ref_metrics_every = 1;    // rollout batches between KL-to-reference measurements (kl_coef > 0: every)
   int64_t logprob_chunk_rows = 0;   // sequences per forward(/backward) of the log-prob passes; 0 = whole minibatch
-  int64_t logprob_chunk_tokens = 256;  // completion positions per log-softmax slice; 0 = all at once
+  int64_t logprob_chunk_tokens = 16;  // completion positions of each row per head / log-softmax slice; 0 = all at once
 
   template <class V>
   void visit(V& v) {
@@ -75,7 +75,8 @@ struct GrpoConfig {
       "sequences per forward (and backward) pass of the log-prob computations; 0 = the whole minibatch. "
       "Lower it when the logits (rows x sequence x vocabulary) do not fit");
     v("logprob_chunk_tokens", logprob_chunk_tokens,
-      "completion positions per log-softmax slice over the vocabulary; 0 = all at once");
+      "completion positions of each row per slice of the fused LM head and log-softmax (rows x this x "
+      "vocabulary FP32 values per slice, in the forward and again in the backward); 0 = all at once");
   }
 };
 

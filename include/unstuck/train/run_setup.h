@@ -16,6 +16,28 @@
 
 namespace unstuck::train {
 
+// Where a run's start-up goes: each stage's seconds and the resident memory after it, from the
+// process start (loading libtorch and static initialization are the first stage, "launch") to the
+// first rollout token. Logged as one line and saved in run.json ("startup").
+class StartupClock {
+ public:
+  StartupClock();  // marks "launch": the time from the process start to now
+  void mark(const std::string& stage);  // the time since the previous mark
+  double seconds() const;               // since the process start
+  // "12.3 s: launch 0.6, base model 3.1 (2.8 GiB), ..."
+  std::string summary() const;
+  nlohmann::json to_json() const;
+
+ private:
+  struct Stage {
+    std::string name;
+    double seconds = 0;
+    int64_t rss = 0;
+  };
+  std::vector<Stage> stages_;
+  double last_ = 0;
+};
+
 // Independent random streams derived from run.seed (DESIGN.md: randomness is named and keyed).
 struct Seeds {
   uint64_t data = 0;      // order of training records
