@@ -18,6 +18,8 @@ struct GenerateBenchOptions {
   int repeats = 5;                 // timed runs per measurement after a warm-up (median and range)
   std::string dtype = "both";      // fp32, bf16 or both
   bool recompute = true;           // also time the full-recompute baseline (kv_speedup)
+  std::string model;               // a model directory (Hugging Face layout); empty: the default shape, random
+  std::string device = "cpu";      // cpu, cuda or cuda:N
 };
 
 void run_generate_bench(const GenerateBenchOptions& options, std::ostream& out);

@@ -58,6 +58,9 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   generate->add_flag("--no-recompute", [gen](int64_t) { gen->recompute = false; },
                      "Skip the full-recompute baseline (no kv_speedup)");
+  generate->add_option("--model", gen->model,
+                       "a model directory (config.json, safetensors) to time instead of the default shape");
+  generate->add_option("--device", gen->device, "cpu, cuda or cuda:N")->capture_default_str();
   generate->callback([gen] { bench::run_generate_bench(*gen, std::cout); });
 
   auto step = std::make_shared<bench::StepBenchOptions>();

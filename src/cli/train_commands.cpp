@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -163,23 +164,35 @@ void add_eval(CLI::App& app) {
 
 void add_generate(CLI::App& app) {
   struct Args {
-    std::string model, prompt, prompts_file, dtype = "fp32";
+    std::string model, prompt, prompts_file, dtype = "fp32", config;
+    std::vector<std::string> overrides;
     double temperature = 0.0, top_p = 1.0;
     int64_t top_k = 0, max_new_tokens = 0;
     uint64_t seed = 0;
+    int threads = 0;
+    bool json = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("generate", "Sample completions of a policy for prompts");
-  cmd->add_option("--model", a->model, "policy directory (an `unstuck sft` output)")->required();
+  cmd->add_option("--model", a->model, "policy directory (an `unstuck sft` output or a Hugging Face model directory)")
+      ->required();
   auto* one = cmd->add_option("--prompt", a->prompt, "problem text, e.g. \"12+35=\" (the model's prompt template applies)");
   auto* many = cmd->add_option("--prompts-file", a->prompts_file, "file with one problem per line");
   one->excludes(many);
+  cmd->add_option("--config", a->config,
+                  "run config YAML whose data (chat template, system prompt, prompt template) and rollout "
+                  "sections format the prompts, e.g. configs/examples/gsm8k_qwen2.5.yaml");
+  cmd->add_option("overrides", a->overrides, "key=value overrides of the policy's config, e.g. data.system_prompt=...");
   cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", a->top_k, "0 = off")->capture_default_str();
   cmd->add_option("--top-p", a->top_p, "1 = off")->capture_default_str();
-  cmd->add_option("--max-new-tokens", a->max_new_tokens, "0 = the model's rollout.max_new_tokens");
+  cmd->add_option("--max-new-tokens", a->max_new_tokens, "0 = the config's rollout.max_new_tokens");
   cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "compute dtype: fp32 or bf16")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "libtorch threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--json", a->json,
+                "one JSON object per prompt (prompt, prompt_ids, ids, logprobs, text, finish) and a last one with "
+                "the timing, instead of tab-separated lines");
   cmd->callback([a] {
     if (a->prompt.empty() && a->prompts_file.empty()) throw UserError("give --prompt or --prompts-file");
     std::vector<std::string> texts;
@@ -190,7 +203,15 @@ void add_generate(CLI::App& app) {
       for (std::string line; std::getline(in, line);)
         if (!line.empty()) texts.push_back(line);
     }
-    train::Policy p = train::load_policy(a->model, {}, parse_dtype(a->dtype));
+    at::set_num_threads(resolve_threads(a->threads));
+    const auto t_load = std::chrono::steady_clock::now();
+    train::Policy p = train::load_policy(a->model, a->overrides, parse_dtype(a->dtype));
+    if (!a->config.empty()) {
+      // The user's run config formats the prompts as its training would (its overrides on top).
+      const RunConfig user = load_run_config(a->config, a->overrides);
+      p.config.data = user.data;
+      p.config.rollout = user.rollout;
+    }
     rollout::GenerateOptions o;
     o.sampling = p.config.rollout;
     o.sampling.temperature = a->temperature;
@@ -207,10 +228,35 @@ void add_generate(CLI::App& app) {
       r.prompt = t;
       prompts.push_back(train::prompt_ids(r, formatter, p.tokenizer));
     }
+    const auto t0 = std::chrono::steady_clock::now();
     const auto outs = rollout::generate(*p.model, prompts, o, at::make_generator<at::CPUGeneratorImpl>(a->seed));
-    for (std::size_t i = 0; i < outs.size(); ++i)
-      std::cout << texts[i] << "\t" << train::completion_text(outs[i].tokens, p.tokenizer, p.stop_ids) << "\t["
-                << config::enum_name(outs[i].finish) << "]\n";
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double load_seconds = std::chrono::duration<double>(t0 - t_load).count();
+    if (!a->json) {
+      for (std::size_t i = 0; i < outs.size(); ++i)
+        std::cout << texts[i] << "\t" << train::completion_text(outs[i].tokens, p.tokenizer, p.stop_ids) << "\t["
+                  << config::enum_name(outs[i].finish) << "]\n";
+      return;
+    }
+    int64_t tokens = 0;
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      tokens += int64_t(outs[i].tokens.size());
+      const nlohmann::ordered_json j = {{"prompt", texts[i]},
+                                        {"prompt_ids", prompts[i]},
+                                        {"ids", outs[i].tokens},
+                                        {"logprobs", outs[i].logprobs},
+                                        {"text", train::completion_text(outs[i].tokens, p.tokenizer, p.stop_ids)},
+                                        {"finish", config::enum_name(outs[i].finish)}};
+      // Invalid UTF-8 a random model may sample is replaced, never an exception.
+      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    }
+    const nlohmann::ordered_json timing = {{"timing", {{"load_seconds", load_seconds},
+                                                       {"generate_seconds", seconds},
+                                                       {"prompts", outs.size()},
+                                                       {"tokens", tokens},
+                                                       {"tokens_per_s", double(tokens) / std::max(seconds, 1e-9)},
+                                                       {"threads", at::get_num_threads()}}}};
+    std::cout << timing.dump() << "\n";
   });
 }
 
