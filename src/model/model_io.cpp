@@ -15,8 +15,10 @@
 #include "unstuck/common/error.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/io/safetensors_dir.h"
+#include "unstuck/model/lazy_zeros.h"
 #include "unstuck/model/param_layout.h"
 #include "unstuck/precision/round_math.h"
+#include "unstuck/precision/rounding.h"
 
 namespace unstuck::model {
 torch::ScalarType torch_dtype(io::DType d) {
@@ -49,13 +51,13 @@ LoadedModel load_pretrained(const std::filesystem::path& dir) {
   check_weights_match(out.config, weights, config_path.string());  // before allocating anything
   const ParamLayout layout = llama_layout(out.config);
 
-  out.flat = torch::zeros({layout.total}, torch::kFloat32);
+  out.flat = lazy_zeros(layout.total, torch::kFloat32);  // each page touched once, by its tensor's copy
   for (const ParamEntry& e : layout.entries) {
     const io::TensorView* t = weights.find(e.name);
     const torch::Tensor src = torch::from_blob(const_cast<void*>(t->data), e.shape, torch_dtype(t->dtype));
     torch::Tensor dst = out.flat.narrow(0, e.offset, e.numel);
     dst.copy_(src.reshape({-1}));
-    if (!torch::isfinite(dst).all().item<bool>())
+    if (precision::count_nonfinite(dst.data_ptr<float>(), std::size_t(e.numel)) > 0)
       throw UserError(weights.file_of(e.name) + ": tensor '" + e.name + "' holds NaN or infinite values");
   }
   return out;

@@ -15,6 +15,7 @@
 
 #include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
+#include "unstuck/model/lazy_zeros.h"
 #include "unstuck/precision/update_stats.h"
 #if defined(UNSTUCK_HAVE_CUDA)
 #include "unstuck/precision/cuda_kernels.h"
@@ -48,7 +49,7 @@ class FlatGradHook : public torch::autograd::PostAccumulateGradHook {
 int64_t world_of(const dist::Communicator* comm) { return comm ? comm->world_size() : 1; }
 
 torch::Tensor padded(const torch::Tensor& t, int64_t n) {
-  torch::Tensor out = torch::zeros({n}, t.options());
+  torch::Tensor out = model::lazy_zeros(n, t.scalar_type(), t.device());
   out.narrow(0, 0, t.numel()).copy_(t);
   return out;
 }
@@ -180,12 +181,14 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
     master_ = compute_all_.narrow(0, shard_begin_, owned_);
   } else {
     master_ = adopt ? master : master.narrow(0, shard_begin_, owned_).clone();
-    compute_all_ = torch::zeros({world * shard_size_}, f32.dtype(compute_dtype(round_mode_)));
+    compute_all_ = model::lazy_zeros(world * shard_size_, compute_dtype(round_mode_), master.device());
   }
-  exp_avg_ = torch::zeros_like(master_);
-  exp_avg_sq_ = torch::zeros_like(master_);
-  grad_ = torch::zeros({world * shard_size_}, f32);
-  grad_shard_ = world == 1 ? grad_ : torch::zeros({shard_size_}, f32);
+  // Zeros whose pages are touched when first used (the first backward and optimizer step), not
+  // here: gigabytes at a real model's size that would otherwise delay the first rollout token.
+  exp_avg_ = model::lazy_zeros(master_.numel(), torch::kFloat32, master_.device());
+  exp_avg_sq_ = model::lazy_zeros(master_.numel(), torch::kFloat32, master_.device());
+  grad_ = model::lazy_zeros(world * shard_size_, torch::kFloat32, master_.device());
+  grad_shard_ = world == 1 ? grad_ : model::lazy_zeros(shard_size_, torch::kFloat32, master_.device());
   compute_ = compute_all_.narrow(0, 0, total_);
   scratch_ = torch::empty({std::min(kSliceElems, std::max<int64_t>(owned_, 1))}, compute_all_.options());
   if (!fp32) materialize_compute(master);
