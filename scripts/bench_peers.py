@@ -75,6 +75,24 @@ def countdown_reward(completions, numbers, target, **_):
     return out
 
 
+def step_timer(callback_base, times, lengths, sync=None):
+    """A transformers TrainerCallback class appending each step's seconds to `times` (after `sync()`,
+    e.g. torch.cuda.synchronize) and each logged completions/mean_length to `lengths`."""
+    class Timer(callback_base):
+        def on_step_begin(self, a, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, a, state, control, **kw):
+            if sync:
+                sync()
+            times.append(time.perf_counter() - self.t0)
+
+        def on_log(self, a, state, control, logs=None, **kw):
+            if logs and "completions/mean_length" in logs:
+                lengths.append(logs["completions/mean_length"])
+    return Timer
+
+
 def trl_worker(args):
     """GRPO steps with TRL; prints {"step_seconds": [...], "completion_len": mean}."""
     import torch
@@ -90,17 +108,7 @@ def trl_worker(args):
     ds = Dataset.from_list([{"prompt": tok.bos_token + r["prompt"], "numbers": r["numbers"], "target": r["target"]}
                             for r in records])
     times, lengths = [], []
-
-    class Timer(TrainerCallback):
-        def on_step_begin(self, a, state, control, **kw):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, a, state, control, **kw):
-            times.append(time.perf_counter() - self.t0)
-
-        def on_log(self, a, state, control, logs=None, **kw):
-            if logs and "completions/mean_length" in logs:
-                lengths.append(logs["completions/mean_length"])
+    Timer = step_timer(TrainerCallback, times, lengths)
 
     cfg = GRPOConfig(
         output_dir=args.out, per_device_train_batch_size=args.prompts * args.group, num_generations=args.group,
