@@ -19,6 +19,9 @@
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/grpo.h"
 #include "unstuck/train/sft.h"
+#include "unstuck/train/trainable_weights.h"
+#include "unstuck/model/model_io.h"
+#include "unstuck/model/param_layout.h"
 
 namespace unstuck::train {
 namespace {
@@ -113,6 +116,60 @@ std::vector<nlohmann::json> comparable_metrics(const fs::path& run_dir) {
                           "peak_memory_bytes"})
       m.erase(k);
   return out;
+}
+
+// The weight statistics, taken inside the sliced optimizer step, keep their full-size definitions,
+// checked here from the checkpoint of every step: sticking_frac is the fraction of compute-weight
+// elements whose bits the step's update left unchanged, update_ratio ||c_k - c_(k-1)|| /
+// ||c_(k-1)||, changed_from_start_frac the fraction that differs from the starting compute weights
+// (the base rounded to the BF16 grid), counted over the tensors' elements (changed_from_start_frac
+// divided by the flat buffer's size, alignment gaps included, as it always was). FP32 (compute = master) and BF16 round-to-nearest
+// (compute = the master rounded to nearest, so the checkpoint's master gives its bits); one
+// optimizer step per rollout batch.
+TEST_F(GrpoTest, WeightMetricsKeepTheirFullSizeDefinitions) {
+  for (auto mode : {precision::PrecisionMode::fp32, precision::PrecisionMode::bf16}) {
+    const std::string tag = config::enum_name(mode);
+    RunConfig c = grpo_config("defs_" + tag, mode);
+    c.grpo.steps = 3;
+    c.grpo.minibatches = 1;
+    c.grpo.ppo_epochs = 1;
+    c.grpo.checkpoint_every = 1;
+    c.grpo.keep_checkpoints = 3;
+    c.grpo.ref_metrics_every = 0;  // changed_from_start without a reference: read from the base files
+    const GrpoResult r = run_grpo(c);
+    const auto metrics = read_metrics(r.run_dir);
+    ASSERT_EQ(metrics.size(), 3u);
+    const auto compute = [&](torch::Tensor master) {
+      return mode == precision::PrecisionMode::fp32 ? master : master.to(torch::kBFloat16);
+    };
+    model::LoadedModel base = model::load_pretrained(c.grpo.base_model);
+    round_base_to_grid_(base.flat, 0);
+    // The tensors' elements, without the layout's alignment gaps.
+    const model::ParamLayout layout = model::llama_layout(base.config);
+    const auto elements = [&](const torch::Tensor& flat) {
+      std::vector<torch::Tensor> parts;
+      for (const model::ParamEntry& e : layout.entries) parts.push_back(flat.narrow(0, e.offset, e.numel));
+      return torch::cat(parts);
+    };
+    const torch::Tensor c0 = elements(compute(base.flat));
+    torch::Tensor prev = c0;
+    for (int64_t step = 1; step <= 3; ++step) {
+      char name[32];
+      std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+      const torch::Tensor ck = elements(compute(load_checkpoint(r.run_dir / "checkpoints" / name).master));
+      const double n = double(ck.numel());
+      const double same = double(ck.eq(prev).sum().item<int64_t>());
+      const double from_start = double(ck.ne(c0).sum().item<int64_t>());
+      const torch::Tensor a = ck.to(torch::kDouble), b = prev.to(torch::kDouble);
+      const double ratio = (a - b).norm().item<double>() / b.norm().item<double>();
+      const nlohmann::json& m = metrics[std::size_t(step - 1)];
+      EXPECT_NEAR(m["sticking_frac"].get<double>(), same / n, 1e-12) << tag << " step " << step;
+      EXPECT_NEAR(m["changed_from_start_frac"].get<double>(), from_start / double(layout.total), 1e-12) << tag << " step " << step;
+      EXPECT_NEAR(m["update_ratio"].get<double>(), ratio, 1e-9 * ratio + 1e-15) << tag << " step " << step;
+      EXPECT_GT(ratio, 0.0) << tag << " step " << step;
+      prev = ck;
+    }
+  }
 }
 
 // 2N steps straight == N steps, resume, N steps: identical metrics and identical optimizer state.
