@@ -70,7 +70,7 @@ for arm in fp16 bf16 bf16_sr bf16_lr2x; do
     grep -q "^  seed: $s" "$d/config.yaml" || fail "$arm seed $s: run.seed is not $s"
   done
 done
-mode_lr() { "$PY" -c 'import sys; sys.path.insert(0, "scripts"); from sweep_arms import yaml_scalar as y
+mode_lr() { "$PY" -c 'import sys; sys.path.insert(0, "scripts"); from paper.arms import yaml_scalar as y
 t = open(sys.argv[1]).read(); print(y(t, "precision", "mode"), float(y(t, "optim", "lr")))' "$OUT/cmp/$1/seed1/config.yaml"; }
 [[ $(mode_lr fp16) == "fp16 0.001" ]] || fail "fp16 arm: $(mode_lr fp16)"
 [[ $(mode_lr bf16_sr) == "bf16_sr 0.001" ]] || fail "bf16_sr arm: $(mode_lr bf16_sr)"

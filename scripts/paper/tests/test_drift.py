@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/paper_drift.py's grid arithmetic against its definition: rounding to nearest (ties to even)
+"""paper/drift.py's grid arithmetic against its definition: rounding to nearest (ties to even)
 onto BF16 and onto the grid-scaled analog's grids (1-6 mantissa bits, as bf16_coarse_rn in
 include/unstuck/precision/round_math.h), and the half-ulp the drift is measured in. Run by ctest
 (`paper.drift`); exits non-zero on the first failed check. Fixed seed; the checks are exact.
@@ -10,9 +10,8 @@ import sys
 import numpy as np
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from paper_drift import half_ulp, to_grid  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from paper.drift import half_ulp, to_grid  # noqa: E402
 
 
 def check(cond, what):

@@ -1,73 +1,20 @@
-"""The measures and rules of the paper report (scripts/paper_report.py): paired per-seed differences,
-steps to 25/50/75% of FP16's gain, paired areas under the reward curve, KL at matched reward, the
-verdicts on the three claims of arXiv 2611.13545 and the size targets of issue 16.
-
-Pure functions of the runs (objects with .seed, .reward, .kl arrays indexed by step - 1); every rule
-is also written into the report next to its result, by the text functions here.
+"""The rules of the paper report (paper/report.py): the verdicts on the three claims of arXiv
+2611.13545, the size targets and the regime targets of issue 16, judged on the measures of
+paper/measures.py. Every rule is also written into the report next to its result, by the text
+functions here.
 """
-import math
-
 import numpy as np
+
+from .measures import LEVELS, describe_diffs, early_kl, fmt, format_ms, paired, steps_text, t_stat
 
 # No claim can read "reproduced" and no target can be met unless FP16's training reward rose by at
 # least this much (absolute, mean reward) in every seed: the tolerances scale with FP16's gain, so a
 # vanishing gain would otherwise let noise-sized differences through.
 MIN_FP16_GAIN = 0.05
-LEVELS = (0.25, 0.5, 0.75)       # fractions of FP16's gain: the matched-reward levels
 RN_SLOWDOWN_TARGET = 1.3         # BF16-RN needs >= this x FP16's steps to 50% of the gain, every seed
 SR_WITHIN = 0.10                 # BF16-SR's steps to 50% within this fraction of FP16's, every seed
 T_CLEAR = 2.0                    # |t| above this counts as "clearly nonzero"
 REL_TOLERANCE = 0.10             # claims: a difference must exceed 10% of FP16's gain (or KL)
-
-
-def smooth(x, w):
-    """Trailing moving average (window w, shorter at the start)."""
-    c = np.cumsum(np.insert(np.asarray(x, dtype=float), 0, 0.0))
-    i = np.arange(1, len(x) + 1)
-    lo = np.maximum(0, i - w)
-    return (c[i] - c[lo]) / (i - lo)
-
-
-def first_crossing(curve, level, skip=0):
-    """1-based index of the first element >= level after the first `skip` elements, or None."""
-    idx = np.nonzero(np.asarray(curve)[skip:] >= level)[0]
-    return int(idx[0]) + 1 + skip if len(idx) else None
-
-
-def t_stat(diffs):
-    v = np.array(list(diffs.values()), dtype=float)
-    if len(v) < 2:
-        return float("nan")
-    se = v.std(ddof=1) / math.sqrt(len(v))
-    if se == 0:
-        return math.copysign(float("inf"), v.mean()) if v.mean() != 0 else 0.0
-    return float(v.mean() / se)
-
-
-def paired(a_runs, b_runs, metric):
-    """Per-seed differences metric(a) - metric(b) over the seeds both arms have; seeds where the
-    metric is None (a level not reached) are left out."""
-    b_by_seed = {r.seed: r for r in b_runs}
-    out = {}
-    for r in a_runs:
-        if r.seed in b_by_seed:
-            x, y = metric(r), metric(b_by_seed[r.seed])
-            if x is not None and y is not None:
-                out[r.seed] = x - y
-    return out
-
-
-def fmt(x, digits=3, sci=False):
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{x:.2e}" if sci else f"{x:.{digits}f}"
-
-
-def describe_diffs(diffs, digits=3, sci=False):
-    v = list(diffs.values())
-    per_seed = ", ".join(f"s{s}: {fmt(d, digits, sci)}" for s, d in sorted(diffs.items()))
-    m = float(np.mean(v)) if v else float("nan")
-    return f"{fmt(m, digits, sci)} (t = {fmt(t_stat(diffs), 1)}; {per_seed})"
 
 
 def compare(diffs, tol):
@@ -81,68 +28,6 @@ def compare(diffs, tol):
     if m > tol and t > T_CLEAR:
         return "higher"
     return "same"
-
-
-class GainLevels:
-    """Per seed, FP16's start (mean reward of its first w steps), gain (mean of its last w steps
-    minus the start) and the reward levels start + q * gain, q in LEVELS."""
-
-    def __init__(self, ref_runs, w):
-        self.w = w
-        self.start = {r.seed: float(np.mean(r.reward[:w])) for r in ref_runs}
-        self.gain = {r.seed: float(np.mean(r.reward[-w:])) - self.start[r.seed] for r in ref_runs}
-        self.area = {r.seed: float(np.mean(r.reward - self.start[r.seed])) for r in ref_runs}
-
-    def level(self, seed, q):
-        return self.start[seed] + q * self.gain[seed]
-
-    def sufficient(self, min_gain=MIN_FP16_GAIN):
-        return bool(self.gain) and min(self.gain.values()) >= min_gain
-
-    def steps_to(self, run, q):
-        """First step (from step w on) where the run's w-step average reward reaches the level, or None."""
-        return first_crossing(smooth(run.reward, self.w), self.level(run.seed, q), skip=self.w - 1)
-
-    def kl_at(self, run, q):
-        """The run's w-step average KL at the step it reaches the level (None: not reached)."""
-        step = self.steps_to(run, q)
-        return None if step is None else float(smooth(run.kl, self.w)[step - 1])
-
-    def gain_note(self, min_gain):
-        per_seed = ", ".join(f"s{s}: {g:.4f}" for s, g in sorted(self.gain.items()))
-        return f"FP16's gain per seed ({per_seed}) against the minimum {min_gain}"
-
-
-def steps_text(x, steps):
-    return f"> {steps}" if x is None else str(x)
-
-
-def area_lag(levels, ref_run, run):
-    """`run`'s relative area lag behind the reference in their seed: the reference's mean training reward
-    minus the run's, over the reference's area above its start (0: no lag; 1: no progress; negative:
-    ahead); None when the reference has no area above its start."""
-    area = levels.area[ref_run.seed]
-    return float((ref_run.reward.mean() - run.reward.mean()) / area) if area > 0 else None
-
-
-def size_measures(runs, ref, levels, steps):
-    """Markdown rows: per arm, steps to 25/50/75% of FP16's gain per seed, the paired area
-    difference and the KL at matched reward per level, paired against the reference arm."""
-    rows = []
-    for arm, rs in runs.items():
-        stl = "; ".join(f"{int(q * 100)}%: " + ", ".join(f"s{r.seed} {steps_text(levels.steps_to(r, q), steps)}"
-                                                         for r in rs) for q in LEVELS)
-        area = paired(rs, runs[ref], lambda r: float(np.mean(r.reward)))
-        rel = {s: d / levels.area[s] if levels.area.get(s) else float("nan") for s, d in area.items()}
-        kls = "; ".join(f"{int(q * 100)}%: " + ", ".join(f"s{r.seed} {fmt(levels.kl_at(r, q), sci=True)}" for r in rs)
-                        for q in LEVELS)
-        area_txt = "-" if arm == ref else (f"{describe_diffs(area, 4)}; relative to the reference's area above its start: "
-                                           + ", ".join(f"s{s}: {fmt(v, 3)}" for s, v in sorted(rel.items())))
-        dkl = "-" if arm == ref else "; ".join(
-            f"{int(q * 100)}%: " + (describe_diffs(d, sci=True) if d else "n/a")
-            for q, d in ((q, paired(rs, runs[ref], lambda r, q=q: levels.kl_at(r, q))) for q in LEVELS))
-        rows.append(f"| {arm} | {stl} | {area_txt} | {kls} | {dkl} |")
-    return rows
 
 
 def size_targets(runs, levels, steps, min_gain=MIN_FP16_GAIN):
@@ -293,49 +178,6 @@ def claim_verdicts(runs, rows, levels, tolerances, w, min_gain=MIN_FP16_GAIN):
     kl_claim(3, "BF16 with stochastic rounding matches FP16's speed with a lower KL than (2)", "bf16_sr",
              "bf16_lr_k", "lower", "BF16-SR @ x", "BF16-RN @ k*x")
     return out
-
-
-def format_ms(values, digits=3, sci=False):
-    v = np.array([x for x in values if x is not None], dtype=float)
-    if len(v) == 0:
-        return "n/a"
-    s = float(v.std(ddof=1)) if len(v) > 1 else 0.0
-    return f"{fmt(float(v.mean()), digits, sci)} ± {fmt(s, digits, sci)}"
-
-
-def calibrated_k(levels, rn_runs, rn_k_runs, ref_runs, k0, q=0.5):
-    """Per seed, the LR multiple k at which BF16-RN would reach q of FP16's gain in FP16's steps.
-
-    The sweep ran BF16-RN at x (steps s1 to the level) and at k0*x (steps sk); a power law
-    steps ~ LR^-a through both gives k = k0 ** (ln(s1 / s_fp16) / ln(s1 / sk)). Returns
-    {seed: (k or None, note)}: None when a run does not reach the level or when the steps do not
-    change between x and k0*x (no power law to solve); the note says which, or whether k was
-    interpolated (between 1 and k0) or extrapolated."""
-    by_seed = lambda runs: {r.seed: r for r in runs}
-    rn, rnk = by_seed(rn_runs), by_seed(rn_k_runs)
-    out = {}
-    for ref in ref_runs:
-        s = ref.seed
-        if s not in rn or s not in rnk:
-            continue
-        f, s1, sk = levels.steps_to(ref, q), levels.steps_to(rn[s], q), levels.steps_to(rnk[s], q)
-        missing = [name for name, v in (("FP16", f), ("BF16-RN @ x", s1), (f"BF16-RN @ {k0:g}x", sk)) if v is None]
-        if missing:
-            out[s] = (None, f"{', '.join(missing)} {'does' if len(missing) == 1 else 'do'} not reach the level")
-        elif s1 == sk:
-            out[s] = (None, f"same steps ({s1}) at x and {k0:g}x")
-        else:
-            k = k0 ** (math.log(s1 / f) / math.log(s1 / sk))
-            lo, hi = min(1.0, k0), max(1.0, k0)
-            out[s] = (k, f"steps {s1} at x, {sk} at {k0:g}x, FP16 {f}; "
-                         + ("interpolated" if lo <= k <= hi else "extrapolated"))
-    return out
-
-
-def early_kl(runs, w):
-    """Per seed, the run's mean KL to the reference over steps 2..w+1: the first steps, before the
-    policy has learned much (step 1 samples from the base itself, so its KL is 0 in every arm)."""
-    return {r.seed: float(np.mean(r.kl[1:w + 1])) for r in runs}
 
 
 def sr_noise(runs, w, ref="fp16", sr_arms=("bf16_sr", "fp16_sr")):

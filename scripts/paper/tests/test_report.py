@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/paper_report.py on synthetic sweeps whose answers are known by construction.
+"""scripts/paper_report.py (paper/report.py) on synthetic sweeps whose answers are known by construction.
 
 Each arm's per-step metrics are a deterministic curve plus seeded noise (numpy seed fixed per case),
 so the verdict rules are exercised in both directions: an arm built slower must be judged slower,
@@ -14,8 +14,8 @@ import tempfile
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-REPORT = os.path.join(ROOT, "scripts", "paper_report.py")
+SCRIPTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPORT = os.path.join(SCRIPTS, "paper_report.py")
 STEPS, SEEDS = 40, 3
 LRS = {"fp32": 2e-5, "fp16": 2e-5, "bf16": 2e-5, "bf16_lr_k": 4e-5, "bf16_sr": 2e-5, "fp16_sr": 2e-5}
 MODES = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "bf16_lr_k": "bf16", "bf16_sr": "bf16_sr",
@@ -32,7 +32,7 @@ def write_sweep(folder, speed, kl_gain, rng, noise=0.002, kl_offset=None, analog
     with open(os.path.join(folder, "sweep.json"), "w") as f:
         json.dump({"preset": "test", "steps": STEPS, "seeds": SEEDS, "arms": " ".join(arms),
                    "base": "base", "eval_every": 10, "eval_samples": 100,
-                   "command": "tests/paper/test_paper_report.py"}, f)
+                   "command": "scripts/paper/tests/test_report.py"}, f)
     with open(os.path.join(folder, "base_eval.json"), "w") as f:
         json.dump({"greedy_accuracy": 0.4}, f)
     seed_offsets = rng.normal(0, 0.01, SEEDS)  # shared by the arms of a seed: the pairing
@@ -259,8 +259,8 @@ def main():
         median = float(sec.split("Median k: ")[1].strip().rstrip("."))
         check(2.4 <= median <= 3.8 and "extrapolated" in sec,
               f"calibrated k about 3 (extrapolated) when 2x only buys 1.25x speed (median {median})")
-        sys.path.insert(0, os.path.join(ROOT, "scripts"))
-        from paper_verdicts import GainLevels, calibrated_k
+        sys.path.insert(0, SCRIPTS)
+        from paper.measures import GainLevels, calibrated_k
 
         class R:
             def __init__(self, seed, speed):

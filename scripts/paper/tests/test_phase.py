@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""scripts/paper_phase.py (the phase diagram) on synthetic sweeps whose lags are known by construction.
+"""scripts/paper_phase.py (the phase diagram, paper/phase.py) on synthetic sweeps whose lags are known by construction.
 
 Reward curves are linear in the step with seeded noise: at LR 1e-5 BF16-RN learns at half FP16's
 speed (area lag 0.5, steps to 50% about 2x) and BF16-SR at FP16's; at 2e-6 every arm learns at FP16's
 speed. A second sweep on the same settings adds LR 5e-6 (and a bf16 run at 1e-5 that must not
 replace the first sweep's); a third with other steps must be left out. Also checks that
 scripts/paper_report.py embeds the phase section when phase.json sits next to its plot folder, and
-that every preset of scripts/sweep_arms.py resolves (arm configs, prompt pool, phase LRs and grids,
+that every preset of paper/arms.py resolves (arm configs, prompt pool, phase LRs and grids,
 CUDA). The grid-scaled analog: a sweep over the grid at one LR (BF16-RN slower the coarser its grid)
 is drawn over the grid, labelled as an analog, merged with the real-BF16 runs at that LR, embedded after
 the real phase section by paper_report.py; rows varying both the LR and the grid are refused.
@@ -20,9 +20,10 @@ import tempfile
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PHASE = os.path.join(ROOT, "scripts", "paper_phase.py")
-REPORT = os.path.join(ROOT, "scripts", "paper_report.py")
+SCRIPTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(SCRIPTS)
+PHASE = os.path.join(SCRIPTS, "paper_phase.py")
+REPORT = os.path.join(SCRIPTS, "paper_report.py")
 STEPS = 40
 
 
@@ -40,7 +41,7 @@ def write_sweep(folder, arms, seeds, rng, steps=STEPS, preset="paper-phase"):
     with open(os.path.join(folder, "sweep.json"), "w") as f:
         json.dump({"preset": preset, "steps": steps, "seeds": seeds, "arms": " ".join(arms), "base": "base",
                    "compute": "fp32", "pool": {"records": 8}, "overrides": [], "eval_every": 10,
-                   "eval_samples": 10, "command": "tests/paper/test_paper_phase.py", "verdicts": False,
+                   "eval_samples": 10, "command": "scripts/paper/tests/test_phase.py", "verdicts": False,
                    "reference": "fp16"}, f)
     offsets = rng.normal(0, 0.01, seeds)
     for arm, (mode, lr, speed, *bits) in arms.items():
@@ -65,13 +66,13 @@ def check_presets(tmp):
     """Every preset resolves to arms whose configs exist, trains on its pool (the paper presets) and
     sends the phase sweep's LRs to the trainer. Sweep folders in `tmp` (train_args clears a run
     folder that has no checkpoint)."""
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    os.chdir(ROOT)  # compare.py works from the checkout's root (its main() changes there too)
-    import compare
-    from sweep_arms import PRESETS
+    sys.path.insert(0, SCRIPTS)
+    os.chdir(ROOT)  # the sweep works from the checkout's root (its main() changes there too)
+    import paper.sweep as driver
+    from paper.arms import PRESETS
     for name, p in PRESETS.items():
-        a = compare.parse_args(["--preset", name, "--no-build", "--out", os.path.join(tmp, name)])
-        sweep = compare.Sweep(a, "build/unstuck")
+        a = driver.parse_args(["--preset", name, "--no-build", "--out", os.path.join(tmp, name)])
+        sweep = driver.Sweep(a, "build/unstuck")
         check(all(os.path.exists(os.path.join(ROOT, arm.config)) for arm in sweep.arms), f"{name}: arm configs exist")
         args = sweep.train_args(sweep.arms[0], 1)
         check(f"data.train_path={sweep.pool}" in args and sweep.pool.endswith(".jsonl"),
@@ -87,10 +88,10 @@ def check_presets(tmp):
         if p.get("device") == "cuda":
             check("run.device=cuda" in args and sweep.compute == "native", f"{name}: CUDA, real formats")
     try:
-        compare.Sweep(compare.parse_args(["--preset", "paper-phase", "--arms", "bf16_lr3e-06", "--out",
+        driver.Sweep(driver.parse_args(["--preset", "paper-phase", "--arms", "bf16_lr3e-06", "--out",
                                           os.path.join(tmp, "x")]), "build/unstuck")
         check(False, "an unknown phase arm is refused")
-    except compare.SweepError as e:
+    except driver.SweepError as e:
         check("unknown arm" in str(e), f"an unknown phase arm is refused ({e})")
 
 

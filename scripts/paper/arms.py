@@ -1,9 +1,11 @@
 """Arms and presets of scripts/compare.py: the paper's arms (configs/paper/<arm>.yaml) and the arms
-made from a user's config by overriding precision.mode and optim.lr (MODE or MODE@Kx).
+made from a user's config by overriding precision.mode and optim.lr (MODE or MODE@Kx), and the reading
+of a run's resolved config (yaml_scalar, analog_bits, grid_name) that the reports share.
 
-An arm is a config file plus key=value overrides of `unstuck train`; compare.py adds the seed,
-steps, cadence and output folder.
+An arm is a config file plus key=value overrides of `unstuck train`; the sweep (paper/sweep.py) adds
+the seed, steps, cadence and output folder. The bottom layer of the package: imports none of it.
 """
+import os
 import subprocess
 
 PAPER_ARMS = ["fp32", "fp16", "bf16", "bf16_lr_k", "bf16_sr", "fp16_sr"]
@@ -113,7 +115,6 @@ class Arm:
 
 def paper_arms(spec, default=PAPER_ARMS):
     """Arms of configs/paper/ named by `spec` (space- or comma-separated; None: `default`)."""
-    import os
     names = spec.replace(",", " ").split() if spec else default
     arms = []
     for n in names:
