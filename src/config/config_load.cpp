@@ -286,6 +286,20 @@ void load_yaml_file(const Field& root, const std::filesystem::path& path) {
 
 void load_yaml_string(const Field& root, const std::string& text, const std::string& source) {
   const Context ctx{&root, source, false};
+  // YAML is printable text: a NUL or another control byte would reach yaml-cpp, which shows it as
+  // something else ("a\0b" as 'a\x08 '), so it is refused where it is.
+  for (std::size_t i = 0, line = 1, column = 1; i < text.size(); ++i, ++column) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      ++line;
+      column = 0;
+    } else if ((c < 0x20 && c != '\t' && c != '\r') || c == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      throw UserError(source + ":" + std::to_string(line) + ":" + std::to_string(column) + ": control byte 0x" +
+                      kHex[c >> 4] + kHex[c & 15] + (c == 0 ? " (NUL)" : "") +
+                      " in the config; a YAML config is printable text");
+    }
+  }
   YAML::Node node;
   try {
     node = YAML::Load(text);

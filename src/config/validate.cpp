@@ -14,7 +14,10 @@ namespace {
 // Upper bounds of counts that size a thread pool or a buffer directly; larger values are typos
 // (1e8 threads, a 1e9-token completion) that would only fail deep inside an allocation.
 constexpr int kMaxThreads = 4096;
-constexpr int64_t kMaxTokens = int64_t(1) << 24;  // model.max_seq_len, rollout.max_new_tokens
+constexpr int64_t kMaxTokens = model::kMaxSeqLen;  // model.max_seq_len, rollout.max_new_tokens
+// Loss weights beyond this make one term the whole loss, and 1e300 overflows it to inf, which the
+// run would only report as a non-finite gradient.
+constexpr double kMaxCoef = 1000;
 
 std::string shown(double x) {
   std::string text = config::format_double(x);
@@ -30,6 +33,24 @@ void require(bool ok, const char* key, const std::string& rule, const std::strin
 }
 void require(bool ok, const char* key, const char* rule, double got) {
   require(ok, key, rule, shown(got));
+}
+
+// Every number of the config is finite: YAML's .inf / .nan in any key is refused by that key's
+// name before its own range is checked (a NaN fails every comparison, an infinity only some).
+void require_finite(const config::Field& section, const std::string& prefix) {
+  for (const config::Field& f : section.children) {
+    const std::string key = prefix.empty() ? f.name : prefix + "." + f.name;
+    if (f.kind == config::Kind::section) {
+      require_finite(f, key);
+    } else if (f.kind == config::Kind::real) {
+      const double x = std::get<double>(f.get());
+      require(std::isfinite(x), key.c_str(), "a finite number", x);
+    } else if (f.kind == config::Kind::real_list) {
+      const auto xs = std::get<std::vector<double>>(f.get());
+      for (std::size_t i = 0; i < xs.size(); ++i)
+        require(std::isfinite(xs[i]), (key + "[" + std::to_string(i) + "]").c_str(), "a finite number", xs[i]);
+    }
+  }
 }
 
 void validate_run(const RunOptions& run) {
@@ -125,9 +146,12 @@ void validate_grpo(const train::GrpoConfig& g) {
           "in [1, prompts_per_step * group_size]", std::to_string(g.minibatches));
   require(g.ppo_epochs >= 1, "grpo.ppo_epochs", ">= 1", std::to_string(g.ppo_epochs));
   require(g.clip_low > 0 && g.clip_low < 1, "grpo.clip_low", "in (0, 1)", g.clip_low);
-  require(g.clip_high > 0, "grpo.clip_high", "> 0", g.clip_high);
-  require(g.kl_coef >= 0, "grpo.kl_coef", ">= 0", g.kl_coef);
-  require(g.entropy_coef >= 0, "grpo.entropy_coef", ">= 0", g.entropy_coef);
+  const std::string coef_range = "in [0, " + shown(kMaxCoef) + "]";
+  require(g.kl_coef >= 0 && g.kl_coef <= kMaxCoef, "grpo.kl_coef", coef_range + " (0 = off)", shown(g.kl_coef));
+  require(g.entropy_coef >= 0 && g.entropy_coef <= kMaxCoef, "grpo.entropy_coef", coef_range + " (0 = off)",
+          shown(g.entropy_coef));
+  require(g.clip_high > 0 && g.clip_high <= kMaxCoef, "grpo.clip_high", "in (0, " + shown(kMaxCoef) + "]",
+          shown(g.clip_high));
   require(g.warmup_steps >= 0, "grpo.warmup_steps", ">= 0", std::to_string(g.warmup_steps));
   require(g.eval_every >= 0, "grpo.eval_every", ">= 0", std::to_string(g.eval_every));
   require(g.eval_samples >= 0, "grpo.eval_samples", ">= 0", std::to_string(g.eval_samples));
@@ -146,6 +170,8 @@ void validate_dist(const dist::DistConfig& d) {
 }  // namespace
 
 void validate(const RunConfig& config) {
+  RunConfig copy = config;  // bind() needs a mutable object; nothing is written
+  require_finite(config::bind(copy), "");
   validate_run(config.run);
   validate_precision(config.precision);
   validate_optim(config.optim);

@@ -266,6 +266,9 @@ HfConfig parse_hf_config(const json& hf, const std::string& source) {
                                       std::to_string(c.n_heads) + ")");
   c.ffn_dim = r.positive("intermediate_size");
   c.max_seq_len = r.positive("max_position_embeddings");
+  if (c.max_seq_len > kMaxSeqLen)
+    r.fail("max_position_embeddings", "must be <= " + std::to_string(kMaxSeqLen) + " (2^24 tokens; it sets model.max_seq_len), got " +
+                                          std::to_string(c.max_seq_len));
   c.norm_eps = r.number("rms_norm_eps");
   if (c.norm_eps <= 0) r.fail("rms_norm_eps", "must be > 0");
   // head_dim: Qwen3's class default is 128; the others derive hidden_size / num_attention_heads.

@@ -202,7 +202,7 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
     return error_of([&] { load_run_config("", {text}); });
   };
   EXPECT_EQ(error("optim.lr=-1"), "optim.lr must be > 0, got -1");
-  EXPECT_EQ(error("optim.lr=.nan"), "optim.lr must be > 0, got .nan");
+  EXPECT_EQ(error("optim.lr=.nan"), "optim.lr must be a finite number, got .nan");
   EXPECT_EQ(error("optim.beta2=1"), "optim.beta2 must be in [0, 1), got 1");
   EXPECT_EQ(error("optim.grad_clip=-0.5"), "optim.grad_clip must be >= 0 (0 = off), got -0.5");
   EXPECT_EQ(error("precision.threads=-2"),

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -93,6 +94,46 @@ TEST(HostileConfig, DevZeroAndNulAndEmptyKeysAreNamed) {
   write_file(dir.path / "deep.yaml", "a: " + nested(100000) + "\n");
   const std::string deep = user_error([&] { load_run_config(dir.path / "deep.yaml"); });
   EXPECT_TRUE(has(deep, "deep.yaml:1: invalid YAML: nested deeper than")) << deep;
+}
+
+// A NUL byte written into the file (not the YAML escape) is named at its line and column; yaml-cpp
+// used to show "a\0b" as 'a\x08 ' (issue 31).
+TEST(HostileConfig, RawControlBytesAreNamedWhereTheyAre) {
+  ScratchDir dir;
+  write_file(dir.path / "nul.yaml", std::string("run:\n  name: a\0b\n", 18));
+  EXPECT_EQ(user_error([&] { load_run_config(dir.path / "nul.yaml"); }),
+            (dir.path / "nul.yaml").string() + ":2:10: control byte 0x00 (NUL) in the config; a YAML config is printable text");
+  write_file(dir.path / "bell.yaml", "optim:\n  lr: 1e-5\x07\n");
+  EXPECT_TRUE(has(user_error([&] { load_run_config(dir.path / "bell.yaml"); }), "bell.yaml:2:11: control byte 0x07"));
+}
+
+// Every number key of the config refuses .inf, -.inf and .nan by its name, before its own range
+// (`init_std=.inf` used to say "must be > 0"); loss weights have a stated range, so 1e300 is
+// refused as such instead of surfacing as a non-finite gradient blamed on optim.lr (issue 31).
+TEST(HostileConfig, EveryNumberIsFiniteAndCoefficientsInRange) {
+  RunConfig defaults;
+  std::vector<std::string> keys;
+  const std::function<void(const config::Field&, const std::string&)> walk = [&](const config::Field& f,
+                                                                                const std::string& prefix) {
+    for (const config::Field& c : f.children) {
+      const std::string key = prefix.empty() ? c.name : prefix + "." + c.name;
+      if (c.kind == config::Kind::section) walk(c, key);
+      if (c.kind == config::Kind::real) keys.push_back(key);
+    }
+  };
+  walk(config::bind(defaults), "");
+  ASSERT_GE(keys.size(), 30u);  // every number key of the tree (32 when this was written)
+  for (const std::string& key : keys)
+    for (const std::string value : {".inf", "-.inf", ".nan"})
+      EXPECT_EQ(user_error([&] { load_run_config("", {key + "=" + value}); }),
+                key + " must be a finite number, got " + value);
+  EXPECT_EQ(user_error([] { load_run_config("", {"grpo.kl_coef=1e300"}); }),
+            "grpo.kl_coef must be in [0, 1000] (0 = off), got 1e+300");
+  EXPECT_EQ(user_error([] { load_run_config("", {"grpo.entropy_coef=5000"}); }),
+            "grpo.entropy_coef must be in [0, 1000] (0 = off), got 5000");
+  EXPECT_EQ(user_error([] { load_run_config("", {"grpo.clip_high=1e9"}); }),
+            "grpo.clip_high must be in (0, 1000], got 1e+09");
+  EXPECT_NO_THROW(load_run_config("", {"grpo.kl_coef=1000", "grpo.entropy_coef=0.01"}));
 }
 
 // Every size from the issue gets a bound or a memory estimate that names the key (and the bytes).

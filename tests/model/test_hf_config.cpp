@@ -133,6 +133,10 @@ TEST(HfConfig, BadValuesNameTheKeyInsteadOfCrashing) {
   json eps = llama();
   eps["rms_norm_eps"] = "small";
   expect_refused(eps, {"'rms_norm_eps'", "finite number"});
+  // A context beyond 2^24 is named as config.json's key, not as model.max_seq_len (issue 31).
+  json context = llama();
+  context["max_position_embeddings"] = 1e9;
+  expect_refused(context, {"'max_position_embeddings'", "<= 16777216", "1000000000"});
 }
 
 TEST(HfConfig, FamiliesSetTheirFeatures) {

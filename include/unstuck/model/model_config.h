@@ -10,6 +10,10 @@
 
 namespace unstuck::model {
 
+// Longest context a run accepts (model.max_seq_len, config.json max_position_embeddings,
+// rollout.max_new_tokens): larger values are typos that would only fail inside an allocation.
+inline constexpr int64_t kMaxSeqLen = int64_t(1) << 24;
+
 // Which Hugging Face architecture the weights follow; decides config.json's model_type and
 // architectures on export (the math is fixed by the feature fields below).
 enum class Family { llama, qwen2, qwen3, mistral };
