@@ -2,8 +2,10 @@
 #include "dist/rendezvous.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -16,6 +18,10 @@ std::string short_error(const std::exception& e) {
   std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
   const auto end = text.find('\n');
   if (end != std::string::npos) text.resize(end);
+  // Gloo's closing advice ("This is typically caused by a remote worker crashing. ... GLHF!") says
+  // nothing the roll call does not.
+  const auto advice = text.find(". This is typically caused by");
+  if (advice != std::string::npos) text.resize(advice);
   return text;
 }
 
@@ -41,8 +47,27 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, double timeo
   }
 }
 
+namespace {
+
+// c10's warnings off while it lives: a TCPStore call to a dead host logs its exception with the
+// whole C++ backtrace ("sendBytes failed ... Broken pipe", 26 lines) before throwing it, and the
+// roll call reports that failure in its own one line.
+class QuietC10Warnings {
+ public:
+  QuietC10Warnings() : saved_(FLAGS_caffe2_log_level) { FLAGS_caffe2_log_level = std::max(saved_, 2); }  // 2: errors
+  ~QuietC10Warnings() { FLAGS_caffe2_log_level = saved_; }
+  QuietC10Warnings(const QuietC10Warnings&) = delete;
+  QuietC10Warnings& operator=(const QuietC10Warnings&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace
+
 std::string roll_call(c10d::Store& store, const LaunchEnv& env, const std::string& what,
                       const std::string& error, double wait_s) {
+  const QuietC10Warnings quiet;
   const std::string prefix = "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + ": ";
   const std::string cause = " (" + what + " failed: " + error + ")";
   const auto key = [](int r) { return "unstuck/alive_after_failure/" + std::to_string(r); };
