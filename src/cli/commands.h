@@ -2,6 +2,11 @@
 // itself to the CLI11 app here; main.cpp only wires them together and maps exceptions to exit codes.
 #pragma once
 
+#include <string>
+#include <vector>
+
+#include "unstuck/config/run_config.h"
+
 namespace CLI {
 class App;
 }
@@ -13,7 +18,7 @@ struct ExitCode {
   int code = 1;
 };
 
-void add_config_command(CLI::App& app);  // unstuck config show <file> [key=value ...]
+void add_config_command(CLI::App& app);  // unstuck config show|check|docs ...
 void add_bench_command(CLI::App& app);   // unstuck bench precision|generate|step [--json] ...
 void add_data_command(CLI::App& app);    // unstuck data generate --task ... --n ... --out DIR
 void add_reward_command(CLI::App& app);  // unstuck reward score --input F [--output G]
@@ -21,5 +26,10 @@ void add_tokenizer_command(CLI::App& app);  // unstuck tokenizer train|encode ..
 void add_train_commands(CLI::App& app);     // unstuck sft | train | eval | generate
 void add_launch_command(CLI::App& app);     // unstuck launch --nproc N -- train --config C
 void add_model_commands(CLI::App& app);     // unstuck inspect MODEL_DIR | export --run RUN_DIR --out DIR
+
+// The config of `unstuck train --config C` or `--resume R` (R's config.yaml, into R wherever it
+// now is), with `overrides` applied. Throws UserError when neither is given.
+RunConfig load_train_config(const std::string& config, const std::string& resume,
+                            const std::vector<std::string>& overrides);
 
 }  // namespace unstuck::cli

@@ -22,6 +22,9 @@
 #include "unstuck/train/evaluate.h"
 #include "unstuck/train/grpo.h"
 #include "unstuck/train/policy_dir.h"
+#include "unstuck/train/run_plan.h"
+#include "unstuck/train/torch_device.h"
+#include "unstuck/model/model_io.h"
 #include "unstuck/train/sft.h"
 
 namespace unstuck::cli {
@@ -32,6 +35,29 @@ torch::ScalarType parse_dtype(const std::string& name) {
   if (name == "bf16") return torch::kBFloat16;
   throw UserError("--dtype must be fp32 or bf16, got '" + name + "'");
 }
+
+}  // namespace
+
+RunConfig load_train_config(const std::string& config, const std::string& resume,
+                            const std::vector<std::string>& overrides) {
+  if (config.empty() && resume.empty()) throw UserError("give --config FILE or --resume RUN_DIR");
+  std::filesystem::path cfg_path = config, resume_run_dir;
+  if (!resume.empty()) {
+    const std::filesystem::path ckpt = train::resolve_resume_checkpoint(resume);
+    resume_run_dir = std::filesystem::absolute(ckpt).lexically_normal().parent_path().parent_path();
+    cfg_path = resume_run_dir / "config.yaml";
+  }
+  RunConfig cfg = load_run_config(cfg_path, overrides);
+  if (!resume_run_dir.empty()) {
+    // Resume into the directory given, wherever the run was first written (a moved or copied run
+    // keeps writing where it is now, never into the recorded old place).
+    cfg.run.output_dir = resume_run_dir.parent_path().string();
+    cfg.run.name = resume_run_dir.filename().string();
+  }
+  return cfg;
+}
+
+namespace {
 
 void add_sft(CLI::App& app) {
   struct Args {
@@ -67,32 +93,23 @@ void add_train(CLI::App& app) {
   config->excludes(resume);
   cmd->add_option("overrides", a->overrides, "key=value overrides, e.g. precision.mode=bf16 optim.lr=3e-5");
   cmd->callback([a] {
-    if (a->config.empty() && a->resume.empty()) throw UserError("give --config FILE or --resume RUN_DIR");
-    std::filesystem::path cfg_path = a->config, resume_run_dir;
-    if (!a->resume.empty()) {
-      const std::filesystem::path ckpt = train::resolve_resume_checkpoint(a->resume);
-      resume_run_dir = std::filesystem::absolute(ckpt).lexically_normal().parent_path().parent_path();
-      cfg_path = resume_run_dir / "config.yaml";
-    }
-    RunConfig cfg = load_run_config(cfg_path, a->overrides);
-    if (!resume_run_dir.empty()) {
-      // Resume into the directory given, wherever the run was first written (a moved or copied run
-      // keeps writing where it is now, never into the recorded old place).
-      cfg.run.output_dir = resume_run_dir.parent_path().string();
-      cfg.run.name = resume_run_dir.filename().string();
-    }
+    RunConfig cfg = load_train_config(a->config, a->resume, a->overrides);
     // Several ranks when started by `unstuck launch`, torchrun or Slurm (RANK, WORLD_SIZE, ...).
     const auto comm = dist::make_communicator(cfg.dist, dist::launch_env_from_environment());
     const train::GrpoResult r = train::run_grpo(std::move(cfg), a->resume, comm.get());
-    if (comm->rank() != 0) return;  // rank 0 reports for the run
-    if (r.interrupted) {
-      std::cout << "stopped after step " << r.steps << " (checkpoint written); continue with: unstuck train --resume "
-                << r.run_dir.string() << "\n";
-      return;
+    if (comm->rank() == 0) {  // rank 0 reports for the run
+      if (r.interrupted)
+        std::cout << "stopped after step " << r.steps << " (checkpoint written); continue with: unstuck train --resume "
+                  << r.run_dir.string() << "\n";
+      else
+        std::cout << "reward " << r.first_reward_mean << " -> " << r.last_reward_mean << " over " << r.steps
+                  << " steps; final greedy test accuracy " << r.final_eval_accuracy << "; run: " << r.run_dir.string()
+                  << "\n";
     }
-    std::cout << "reward " << r.first_reward_mean << " -> " << r.last_reward_mean << " over " << r.steps
-              << " steps; final greedy test accuracy " << r.final_eval_accuracy << "; run: "
-              << r.run_dir.string() << "\n";
+    if (r.health_failed) {  // every rank saw the same reduced metrics
+      std::cerr << "error: the run failed: " << r.health_summary << "\n";
+      throw ExitCode{3};
+    }
   });
 }
 
@@ -127,25 +144,29 @@ void add_eval(CLI::App& app) {
       throw UserError("eval: model directory '" + a->model + "' has no " + train::kRunConfigFile +
                       " (the run config naming its task and templates); give the task, e.g. `unstuck eval --model " +
                       a->model + " data.task=countdown`");
-    train::Policy p = train::load_policy(a->model, a->overrides, parse_dtype(a->dtype));
-    preflight(p.config, "eval");
-    at::set_num_threads(resolve_threads(p.config.precision.threads));
-    const auto path = a->split == "test" ? data::test_file(p.config.data) : data::train_file(p.config.data);
-    std::vector<data::TaskRecord> records = data::read_dataset(path, p.config.data);
-    if (a->samples > 0 && int64_t(records.size()) > a->samples) records.resize(std::size_t(a->samples));
-    const auto verifier =
-        reward::make_verifier(reward::verifier_name(p.config.reward, config::enum_name(p.config.data.task)), p.config.reward);
-    const data::PromptFormatter prompts(p.config.data, a->model);
-    records = train::drop_overlong_prompts(std::move(records), prompts, p.tokenizer,
-                                           p.config.model.max_seq_len - p.config.rollout.max_new_tokens, "eval");
+    // The plan reads the model directory's configs, the tokenizer and the split, and checks the
+    // memory, before any weight is loaded.
+    train::RunRequest request;
+    request.command = "eval";
+    request.model_dir = a->model;
+    request.split = a->split;
+    request.samples = a->samples;
+    const auto comm = dist::make_single_process_communicator();
+    train::RunPlan plan = train::plan_run(train::policy_run_config(a->model, a->overrides), request, *comm);
+    train::report_prompt_fit(plan.test, plan.max_prompt_tokens, "eval");
+    const RunConfig& c = plan.config;
+    const model::LoadedModel loaded = model::load_pretrained(plan.model_dir, plan.hf);
+    const model::LlamaModel model(c.model, loaded.flat.to(train::torch_device(plan.device), parse_dtype(a->dtype)));
+    const auto verifier = reward::make_verifier(reward::verifier_name(c.reward, config::enum_name(c.data.task)), c.reward);
     train::EvalOptions o;
-    o.max_new_tokens = p.config.rollout.max_new_tokens;
+    o.max_new_tokens = c.rollout.max_new_tokens;
     o.batch_size = a->batch;
     o.k = a->k;
     o.temperature = a->temperature;
     o.seed = a->seed;
-    o.stop_ids = p.stop_ids;
-    const train::EvalResult r = train::evaluate(*p.model, p.tokenizer, records, prompts, *verifier, o);
+    o.stop_ids = plan.ctx.stop_ids;
+    const auto& path = plan.test_file;
+    const train::EvalResult r = train::evaluate(model, plan.ctx.tokenizer, plan.test.kept, plan.ctx.prompts, *verifier, o);
     nlohmann::ordered_json j{{"model", a->model}, {"split", a->split}, {"records", r.records},
                              {"greedy_accuracy", r.accuracy}, {"mean_reward", r.mean_reward},
                              {"statuses", r.statuses}};

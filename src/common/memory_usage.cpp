@@ -1,10 +1,13 @@
-// Resident-set figures from /proc/self/status; the high-water reset through /proc/self/clear_refs.
+// Resident-set figures from /proc/self/status; memory ceilings from the cgroup files and /proc/meminfo.
 #include "unstuck/common/memory_usage.h"
 
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <iterator>
 #include <sstream>
 #include <string>
@@ -20,18 +23,80 @@ int64_t status_kib(const char* key) {
   return 0;
 }
 
+// The first number of a file ("max" and a missing file give -1).
+double file_number(const std::string& path) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text)) return -1;
+  char* end = nullptr;
+  const double x = std::strtod(text.c_str(), &end);
+  return end != text.c_str() && *end == '\0' ? x : -1;
+}
+
+// `key`'s value in a memory.stat file (0 when absent).
+double stat_value(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string name;
+  double value = 0;
+  while (in >> name >> value)
+    if (name == key) return value;
+  return 0;
+}
+
+// v2 (memory.max) or v1 (memory.limit_in_bytes) files in `dir`; limit 0 when neither sets one. A
+// v1 "unlimited" is the largest page-aligned int64 (about 2^63).
+MemoryCeiling ceiling_in(const std::string& dir) {
+  MemoryCeiling c;
+  if (const double max = file_number(dir + "/memory.max"); max > 0) {
+    c = {max, file_number(dir + "/memory.current") - stat_value(dir + "/memory.stat", "inactive_file"),
+         dir + "/memory.max"};
+  } else if (const double v1 = file_number(dir + "/memory.limit_in_bytes"); v1 > 0 && v1 < 0x1p60) {
+    c = {v1, file_number(dir + "/memory.usage_in_bytes") - stat_value(dir + "/memory.stat", "total_inactive_file"),
+         dir + "/memory.limit_in_bytes"};
+  }
+  c.used = std::max(c.used, 0.0);
+  return c;
+}
+
+// This process's v2 cgroup directory ("0::/path" in /proc/self/cgroup), "" when none.
+std::string own_v2_cgroup() {
+  std::ifstream in("/proc/self/cgroup");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("0::", 0) == 0) return "/sys/fs/cgroup" + (line.size() > 4 ? line.substr(3) : std::string());
+  return "";
+}
+
 }  // namespace
+
+MemoryCeiling cgroup_memory_ceiling() {
+  if (const char* dir = std::getenv("UNSTUCK_CGROUP_MEMORY_DIR"); dir && *dir) return ceiling_in(dir);
+  const std::string own = own_v2_cgroup();
+  if (!own.empty())
+    if (MemoryCeiling c = ceiling_in(own); c.limit > 0) return c;
+  if (MemoryCeiling c = ceiling_in("/sys/fs/cgroup"); c.limit > 0) return c;
+  return ceiling_in("/sys/fs/cgroup/memory");
+}
+
+MemoryCeiling host_memory_ceiling() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0, total = 0, available = -1, swap_total = 0, swap_free = 0;
+  while (in >> key >> kib) {
+    if (key == "MemTotal:") total = kib * 1024;
+    if (key == "MemAvailable:") available = kib * 1024;
+    if (key == "SwapTotal:") swap_total = kib * 1024;
+    if (key == "SwapFree:") swap_free = kib * 1024;
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (total <= 0 || available < 0) return {};
+  // The kernel kills when memory and swap are both exhausted.
+  return {total + swap_total, total + swap_total - available - swap_free, "/proc/meminfo"};
+}
 
 int64_t current_rss_bytes() { return status_kib("VmRSS") * 1024; }
 
 int64_t peak_rss_bytes() { return status_kib("VmHWM") * 1024; }
 
-bool reset_peak_rss() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-  out.flush();
-  return bool(out);
-}
 
 double seconds_since_process_start() {
   std::ifstream in("/proc/self/stat");

@@ -14,6 +14,7 @@
 
 #include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
+#include "unstuck/common/memory_usage.h"
 #include "unstuck/config/device.h"
 
 namespace unstuck {
@@ -264,12 +265,6 @@ MemoryPlan plan_memory(const RunConfig& c, const std::string& command, const Mem
   return plan;
 }
 
-std::vector<MemoryPart> estimate_memory(const RunConfig& c, const std::string& command, int64_t longest_prompt) {
-  MemoryPlanInputs in;
-  in.longest_prompt = longest_prompt;
-  return plan_memory(c, command, in).parts;
-}
-
 std::string memory_report(const MemoryPlan& plan) {
   const std::string at = plan.peak_phase();
   std::string out = "memory plan per rank: peak " + format_bytes(plan.peak()) +
@@ -361,16 +356,28 @@ void check_memory(const MemoryPlan& plan, const MemoryLimit& limit) {
 
 MemoryLimit memory_limit(const RunConfig& c, double limit_bytes) {
   // Given bytes of host memory, or this rank's device: its GPU's free memory, else the host's available memory.
-  if (limit_bytes >= 0) return host_memory_limit(limit_bytes);
-  const ResolvedDevice d = rank_device(c);
-  return d.kind == DeviceKind::cuda ? gpu_memory_limit(d.index) : host_memory_limit(available_memory_bytes());
+  return limit_bytes >= 0 ? host_memory_limit(limit_bytes) : device_memory_limit(rank_device(c));
+}
+
+MemoryLimit device_memory_limit(const ResolvedDevice& d) {
+  if (d.kind == DeviceKind::cuda) return gpu_memory_limit(d.index);
+  // A cgroup limit (a container's, a Slurm job's) below what the machine has free is the one the
+  // kernel's out-of-memory killer enforces.
+  MemoryLimit host = host_memory_limit(available_memory_bytes());
+  const MemoryCeiling cg = cgroup_memory_ceiling();
+  if (cg.limit > 0 && cg.limit - cg.used < host.bytes)
+    host = {std::max(0.0, cg.limit - cg.used),
+            "the cgroup memory limit " + format_bytes(cg.limit) + " (" + cg.source + "), " +
+                format_bytes(std::max(0.0, cg.limit - cg.used)) + " of it free",
+            host.ranks};
+  return host;
 }
 
 MemoryPlan preflight(const RunConfig& c, const std::string& command, double limit_bytes, const MemoryPlanInputs& in) {
   check_limits(c);
   MemoryLimit limit = memory_limit(c, limit_bytes);
-  // The available memory already leaves out what this process holds (its baseline).
-  if (limit_bytes < 0 && limit.where.rfind("this machine", 0) == 0) limit.bytes += in.baseline_bytes;
+  // The available memory already leaves out what this process holds (its baseline; 0 on a GPU).
+  if (limit_bytes < 0) limit.bytes += in.baseline_bytes;
   MemoryPlan plan = plan_memory(c, command, in);
   check_memory(plan, limit);
   return plan;

@@ -39,9 +39,10 @@ const char* hf_dtype_name(io::DType d) {
   return "float32";
 }
 
-LoadedModel load_pretrained(const std::filesystem::path& dir) {
+LoadedModel load_pretrained(const std::filesystem::path& dir) { return load_pretrained(dir, read_hf_config(dir / "config.json")); }
+
+LoadedModel load_pretrained(const std::filesystem::path& dir, const HfConfig& hf) {
   const std::filesystem::path config_path = dir / "config.json";
-  const HfConfig hf = read_hf_config(config_path);
   LoadedModel out;
   out.config = hf.model;
   out.tokens = hf.tokens;

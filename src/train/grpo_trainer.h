@@ -78,6 +78,8 @@ class GrpoTrainer {
   // Marks "first rollout token" on `clock` during the next rollout, logs the start-up summary and
   // records it in run.json (rank 0).
   void report_startup(StartupClock* clock) { startup_ = clock; }
+  // The memory ceiling checked at the step's progress points (MemoryWatch::check throws).
+  void watch_memory(const MemoryWatch* watch) { progress_.watch(watch); }
 
   const TrainableWeights& weights() const { return weights_; }
   torch::Device device() const { return device_; }

@@ -30,8 +30,7 @@ std::vector<int32_t> stop_token_ids(const std::filesystem::path& model_dir, cons
   return ids;
 }
 
-Policy load_policy(const std::filesystem::path& dir, const std::vector<std::string>& overrides,
-                   torch::ScalarType dtype) {
+RunConfig policy_run_config(const std::filesystem::path& dir, const std::vector<std::string>& overrides) {
   if (!std::filesystem::is_directory(dir))
     throw UserError("model directory '" + dir.string() + "' does not exist");
   const std::filesystem::path cfg_path = dir / kRunConfigFile;
@@ -39,7 +38,12 @@ Policy load_policy(const std::filesystem::path& dir, const std::vector<std::stri
   // GPU, else the CPU) unless the caller's overrides, applied after it, name it.
   std::vector<std::string> all_overrides{"run.device=auto"};
   all_overrides.insert(all_overrides.end(), overrides.begin(), overrides.end());
-  RunConfig config = load_run_config(std::filesystem::exists(cfg_path) ? cfg_path : "", all_overrides);
+  return load_run_config(std::filesystem::exists(cfg_path) ? cfg_path : "", all_overrides);
+}
+
+Policy load_policy(const std::filesystem::path& dir, const std::vector<std::string>& overrides,
+                   torch::ScalarType dtype) {
+  RunConfig config = policy_run_config(dir, overrides);
   const torch::Device device = torch_device(config);
   model::LoadedModel loaded = model::load_pretrained(dir);
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(dir);  // tokenizer.json, else tokenizer.model

@@ -14,13 +14,14 @@
 #include "unstuck/common/parallel.h"
 #include "unstuck/config/config.h"
 #include "unstuck/data/dataset.h"
+#include "unstuck/dist/communicator.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/train/compute_choice.h"
 #include "unstuck/train/evaluate.h"
 #include "unstuck/train/lr_schedule.h"
 #include "unstuck/train/record_order.h"
-#include "unstuck/train/run_setup.h"
+#include "unstuck/train/run_plan.h"
 #include "unstuck/train/skip_guard.h"
 #include "unstuck/train/torch_device.h"
 #include "unstuck/train/trainable_weights.h"
@@ -28,30 +29,8 @@
 namespace unstuck::train {
 namespace {
 
-struct Example {
-  std::vector<int32_t> prompt;      // BOS + prompt
-  std::vector<int32_t> completion;  // completion + EOS
-};
-
-std::vector<Example> encode_examples(const std::vector<data::TaskRecord>& records,
-                                     const RunConfig& cfg, const tokenizer::Tokenizer& tok,
-                                     const data::PromptFormatter& prompts, const std::string& source) {
-  std::vector<Example> out;
-  out.reserve(records.size());
-  for (std::size_t i = 0; i < records.size(); ++i) {
-    Example e{prompt_ids(records[i], prompts, tok), tok.encode(data::format_completion(records[i], cfg.data))};
-    e.completion.push_back(tok.eos_id());
-    if (int64_t(e.prompt.size() + e.completion.size()) > cfg.model.max_seq_len)
-      throw UserError(source + " record " + std::to_string(i + 1) + ": " +
-                      std::to_string(e.prompt.size() + e.completion.size()) +
-                      " tokens exceed model.max_seq_len (" + std::to_string(cfg.model.max_seq_len) + ")");
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
 // Right-padded (B, L) tokens and the (B, L-1) mask of target positions that are completion tokens.
-std::pair<torch::Tensor, torch::Tensor> make_batch(const std::vector<Example>& examples,
+std::pair<torch::Tensor, torch::Tensor> make_batch(const std::vector<SftExample>& examples,
                                                    const std::vector<std::size_t>& idx, int32_t pad) {
   std::size_t L = 0;
   for (std::size_t i : idx) L = std::max(L, examples[i].prompt.size() + examples[i].completion.size());
@@ -60,7 +39,7 @@ std::pair<torch::Tensor, torch::Tensor> make_batch(const std::vector<Example>& e
   auto t = tokens.accessor<int64_t, 2>();
   auto m = mask.accessor<float, 2>();
   for (std::size_t b = 0; b < idx.size(); ++b) {
-    const Example& e = examples[idx[b]];
+    const SftExample& e = examples[idx[b]];
     std::size_t pos = 0;
     for (int32_t id : e.prompt) t[b][pos++] = id;
     for (int32_t id : e.completion) {
@@ -80,42 +59,24 @@ io::DType save_dtype(SaveDtype d) {
   return io::DType::f32;
 }
 
-// Creates `dir` and writes and removes a probe file in it; throws UserError naming `key` otherwise.
-void check_writable_dir(const std::filesystem::path& dir, const char* key) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  const std::filesystem::path probe = dir / ".unstuck_write_probe";
-  bool ok = !ec && std::filesystem::is_directory(dir);
-  if (ok) {
-    std::ofstream out(probe, std::ios::trunc);
-    ok = bool(out << "probe") && bool(out.flush());
-  }
-  std::filesystem::remove(probe, ec);
-  if (!ok)
-    throw UserError(std::string(key) + ": cannot write the model directory '" + dir.string() +
-                    "' (not a writable folder); fix it before training, the model is saved there at the end");
-}
-
 }  // namespace
 
-SftResult run_sft(RunConfig cfg) {
+SftResult run_sft(RunConfig config) {
   const auto t_start = std::chrono::steady_clock::now();
-  const torch::Device device = torch_device(cfg);  // a missing GPU fails before the run directory exists
-  RunContext ctx = setup_run(cfg, "sft");
+  // Resolve and check everything first (a missing GPU, an unwritable model directory, overlong
+  // records), writing nothing; then open the run directory.
+  const std::unique_ptr<dist::Communicator> comm = dist::make_single_process_communicator();
+  RunRequest request;
+  request.command = "sft";
+  RunPlan plan = plan_run(std::move(config), request, *comm);
+  open_run(plan);
+  const RunConfig& cfg = plan.config;
+  const RunContext& ctx = plan.ctx;
   const tokenizer::Tokenizer& tok = ctx.tokenizer;
-  const std::vector<data::TaskRecord> train_records = data::read_dataset(data::train_file(cfg.data), cfg.data);
-  std::vector<data::TaskRecord> test_records = data::read_dataset(data::test_file(cfg.data), cfg.data);
-  const std::vector<Example> train =
-      encode_examples(train_records, cfg, tok, ctx.prompts, data::train_file(cfg.data).string());
-  if (train.empty()) throw UserError(data::train_file(cfg.data).string() + ": no training records");
-  if (cfg.sft.eval_samples > 0 && int64_t(test_records.size()) > cfg.sft.eval_samples)
-    test_records.resize(std::size_t(cfg.sft.eval_samples));
-  // Pre-flight: what would fail at the first evaluation or at the save fails now, not after training.
-  test_records = drop_overlong_prompts(std::move(test_records), ctx.prompts, tok,
-                                      cfg.model.max_seq_len - cfg.rollout.max_new_tokens, "sft: test records");
-  const std::filesystem::path model_dir =
-      cfg.sft.output.empty() ? ctx.run_dir / "model" : std::filesystem::path(cfg.sft.output);
-  check_writable_dir(model_dir, cfg.sft.output.empty() ? "run.output_dir" : "sft.output");
+  const torch::Device device = torch_device(plan.device);
+  const std::vector<SftExample>& train = plan.sft_examples;
+  const std::vector<data::TaskRecord>& test_records = plan.test.kept;
+  const std::filesystem::path& model_dir = plan.sft_model_dir;
   spdlog::info("sft: {} train / {} eval records, model {} params, precision {}, device {}", train.size(),
                test_records.size(), model::llama_layout(cfg.model).total,
                config::enum_name(cfg.precision.mode), device.str());
@@ -124,15 +85,12 @@ SftResult run_sft(RunConfig cfg) {
   torch::Tensor master = torch::empty({layout.total});
   model::init_llama_weights(layout, cfg.model, master, ctx.seeds.init);  // on the CPU: the same start anywhere
   master = master.to(device);
-  const ComputeChoice compute = resolve_compute(cfg.model, cfg.precision, device, std::nullopt);
-  TrainableWeights weights(cfg.model, master, with_compute(cfg.precision, compute.mode), ctx.seeds.rounding);
-  record_in_run_json(ctx, {{"device", device.str()},
-                          {"forward_dtype", c10::toString(weights.forward_dtype())},  // and how it was chosen
-                          {"compute_choice", compute.to_json(cfg.precision.compute)}});
+  TrainableWeights weights(cfg.model, master, with_compute(cfg.precision, plan.compute), ctx.seeds.rounding);
+  record_in_run_json(ctx, {{"forward_dtype", c10::toString(weights.forward_dtype())}});
   const auto verifier = reward::make_verifier(reward::verifier_name(cfg.reward, config::enum_name(cfg.data.task)), cfg.reward);
   EvalOptions eval_opts;
   eval_opts.max_new_tokens = cfg.rollout.max_new_tokens;
-  eval_opts.stop_ids = {tok.eos_id()};  // the completions it trains on end with the EOS (encode_examples)
+  eval_opts.stop_ids = ctx.stop_ids;  // the EOS, which ends the completions it trains on
 
   RecordOrder order(train.size(), ctx.seeds.data);
   std::ofstream metrics(ctx.run_dir / "sft_metrics.jsonl");

@@ -6,6 +6,7 @@
 namespace unstuck::train {
 
 void StepProgress::start_step(int64_t step) {
+  check_memory();
   step_ = step;
   start_ = rollout_start_ = std::chrono::steady_clock::now();
   last_line_ = -1e9;
@@ -23,6 +24,7 @@ bool StepProgress::due() {
 }
 
 void StepProgress::rollout(const rollout::GenerateProgress& p) {
+  check_memory();
   if (p.tokens_done == 1) rollout_start_ = std::chrono::steady_clock::now();
   if (!due()) return;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - rollout_start_).count();
@@ -32,12 +34,14 @@ void StepProgress::rollout(const rollout::GenerateProgress& p) {
 }
 
 void StepProgress::chunk(const char* phase, int64_t chunk, int64_t chunks, int64_t pass, int64_t passes) {
+  check_memory();
   if (!due()) return;
   spdlog::info("  step {}: {} chunk {}/{}{}, {:.0f} s in", step_, phase, chunk, chunks,
                passes > 1 ? fmt::format(" of optimizer pass {}/{}", pass, passes) : std::string(), since_start());
 }
 
 void StepProgress::optimizer(int64_t pass, int64_t passes) {
+  check_memory();
   if (!due()) return;
   spdlog::info("  step {}: optimizer step{}, {:.0f} s in", step_,
                passes > 1 ? fmt::format(" {}/{}", pass, passes) : std::string(), since_start());

@@ -4,8 +4,9 @@
 
 namespace unstuck::train {
 
-c10::Device torch_device(const RunConfig& config) {
-  const ResolvedDevice d = rank_device(config);
+c10::Device torch_device(const RunConfig& config) { return torch_device(rank_device(config)); }
+
+c10::Device torch_device(const ResolvedDevice& d) {
   return d.kind == DeviceKind::cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(d.index))
                                     : c10::Device(c10::kCPU);
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "unstuck/config/device.h"
 #include "unstuck/config/run_config.h"
 
 namespace unstuck {
@@ -57,9 +58,6 @@ struct MemoryPlan {
 // and each group's prompt is computed once (LlamaModel::forward_completions); the log-softmax of
 // the fused head runs grpo.logprob_chunk_tokens positions at a time (algo::head_log_probs).
 MemoryPlan plan_memory(const RunConfig& config, const std::string& command, const MemoryPlanInputs& in = {});
-// The plan's parts (compatibility: plan_memory(...).parts).
-std::vector<MemoryPart> estimate_memory(const RunConfig& config, const std::string& command,
-                                        int64_t longest_prompt = -1);
 
 // Physical memory of this machine in bytes (0 when unknown).
 double physical_memory_bytes();
@@ -97,8 +95,13 @@ void check_memory(const MemoryPlan& plan, const MemoryLimit& limit);
 // Returns the plan it checked.
 MemoryPlan preflight(const RunConfig& config, const std::string& command, double limit_bytes = -1,
                      const MemoryPlanInputs& in = {});
-// The limit preflight() checks against: `limit_bytes` >= 0 of host memory, else this rank's device.
+// The limit preflight() checks against: `limit_bytes` >= 0 of host memory, else this rank's device:
+// its GPU's free memory, or the machine's available memory, or the free part of the cgroup's memory
+// limit when that is smaller (cgroup_memory_ceiling()).
 MemoryLimit memory_limit(const RunConfig& config, double limit_bytes = -1);
+// The limit of a resolved device (the GPU's free memory; on the CPU the machine's available memory,
+// or the cgroup limit's free part when smaller).
+MemoryLimit device_memory_limit(const ResolvedDevice& device);
 
 // The checks of preflight() that need no memory estimate (prompt room in the context); `unstuck
 // train` runs these first and its memory check once the data gives the longest prompt.

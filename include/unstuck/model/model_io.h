@@ -28,6 +28,9 @@ struct LoadedModel {
 // allocated. A missing or extra tensor, a shape mismatch, a NaN or infinite weight, or a layer
 // count / vocabulary that disagrees with the tensors throws UserError naming the file and tensor.
 LoadedModel load_pretrained(const std::filesystem::path& dir);
+// The same with dir/config.json already parsed (`hf`, from read_hf_config): a run's plan reads it
+// once, before the weights.
+LoadedModel load_pretrained(const std::filesystem::path& dir, const HfConfig& hf);
 
 // Writes dir/config.json and the weights with tensors in `dtype`: a flat buffer already in that
 // dtype is written bit for bit; an FP32 one is rounded to nearest. `max_shard_bytes` > 0 shards the

@@ -14,6 +14,7 @@
 #include "unstuck/reward/verifier.h"
 #include "unstuck/rollout/sampling_config.h"
 #include "unstuck/tokenizer/tokenizer.h"
+#include "unstuck/train/prompt_fit.h"
 
 namespace unstuck::train {
 
@@ -35,30 +36,6 @@ struct EvalResult {
   std::map<std::string, int64_t> statuses;  // greedy verifier statuses
   std::vector<std::string> examples;         // a few "prompt -> completion [status]" lines
 };
-
-// Token ids a policy is prompted with. Without a chat template: BOS (when the tokenizer has one)
-// + the prompt_template text; with one: the rendered template's ids alone (it writes BOS itself).
-std::vector<int32_t> prompt_ids(const data::TaskRecord& record, const data::PromptFormatter& prompts,
-                                const tokenizer::Tokenizer& tok);
-
-// Records whose prompt fits in `max_prompt_tokens` (max_seq_len - max_new_tokens), in order.
-struct PromptFit {
-  std::vector<data::TaskRecord> kept;
-  std::vector<int64_t> lengths;  // prompt tokens of every input record
-  int64_t dropped = 0;           // records whose prompt is longer than the limit
-  int64_t longest = 0;           // tokens of the longest prompt, kept or dropped
-};
-PromptFit fit_prompts(std::vector<data::TaskRecord> records, const data::PromptFormatter& prompts,
-                      const tokenizer::Tokenizer& tok, int64_t max_prompt_tokens);
-// Logs "<what>: dropped N of M records whose prompt exceeds L tokens (longest: K)" when `fit`
-// dropped any; throws UserError when none is left (naming model.max_seq_len and
-// rollout.max_new_tokens).
-void report_prompt_fit(const PromptFit& fit, int64_t max_prompt_tokens, const std::string& what);
-// fit_prompts() then report_prompt_fit(): the records that fit.
-std::vector<data::TaskRecord> drop_overlong_prompts(std::vector<data::TaskRecord> records,
-                                                    const data::PromptFormatter& prompts,
-                                                    const tokenizer::Tokenizer& tok,
-                                                    int64_t max_prompt_tokens, const std::string& what);
 
 // Text of a sampled completion: its tokens up to (without) the first stop token, decoded.
 std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer::Tokenizer& tok,

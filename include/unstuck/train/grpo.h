@@ -17,6 +17,10 @@ struct GrpoResult {
   double final_eval_accuracy = 0.0;
   int64_t steps = 0;
   bool interrupted = false;  // stopped early by SIGINT/SIGTERM after checkpointing
+  // Run health (docs/GRPO.md, "Run health"): the summary logged at the end, and whether the run
+  // failed (most of its optimizer steps skipped; `unstuck train` then exits with code 3).
+  std::string health_summary;
+  bool health_failed = false;
 };
 
 // `resume`: empty for a fresh run; else a checkpoint directory (.../checkpoints/step_N) or a run

@@ -33,6 +33,10 @@ struct Policy {
 std::vector<int32_t> stop_token_ids(const std::filesystem::path& model_dir, const std::vector<int32_t>& config_eos_ids,
                                     const tokenizer::Tokenizer& tok, int64_t vocab_size);
 
+// The run config stored in a policy directory (config.yaml; the defaults without one) with
+// `overrides` applied after run.device=auto. Throws UserError when `dir` is not a directory.
+RunConfig policy_run_config(const std::filesystem::path& dir, const std::vector<std::string>& overrides);
+
 // Loads dir/{config.json, model.safetensors, tokenizer.model, config.yaml}; `overrides` apply to
 // the stored run config (e.g. data.test_path=...). `dtype`: kFloat32 or kBFloat16 compute. The model
 // goes to run.device of the overrides, else to auto (a usable GPU, else the CPU), never to the

@@ -1,6 +1,5 @@
-// What every training or evaluation command does first: resolve the tokenizer (and the model's
-// vocabulary size from it), create the run directory with the resolved config and a log file,
-// derive the named random streams from the run seed, and record run.json.
+// What the commands share around a run's plan (run_plan.h): the start-up clock, the named random
+// streams derived from the run seed, the context the stages read, and run.json updates.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -48,7 +47,7 @@ struct Seeds {
 Seeds derive_seeds(uint64_t run_seed);
 
 struct RunContext {
-  std::filesystem::path run_dir;
+  std::filesystem::path run_dir;  // output_dir/name (created by open_run)
   std::filesystem::path tokenizer_path;
   tokenizer::Tokenizer tokenizer;
   Seeds seeds;
@@ -59,23 +58,8 @@ struct RunContext {
 // The tokenizer file of a config: tokenizer.path, or data/<task>/tokenizer.model.
 std::filesystem::path tokenizer_file(const RunConfig& config);
 
-// Everything before the run directory, writing no file: loads the tokenizer, sets model.vocab_size
-// from it when 0 (another value is an error, except a larger one for a model loaded from a
-// checkpoint: a padded embedding, as Qwen2.5 has), validates, runs the pre-flight checks, builds
-// the prompt formatter, derives the seeds and sets libtorch's thread count from precision.threads.
-// run_dir stays empty.
-RunContext prepare_run(RunConfig& config, const std::string& command, bool model_from_checkpoint = false);
-
-// Creates the run directory (config.yaml, <command>.log, run.json) of a prepared run. Ranks other
-// than 0 of a multi-process run write nothing: they log warnings and errors to stderr, prefixed
-// with their rank.
-void open_run(RunContext& ctx, const RunConfig& config, const std::string& command, int rank = 0);
-
 // Adds `fields` (a JSON object) to the run directory's run.json (what the run resolved after it
 // opened: devices, dtypes, choices), replacing keys of the same name.
 void record_in_run_json(const RunContext& ctx, const nlohmann::json& fields);
-
-// prepare_run() then open_run().
-RunContext setup_run(RunConfig& config, const std::string& command, int rank = 0);
 
 }  // namespace unstuck::train

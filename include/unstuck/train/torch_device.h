@@ -4,6 +4,7 @@
 
 #include <c10/core/Device.h>
 
+#include "unstuck/config/device.h"
 #include "unstuck/config/run_config.h"
 
 namespace unstuck::train {
@@ -12,5 +13,7 @@ namespace unstuck::train {
 // when there is a GPU to pick) when one is usable, else the CPU; cuda without a usable device throws
 // a UserError naming the key.
 c10::Device torch_device(const RunConfig& config);
+// A device already resolved (a run's plan holds its rank's) as a c10::Device.
+c10::Device torch_device(const ResolvedDevice& device);
 
 }  // namespace unstuck::train
