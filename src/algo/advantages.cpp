@@ -1,18 +1,49 @@
-// Group-normalized and mean-only advantages (see advantages.h for the worked example).
+// The advantage baselines and scales (see advantages.h for the worked examples).
 #include "unstuck/algo/advantages.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 namespace unstuck::algo {
 
-Advantages group_advantages(const std::vector<float>& rewards, int64_t group_size,
-                            AdvantageMode mode, double eps) {
+RewardScale resolved_scale(AdvantageMode mode, RewardScale scale) {
+  if (scale != RewardScale::auto_) return scale;
+  switch (mode) {
+    case AdvantageMode::grpo: return RewardScale::group;
+    case AdvantageMode::reinforce_pp: return RewardScale::batch;
+    case AdvantageMode::mean_only:
+    case AdvantageMode::rloo: break;
+  }
+  return RewardScale::none;
+}
+
+double RewardMoments::sample_std() const {
+  if (n < 2) return 0.0;
+  return std::sqrt(std::max(0.0, (sumsq - sum * sum / n) / (n - 1)));
+}
+
+RewardMoments reward_moments(const std::vector<float>& rewards) {
+  RewardMoments m;
+  for (const float r : rewards) {
+    m.n += 1;
+    m.sum += r;
+    m.sumsq += double(r) * double(r);
+  }
+  return m;
+}
+
+Advantages group_advantages(const std::vector<float>& rewards, int64_t group_size, AdvantageMode mode,
+                            double eps, RewardScale scale_in, const RewardMoments* batch_in) {
   if (group_size < 2 || rewards.size() % std::size_t(group_size) != 0)
     throw std::invalid_argument("group_advantages: " + std::to_string(rewards.size()) +
                                 " rewards do not split into groups of " + std::to_string(group_size) +
                                 " (group size must be >= 2)");
+  if (mode == AdvantageMode::mean_only && scale_in != RewardScale::auto_ && scale_in != RewardScale::none)
+    throw std::invalid_argument("group_advantages: mean_only divides by nothing (it is grpo with scale none)");
+  const RewardScale scale = resolved_scale(mode, scale_in);
+  const RewardMoments batch = batch_in ? *batch_in : reward_moments(rewards);
   Advantages out;
   out.values.resize(rewards.size());
   const std::size_t G = std::size_t(group_size);
@@ -22,14 +53,24 @@ Advantages group_advantages(const std::vector<float>& rewards, int64_t group_siz
     mean /= double(G);
     double var = 0;
     for (std::size_t i = g0; i < g0 + G; ++i) var += (rewards[i] - mean) * (rewards[i] - mean);
-    const double std_dev = std::sqrt(var / double(G - 1));  // sample std, as TRL and verl use
+    const double group_std = std::sqrt(var / double(G - 1));  // sample std, as TRL and verl use
     const bool flat = var == 0.0;
     out.zero_variance_groups += flat;
     ++out.groups;
+    const double divisor = scale == RewardScale::group   ? group_std + eps
+                           : scale == RewardScale::batch ? batch.sample_std() + eps
+                                                         : 1.0;
     for (std::size_t i = g0; i < g0 + G; ++i) {
-      const double centered = rewards[i] - mean;
-      out.values[i] = flat ? 0.0f
-                           : float(mode == AdvantageMode::grpo ? centered / (std_dev + eps) : centered);
+      double centered = 0;
+      switch (mode) {
+        case AdvantageMode::grpo:
+        case AdvantageMode::mean_only: centered = rewards[i] - mean; break;
+        case AdvantageMode::rloo: centered = double(G) / double(G - 1) * (rewards[i] - mean); break;
+        case AdvantageMode::reinforce_pp: centered = rewards[i] - batch.mean(); break;
+      }
+      // A flat group has no signal of its own: 0, not eps-divided rounding noise.
+      const bool group_centered = mode != AdvantageMode::reinforce_pp;
+      out.values[i] = group_centered && flat ? 0.0f : float(centered / divisor);
     }
   }
   return out;

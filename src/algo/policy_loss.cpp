@@ -1,4 +1,5 @@
-// Clipped policy-gradient loss, KL estimators and the three loss aggregations.
+// Clipped policy-gradient loss (token or sequence ratios, dual clip), KL estimators and the three
+// loss aggregations.
 #include "unstuck/algo/policy_loss.h"
 
 #include <ATen/ATen.h>
@@ -23,15 +24,25 @@ PolicyLoss policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp,
                        const PolicyLossOptions& o) {
   const torch::Tensor mask = mask_in.to(logp.scalar_type());
   const torch::Tensor adv = advantages.to(logp.scalar_type()).unsqueeze(1);  // (B, 1)
-  const torch::Tensor ratio = torch::exp(logp - old_logp);                  // (B, T)
+  torch::Tensor log_ratio = (logp - old_logp).clamp(-kMaxLogRatio, kMaxLogRatio);  // (B, T)
+  if (o.importance == ImportanceRatio::sequence)  // (B, 1): the row's mean over its completion tokens
+    log_ratio = ((log_ratio * mask).sum(1, /*keepdim=*/true) / mask.sum(1, true).clamp_min(1.0))
+                    .clamp(-kMaxLogRatio, kMaxLogRatio);
+  const torch::Tensor ratio = torch::exp(log_ratio).expand_as(logp);  // (B, T)
   const torch::Tensor surr1 = ratio * adv;
   const torch::Tensor surr2 = torch::clamp(ratio, 1.0 - o.clip_low, 1.0 + o.clip_high) * adv;
   torch::Tensor per_token = -torch::min(surr1, surr2);
+  const bool dual = o.clip_ratio_c > 0;
+  if (dual) per_token = torch::where(adv < 0, torch::min(per_token, -adv * o.clip_ratio_c), per_token);
   PolicyLoss out;
   const double n_tokens = std::max(mask.sum().item<double>(), 1.0);
   {
     torch::NoGradGuard no_grad;
-    out.clip_frac = ((surr2 < surr1).to(mask.scalar_type()) * mask).sum().item<double>() / n_tokens;
+    const auto frac = [&](const torch::Tensor& hit) { return (hit.to(mask.scalar_type()) * mask).sum().item<double>() / n_tokens; };
+    out.clip_frac = frac(surr2 < surr1);
+    out.clip_frac_low = frac((adv < 0) & (ratio < 1.0 - o.clip_low));
+    out.clip_frac_high = frac((adv > 0) & (ratio > 1.0 + o.clip_high));
+    if (dual) out.dual_clip_frac = frac((adv < 0) & (ratio > o.clip_ratio_c));
     out.ratio_mean = (ratio * mask).sum().item<double>() / n_tokens;
   }
   if (o.kl_coef != 0.0 || ref_logp.defined()) {

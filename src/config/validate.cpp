@@ -152,6 +152,12 @@ void validate_grpo(const train::GrpoConfig& g) {
           shown(g.entropy_coef));
   require(g.clip_high > 0 && g.clip_high <= kMaxCoef, "grpo.clip_high", "in (0, " + shown(kMaxCoef) + "]",
           shown(g.clip_high));
+  require(g.clip_ratio_c == 0 || (g.clip_ratio_c > 1 && g.clip_ratio_c <= kMaxCoef), "grpo.clip_ratio_c",
+          "0 (off) or in (1, " + shown(kMaxCoef) + "]", shown(g.clip_ratio_c));
+  require(g.advantage != algo::AdvantageMode::mean_only || g.scale_rewards == algo::RewardScale::auto_ ||
+              g.scale_rewards == algo::RewardScale::none,
+          "grpo.scale_rewards", "auto or none with grpo.advantage: mean_only (which divides by nothing; for a scale "
+          "use grpo.advantage: grpo)", "'" + std::string(config::enum_name(g.scale_rewards)) + "'");
   require(g.warmup_steps >= 0, "grpo.warmup_steps", ">= 0", std::to_string(g.warmup_steps));
   require(g.eval_every >= 0, "grpo.eval_every", ">= 0", std::to_string(g.eval_every));
   require(g.eval_samples >= 0, "grpo.eval_samples", ">= 0", std::to_string(g.eval_samples));
@@ -181,6 +187,15 @@ void validate(const RunConfig& config) {
   validate_rollout(config.rollout);
   validate_sft(config.sft);
   validate_grpo(config.grpo);
+  const train::GrpoConfig& g = config.grpo;
+  if (g.overlong == algo::Overlong::soft_penalty)
+    require(g.overlong_buffer >= 1 && g.overlong_buffer <= config.rollout.max_new_tokens, "grpo.overlong_buffer",
+            "in [1, rollout.max_new_tokens = " + std::to_string(config.rollout.max_new_tokens) +
+                "] with grpo.overlong: soft_penalty",
+            std::to_string(g.overlong_buffer));
+  else
+    require(g.overlong_buffer == 0, "grpo.overlong_buffer", "0 unless grpo.overlong is soft_penalty",
+            std::to_string(g.overlong_buffer));
   validate_dist(config.dist);
 }
 

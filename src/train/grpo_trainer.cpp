@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "unstuck/algo/advantages.h"
+#include "unstuck/algo/reward_shaping.h"
 #include "unstuck/algo/token_logprobs.h"
 #include "unstuck/common/error.h"
 #include "unstuck/common/memory_usage.h"
@@ -111,6 +112,8 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
   gen_opts_.pad_id = ctx_.tokenizer.pad_id();
   loss_opts_.clip_low = g.clip_low;
   loss_opts_.clip_high = g.clip_high;
+  loss_opts_.clip_ratio_c = g.clip_ratio_c;
+  loss_opts_.importance = g.importance_ratio;
   loss_opts_.aggregation = g.loss_aggregation;
   loss_opts_.max_new_tokens = cfg_.rollout.max_new_tokens;
   loss_opts_.kl_coef = g.kl_coef;
@@ -128,6 +131,20 @@ bool GrpoTrainer::reference_due(int64_t step) const {
   return cfg_.grpo.kl_coef > 0 || (every > 0 && (step % every == 0 || step == cfg_.grpo.steps));
 }
 
+// Advantages of this rank's groups; batch statistics (reinforce_pp, scale_rewards: batch) are
+// those of the whole batch, summed over the ranks, so they do not depend on the world size.
+algo::Advantages GrpoTrainer::advantages_of(const std::vector<float>& rewards) const {
+  const train::GrpoConfig& g = cfg_.grpo;
+  algo::RewardMoments batch = algo::reward_moments(rewards);
+  if (algo::resolved_scale(g.advantage, g.scale_rewards) == algo::RewardScale::batch ||
+      g.advantage == algo::AdvantageMode::reinforce_pp) {
+    double m[3] = {batch.n, batch.sum, batch.sumsq};
+    comm_.all_reduce_sum(m, 3);
+    batch = {m[0], m[1], m[2]};
+  }
+  return algo::group_advantages(rewards, g.group_size, g.advantage, 1e-6, g.scale_rewards, &batch);
+}
+
 MetricsLine GrpoTrainer::step(int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   progress_.start_step(step);
@@ -140,7 +157,7 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   const auto t_reward = std::chrono::steady_clock::now();
   const Scores sc = score(ro);
   time.reward = seconds_since(t_reward);
-  const algo::Advantages adv = algo::group_advantages(sc.rewards, cfg_.grpo.group_size, cfg_.grpo.advantage);
+  const algo::Advantages adv = advantages_of(sc.rewards);
   const RolloutBatch batch = make_batch(ro);
   const torch::Tensor advantages = torch::tensor(adv.values).to(device_);  // (N)
   const bool with_ref = reference_due(step);
@@ -191,9 +208,13 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro) const {
   for (std::size_t i = 0; i < ro.completions.size(); ++i) {
     const auto& c = ro.completions[i];
     const reward::RewardResult r = verifier_->score(completion_text(c.tokens, ctx_.tokenizer, ctx_.stop_ids), *ro.records[i]);
-    sc.rewards[i] = float(r.reward);
+    double reward = r.reward;
+    if (cfg_.grpo.overlong == algo::Overlong::soft_penalty)
+      reward += algo::overlong_penalty(int64_t(c.tokens.size()), cfg_.rollout.max_new_tokens, cfg_.grpo.overlong_buffer);
+    sc.rewards[i] = float(reward);
     sc.correct += r.status == reward::RewardStatus::correct;
     sc.gen_tokens += double(c.tokens.size());
+    sc.truncated += c.finish == rollout::FinishReason::length;
   }
   return sc;
 }
@@ -217,9 +238,11 @@ RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
   for (int64_t n = 0; n < N; ++n) {
     const int64_t start = P - int64_t(prompts[n].size());
     for (std::size_t i = 0; i < prompts[n].size(); ++i) tok[n][start + int64_t(i)] = prompts[n][i];
+    // grpo.overlong: filter: a truncated completion takes no part in the loss.
+    const bool in_loss = cfg_.grpo.overlong != algo::Overlong::filter || outs[n].finish != rollout::FinishReason::length;
     for (std::size_t t = 0; t < outs[n].tokens.size(); ++t) {
       tok[n][P + int64_t(t)] = outs[n].tokens[t];
-      msk[n][int64_t(t)] = 1.0f;
+      msk[n][int64_t(t)] = in_loss ? 1.0f : 0.0f;
       olp[n][int64_t(t)] = outs[n].logprobs[t];
     }
   }
@@ -285,7 +308,7 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
         loss_opts_.normalizer =
             g.loss_aggregation == algo::LossAggregation::token_mean ? std::max(counts[0], 1.0) : counts[1];
       }
-      double clipped = 0;
+      double clipped = 0, clipped_low = 0, clipped_high = 0, dual_clipped = 0;
       const int64_t passes = g.ppo_epochs * g.minibatches;
       int64_t chunk_no = 0;
       for (const auto& [cb, ce] : chunks) {
@@ -319,7 +342,11 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
         (pl.loss * weights_.loss_scale()).backward();
         trace_memory("update: backward");
         weights_.accumulate_grads();
-        clipped += pl.clip_frac * (chunks.size() > 1 ? std::max(mask.sum().item<double>(), 1.0) : std::max(mb_tokens, 1.0));
+        const double chunk_tokens = chunks.size() > 1 ? std::max(mask.sum().item<double>(), 1.0) : std::max(mb_tokens, 1.0);
+        clipped += pl.clip_frac * chunk_tokens;
+        clipped_low += pl.clip_frac_low * chunk_tokens;
+        clipped_high += pl.clip_frac_high * chunk_tokens;
+        dual_clipped += pl.dual_clip_frac * chunk_tokens;
       }
       up.lr = scheduled_lr(g.lr_schedule, cfg_.optim.lr, weights_.optimizer_steps() + 1, total_opt_steps_,
                            g.warmup_steps, 0.1);
@@ -331,6 +358,9 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
       skipped_ += up.last.skipped;
       skip_guard_.record(step, up.last.skipped, up.last.loss_scale, up.lr);
       up.clipped.push_back(clipped);
+      up.clipped_low.push_back(clipped_low);
+      up.clipped_high.push_back(clipped_high);
+      up.dual_clipped.push_back(dual_clipped);
       up.tokens.push_back(std::max(mb_tokens, 1.0));
       up.grad_norm += up.last.grad_norm;
       up.loss_scale = up.last.loss_scale;
@@ -362,9 +392,11 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
   // tokens and tokens.
   const int64_t changed_here = changed_from_start();  // this rank's shard
   std::vector<double> v{sc.correct, sc.gen_tokens, double(adv.zero_variance_groups), double(adv.groups),
-                        h[0], h[1], h[2], h[3], h[4]};
+                        h[0], h[1], h[2], h[3], h[4], sc.truncated};
   v.insert(v.end(), up.clipped.begin(), up.clipped.end());
   v.insert(v.end(), up.tokens.begin(), up.tokens.end());
+  for (const std::vector<double>* part : {&up.clipped_low, &up.clipped_high, &up.dual_clipped})
+    v.insert(v.end(), part->begin(), part->end());
   // Positions through the training forwards and backwards: each distinct prompt once per row chunk,
   // plus the completions, per optimizer pass.
   v.push_back(changed_here < 0 ? 1.0 : 0.0);  // ranks that could not compare
@@ -373,9 +405,13 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
   comm_.all_reduce_sum(v.data(), v.size());
   const std::size_t updates = up.clipped.size();
   const double correct = v[0], gen_tokens = v[1], zero_var = v[2], groups = v[3], tokens = std::max(v[8], 1.0);
-  double clip_frac = 0;
-  for (std::size_t u = 0; u < updates; ++u) clip_frac += v[9 + u] / v[9 + updates + u];
-  clip_frac /= double(updates);
+  // Each clip fraction: the mean over the optimizer steps of clipped tokens / tokens.
+  const auto clip_mean = [&](std::size_t part) {  // part 0: clip_frac, 2: low, 3: high, 4: dual (1: tokens)
+    double sum = 0;
+    for (std::size_t u = 0; u < updates; ++u) sum += v[10 + part * updates + u] / v[10 + updates + u];
+    return sum / double(updates);
+  };
+  const double clip_frac = clip_mean(0);
   // Rewards of the whole batch, back in global row order.
   const int64_t N_global = cfg_.grpo.prompts_per_step * cfg_.grpo.group_size;
   std::vector<float> gathered(static_cast<std::size_t>(N_global)), all_rewards(gathered.size());
@@ -396,7 +432,11 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
   }
   m["entropy"] = v[6] / tokens;
   m["response_len_mean"] = gen_tokens / double(N_global);
+  m["overlong_frac"] = v[9] / double(N_global);  // completions cut at rollout.max_new_tokens
   m["clip_frac"] = clip_frac;
+  m["clip_frac_low"] = clip_mean(2);
+  m["clip_frac_high"] = clip_mean(3);
+  if (cfg_.grpo.clip_ratio_c > 0) m["dual_clip_frac"] = clip_mean(4);
   m["grad_norm"] = up.grad_norm;
   m["lr"] = up.lr;
   m["loss_scale"] = up.loss_scale;

@@ -95,11 +95,13 @@ class GrpoTrainer {
   struct Scores {
     std::vector<float> rewards;  // per row
     double correct = 0, gen_tokens = 0;
+    double truncated = 0;  // completions that reached rollout.max_new_tokens without a stop token
   };
   struct UpdateStats {
     double grad_norm = 0, lr = 0, loss_scale = 1, optimizer_seconds = 0;
     double update_ratio = 0;              // mean over the optimizer steps of ||delta w|| / ||w||
     std::vector<double> clipped, tokens;  // per optimizer step: clipped tokens, tokens (this rank)
+    std::vector<double> clipped_low, clipped_high, dual_clipped;  // per optimizer step, by kind
     double forward_positions = 0;         // positions through the training forwards (this rank)
     OptimizerStepStats last;
   };
@@ -109,6 +111,7 @@ class GrpoTrainer {
   };
 
   Rollouts rollout(int64_t step);
+  algo::Advantages advantages_of(const std::vector<float>& rewards) const;
   Scores score(const Rollouts& rollouts) const;
   // Log-probs, entropy and (with_ref) the reference's log-probs on every row, without gradients.
   Measurement measure(const RolloutBatch& batch, bool with_ref) const;

@@ -1,6 +1,7 @@
-// GRPO algorithm pieces against hand-computed values: group advantages (normalized and mean-only,
-// zero-variance groups), the clipped loss in each clipping case, the three aggregations, the KL
-// estimators, the entropy bonus and the gradient of clipped vs unclipped tokens.
+// GRPO algorithm pieces against hand-computed values: advantages (group-normalized, mean-only,
+// RLOO, REINFORCE++, the reward scales, zero-variance groups), the clipped loss in each clipping
+// case, the dual clip, GSPO's sequence ratio, the three aggregations, the KL estimators, the
+// entropy bonus and the gradient of clipped vs unclipped tokens.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -8,6 +9,7 @@
 
 #include "unstuck/algo/advantages.h"
 #include "unstuck/algo/policy_loss.h"
+#include "unstuck/algo/reward_shaping.h"
 
 namespace unstuck::algo {
 namespace {
@@ -26,6 +28,56 @@ TEST(Advantages, MeanOnlyIsDrGrpo) {
   const std::vector<float> want{0.5f, -0.5f, -0.4f, 0.4f};
   for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(a.values[i], want[i], 1e-6) << i;
   EXPECT_EQ(a.zero_variance_groups, 0);
+}
+
+// The examples of advantages.h, by hand: rewards {1, 0, 0, 1 | 1, 1, 1, 1}, G = 4.
+TEST(Advantages, RlooAndReinforcePpBaselines) {
+  const std::vector<float> r{1, 0, 0, 1, 1, 1, 1, 1};
+  // RLOO: 1 - mean(0, 0, 1) = 2/3 and 0 - mean(1, 0, 1) = -2/3; the flat group is 0, counted.
+  Advantages a = group_advantages(r, 4, AdvantageMode::rloo);
+  std::vector<float> want{2 / 3.f, -2 / 3.f, -2 / 3.f, 2 / 3.f, 0, 0, 0, 0};
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(a.values[i], want[i], 1e-6) << i;
+  EXPECT_EQ(a.zero_variance_groups, 1);
+  // REINFORCE++: batch mean 6/8 = 0.75, sample std sqrt((6 - 36/8) / 7) = 0.46291; the flat group
+  // keeps its non-zero advantage (its reward is above the batch's mean).
+  a = group_advantages(r, 4, AdvantageMode::reinforce_pp, 0.0);
+  const float hi = float(0.25 / 0.4629100498862757), lo = float(-0.75 / 0.4629100498862757);
+  want = {hi, lo, lo, hi, hi, hi, hi, hi};
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(a.values[i], want[i], 1e-5) << i;
+  EXPECT_EQ(a.zero_variance_groups, 1);
+  // The batch moments of all ranks decide, not this rank's rewards alone: with a batch of mean 0.5
+  // and std 1, the first group is r - 0.5.
+  const RewardMoments whole{4, 2, 2 + 3 * 1.0};  // n 4, sum 2, sumsq 5: sample std sqrt((5 - 1) / 3)
+  a = group_advantages({1, 0}, 2, AdvantageMode::reinforce_pp, 0.0, RewardScale::none, &whole);
+  EXPECT_NEAR(a.values[0], 0.5, 1e-6);
+  EXPECT_NEAR(a.values[1], -0.5, 1e-6);
+  EXPECT_NEAR(whole.sample_std(), std::sqrt(4.0 / 3.0), 1e-12);
+}
+
+// scale_rewards as TRL's: group (grpo's own), batch, none.
+TEST(Advantages, RewardScales) {
+  const std::vector<float> r{1, 0, 0, 1, 1, 1, 1, 1};
+  Advantages a = group_advantages(r, 4, AdvantageMode::grpo, 0.0, RewardScale::none);
+  EXPECT_NEAR(a.values[0], 0.5, 1e-6);  // the same as mean_only
+  a = group_advantages(r, 4, AdvantageMode::grpo, 0.0, RewardScale::batch);
+  EXPECT_NEAR(a.values[0], 0.5 / 0.4629100498862757, 1e-5);  // (r - group mean) / batch std
+  EXPECT_NEAR(a.values[4], 0.0, 1e-6);
+  EXPECT_EQ(resolved_scale(AdvantageMode::grpo, RewardScale::auto_), RewardScale::group);
+  EXPECT_EQ(resolved_scale(AdvantageMode::rloo, RewardScale::auto_), RewardScale::none);
+  EXPECT_EQ(resolved_scale(AdvantageMode::reinforce_pp, RewardScale::auto_), RewardScale::batch);
+  EXPECT_THROW(group_advantages(r, 4, AdvantageMode::mean_only, 0.0, RewardScale::group), std::invalid_argument);
+}
+
+// DAPO's soft overlong punishment, L_max 16 and L_cache 4: free up to 12 tokens, then -1/4 per token.
+TEST(RewardShaping, SoftOverlongPenalty) {
+  EXPECT_EQ(overlong_penalty(12, 16, 4), 0.0);
+  EXPECT_EQ(overlong_penalty(13, 16, 4), -0.25);
+  EXPECT_EQ(overlong_penalty(14, 16, 4), -0.5);
+  EXPECT_EQ(overlong_penalty(16, 16, 4), -1.0);
+  EXPECT_EQ(overlong_penalty(17, 16, 4), -1.0);
+  EXPECT_EQ(overlong_penalty(1, 16, 16), -1.0 / 16);  // a ramp over the whole length
+  EXPECT_THROW(overlong_penalty(5, 16, 0), std::invalid_argument);
+  EXPECT_THROW(overlong_penalty(5, 16, 17), std::invalid_argument);
 }
 
 TEST(Advantages, RejectsBadGroups) {
@@ -56,6 +108,52 @@ TEST(PolicyLoss, ClipHigherAndClipLowCases) {
   PolicyLossOptions sym;
   sym.clip_high = 0.2;
   EXPECT_NEAR(one_token(0.5, 1.0, sym).loss.item<double>(), -1.2, 1e-6);
+}
+
+// Dual clip: A = -1 and ratio e^2 = 7.39: PPO's loss 7.39 is capped at -A x 3 = 3 (no gradient),
+// counted; with clip_ratio_c 0 it stays 7.39. Low and high clips are counted apart.
+TEST(PolicyLoss, DualClipAndClipKinds) {
+  PolicyLossOptions off;
+  off.clip_ratio_c = 0;
+  EXPECT_NEAR(one_token(2.0, -1.0, off).loss.item<double>(), std::exp(2.0), 1e-5);
+  PolicyLoss p = one_token(2.0, -1.0);
+  EXPECT_NEAR(p.loss.item<double>(), 3.0, 1e-6);
+  EXPECT_EQ(p.dual_clip_frac, 1.0);
+  EXPECT_EQ(p.clip_frac_low, 0.0);
+  torch::Tensor logp = torch::full({1, 1}, 2.0).set_requires_grad(true);
+  policy_loss(logp, torch::zeros({1, 1}), torch::full({1}, -1.0), torch::ones({1, 1}), {}, {}, {}).loss.backward();
+  EXPECT_EQ(logp.grad().item<double>(), 0.0);
+  // A > 0 above 1 + clip_high: high; A < 0 below 1 - clip_low: low.
+  EXPECT_EQ(one_token(0.5, 1.0).clip_frac_high, 1.0);
+  EXPECT_EQ(one_token(std::log(0.5), -1.0).clip_frac_low, 1.0);
+  EXPECT_EQ(one_token(std::log(0.5), -1.0).clip_frac_high, 0.0);
+  // A log-ratio of 1000 (a sampling/training mismatch) is clamped to 20 before exp: finite.
+  off.clip_high = 1e9;
+  EXPECT_NEAR(one_token(1000.0, 1.0, off).loss.item<double>(), -std::exp(kMaxLogRatio), 1e-6 * std::exp(20.0));
+}
+
+// GSPO: one row of two tokens with log-ratios 0.2 and 0.4, A = 1. The sequence ratio is e^0.3 =
+// 1.35 on both tokens: clipped at 1.28 (loss -1.28), or with clip_high 0.5 the loss -1.35 and each
+// token's gradient -1.35 / 2 (d/dlogp_t of -exp(mean log-ratio)).
+TEST(PolicyLoss, GspoSequenceRatio) {
+  PolicyLossOptions o;
+  o.importance = ImportanceRatio::sequence;
+  o.aggregation = LossAggregation::seq_mean_token_mean;
+  const torch::Tensor old = torch::zeros({1, 2});
+  PolicyLoss p = policy_loss(torch::tensor({{0.2, 0.4}}), old, torch::ones({1}), torch::ones({1, 2}), {}, {}, o);
+  EXPECT_NEAR(p.loss.item<double>(), -1.28, 1e-6);
+  EXPECT_EQ(p.clip_frac, 1.0);
+  o.clip_high = 0.5;
+  torch::Tensor logp = torch::tensor({{0.2, 0.4}}).set_requires_grad(true);
+  p = policy_loss(logp, old, torch::ones({1}), torch::ones({1, 2}), {}, {}, o);
+  EXPECT_NEAR(p.loss.item<double>(), -std::exp(0.3), 1e-6);
+  p.loss.backward();
+  EXPECT_NEAR(logp.grad()[0][0].item<double>(), -std::exp(0.3) / 2, 1e-6);
+  EXPECT_NEAR(logp.grad()[0][1].item<double>(), -std::exp(0.3) / 2, 1e-6);
+  // Masked tokens take no part: a padded third position changes nothing.
+  torch::Tensor padded = torch::tensor({{0.2, 0.4, 5.0}}).set_requires_grad(true);
+  p = policy_loss(padded, torch::zeros({1, 3}), torch::ones({1}), torch::tensor({{1.0, 1.0, 0.0}}), {}, {}, o);
+  EXPECT_NEAR(p.loss.item<double>(), -std::exp(0.3), 1e-6);
 }
 
 TEST(PolicyLoss, GradientFlowsOnlyThroughUnclippedTokens) {

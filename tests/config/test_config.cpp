@@ -204,6 +204,15 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
   EXPECT_EQ(error("optim.lr=-1"), "optim.lr must be > 0, got -1");
   EXPECT_EQ(error("optim.lr=.nan"), "optim.lr must be a finite number, got .nan");
   EXPECT_EQ(error("optim.beta2=1"), "optim.beta2 must be in [0, 1), got 1");
+  EXPECT_EQ(error("grpo.clip_ratio_c=1"), "grpo.clip_ratio_c must be 0 (off) or in (1, 1000], got 1");
+  EXPECT_EQ(error_of([] { load_run_config("", {"grpo.advantage=mean_only", "grpo.scale_rewards=batch"}); }),
+            "grpo.scale_rewards must be auto or none with grpo.advantage: mean_only (which divides by nothing; for a "
+            "scale use grpo.advantage: grpo), got 'batch'");
+  EXPECT_EQ(error_of([] { load_run_config("", {"grpo.overlong=soft_penalty", "rollout.max_new_tokens=16"}); }),
+            "grpo.overlong_buffer must be in [1, rollout.max_new_tokens = 16] with grpo.overlong: soft_penalty, got 0");
+  EXPECT_EQ(error("grpo.overlong_buffer=4"), "grpo.overlong_buffer must be 0 unless grpo.overlong is soft_penalty, got 4");
+  EXPECT_EQ(error("grpo.importance_ratio=seq"),
+            "override 'grpo.importance_ratio=seq': grpo.importance_ratio: expected one of token | sequence, got 'seq'");
   EXPECT_EQ(error("optim.grad_clip=-0.5"), "optim.grad_clip must be >= 0 (0 = off), got -0.5");
   EXPECT_EQ(error("precision.threads=-2"),
             "precision.threads must be in [0, 4096] (0 = all cores), got -2");

@@ -19,6 +19,15 @@ inline constexpr std::array<std::pair<LossAggregation, const char*>, 3> kLossAgg
 }};
 constexpr const auto& enum_names(LossAggregation) { return kLossAggregationNames; }
 
+// The importance ratio the clip acts on: per token (PPO, GRPO), or per sequence (GSPO: the
+// geometric mean of the sequence's token ratios, exp of the mean log-ratio over its tokens).
+enum class ImportanceRatio { token, sequence };
+inline constexpr std::array<std::pair<ImportanceRatio, const char*>, 2> kImportanceRatioNames{{
+    {ImportanceRatio::token, "token"},
+    {ImportanceRatio::sequence, "sequence"},
+}};
+constexpr const auto& enum_names(ImportanceRatio) { return kImportanceRatioNames; }
+
 // Per-token estimators of KL(policy || reference) from log-probs on the sampled tokens
 // (Schulman, "Approximating KL divergence"): with d = ref_logp - logp,
 //   k1 = -d,  k2 = d^2 / 2,  k3 = exp(d) - d - 1 (unbiased, always >= 0).

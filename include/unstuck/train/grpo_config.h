@@ -10,6 +10,7 @@
 
 #include "unstuck/algo/advantages.h"
 #include "unstuck/algo/loss_options.h"
+#include "unstuck/algo/reward_shaping.h"
 #include "unstuck/train/lr_schedule.h"
 
 namespace unstuck::train {
@@ -23,8 +24,13 @@ struct GrpoConfig {
   int64_t minibatches = 1;          // optimizer steps per rollout batch and epoch
   int64_t ppo_epochs = 1;           // passes over each rollout batch
   algo::AdvantageMode advantage = algo::AdvantageMode::grpo;
+  algo::RewardScale scale_rewards = algo::RewardScale::auto_;  // divisor of the centered reward
   double clip_low = 0.2;            // ratio lower bound 1 - clip_low
   double clip_high = 0.28;          // ratio upper bound 1 + clip_high (clip-higher)
+  double clip_ratio_c = 3.0;        // dual clip of negative advantages (0 = off, else > 1)
+  algo::ImportanceRatio importance_ratio = algo::ImportanceRatio::token;  // token (PPO) | sequence (GSPO)
+  algo::Overlong overlong = algo::Overlong::none;  // truncated completions: none | filter | soft_penalty (DAPO)
+  int64_t overlong_buffer = 0;      // soft_penalty: L_cache, the tokens before max_new_tokens where it ramps
   algo::LossAggregation loss_aggregation = algo::LossAggregation::token_mean;
   double kl_coef = 0.0;             // KL-to-reference penalty in the loss (0 = off, still logged)
   algo::KlEstimator kl_estimator = algo::KlEstimator::k3;
@@ -51,9 +57,25 @@ struct GrpoConfig {
     v("group_size", group_size, "completions sampled per prompt (the GRPO group, >= 2)");
     v("minibatches", minibatches, "optimizer steps per rollout batch and epoch");
     v("ppo_epochs", ppo_epochs, "passes over each rollout batch");
-    v("advantage", advantage, "grpo: (r - mean) / (std + eps); mean_only: r - mean (Dr. GRPO)");
+    v("advantage", advantage,
+      "baseline: grpo (r - group mean) / group std; mean_only: r - group mean (Dr. GRPO); rloo: r - mean of the "
+      "group's other completions (RLOO); reinforce_pp: (r - batch mean) / batch std (REINFORCE++)");
+    v("scale_rewards", scale_rewards,
+      "divisor of the centered reward (TRL's scale_rewards): auto (grpo: group, reinforce_pp: batch, mean_only and "
+      "rloo: none) | group (the group's std) | batch (the whole batch's std) | none");
     v("clip_low", clip_low, "importance ratio lower bound 1 - clip_low");
     v("clip_high", clip_high, "importance ratio upper bound 1 + clip_high (clip-higher)");
+    v("clip_ratio_c", clip_ratio_c,
+      "dual clip (verl's clip_ratio_c): a negative-advantage token's loss is at most -A x this; 0 = off, else > 1");
+    v("overlong", overlong,
+      "completions truncated at rollout.max_new_tokens: none; filter (no part in the loss, DAPO's overlong "
+      "filtering); soft_penalty (DAPO's length penalty added to every reward, ramping from 0 to -1 over the last "
+      "overlong_buffer tokens)");
+    v("overlong_buffer", overlong_buffer,
+      "soft_penalty: the ramp's length L_cache in tokens, in [1, rollout.max_new_tokens]");
+    v("importance_ratio", importance_ratio,
+      "token: PPO's per-token ratio; sequence: GSPO's per-sequence ratio (exp of the mean token log-ratio), with "
+      "clip_low/clip_high on it (GSPO uses about 3e-4 / 4e-4) and seq_mean_token_mean as in the paper");
     v("loss_aggregation", loss_aggregation,
       "token_mean | seq_mean_token_mean | seq_mean_token_sum_norm (Dr. GRPO)");
     v("kl_coef", kl_coef, "weight of the KL penalty to the reference policy in the loss; 0 = off");
