@@ -277,12 +277,13 @@ RunPlan::RunPlan(std::string command_in, RunConfig config_in, RunContext ctx_in)
 RunPlan plan_run(RunConfig config, const RunRequest& request, dist::Communicator& comm, StartupClock* clock) {
   if (request.command != "train" && request.command != "sft" && request.command != "eval")
     throw UserError("plan_run: unknown command '" + request.command + "' (train, sft or eval)");
+  // libtorch's threads first: the compute probe (train, sft) times the matmuls on them.
+  at::set_num_threads(resolve_threads(config.precision.threads));
   RunPlan plan = request.command == "train" ? plan_train(std::move(config), request, comm, clock)
                  : request.command == "sft" ? plan_sft(std::move(config))
                                             : plan_eval(std::move(config), request);
   plan.rank = comm.rank();
   plan.world = comm.world_size();
-  at::set_num_threads(plan.threads);
   return plan;
 }
 
