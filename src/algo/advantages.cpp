@@ -11,7 +11,8 @@ namespace unstuck::algo {
 RewardScale resolved_scale(AdvantageMode mode, RewardScale scale) {
   if (scale != RewardScale::auto_) return scale;
   switch (mode) {
-    case AdvantageMode::grpo: return RewardScale::group;
+    case AdvantageMode::grpo:
+    case AdvantageMode::grpo_passk: return RewardScale::group;
     case AdvantageMode::reinforce_pp: return RewardScale::batch;
     case AdvantageMode::mean_only:
     case AdvantageMode::rloo: break;
@@ -60,6 +61,13 @@ Advantages group_advantages(const std::vector<float>& rewards, int64_t group_siz
     const double divisor = scale == RewardScale::group   ? group_std + eps
                            : scale == RewardScale::batch ? batch.sample_std() + eps
                                                          : 1.0;
+    // grpo_passk: the first best completion, and the margin over the next best.
+    std::size_t best = g0;
+    for (std::size_t i = g0; i < g0 + G; ++i)
+      if (rewards[i] > rewards[best]) best = i;
+    double second = -INFINITY;
+    for (std::size_t i = g0; i < g0 + G; ++i)
+      if (i != best) second = std::max(second, double(rewards[i]));
     for (std::size_t i = g0; i < g0 + G; ++i) {
       double centered = 0;
       switch (mode) {
@@ -67,6 +75,7 @@ Advantages group_advantages(const std::vector<float>& rewards, int64_t group_siz
         case AdvantageMode::mean_only: centered = rewards[i] - mean; break;
         case AdvantageMode::rloo: centered = double(G) / double(G - 1) * (rewards[i] - mean); break;
         case AdvantageMode::reinforce_pp: centered = rewards[i] - batch.mean(); break;
+        case AdvantageMode::grpo_passk: centered = i == best ? rewards[i] - second : 0.0; break;
       }
       // A flat group has no signal of its own: 0, not eps-divided rounding noise.
       const bool group_centered = mode != AdvantageMode::reinforce_pp;

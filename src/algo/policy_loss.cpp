@@ -18,10 +18,21 @@ torch::Tensor kl_estimate(const torch::Tensor& logp, const torch::Tensor& ref_lo
   return -d;
 }
 
+torch::Tensor sequence_kl(const torch::Tensor& logp, const torch::Tensor& ref_logp, const torch::Tensor& mask,
+                          KlEstimator estimator) {
+  return (kl_estimate(logp, ref_logp, estimator) * mask.to(logp.scalar_type())).sum(1);
+}
+
+torch::Tensor tis_weights(const torch::Tensor& proximal, const torch::Tensor& sampling, double cap) {
+  if (!(cap > 0)) throw std::invalid_argument("tis_weights: cap must be > 0");
+  torch::NoGradGuard no_grad;
+  return torch::exp((proximal - sampling).clamp(-kMaxLogRatio, kMaxLogRatio)).clamp_max(cap);
+}
+
 PolicyLoss policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp,
                        const torch::Tensor& advantages, const torch::Tensor& mask_in,
                        const torch::Tensor& ref_logp, const torch::Tensor& entropy,
-                       const PolicyLossOptions& o) {
+                       const PolicyLossOptions& o, const torch::Tensor& pg_weight) {
   const torch::Tensor mask = mask_in.to(logp.scalar_type());
   const torch::Tensor adv = advantages.to(logp.scalar_type()).unsqueeze(1);  // (B, 1)
   torch::Tensor log_ratio = (logp - old_logp).clamp(-kMaxLogRatio, kMaxLogRatio);  // (B, T)
@@ -34,6 +45,7 @@ PolicyLoss policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp,
   torch::Tensor per_token = -torch::min(surr1, surr2);
   const bool dual = o.clip_ratio_c > 0;
   if (dual) per_token = torch::where(adv < 0, torch::min(per_token, -adv * o.clip_ratio_c), per_token);
+  if (pg_weight.defined()) per_token = per_token * pg_weight.to(per_token.scalar_type());  // verl: after the dual clip
   PolicyLoss out;
   const double n_tokens = std::max(mask.sum().item<double>(), 1.0);
   {

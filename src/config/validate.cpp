@@ -158,6 +158,13 @@ void validate_grpo(const train::GrpoConfig& g) {
               g.scale_rewards == algo::RewardScale::none,
           "grpo.scale_rewards", "auto or none with grpo.advantage: mean_only (which divides by nothing; for a scale "
           "use grpo.advantage: grpo)", "'" + std::string(config::enum_name(g.scale_rewards)) + "'");
+  require(g.oversample >= 0 && g.oversample <= 100, "grpo.oversample", "in [0, 100]", std::to_string(g.oversample));
+  require(g.oversample == 0 || g.filter_groups != algo::GroupFilter::none, "grpo.oversample",
+          "0 unless grpo.filter_groups drops groups (nothing to refill)", std::to_string(g.oversample));
+  require(g.kl_in == algo::KlIn::loss || g.kl_coef > 0, "grpo.kl_in",
+          "loss unless grpo.kl_coef > 0 (reward with kl_coef 0 subtracts nothing)", "'reward'");
+  require(g.tis_cap == 0 || (g.tis_cap >= 1 && g.tis_cap <= kMaxCoef), "grpo.tis_cap",
+          "0 (off) or in [1, " + shown(kMaxCoef) + "]", shown(g.tis_cap));
   require(g.warmup_steps >= 0, "grpo.warmup_steps", ">= 0", std::to_string(g.warmup_steps));
   require(g.eval_every >= 0, "grpo.eval_every", ">= 0", std::to_string(g.eval_every));
   require(g.eval_samples >= 0, "grpo.eval_samples", ">= 0", std::to_string(g.eval_samples));

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "unstuck/algo/advantages.h"
+#include "unstuck/algo/dynamic_sampling.h"
 #include "unstuck/algo/reward_shaping.h"
 #include "unstuck/algo/token_logprobs.h"
 #include "unstuck/common/error.h"
@@ -116,7 +117,7 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
   loss_opts_.importance = g.importance_ratio;
   loss_opts_.aggregation = g.loss_aggregation;
   loss_opts_.max_new_tokens = cfg_.rollout.max_new_tokens;
-  loss_opts_.kl_coef = g.kl_coef;
+  loss_opts_.kl_coef = g.kl_in == algo::KlIn::loss ? g.kl_coef : 0.0;
   loss_opts_.kl_estimator = g.kl_estimator;
   loss_opts_.entropy_coef = g.entropy_coef;
   total_opt_steps_ = g.steps * g.minibatches * g.ppo_epochs;
@@ -128,7 +129,7 @@ std::string GrpoTrainer::reference_dtype() const {
 
 bool GrpoTrainer::reference_due(int64_t step) const {
   const int64_t every = cfg_.grpo.ref_metrics_every;
-  return cfg_.grpo.kl_coef > 0 || (every > 0 && (step % every == 0 || step == cfg_.grpo.steps));
+  return loss_opts_.kl_coef > 0 || (every > 0 && (step % every == 0 || step == cfg_.grpo.steps));
 }
 
 // Advantages of this rank's groups; batch statistics (reinforce_pp, scale_rewards: batch) are
@@ -151,14 +152,22 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   trace_memory("step start");
   Timings time;
   time.comm_before = comm_.stats();
-  const Rollouts ro = rollout(step);
-  time.rollout = seconds_since(t0);
+  Rollouts ro;
+  Scores sc;
+  Sampling smp;
+  sample(step, &ro, &sc, &smp, &time);
   trace_memory("rollout");
-  const auto t_reward = std::chrono::steady_clock::now();
-  const Scores sc = score(ro);
-  time.reward = seconds_since(t_reward);
-  const algo::Advantages adv = advantages_of(sc.rewards);
   const RolloutBatch batch = make_batch(ro);
+  std::vector<float> rewards = sc.rewards;
+  if (cfg_.grpo.kl_in == algo::KlIn::reward) {
+    const torch::Tensor penalty = reward_kl(batch).to(torch::kDouble).cpu();
+    const double* p = penalty.data_ptr<double>();
+    for (std::size_t i = 0; i < rewards.size(); ++i) {
+      rewards[i] = float(double(rewards[i]) - p[i]);
+      sc.kl_penalty += p[i];
+    }
+  }
+  const algo::Advantages adv = advantages_of(rewards);
   const torch::Tensor advantages = torch::tensor(adv.values).to(device_);  // (N)
   const bool with_ref = reference_due(step);
   // One epoch of one minibatch: the training forward measures too (same weights as sampling).
@@ -168,26 +177,86 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   const UpdateStats up = update(step, batch, advantages, with_ref, &meas);
   time.update = seconds_since(t_update);
   time.step = seconds_since(t0);
-  return metrics(step, sc, adv, batch, *meas, up, time);
+  return metrics(step, sc, smp, adv, batch, *meas, up, time);
+}
+
+std::vector<const data::TaskRecord*> GrpoTrainer::draw_records() {
+  std::vector<const data::TaskRecord*> records;
+  for (int64_t p = 0; p < cfg_.grpo.prompts_per_step; ++p) records.push_back(&train_[order_.next()]);
+  return records;
+}
+
+void GrpoTrainer::sample(int64_t step, Rollouts* ro, Scores* sc, Sampling* smp, Timings* time) {
+  const auto& g = cfg_.grpo;
+  const auto roll_and_score = [&](int64_t round, const std::vector<const data::TaskRecord*>& records) {
+    const auto t = std::chrono::steady_clock::now();
+    Rollouts r = rollout(step, round, records);
+    const auto t_reward = std::chrono::steady_clock::now();
+    time->rollout += std::chrono::duration<double>(t_reward - t).count();
+    Scores s = score(r);
+    time->reward += seconds_since(t_reward);
+    return std::make_pair(std::move(r), std::move(s));
+  };
+  if (g.filter_groups == algo::GroupFilter::none) {
+    std::tie(*ro, *sc) = roll_and_score(0, draw_records());
+    return;
+  }
+  // Dynamic sampling: every rank sees every group of each round, so all choose the same batch and
+  // each takes its rows of it, whatever the world size.
+  std::vector<Candidate> candidates;
+  std::vector<bool> informative;
+  int64_t useful = 0;
+  smp->rounds = 0;
+  for (int64_t round = 0; round <= g.oversample && useful < g.prompts_per_step; ++round) {
+    const std::vector<const data::TaskRecord*> records = draw_records();
+    const auto [r, s] = roll_and_score(round, records);
+    std::vector<Candidate> groups = gather_groups(records, r, s);
+    ++smp->rounds;
+    for (Candidate& c : groups) {
+      for (const float x : c.rewards) smp->reward_sum += x;
+      smp->rows += double(c.rewards.size());
+      const bool varies = algo::informative_groups(c.rewards, g.group_size)[0];
+      useful += varies;
+      informative.push_back(varies);
+      candidates.push_back(std::move(c));
+    }
+  }
+  const algo::GroupSelection chosen = algo::select_groups(informative, g.prompts_per_step);
+  smp->filled = chosen.filled;
+  smp->dropped = int64_t(informative.size()) - useful - chosen.filled;
+  const int64_t G = g.group_size;
+  for (int64_t row : rows_of_[std::size_t(comm_.rank())]) {
+    const std::size_t q = std::size_t(row / G), j = std::size_t(row % G);
+    const Candidate& c = candidates[std::size_t(chosen.groups[q])];
+    ro->records.push_back(c.record);
+    ro->prompts.push_back(j == 0 ? prompt_ids(*c.record, ctx_.prompts, ctx_.tokenizer) : ro->prompts.back());
+    ro->completions.push_back(c.completions[j]);
+    ro->in_loss.push_back(q < chosen.groups.size() - std::size_t(chosen.filled) ? 1 : 0);
+    sc->rewards.push_back(c.rewards[j]);
+    sc->right.push_back(c.right[j]);
+  }
+  sc->tally(ro->completions);
 }
 
 // G completions per prompt of this rank's share, from the current compute weights. Every rank
 // draws the records of the whole batch (same stream on all ranks) and keeps its rows; the sampling
 // uniforms are keyed by (seed, step, global row, token), so the samples do not depend on the world
-// size, and a checkpoint needs only the step to continue them.
-GrpoTrainer::Rollouts GrpoTrainer::rollout(int64_t step) {
+// size, and a checkpoint needs only the step to continue them. Round r > 0 of dynamic sampling
+// keys its rows as r x prompts_per_step x G + row, distinct from every other round's.
+GrpoTrainer::Rollouts GrpoTrainer::rollout(int64_t step, int64_t round,
+                                           const std::vector<const data::TaskRecord*>& step_records) {
   const int64_t G = cfg_.grpo.group_size;
   const std::vector<int64_t>& my_rows = rows_of_[std::size_t(comm_.rank())];
-  std::vector<const data::TaskRecord*> step_records;
-  for (int64_t p = 0; p < cfg_.grpo.prompts_per_step; ++p) step_records.push_back(&train_[order_.next()]);
   Rollouts ro;
+  std::vector<int64_t> keys;
   for (int64_t row : my_rows) {
     ro.records.push_back(step_records[std::size_t(row / G)]);
     // A prompt's G rows are consecutive, starting with completion 0: tokenize it once.
     ro.prompts.push_back(row % G == 0 ? prompt_ids(*ro.records.back(), ctx_.prompts, ctx_.tokenizer)
                                       : ro.prompts.back());
+    keys.push_back(round * cfg_.grpo.prompts_per_step * G + row);
   }
-  gen_opts_.uniforms = rollout::sampling_uniforms(ctx_.seeds.sampling, step, my_rows, cfg_.rollout.max_new_tokens,
+  gen_opts_.uniforms = rollout::sampling_uniforms(ctx_.seeds.sampling, step, keys, cfg_.rollout.max_new_tokens,
                                                   device_);  // (rows, T)
   gen_opts_.progress = [this](const rollout::GenerateProgress& p) {
     if (startup_ && p.tokens_done == 1) {
@@ -202,9 +271,69 @@ GrpoTrainer::Rollouts GrpoTrainer::rollout(int64_t step) {
   return ro;
 }
 
+// Each row as doubles (exact for rewards, token ids and FP32 log-probs): reward, correct, finish
+// (0 eos, 1 length), length, then max_new_tokens token ids and as many log-probs.
+std::vector<GrpoTrainer::Candidate> GrpoTrainer::gather_groups(const std::vector<const data::TaskRecord*>& records,
+                                                                const Rollouts& ro, const Scores& sc) const {
+  const int64_t G = cfg_.grpo.group_size, T = cfg_.rollout.max_new_tokens;
+  const std::size_t width = std::size_t(4 + 2 * T), mine = ro.completions.size();
+  std::vector<double> send(mine * width, 0.0);
+  for (std::size_t i = 0; i < mine; ++i) {
+    double* x = send.data() + i * width;
+    const rollout::Completion& c = ro.completions[i];
+    x[0] = sc.rewards[i];
+    x[1] = sc.right[i];
+    x[2] = c.finish == rollout::FinishReason::length ? 1 : 0;
+    x[3] = double(c.tokens.size());
+    for (std::size_t t = 0; t < c.tokens.size(); ++t) {
+      x[4 + t] = c.tokens[t];
+      x[4 + std::size_t(T) + t] = c.logprobs[t];
+    }
+  }
+  std::vector<double> all(send.size() * std::size_t(comm_.world_size()));
+  comm_.all_gather(send.data(), all.data(), send.size(), dist::DataType::f64);
+  std::vector<Candidate> groups(records.size());
+  for (std::size_t p = 0; p < groups.size(); ++p) {
+    groups[p].record = records[p];
+    groups[p].completions.resize(std::size_t(G));
+    groups[p].rewards.resize(std::size_t(G));
+    groups[p].right.resize(std::size_t(G));
+  }
+  for (std::size_t r = 0; r < rows_of_.size(); ++r) {
+    if (rows_of_[r].size() != mine) throw std::logic_error("gather_groups: ranks hold different row counts");
+    for (std::size_t k = 0; k < mine; ++k) {
+      const double* x = all.data() + (r * mine + k) * width;
+      const int64_t row = rows_of_[r][k];
+      Candidate& c = groups[std::size_t(row / G)];
+      const std::size_t j = std::size_t(row % G), n = std::size_t(x[3]);
+      c.rewards[j] = float(x[0]);
+      c.right[j] = x[1] != 0;
+      rollout::Completion& out = c.completions[j];
+      out.finish = x[2] != 0 ? rollout::FinishReason::length : rollout::FinishReason::eos;
+      out.tokens.resize(n);
+      out.logprobs.resize(n);
+      for (std::size_t t = 0; t < n; ++t) {
+        out.tokens[t] = int32_t(x[4 + t]);
+        out.logprobs[t] = float(x[4 + std::size_t(T) + t]);
+      }
+    }
+  }
+  return groups;
+}
+
+void GrpoTrainer::Scores::tally(const std::vector<rollout::Completion>& completions) {
+  correct = gen_tokens = truncated = 0;
+  for (std::size_t i = 0; i < completions.size(); ++i) {
+    correct += right[i];
+    gen_tokens += double(completions[i].tokens.size());
+    truncated += completions[i].finish == rollout::FinishReason::length;
+  }
+}
+
 GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro) const {
   Scores sc;
   sc.rewards.resize(ro.completions.size());
+  sc.right.resize(ro.completions.size());
   for (std::size_t i = 0; i < ro.completions.size(); ++i) {
     const auto& c = ro.completions[i];
     const reward::RewardResult r = verifier_->score(completion_text(c.tokens, ctx_.tokenizer, ctx_.stop_ids), *ro.records[i]);
@@ -212,11 +341,27 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro) const {
     if (cfg_.grpo.overlong == algo::Overlong::soft_penalty)
       reward += algo::overlong_penalty(int64_t(c.tokens.size()), cfg_.rollout.max_new_tokens, cfg_.grpo.overlong_buffer);
     sc.rewards[i] = float(reward);
-    sc.correct += r.status == reward::RewardStatus::correct;
-    sc.gen_tokens += double(c.tokens.size());
-    sc.truncated += c.finish == rollout::FinishReason::length;
+    sc.right[i] = r.status == reward::RewardStatus::correct;
   }
+  sc.tally(ro.completions);
   return sc;
+}
+
+torch::Tensor GrpoTrainer::reward_kl(const RolloutBatch& batch) const {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> parts;
+  const int64_t T = batch.mask.size(1);
+  const torch::Tensor positions = torch::arange(T, batch.lengths.options()).unsqueeze(0);  // (1, T)
+  const auto chunks = row_chunks(0, batch.rows(), cfg_.grpo.logprob_chunk_rows);
+  for (const auto& [b, e] : chunks) {
+    progress_.chunk("reward KL", int64_t(parts.size()) + 1, int64_t(chunks.size()));
+    const torch::Tensor rows = torch::arange(b, e, torch::TensorOptions(torch::kLong).device(device_));
+    const torch::Tensor ref_logp = algo::head_log_probs(completion_head(*reference_, batch, b, e), {},
+                                                        batch.targets(rows), cfg_.grpo.logprob_chunk_tokens).logp;
+    const torch::Tensor sampled = positions < batch.lengths.index_select(0, rows).unsqueeze(1);  // (n, T)
+    parts.push_back(algo::sequence_kl(batch.old_logp.index_select(0, rows), ref_logp, sampled, cfg_.grpo.kl_estimator));
+  }
+  return cfg_.grpo.kl_coef * torch::cat(parts);
 }
 
 RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
@@ -232,14 +377,19 @@ RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
   b.tokens = torch::full({N, P + T}, int64_t(ctx_.tokenizer.pad_id()), torch::kLong);
   b.mask = torch::zeros({N, T});
   b.old_logp = torch::zeros({N, T});
+  b.lengths = torch::zeros({N}, torch::kLong);
   auto tok = b.tokens.accessor<int64_t, 2>();
   auto msk = b.mask.accessor<float, 2>();
   auto olp = b.old_logp.accessor<float, 2>();
+  auto len = b.lengths.accessor<int64_t, 1>();
   for (int64_t n = 0; n < N; ++n) {
     const int64_t start = P - int64_t(prompts[n].size());
     for (std::size_t i = 0; i < prompts[n].size(); ++i) tok[n][start + int64_t(i)] = prompts[n][i];
     // grpo.overlong: filter: a truncated completion takes no part in the loss.
-    const bool in_loss = cfg_.grpo.overlong != algo::Overlong::filter || outs[n].finish != rollout::FinishReason::length;
+    // grpo.filter_groups: a group that only fills the batch neither.
+    const bool in_loss = (cfg_.grpo.overlong != algo::Overlong::filter || outs[n].finish != rollout::FinishReason::length) &&
+                         (ro.in_loss.empty() || ro.in_loss[std::size_t(n)]);
+    len[n] = int64_t(outs[n].tokens.size());
     for (std::size_t t = 0; t < outs[n].tokens.size(); ++t) {
       tok[n][P + int64_t(t)] = outs[n].tokens[t];
       msk[n][int64_t(t)] = in_loss ? 1.0f : 0.0f;
@@ -255,6 +405,7 @@ RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
   b.tokens = b.tokens.to(device_);
   b.mask = b.mask.to(device_);
   b.old_logp = b.old_logp.to(device_);
+  b.lengths = b.lengths.to(device_);
   return b;
 }
 
@@ -291,7 +442,7 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
   const auto& g = cfg_.grpo;
   const int64_t N = batch.rows();
   const bool measure_here = !measured->has_value();
-  const bool need_ref_logits = g.kl_coef > 0 || (measure_here && with_ref);
+  const bool need_ref_logits = loss_opts_.kl_coef > 0 || (measure_here && with_ref);
   std::vector<Measurement> measured_parts;
   UpdateStats up;
   int64_t updates = 0;
@@ -329,7 +480,7 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
                                                              weights_.model().head_grad_sink());
         const torch::Tensor lp = head.logp;
         const torch::Tensor ent = g.entropy_coef > 0 ? head.entropy : torch::Tensor();
-        const torch::Tensor ref = g.kl_coef > 0 ? head.stats.ref_logp : torch::Tensor();
+        const torch::Tensor ref = loss_opts_.kl_coef > 0 ? head.stats.ref_logp : torch::Tensor();
         if (measure_here) {
           Measurement m = head.stats;
           if (!with_ref) m.kl_exact = m.ref_logp = torch::Tensor();
@@ -337,8 +488,17 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
         }
         trace_memory("update: log-probs and measurement");
         const torch::Tensor mask = batch.mask.index_select(0, rows);
-        const algo::PolicyLoss pl = algo::policy_loss(lp, batch.old_logp.index_select(0, rows),
-                                                      advantages.index_select(0, rows), mask, ref, ent, loss_opts_);
+        // grpo.tis_cap: the ratio against the trainer's own log-probs before the update (this
+        // forward's, detached, on one epoch of one minibatch), each token weighted by the truncated
+        // trainer / sampler probability ratio.
+        torch::Tensor old = batch.old_logp.index_select(0, rows), tis;
+        if (g.tis_cap > 0) {
+          const torch::Tensor proximal = measure_here ? lp.detach() : (*measured)->logp.index_select(0, rows);
+          tis = algo::tis_weights(proximal, old, g.tis_cap);
+          old = proximal;
+        }
+        const algo::PolicyLoss pl =
+            algo::policy_loss(lp, old, advantages.index_select(0, rows), mask, ref, ent, loss_opts_, tis);
         (pl.loss * weights_.loss_scale()).backward();
         trace_memory("update: backward");
         weights_.accumulate_grads();
@@ -373,8 +533,9 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
   return up;
 }
 
-MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Advantages& adv, const RolloutBatch& batch,
-                                 const Measurement& meas, const UpdateStats& up, const Timings& time) {
+MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling& smp, const algo::Advantages& adv,
+                                 const RolloutBatch& batch, const Measurement& meas, const UpdateStats& up,
+                                 const Timings& time) {
   const bool with_ref = meas.ref_logp.defined();
   // Device-side sums, copied to the host in one go: sums over this rank's completion tokens, then
   // the weight statistics.
@@ -384,7 +545,14 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
   std::vector<torch::Tensor> sums{
       with_ref ? masked_sum(algo::kl_estimate(meas.logp, meas.ref_logp, algo::KlEstimator::k3)) : zero,
       with_ref ? masked_sum(meas.kl_exact) : zero, masked_sum(meas.entropy),
-      masked_sum((meas.logp - batch.old_logp).abs()), mask.sum()};
+      masked_sum((meas.logp - batch.old_logp).abs()), mask.sum(),
+      // KL(sampler || trainer) from the sampled tokens (k3 of the trainer's log-probs before the update).
+      masked_sum(algo::kl_estimate(batch.old_logp, meas.logp, algo::KlEstimator::k3))};
+  const double tis_cap = cfg_.grpo.tis_cap;
+  if (tis_cap > 0) {
+    sums.push_back(masked_sum(algo::tis_weights(meas.logp, batch.old_logp, tis_cap)));
+    sums.push_back(masked_sum(((meas.logp - batch.old_logp) > std::log(tis_cap)).to(mask.scalar_type())));
+  }
   for (torch::Tensor& t : sums) t = t.to(torch::kDouble);  // exact for float sums and counts < 2^53
   const torch::Tensor host = torch::stack(sums).cpu();
   const double* h = host.data_ptr<double>();
@@ -392,7 +560,9 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
   // tokens and tokens.
   const int64_t changed_here = changed_from_start();  // this rank's shard
   std::vector<double> v{sc.correct, sc.gen_tokens, double(adv.zero_variance_groups), double(adv.groups),
-                        h[0], h[1], h[2], h[3], h[4], sc.truncated};
+                        h[0], h[1], h[2], h[3], h[4], sc.truncated, h[5], sc.kl_penalty,
+                        tis_cap > 0 ? h[6] : 0.0, tis_cap > 0 ? h[7] : 0.0};
+  const std::size_t fixed = v.size();  // then per optimizer step: clipped, tokens, low, high, dual
   v.insert(v.end(), up.clipped.begin(), up.clipped.end());
   v.insert(v.end(), up.tokens.begin(), up.tokens.end());
   for (const std::vector<double>* part : {&up.clipped_low, &up.clipped_high, &up.dual_clipped})
@@ -408,7 +578,7 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
   // Each clip fraction: the mean over the optimizer steps of clipped tokens / tokens.
   const auto clip_mean = [&](std::size_t part) {  // part 0: clip_frac, 2: low, 3: high, 4: dual (1: tokens)
     double sum = 0;
-    for (std::size_t u = 0; u < updates; ++u) sum += v[10 + part * updates + u] / v[10 + updates + u];
+    for (std::size_t u = 0; u < updates; ++u) sum += v[fixed + part * updates + u] / v[fixed + updates + u];
     return sum / double(updates);
   };
   const double clip_frac = clip_mean(0);
@@ -444,6 +614,18 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const algo::Adv
   m["sticking_frac"] = up.last.elements ? 1.0 - double(up.last.changed) / double(up.last.elements) : 0.0;
   m["update_ratio"] = up.update_ratio;
   m["logprob_mismatch"] = v[7] / tokens;
+  m["logprob_mismatch_k3"] = v[10] / tokens;
+  if (cfg_.grpo.kl_in == algo::KlIn::reward) m["kl_reward_penalty"] = v[11] / double(N_global);
+  if (tis_cap > 0) {
+    m["tis_weight_mean"] = v[12] / tokens;
+    m["tis_clip_frac"] = v[13] / tokens;
+  }
+  if (cfg_.grpo.filter_groups != algo::GroupFilter::none) {
+    m["sampling_rounds"] = smp.rounds;
+    m["groups_dropped"] = smp.dropped;
+    m["groups_filled"] = smp.filled;
+    m["sampled_reward_mean"] = smp.reward_sum / std::max(smp.rows, 1.0);
+  }
   m["zero_adv_frac"] = zero_var / std::max(1.0, groups);
   m["tokens_per_s"] = sc.gen_tokens / std::max(time.rollout, 1e-9);
   m["step_seconds"] = time.step;

@@ -37,6 +37,7 @@ struct RolloutBatch {
   torch::Tensor tokens;    // (N, P + T) int64: left-padded prompt, completion (padded after its stop)
   torch::Tensor mask;      // (N, T) float: 1 on sampled completion tokens
   torch::Tensor old_logp;  // (N, T) sampling log-probs
+  torch::Tensor lengths;   // (N) int64: sampled completion tokens of each row
   int64_t prompt_len = 0;
   // The distinct prompts (consecutive rows with equal prompts share one: a GRPO group), which the
   // training forward computes once each.
@@ -91,11 +92,29 @@ class GrpoTrainer {
     std::vector<const data::TaskRecord*> records;  // per row
     std::vector<std::vector<int32_t>> prompts;     // per row
     std::vector<rollout::Completion> completions;  // per row
+    std::vector<uint8_t> in_loss;  // per row: 0 in a group that only fills the batch (filter_groups); empty: all 1
   };
   struct Scores {
-    std::vector<float> rewards;  // per row
+    std::vector<float> rewards;   // per row: the verifier's, plus the overlong shaping
+    std::vector<uint8_t> right;   // per row: the verifier said correct
     double correct = 0, gen_tokens = 0;
     double truncated = 0;  // completions that reached rollout.max_new_tokens without a stop token
+    double kl_penalty = 0;  // kl_in: reward: the sum of kl_coef x each row's KL taken from its reward
+    void tally(const std::vector<rollout::Completion>& completions);  // the sums, from the rows
+  };
+  // How a step's batch was sampled (the same on every rank).
+  struct Sampling {
+    int64_t rounds = 1;   // rollout rounds of prompts_per_step prompts
+    int64_t dropped = 0;  // zero-variance groups sampled and not in the batch (filter_groups)
+    int64_t filled = 0;   // zero-variance groups in the batch because too few others were sampled
+    double reward_sum = 0, rows = 0;  // over every completion sampled, all rounds and ranks
+  };
+  // A group of the step's candidates, whole on every rank (filter_groups gathers them).
+  struct Candidate {
+    const data::TaskRecord* record = nullptr;
+    std::vector<rollout::Completion> completions;  // G
+    std::vector<float> rewards;
+    std::vector<uint8_t> right;
   };
   struct UpdateStats {
     double grad_norm = 0, lr = 0, loss_scale = 1, optimizer_seconds = 0;
@@ -110,17 +129,29 @@ class GrpoTrainer {
     dist::CommStats comm_before;
   };
 
-  Rollouts rollout(int64_t step);
+  // This rank's rows of the step's batch, scored: one rollout round, or with grpo.filter_groups as
+  // many as it takes (at most 1 + grpo.oversample) to fill it with informative groups.
+  void sample(int64_t step, Rollouts* ro, Scores* sc, Sampling* smp, Timings* time);
+  // The step's prompts_per_step records, drawn from the data order (the same on every rank).
+  std::vector<const data::TaskRecord*> draw_records();
+  // This rank's rows of `records` (round r of a step draws its uniforms for global rows + r x N).
+  Rollouts rollout(int64_t step, int64_t round, const std::vector<const data::TaskRecord*>& records);
+  // Every rank's rows of a round, as whole groups in prompt order (a collective).
+  std::vector<Candidate> gather_groups(const std::vector<const data::TaskRecord*>& records, const Rollouts& ro,
+                                       const Scores& sc) const;
   algo::Advantages advantages_of(const std::vector<float>& rewards) const;
   Scores score(const Rollouts& rollouts) const;
+  // (N) kl_coef x each row's KL to the reference over its sampled tokens, with the sampler's
+  // log-probs (grpo.kl_in: reward), without gradients.
+  torch::Tensor reward_kl(const RolloutBatch& batch) const;
   // Log-probs, entropy and (with_ref) the reference's log-probs on every row, without gradients.
   Measurement measure(const RolloutBatch& batch, bool with_ref) const;
   // Minibatches x epochs of clipped policy-gradient steps. With one epoch of one minibatch the
   // training forward also yields the measurement (`*measured`), saving a forward pass.
   UpdateStats update(int64_t step, const RolloutBatch& batch, const torch::Tensor& advantages, bool with_ref,
                      std::optional<Measurement>* measured);
-  MetricsLine metrics(int64_t step, const Scores& scores, const algo::Advantages& adv, const RolloutBatch& batch,
-                      const Measurement& meas, const UpdateStats& up, const Timings& time);
+  MetricsLine metrics(int64_t step, const Scores& scores, const Sampling& smp, const algo::Advantages& adv,
+                      const RolloutBatch& batch, const Measurement& meas, const UpdateStats& up, const Timings& time);
   // Compute-weight elements of this rank's shard whose bits differ from the start policy's, a
   // bounded slice at a time: against the frozen reference (which holds the start weights) when one
   // is kept, else against the base model's files read again (as the run loaded and rounded them).

@@ -161,7 +161,6 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
   if (precision.analog_mantissa_bits > 0 && !master.is_cpu())
     throw UserError("precision.analog_mantissa_bits (the grid-scaled analog) runs on the CPU only, and the master "
                     "is on " + master.device().str() + ": set run.device: cpu");
-  const torch::TensorOptions f32 = torch::TensorOptions().dtype(torch::kFloat32).device(master.device());
   total_ = layout.total;
   const int64_t blocks = (total_ + kNormBlock - 1) / kNormBlock;
   shard_size_ = (blocks + world - 1) / world * kNormBlock;

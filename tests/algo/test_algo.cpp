@@ -1,13 +1,15 @@
 // GRPO algorithm pieces against hand-computed values: advantages (group-normalized, mean-only,
-// RLOO, REINFORCE++, the reward scales, zero-variance groups), the clipped loss in each clipping
-// case, the dual clip, GSPO's sequence ratio, the three aggregations, the KL estimators, the
-// entropy bonus and the gradient of clipped vs unclipped tokens.
+// RLOO, REINFORCE++, pass@k, the reward scales, zero-variance groups), DAPO's group filter and
+// batch selection, the clipped loss in each clipping case, the dual clip, GSPO's sequence ratio,
+// the three aggregations, the KL estimators and the KL in the reward, truncated importance
+// sampling, the entropy bonus and the gradient of clipped vs unclipped tokens.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
 
 #include "unstuck/algo/advantages.h"
+#include "unstuck/algo/dynamic_sampling.h"
 #include "unstuck/algo/policy_loss.h"
 #include "unstuck/algo/reward_shaping.h"
 
@@ -52,6 +54,44 @@ TEST(Advantages, RlooAndReinforcePpBaselines) {
   EXPECT_NEAR(a.values[0], 0.5, 1e-6);
   EXPECT_NEAR(a.values[1], -0.5, 1e-6);
   EXPECT_NEAR(whole.sample_std(), std::sqrt(4.0 / 3.0), 1e-12);
+}
+
+// verl's grpo_passk: the best completion gets its margin over the next best, scaled by the group's
+// sample std; the rest 0; equal maxima give no margin.
+TEST(Advantages, PassAtKCreditsOnlyTheBest) {
+  // {1, 0, 0.5, 0}: mean 0.375, sum of squared deviations 0.6875, sample std sqrt(0.6875 / 3).
+  const std::vector<float> r{1, 0, 0.5f, 0, 1, 0, 0, 1};
+  Advantages a = group_advantages(r, 4, AdvantageMode::grpo_passk, 0.0);
+  const double std_g = std::sqrt(0.6875 / 3);
+  const std::vector<float> want{float(0.5 / std_g), 0, 0, 0, 0, 0, 0, 0};
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(a.values[i], want[i], 1e-5) << i;
+  EXPECT_NEAR(a.values[0], 1.0445, 1e-4);
+  EXPECT_EQ(a.zero_variance_groups, 0);
+  a = group_advantages(r, 4, AdvantageMode::grpo_passk, 0.0, RewardScale::none);
+  EXPECT_NEAR(a.values[0], 0.5, 1e-6);
+  // The best is the first of the maxima: {0, 2, 1, 2} credits index 1 with 2 - 2 = 0; {0, 3, 1, 2}: 3 - 2.
+  a = group_advantages({0, 3, 1, 2}, 4, AdvantageMode::grpo_passk, 0.0, RewardScale::none);
+  EXPECT_EQ(a.values, (std::vector<float>{0, 1, 0, 0}));
+  EXPECT_EQ(resolved_scale(AdvantageMode::grpo_passk, RewardScale::auto_), RewardScale::group);
+}
+
+// DAPO's dynamic sampling: a group is informative when its rewards are not all equal; the batch
+// takes the first informative groups in sampling order, and fills with the first flat ones.
+TEST(DynamicSampling, FilterAndSelection) {
+  EXPECT_EQ(informative_groups({1, 0, 1, 1, 0.5f, 0.5f, 0.5f, 0.5f}, 4), (std::vector<bool>{true, false}));
+  EXPECT_EQ(informative_groups({0, 0, 0, 1e-7f}, 2), (std::vector<bool>{false, true}));
+  EXPECT_THROW(informative_groups({1, 2, 3}, 2), std::invalid_argument);
+  EXPECT_THROW(informative_groups({1, 2}, 1), std::invalid_argument);
+  const std::vector<bool> flags{false, true, false, true, true};
+  GroupSelection s = select_groups(flags, 2);
+  EXPECT_EQ(s.groups, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(s.filled, 0);
+  s = select_groups(flags, 4);
+  EXPECT_EQ(s.groups, (std::vector<int64_t>{1, 3, 4, 0}));
+  EXPECT_EQ(s.filled, 1);
+  s = select_groups(flags, 7);  // fewer candidates than wanted: all of them
+  EXPECT_EQ(s.groups, (std::vector<int64_t>{1, 3, 4, 0, 2}));
+  EXPECT_EQ(s.filled, 2);
 }
 
 // scale_rewards as TRL's: group (grpo's own), batch, none.
@@ -199,6 +239,46 @@ TEST(PolicyLoss, KlEstimatorsAndPenalty) {
   EXPECT_NEAR(p.kl, 0.5 + ln2 - 1.0, 1e-6);
   o.kl_coef = 0.1;
   EXPECT_THROW(policy_loss(logp, logp, torch::zeros({1}), torch::ones({1, 1}), {}, {}, o), std::invalid_argument);
+}
+
+// grpo.kl_in: reward: each row's KL summed over its masked tokens.
+TEST(PolicyLoss, SequenceKlForTheReward) {
+  const torch::Tensor logp = torch::tensor({{-1.0f, -2.0f, -5.0f}});
+  const torch::Tensor ref = torch::tensor({{-1.5f, -1.0f, 0.0f}});
+  const torch::Tensor mask = torch::tensor({{1.0f, 1.0f, 0.0f}});  // the third token is padding
+  EXPECT_NEAR(sequence_kl(logp, ref, mask, KlEstimator::k1).item<double>(), -0.5, 1e-6);
+  EXPECT_NEAR(sequence_kl(logp, ref, mask, KlEstimator::k2).item<double>(), 0.625, 1e-6);
+  EXPECT_NEAR(sequence_kl(logp, ref, mask, KlEstimator::k3).item<double>(), std::exp(-0.5) - 0.5 + std::exp(1.0) - 2,
+              1e-6);
+  EXPECT_NEAR(sequence_kl(logp, ref, mask, KlEstimator::k3).item<double>(), 0.8248, 1e-4);
+  EXPECT_EQ(sequence_kl(logp, ref, mask, KlEstimator::k3).sizes(), (std::vector<int64_t>{1}));
+}
+
+// Truncated importance sampling: min(exp(proximal - sampling), cap), no gradient, multiplying the
+// policy-gradient term only.
+TEST(PolicyLoss, TruncatedImportanceWeights) {
+  const torch::Tensor proximal = torch::tensor({{-1.0f, -1.0f}});
+  const torch::Tensor sampling = torch::tensor({{-1.5f, -3.0f}});
+  const torch::Tensor w = tis_weights(proximal, sampling, 2.0);
+  EXPECT_NEAR(w[0][0].item<double>(), std::exp(0.5), 1e-6);
+  EXPECT_EQ(w[0][1].item<double>(), 2.0);  // e^2 = 7.39, capped
+  EXPECT_FALSE(w.requires_grad());
+  EXPECT_THROW(tis_weights(proximal, sampling, 0.0), std::invalid_argument);
+  // A huge mismatch stays finite (log-ratio clamped, then capped).
+  EXPECT_EQ(tis_weights(torch::zeros({1, 1}), torch::full({1, 1}, -1e4), 2.0).item<double>(), 2.0);
+  // A = 1, ratio 1 on both tokens: token_mean loss -(1.649 + 2) / 2, gradient -w / 2 per token.
+  const torch::Tensor logp = proximal.clone().requires_grad_(true);
+  PolicyLossOptions o;
+  PolicyLoss p = policy_loss(logp, proximal, torch::ones({1}), torch::ones({1, 2}), {}, {}, o, w);
+  EXPECT_NEAR(p.loss.item<double>(), -(std::exp(0.5) + 2) / 2, 1e-6);
+  p.loss.backward();
+  EXPECT_NEAR(logp.grad()[0][0].item<double>(), -std::exp(0.5) / 2, 1e-6);
+  EXPECT_NEAR(logp.grad()[0][1].item<double>(), -1.0, 1e-6);
+  // The KL term is not weighted: with A = 0 the loss is kl_coef x k3 whatever the weights.
+  o.kl_coef = 0.1;
+  const torch::Tensor ref = torch::full({1, 2}, -1.0f - float(std::log(2.0)));
+  p = policy_loss(proximal, proximal, torch::zeros({1}), torch::ones({1, 2}), ref, {}, o, w);
+  EXPECT_NEAR(p.loss.item<double>(), 0.1 * (0.5 + std::log(2.0) - 1.0), 1e-6);  // k3 at d = -ln 2
 }
 
 TEST(PolicyLoss, EntropyBonusLowersTheLoss) {

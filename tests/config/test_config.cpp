@@ -211,6 +211,25 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
   EXPECT_EQ(error_of([] { load_run_config("", {"grpo.overlong=soft_penalty", "rollout.max_new_tokens=16"}); }),
             "grpo.overlong_buffer must be in [1, rollout.max_new_tokens = 16] with grpo.overlong: soft_penalty, got 0");
   EXPECT_EQ(error("grpo.overlong_buffer=4"), "grpo.overlong_buffer must be 0 unless grpo.overlong is soft_penalty, got 4");
+  EXPECT_EQ(error("grpo.oversample=2"),
+            "grpo.oversample must be 0 unless grpo.filter_groups drops groups (nothing to refill), got 2");
+  EXPECT_EQ(error_of([] { load_run_config("", {"grpo.filter_groups=zero_variance", "grpo.oversample=101"}); }),
+            "grpo.oversample must be in [0, 100], got 101");
+  EXPECT_EQ(error("grpo.filter_groups=flat"),
+            "override 'grpo.filter_groups=flat': grpo.filter_groups: expected one of none | zero_variance, got 'flat'");
+  EXPECT_EQ(error("grpo.kl_in=reward"),
+            "grpo.kl_in must be loss unless grpo.kl_coef > 0 (reward with kl_coef 0 subtracts nothing), got 'reward'");
+  EXPECT_EQ(error("grpo.kl_in=advantage"),
+            "override 'grpo.kl_in=advantage': grpo.kl_in: expected one of loss | reward, got 'advantage'");
+  EXPECT_EQ(error("grpo.tis_cap=0.5"), "grpo.tis_cap must be 0 (off) or in [1, 1000], got 0.5");
+  EXPECT_EQ(error("grpo.tis_cap=.inf"), "grpo.tis_cap must be a finite number, got .inf");
+  EXPECT_EQ(error("grpo.advantage=passk"),
+            "override 'grpo.advantage=passk': grpo.advantage: expected one of grpo | mean_only | rloo | reinforce_pp | "
+            "grpo_passk, got 'passk'");
+  for (const char* ok : {"grpo.advantage=grpo_passk", "grpo.tis_cap=2", "grpo.filter_groups=zero_variance"})
+    EXPECT_NO_THROW(load_run_config("", {ok})) << ok;
+  EXPECT_NO_THROW(load_run_config("", {"grpo.kl_in=reward", "grpo.kl_coef=0.01"}));
+  EXPECT_NO_THROW(load_run_config("", {"grpo.filter_groups=zero_variance", "grpo.oversample=3"}));
   EXPECT_EQ(error("grpo.importance_ratio=seq"),
             "override 'grpo.importance_ratio=seq': grpo.importance_ratio: expected one of token | sequence, got 'seq'");
   EXPECT_EQ(error("optim.grad_clip=-0.5"), "optim.grad_clip must be >= 0 (0 = off), got -0.5");

@@ -99,18 +99,65 @@ TEST_F(GrpoTest, EveryPolicyGradientVariantTrains) {
          c.grpo.overlong = algo::Overlong::soft_penalty;
          c.grpo.overlong_buffer = 4;
        }},
+      {"grpo_passk", [](RunConfig& c) { c.grpo.advantage = algo::AdvantageMode::grpo_passk; }},
+      {"kl_in_reward",
+       [](RunConfig& c) {
+         c.grpo.kl_coef = 0.05;
+         c.grpo.kl_in = algo::KlIn::reward;
+         c.grpo.kl_estimator = algo::KlEstimator::k2;
+       }},
+      {"tis", [](RunConfig& c) { c.grpo.tis_cap = 2; }},
+      {"tis_minibatches",
+       [](RunConfig& c) {
+         c.grpo.tis_cap = 2;
+         c.grpo.minibatches = 2;
+       }},
+      {"filter_groups",
+       [](RunConfig& c) {
+         c.grpo.filter_groups = algo::GroupFilter::zero_variance;
+         c.grpo.oversample = 2;
+       }},
   };
   for (const Variant& v : variants) {
     RunConfig c = grpo_config(std::string("variant_") + v.name, precision::PrecisionMode::fp32);
     v.set(c);
     const auto m = read_metrics(run_grpo(c).run_dir);
     ASSERT_EQ(m.size(), 3u) << v.name;
-    // The penalty lowers the rewards of long completions; everything else scores the same rollouts.
-    if (std::string(v.name) == "soft_penalty")
+    const std::string name = v.name;
+    // The penalty lowers the rewards of long completions; everything else scores the same rollouts
+    // (dynamic sampling: the same first round).
+    if (name == "soft_penalty")
       EXPECT_LE(m[0]["reward_mean"].get<double>(), mb[0]["reward_mean"].get<double>());
+    else if (name == "filter_groups")
+      EXPECT_EQ(m[0]["sampling_rounds"] == 1 ? m[0]["sampled_reward_mean"] : mb[0]["reward_mean"], mb[0]["reward_mean"]);
     else
       EXPECT_EQ(m[0]["reward_mean"], mb[0]["reward_mean"]) << v.name;
-    EXPECT_EQ(m[0]["overlong_frac"], mb[0]["overlong_frac"]) << v.name;
+    if (name != "filter_groups") EXPECT_EQ(m[0]["overlong_frac"], mb[0]["overlong_frac"]) << v.name;
+    for (const auto& line : m) {
+      // Every logged key is the variant's: present exactly when it is on.
+      EXPECT_EQ(line.contains("kl_reward_penalty"), name == "kl_in_reward") << name;
+      EXPECT_EQ(line.contains("tis_weight_mean"), name.rfind("tis", 0) == 0) << name;
+      EXPECT_EQ(line.contains("sampling_rounds"), name == "filter_groups") << name;
+      EXPECT_GE(line["logprob_mismatch_k3"].get<double>(), 0.0);
+      if (name == "kl_in_reward") EXPECT_GE(line["kl_reward_penalty"].get<double>(), 0.0);  // k2 >= 0
+      if (name.rfind("tis", 0) == 0) {
+        // FP32 sampler and trainer agree closely: weights near 1, none capped at 2.
+        EXPECT_NEAR(line["tis_weight_mean"].get<double>(), 1.0, 1e-3) << name;
+        EXPECT_EQ(line["tis_clip_frac"].get<double>(), 0.0) << name;
+      }
+      if (name == "filter_groups") {
+        const int64_t rounds = line["sampling_rounds"], filled = line["groups_filled"];
+        EXPECT_GE(rounds, 1);
+        EXPECT_LE(rounds, 3);
+        EXPECT_LE(filled, 8);
+        // The batch's flat groups are exactly the filled ones; filling means every round was drawn.
+        EXPECT_EQ(line["zero_adv_frac"].get<double>(), double(filled) / 8.0);
+        if (filled > 0) EXPECT_EQ(rounds, 3);
+        EXPECT_GE(line["groups_dropped"].get<int64_t>(), 0);
+      }
+    }
+    // The reference moved away from the policy: the last step's penalty is positive.
+    if (name == "kl_in_reward") EXPECT_GT(m.back()["kl_reward_penalty"].get<double>(), 0.0);
     for (const auto& line : m)
       for (const char* key : {"grad_norm", "entropy", "clip_frac", "clip_frac_low", "clip_frac_high"})
         EXPECT_TRUE(std::isfinite(line[key].get<double>())) << v.name << " " << key;
@@ -120,11 +167,19 @@ TEST_F(GrpoTest, EveryPolicyGradientVariantTrains) {
     // The overlong variants change nothing when no completion is long (the base run's lengths say).
     double truncated = 0;
     for (const auto& line : mb) truncated += line["overlong_frac"].get<double>();
-    const std::string name = v.name;
     if (name == "no_dual_clip" || (name == "overlong_filter" && truncated == 0))
       EXPECT_EQ(m.back()["grad_norm"], mb.back()["grad_norm"]) << v.name;
-    else if (name == "overlong_filter" || name == "soft_penalty")
-      continue;  // whether they change the update depends on the lengths sampled; their math is test_algo's
+    else if (name == "overlong_filter" || name == "soft_penalty" || name == "filter_groups")
+      continue;  // whether they change the update depends on the lengths and rewards sampled; their math is test_algo's
+    else if (name == "tis") {
+      // On one epoch of one minibatch the trainer's log-probs before the update are this forward's:
+      // ratio 1 times the weight p_trainer / p_sampler is the plain ratio's value and gradient, up
+      // to float rounding.
+      for (std::size_t i = 0; i < m.size(); ++i) {
+        const double a = m[i]["grad_norm"].get<double>(), b = mb[i]["grad_norm"].get<double>();
+        EXPECT_LE(std::abs(a - b), 1e-5 * b) << "step " << i + 1;
+      }
+    }
     else
       EXPECT_NE(m.back()["grad_norm"], mb.back()["grad_norm"]) << v.name << " trained as the default";
   }
@@ -232,10 +287,17 @@ TEST_F(GrpoTest, WeightMetricsKeepTheirFullSizeDefinitions) {
 }
 
 // 2N steps straight == N steps, resume, N steps: identical metrics and identical optimizer state.
+// Also with dynamic sampling, whose extra rounds advance the data order by a number of records
+// that depends on the rewards.
 TEST_F(GrpoTest, ResumeContinuesBitExactly) {
-  for (auto mode : {precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16}) {
-    const std::string tag = config::enum_name(mode);
-    RunConfig straight = grpo_config("straight_" + tag, mode);
+  std::vector<RunConfig> runs;
+  for (auto mode : {precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16})
+    runs.push_back(grpo_config(std::string("straight_") + config::enum_name(mode), mode));
+  runs.push_back(grpo_config("straight_dynamic", precision::PrecisionMode::bf16_sr));
+  runs.back().grpo.filter_groups = algo::GroupFilter::zero_variance;
+  runs.back().grpo.oversample = 2;
+  for (RunConfig straight : runs) {
+    const std::string tag = straight.run.name.substr(9);
     straight.grpo.steps = 4;
     straight.grpo.checkpoint_every = 2;
     const GrpoResult a = run_grpo(straight);
@@ -245,13 +307,14 @@ TEST_F(GrpoTest, ResumeContinuesBitExactly) {
     run_grpo(half);
     half.grpo.steps = 4;
     const GrpoResult b = run_grpo(half, dir_ / "runs" / ("halves_" + tag));
-    EXPECT_EQ(comparable_metrics(a.run_dir), comparable_metrics(b.run_dir)) << config::enum_name(mode);
+    EXPECT_EQ(comparable_metrics(a.run_dir), comparable_metrics(b.run_dir)) << tag;
     const TrainerState sa = load_checkpoint(latest_checkpoint(a.run_dir / "checkpoints"));
     const TrainerState sb = load_checkpoint(latest_checkpoint(b.run_dir / "checkpoints"));
     EXPECT_EQ(sa.step, 4);
-    EXPECT_TRUE(torch::equal(sa.master, sb.master));
-    EXPECT_TRUE(torch::equal(sa.exp_avg_sq, sb.exp_avg_sq));
+    EXPECT_TRUE(torch::equal(sa.master, sb.master)) << tag;
+    EXPECT_TRUE(torch::equal(sa.exp_avg_sq, sb.exp_avg_sq)) << tag;
     EXPECT_EQ(sa.sampling_rng, sb.sampling_rng);
+    EXPECT_EQ(sa.cursor, sb.cursor) << tag;
   }
 }
 

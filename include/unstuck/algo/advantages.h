@@ -16,17 +16,21 @@ enum class AdvantageMode {
   mean_only,     // r - mean_g (Dr. GRPO: no division by the group's std)
   rloo,          // r - the mean of the group's other G - 1 rewards = G / (G - 1) (r - mean_g) (RLOO)
   reinforce_pp,  // (r - mean_b) / (std_b + eps) over the whole batch (REINFORCE++)
+  // Pass@k training (verl's grpo_passk): only the group's best completion (the first of equal
+  // maxima) is credited, with r_max - r_second / scale; every other completion gets 0.
+  grpo_passk,
 };
-inline constexpr std::array<std::pair<AdvantageMode, const char*>, 4> kAdvantageModeNames{{
+inline constexpr std::array<std::pair<AdvantageMode, const char*>, 5> kAdvantageModeNames{{
     {AdvantageMode::grpo, "grpo"},
     {AdvantageMode::mean_only, "mean_only"},
     {AdvantageMode::rloo, "rloo"},
     {AdvantageMode::reinforce_pp, "reinforce_pp"},
+    {AdvantageMode::grpo_passk, "grpo_passk"},
 }};
 constexpr const auto& enum_names(AdvantageMode) { return kAdvantageModeNames; }
 
-// What the centered reward is divided by (TRL's scale_rewards): auto = the mode's own (grpo:
-// group, reinforce_pp: batch, mean_only and rloo: none); group: the group's sample std + eps;
+// What the centered reward is divided by (TRL's scale_rewards): auto = the mode's own (grpo and
+// grpo_passk: group, reinforce_pp: batch, mean_only and rloo: none); group: the group's sample std + eps;
 // batch: the whole batch's sample std + eps; none: nothing.
 enum class RewardScale { auto_, group, batch, none };
 inline constexpr std::array<std::pair<RewardScale, const char*>, 4> kRewardScaleNames{{
@@ -63,6 +67,8 @@ struct Advantages {
 // 0.577 -> {0.866, -0.866, -0.866, 0.866}; group 2 has zero variance -> {0, 0, 0, 0}, counted.
 // rloo: group 1 -> 1 - 1/3 = 0.667 and 0 - 2/3 = -0.667 -> {0.667, -0.667, -0.667, 0.667}.
 // reinforce_pp: batch mean 0.75, sample std 0.463 -> {0.540, -1.620, -1.620, 0.540 | 0.540 x 4}.
+// grpo_passk: {1, 0, 0.5, 0}: best 1, second 0.5, sample std 0.479 -> {1.044, 0, 0, 0} (scale
+// none: {0.5, 0, 0, 0}); {1, 0, 0, 1}: two equal maxima -> {0, 0, 0, 0}.
 // Throws std::invalid_argument for a bad group size, or mean_only with a scale other than none.
 Advantages group_advantages(const std::vector<float>& rewards, int64_t group_size, AdvantageMode mode,
                             double eps = 1e-6, RewardScale scale = RewardScale::auto_,

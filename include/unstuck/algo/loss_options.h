@@ -39,4 +39,14 @@ inline constexpr std::array<std::pair<KlEstimator, const char*>, 3> kKlEstimator
 }};
 constexpr const auto& enum_names(KlEstimator) { return kKlEstimatorNames; }
 
+// Where the KL penalty to the reference acts: a term of the loss (GRPO, verl's use_kl_loss), or
+// subtracted from each completion's reward before the advantages (PPO's and verl's / OpenRLHF's
+// use_kl_in_reward): r - kl_coef * sum over its tokens of the estimator.
+enum class KlIn { loss, reward };
+inline constexpr std::array<std::pair<KlIn, const char*>, 2> kKlInNames{{
+    {KlIn::loss, "loss"},
+    {KlIn::reward, "reward"},
+}};
+constexpr const auto& enum_names(KlIn) { return kKlInNames; }
+
 }  // namespace unstuck::algo

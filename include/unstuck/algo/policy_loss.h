@@ -13,6 +13,21 @@ namespace unstuck::algo {
 // logp, ref_logp: (B, T) -> per-token estimate (B, T).
 torch::Tensor kl_estimate(const torch::Tensor& logp, const torch::Tensor& ref_logp, KlEstimator estimator);
 
+// (B): each row's sum of the per-token estimate over its `mask`ed tokens, the KL penalty of
+// grpo.kl_in: reward. Example: logp {-1, -2}, ref_logp {-1.5, -1}, mask {1, 1}: k1 -> -0.5,
+// k2 -> 0.625, k3 -> (e^-0.5 - 0.5) + (e - 2) = 0.8248.
+torch::Tensor sequence_kl(const torch::Tensor& logp, const torch::Tensor& ref_logp, const torch::Tensor& mask,
+                          KlEstimator estimator);
+
+// Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you
+// off-policy RL training"; verl's tis_imp_ratio_cap): per token min(exp(proximal - sampling), cap),
+// no gradient, where `proximal` are the trainer's own log-probs of the policy that sampled (before
+// the update) and `sampling` the sampler's. It multiplies each token's policy-gradient loss,
+// correcting for the sampler and the trainer computing different probabilities. The log-ratio is
+// clamped to +-kMaxLogRatio first. Example: proximal {-1, -1}, sampling {-1.5, -3}, cap 2 ->
+// {e^0.5 = 1.649, 2 (e^2 capped)}.
+torch::Tensor tis_weights(const torch::Tensor& proximal, const torch::Tensor& sampling, double cap);
+
 // |log ratio| is clamped to this before exp (as verl does), so a large mismatch between the
 // sampling and the training log-probs gives a large finite ratio, never inf.
 inline constexpr double kMaxLogRatio = 20.0;
@@ -48,7 +63,9 @@ struct PolicyLoss {
 
 // logp (B, T): log-probs of the sampled tokens under the policy being trained (differentiable);
 // old_logp (B, T): at sampling time; advantages (B); mask (B, T) 1 on completion tokens;
-// ref_logp (B, T) and entropy (B, T) may be undefined when their coefficients are 0.
+// ref_logp (B, T) and entropy (B, T) may be undefined when their coefficients are 0; pg_weight
+// (B, T), when given, multiplies each token's clipped policy-gradient term (not the KL or entropy
+// terms): the truncated importance weights of tis_weights().
 // Per token: L = -min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A), for A < 0 with the
 // dual clip min(L, -A * clip_ratio_c); + kl_coef * KL - entropy_coef * entropy; then aggregated.
 // ratio = exp(clamp(logp - old_logp, +-kMaxLogRatio)) per token, or per sequence (GSPO, as TRL's
@@ -62,6 +79,6 @@ struct PolicyLoss {
 PolicyLoss policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp,
                        const torch::Tensor& advantages, const torch::Tensor& mask,
                        const torch::Tensor& ref_logp, const torch::Tensor& entropy,
-                       const PolicyLossOptions& options);
+                       const PolicyLossOptions& options, const torch::Tensor& pg_weight = {});
 
 }  // namespace unstuck::algo

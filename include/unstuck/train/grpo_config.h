@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "unstuck/algo/advantages.h"
+#include "unstuck/algo/dynamic_sampling.h"
 #include "unstuck/algo/loss_options.h"
 #include "unstuck/algo/reward_shaping.h"
 #include "unstuck/train/lr_schedule.h"
@@ -31,9 +32,13 @@ struct GrpoConfig {
   algo::ImportanceRatio importance_ratio = algo::ImportanceRatio::token;  // token (PPO) | sequence (GSPO)
   algo::Overlong overlong = algo::Overlong::none;  // truncated completions: none | filter | soft_penalty (DAPO)
   int64_t overlong_buffer = 0;      // soft_penalty: L_cache, the tokens before max_new_tokens where it ramps
+  algo::GroupFilter filter_groups = algo::GroupFilter::none;  // DAPO's dynamic sampling: drop flat groups
+  int64_t oversample = 0;           // filter_groups: extra rollout rounds at most, to fill the batch
+  double tis_cap = 0.0;             // truncated importance sampling cap (0 = off, else >= 1)
   algo::LossAggregation loss_aggregation = algo::LossAggregation::token_mean;
   double kl_coef = 0.0;             // KL-to-reference penalty in the loss (0 = off, still logged)
   algo::KlEstimator kl_estimator = algo::KlEstimator::k3;
+  algo::KlIn kl_in = algo::KlIn::loss;  // the KL penalty in the loss, or in the reward
   double entropy_coef = 0.0;        // entropy bonus (0 = off)
   LrSchedule lr_schedule = LrSchedule::constant;
   int64_t warmup_steps = 0;         // optimizer steps of linear warm-up (warmup, cosine)
@@ -59,10 +64,11 @@ struct GrpoConfig {
     v("ppo_epochs", ppo_epochs, "passes over each rollout batch");
     v("advantage", advantage,
       "baseline: grpo (r - group mean) / group std; mean_only: r - group mean (Dr. GRPO); rloo: r - mean of the "
-      "group's other completions (RLOO); reinforce_pp: (r - batch mean) / batch std (REINFORCE++)");
+      "group's other completions (RLOO); reinforce_pp: (r - batch mean) / batch std (REINFORCE++); grpo_passk: "
+      "only the group's best completion, r_max - r_second / group std (verl's pass@k)");
     v("scale_rewards", scale_rewards,
-      "divisor of the centered reward (TRL's scale_rewards): auto (grpo: group, reinforce_pp: batch, mean_only and "
-      "rloo: none) | group (the group's std) | batch (the whole batch's std) | none");
+      "divisor of the centered reward (TRL's scale_rewards): auto (grpo, grpo_passk: group, reinforce_pp: batch, "
+      "mean_only and rloo: none) | group (the group's std) | batch (the whole batch's std) | none");
     v("clip_low", clip_low, "importance ratio lower bound 1 - clip_low");
     v("clip_high", clip_high, "importance ratio upper bound 1 + clip_high (clip-higher)");
     v("clip_ratio_c", clip_ratio_c,
@@ -73,13 +79,28 @@ struct GrpoConfig {
       "overlong_buffer tokens)");
     v("overlong_buffer", overlong_buffer,
       "soft_penalty: the ramp's length L_cache in tokens, in [1, rollout.max_new_tokens]");
+    v("filter_groups", filter_groups,
+      "dynamic sampling (DAPO): none; zero_variance: groups whose rewards (verifier and overlong shaping, before a "
+      "KL in the reward) are all equal are dropped, and more prompts are rolled out (grpo.oversample rounds at "
+      "most) until the batch holds prompts_per_step informative groups; short of them, dropped groups fill the "
+      "rest with no part in the loss (logged: sampling_rounds, groups_dropped, groups_filled)");
+    v("oversample", oversample,
+      "filter_groups: the extra rollout rounds of prompts_per_step prompts a step may draw to fill its batch");
+    v("tis_cap", tis_cap,
+      "truncated importance sampling (verl's tis_imp_ratio_cap): each token's policy-gradient loss times "
+      "min(p_trainer / p_sampler, tis_cap), with the clip ratio taken against the trainer's own log-probs "
+      "before the update; 0 = off, else >= 1 (2 is the TIS authors' choice)");
     v("importance_ratio", importance_ratio,
       "token: PPO's per-token ratio; sequence: GSPO's per-sequence ratio (exp of the mean token log-ratio), with "
       "clip_low/clip_high on it (GSPO uses about 3e-4 / 4e-4) and seq_mean_token_mean as in the paper");
     v("loss_aggregation", loss_aggregation,
       "token_mean | seq_mean_token_mean | seq_mean_token_sum_norm (Dr. GRPO)");
-    v("kl_coef", kl_coef, "weight of the KL penalty to the reference policy in the loss; 0 = off");
-    v("kl_estimator", kl_estimator, "KL estimator in the loss: k1 | k2 | k3");
+    v("kl_coef", kl_coef, "weight of the KL penalty to the reference policy (see kl_in); 0 = off");
+    v("kl_estimator", kl_estimator, "KL estimator of the penalty: k1 | k2 | k3");
+    v("kl_in", kl_in,
+      "where kl_coef's penalty acts: loss (a term of the policy loss, GRPO) | reward (subtracted from each "
+      "completion's reward before the advantages: r - kl_coef x the sum of the estimator over its tokens, with "
+      "the sampler's log-probs; verl's use_kl_in_reward)");
     v("entropy_coef", entropy_coef, "weight of the entropy bonus; 0 = off");
     v("lr_schedule", lr_schedule, "constant | warmup (linear) | cosine (after warm-up, to 0.1 x lr)");
     v("warmup_steps", warmup_steps, "optimizer steps of linear learning-rate warm-up");
