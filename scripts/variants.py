@@ -98,7 +98,7 @@ def summary(metrics, window):
         "accuracy_last": col(last, "accuracy"), "kl_last": col(last, "kl_ref_k3"),
         "len_last": col(last, "response_len_mean"), "clip_frac": col(metrics, "clip_frac"),
         "eval_last": evals[-1] if evals else None, "rounds": col(metrics, "sampling_rounds"),
-        "filled": col(metrics, "groups_filled"), "kl_penalty": col(metrics, "kl_reward_penalty"),
+        "filled": col(metrics, "groups_filled"), "sampled_last": col(last, "sampled_reward_mean"), "kl_penalty": col(metrics, "kl_reward_penalty"),
         "tis_weight": col(metrics, "tis_weight_mean"), "overlong": col(metrics, "overlong_frac"),
         "zero_adv": col(metrics, "zero_adv_frac"), "step_s": col(metrics, "step_seconds"),
     }
@@ -179,8 +179,10 @@ def main(argv=None):
         f"on {cpu_name()} ({os.cpu_count()} cores), commit {commit or 'unknown'}. Columns: the mean training "
         f"reward of the first and the last {w} steps, the last {w} steps' sampled accuracy, KL to the reference "
         f"(`kl_ref_k3`) and completion length, the final greedy test accuracy (`eval_accuracy`, "
-        "200 records), the mean clip fraction, the variant's own metric where it has one, and the run's wall "
-        "time (start-up and evaluations included).",
+        "200 records), the mean clip fraction, the variant's own metric where it has one (means over the run "
+        "unless said), and the run's wall time (start-up and evaluations included). With dynamic sampling the "
+        "batch's reward is that of the groups kept, biased upwards by the filter; the reward of every sampled "
+        "completion is the one to compare.",
         "",
         f"| variant | overrides | reward first {w} | reward last {w} | accuracy last {w} | KL last {w} | "
         f"length last {w} | eval accuracy | clip frac | variant metric | wall s |",
@@ -189,13 +191,14 @@ def main(argv=None):
     for name, overrides, what, s, seconds in rows:
         extra = "-"
         if s["rounds"] is not None:
-            extra = f"rounds {fmt(s['rounds'], 2)}, filled {fmt(s['filled'], 2)}"
+            extra = (f"rounds {fmt(s['rounds'], 2)}, filled {fmt(s['filled'], 2)}, reward of every sampled "
+                     f"completion last {a.window} {fmt(s['sampled_last'])}")
         elif s["kl_penalty"] is not None:
             extra = f"kl_reward_penalty {s['kl_penalty']:.2e}"
         elif s["tis_weight"] is not None:
             extra = f"tis_weight_mean {fmt(s['tis_weight'], 4)}"
         elif "overlong" in name or "penalty" in name:
-            extra = f"overlong_frac {fmt(s['overlong'])}"
+            extra = f"overlong_frac {fmt(s['overlong'], 4)}"
         kl = "-" if s["kl_last"] is None else f"{s['kl_last']:.2e}"
         cells = [name, " ".join("`" + o + "`" for o in overrides) or "(default)", fmt(s["reward_first"]),
                  fmt(s["reward_last"]), fmt(s["accuracy_last"]), kl, fmt(s["len_last"], 2), fmt(s["eval_last"]),
