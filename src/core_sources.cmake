@@ -13,3 +13,9 @@ file(GLOB UNSTUCK_CORE_SOURCES CONFIGURE_DEPENDS
 set_source_files_properties(${UNSTUCK_SRC_DIR}/precision/kernels_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c")
 set_source_files_properties(${UNSTUCK_SRC_DIR}/precision/kernels_avx512.cpp PROPERTIES
   COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx2;-mf16c;-Wno-maybe-uninitialized")
+
+# The Python reward worker (reward/worker_pool.h), compiled into the core as a string.
+file(READ ${UNSTUCK_SRC_DIR}/reward/reward_worker.py UNSTUCK_REWARD_WORKER_PY)
+configure_file(${UNSTUCK_SRC_DIR}/reward/reward_worker_py.cpp.in ${CMAKE_CURRENT_BINARY_DIR}/reward_worker_py.cpp @ONLY)
+list(APPEND UNSTUCK_CORE_SOURCES ${CMAKE_CURRENT_BINARY_DIR}/reward_worker_py.cpp)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${UNSTUCK_SRC_DIR}/reward/reward_worker.py)

@@ -1,0 +1,86 @@
+// Reward workers: persistent child processes that score batches of completions for the trainer,
+// so a user's reward code is loaded once, runs beside the trainer's threads, and cannot crash it.
+// Each worker speaks JSON lines over a socket on its stdin and stdout (docs/TASKS.md, "Reward
+// workers"):
+//   worker -> {"ready": true}                      once, when it can score (or {"fatal": "why"} and exit)
+//   pool   -> {"id": 7, "items": [ITEM, ...]}      one request per batch; ITEM is the caller's JSON
+//   worker -> {"id": 7, "results": [R, ...]}       one R per item: {"score": x, "extra": {"k": v}}
+//                                                  or {"error": "why"}
+//          or {"id": 7, "error": "why"}            the whole batch failed
+// A worker that answers late (timeout_s), dies, or answers anything else fails its batch with a
+// named error and is restarted; the pool goes on. A worker that cannot start is a UserError.
+// The Python worker (python_reward_worker_argv) runs verl- and TRL-style reward functions.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace unstuck::reward {
+
+struct WorkerOptions {
+  std::vector<std::string> argv;  // the worker's command line (argv[0] looked up on PATH)
+  std::string name;               // what the messages call it, e.g. "reward.function my_reward.py:compute_score"
+  int workers = 2;                // processes scoring batches in parallel
+  double timeout_s = 60.0;        // a request's limit, from its send to its answer
+  double start_timeout_s = 60.0;  // from the start to {"ready": true}
+  int64_t memory_mb = 8192;       // address-space limit of each worker (RLIMIT_AS); 0 = none
+};
+
+// One item's outcome.
+struct WorkerResult {
+  bool ok = false;
+  double score = 0.0;                               // finite when ok
+  nlohmann::json extra = nlohmann::json::object();  // the other numeric keys of a dict result
+  std::string error;                                // when !ok: the function's error, or the worker's
+};
+
+class WorkerPool {
+ public:
+  // Starts every worker and waits for each one's ready line. Throws UserError naming options.name
+  // and the reason: the worker's {"fatal": ...} message, its exit, or the start timeout.
+  explicit WorkerPool(WorkerOptions options);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // Scores the batches, each on one worker, at most `workers` at once; returns one result per item
+  // of each batch, in order. Throws UserError only when a failed worker cannot be started again.
+  std::vector<std::vector<WorkerResult>> run(const std::vector<nlohmann::json>& batches);
+
+  int64_t restarts() const { return restarts_; }
+  const WorkerOptions& options() const { return options_; }
+
+ private:
+  struct Worker {
+    pid_t pid = -1;
+    int fd = -1;         // our end of the socket pair (the worker's stdin and stdout)
+    std::string buffer;  // bytes received and not yet parsed as a line
+  };
+  void start(Worker& w);
+  void stop(Worker& w);
+  void restart(Worker& w);
+
+  WorkerOptions options_;
+  std::vector<Worker> workers_;
+  int64_t next_id_ = 0;
+  int64_t restarts_ = 0;
+};
+
+// The argv of the Python reward worker bundled with Unstuck, for `python` (an interpreter
+// path): it imports `path`, finds function `name` and checks that it takes the arguments `style`
+// calls it with, then serves requests. Styles: "verl" calls name(data_source=, solution_str=,
+// ground_truth=, extra_info=) per item (a number, or a dict with "score"); "trl" calls
+// name(prompts=[...], completions=[...], <every other column>=[...]) once per batch and expects one
+// number per completion. ITEMs: verl {"data_source", "solution_str", "ground_truth", "extra_info"};
+// trl {"prompt", "completion", "columns": {"name": value}}.
+std::vector<std::string> python_reward_worker_argv(const std::string& python, const std::string& path,
+                                                   const std::string& name, const std::string& style);
+
+// The bundled worker's source (src/reward/reward_worker.py, compiled in).
+const char* python_reward_worker_source();
+
+}  // namespace unstuck::reward

@@ -1,0 +1,174 @@
+"""Unstuck's Python reward worker (compiled into the binary; see include/unstuck/reward/worker_pool.h).
+
+Imports the user's file once, checks that the function takes the arguments its style passes, then
+answers one JSON request per line on stdin with one JSON line on stdout. What the function prints
+goes to stderr, so it cannot corrupt the answers.
+
+  --style verl: name(data_source=, solution_str=, ground_truth=, extra_info=) per item; a number
+                (bool, int, float) or a dict with "score" (its other numeric keys are returned as extra)
+  --style trl:  name(prompts=[...], completions=[...], <column>=[...] for every other column) once
+                per batch; a list with one number per completion
+"""
+import argparse
+import importlib.util
+import inspect
+import json
+import math
+import numbers
+import os
+import sys
+import traceback
+
+VERL_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
+
+
+def short_traceback(limit=12):
+    lines = traceback.format_exc().rstrip().splitlines()
+    return "\n".join(lines[-limit:])
+
+
+def load(path, name):
+    if not os.path.isfile(path):
+        raise RuntimeError(f"no such file: {path}")
+    spec = importlib.util.spec_from_file_location("unstuck_user_reward", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        raise RuntimeError(f"importing {path} failed:\n{short_traceback()}")
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                       and getattr(v, "__module__", None) == module.__name__)
+        raise RuntimeError(f"{path} has no function '{name}' (its functions: {', '.join(names) or 'none'})")
+    return fn
+
+
+def check_signature(fn, name, style):
+    sig = inspect.signature(fn)
+    if style == "verl":
+        try:
+            sig.bind(**{a: None for a in VERL_ARGS})
+        except TypeError as e:
+            raise RuntimeError(f"{name}{sig} cannot be called as verl calls compute_score "
+                               f"({', '.join(a + '=' for a in VERL_ARGS)}): {e}")
+    else:
+        try:
+            sig.bind_partial(prompts=[], completions=[])
+        except TypeError as e:
+            raise RuntimeError(f"{name}{sig} cannot be called as TRL calls a reward function "
+                               f"(prompts=, completions=, **columns): {e}")
+        for p in sig.parameters.values():
+            if p.kind in (p.POSITIONAL_ONLY,) and p.default is p.empty:
+                raise RuntimeError(f"{name}{sig}: positional-only parameter '{p.name}' (TRL passes keywords)")
+
+
+def number(value):
+    """The value as a finite float, or an error text."""
+    if isinstance(value, bool):
+        return float(value), None
+    if isinstance(value, numbers.Real):
+        x = float(value)
+        return (x, None) if math.isfinite(x) else (None, f"returned {x}")
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+        try:
+            return number(value.item())
+        except Exception:
+            pass
+    if value is None:
+        return None, "returned None"
+    return None, f"returned {type(value).__name__}: {repr(value)[:200]}"
+
+
+def verl_result(value):
+    extra = {}
+    if isinstance(value, dict):
+        if "score" not in value:
+            return {"error": f"returned a dict without 'score' (keys: {', '.join(map(str, value)) or 'none'})"}
+        for k, v in value.items():
+            if k != "score":
+                x, err = number(v)
+                if err is None:
+                    extra[str(k)] = x
+        value = value["score"]
+    x, err = number(value)
+    if err is not None:
+        return {"error": err}
+    return {"score": x, "extra": extra}
+
+
+def score_verl(fn, items):
+    results = []
+    for item in items:
+        try:
+            value = fn(**{a: item.get(a) for a in VERL_ARGS})
+        except Exception:
+            results.append({"error": short_traceback()})
+            continue
+        results.append(verl_result(value))
+    return {"results": results}
+
+
+def score_trl(fn, items, var_kw, params):
+    kwargs = {"prompts": [it.get("prompt") for it in items], "completions": [it.get("completion") for it in items]}
+    columns = sorted({k for it in items for k in it.get("columns", {})})
+    for c in columns:
+        if c not in kwargs:
+            kwargs[c] = [it.get("columns", {}).get(c) for it in items]
+    if not var_kw:  # pass only what the function declares
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    try:
+        values = fn(**kwargs)
+    except Exception:
+        return {"error": short_traceback()}
+    if not isinstance(values, (list, tuple)) and hasattr(values, "tolist"):
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)):
+        return {"error": f"returned {type(values).__name__}, not a list of {len(items)} numbers"}
+    if len(values) != len(items):
+        return {"error": f"returned {len(values)} values for {len(items)} completions"}
+    results = []
+    for v in values:
+        x, err = number(v)
+        results.append({"error": err} if err is not None else {"score": x, "extra": {}})
+    return {"results": results}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--path", required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--style", choices=["verl", "trl"], required=True)
+    a = ap.parse_args()
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # the function's prints go to stderr
+    sys.stdout = sys.stderr
+
+    def send(obj):
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    try:
+        fn = load(a.path, a.name)
+        check_signature(fn, a.name, a.style)
+    except Exception as e:
+        send({"fatal": str(e)})
+        return 2
+    sig = inspect.signature(fn)
+    var_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+    params = set(sig.parameters)
+    send({"ready": True})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        items = request.get("items", [])
+        answer = score_verl(fn, items) if a.style == "verl" else score_trl(fn, items, var_kw, params)
+        answer["id"] = request.get("id")
+        send(answer)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+// Reward workers: reward files written here in verl's style (a GSM8K compute_score like verl's own)
+// and TRL's (a batch function reading an extra column) score through the bundled Python worker as
+// the built-in math verifier does; a function that raises, hangs, returns a non-number, the wrong
+// count, prints, or kills its own process gives that item (or batch) a named error, and the pool
+// restarts the worker and goes on; a file without the function, with the wrong signature or that
+// fails to import is refused at start with the reason.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "unstuck/common/error.h"
+#include "unstuck/reward/verifier.h"
+#include "unstuck/reward/worker_pool.h"
+
+namespace unstuck::reward {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+class WorkerPoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("unstuck_workers_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p;
+  }
+  WorkerOptions python(const fs::path& file, const std::string& fn, const std::string& style, int workers = 1) {
+    WorkerOptions o;
+    o.argv = python_reward_worker_argv(UNSTUCK_PYTHON, file.string(), fn, style);
+    o.name = "reward.function " + file.filename().string() + ":" + fn;
+    o.workers = workers;
+    o.timeout_s = 20;
+    return o;
+  }
+  static std::string start_error(const WorkerOptions& o) {
+    try {
+      WorkerPool pool(o);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "<started>";
+  }
+  static Json verl_item(const std::string& completion, const std::string& truth) {
+    return {{"data_source", "openai/gsm8k"}, {"solution_str", completion}, {"ground_truth", truth},
+            {"extra_info", Json::object()}};
+  }
+
+  fs::path dir_;
+};
+
+// verl's GSM8K scorer in spirit: the number after the last "####", compared as text.
+const char* kVerlGsm8k = R"PY(
+import re
+
+def extract_solution(solution_str):
+    found = re.findall(r"#### (\-?[0-9\.\,]+)", solution_str)
+    if not found:
+        return None
+    return found[-1].replace(",", "").replace("$", "")
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, format_score=0.0, score=1.0):
+    answer = extract_solution(solution_str)
+    if answer is None:
+        return 0
+    return {"score": score if answer == ground_truth else format_score, "acc": answer == ground_truth}
+)PY";
+
+TEST_F(WorkerPoolTest, VerlStyleScoresLikeTheMathVerifier) {
+  WorkerPool pool(python(write("gsm8k.py", kVerlGsm8k), "compute_score", "verl"));
+  RewardConfig config;
+  config.format_reward = 0;
+  const auto math = make_math_verifier(config);
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"so 3 + 4 = 7\n#### 7", "7"}, {"#### 8", "7"}, {"no answer here", "7"},
+      {"#### -5", "-5"}, {"#### 12", "12"}, {"#### 12", "13"}};
+  Json batch = Json::array();
+  for (const auto& [c, t] : cases) batch.push_back(verl_item(c, t));
+  const auto results = pool.run({batch});
+  ASSERT_EQ(results.size(), 1u);
+  ASSERT_EQ(results[0].size(), cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    data::TaskRecord record;
+    record.task = "math";
+    record.answer = cases[i].second;
+    const double builtin = math->score(cases[i].first, record).reward;
+    ASSERT_TRUE(results[0][i].ok) << results[0][i].error;
+    EXPECT_EQ(results[0][i].score, builtin) << cases[i].first;
+  }
+  // A dict's other numeric keys come back as extras (verl logs them as reward_extra_info).
+  EXPECT_EQ(results[0][0].extra.value("acc", -1.0), 1.0);
+  EXPECT_EQ(results[0][1].extra.value("acc", -1.0), 0.0);
+  EXPECT_TRUE(results[0][2].extra.empty());  // a plain number
+}
+
+TEST_F(WorkerPoolTest, TrlStyleGetsEveryColumnAndRunsOncePerBatch) {
+  const fs::path file = write("trl.py", R"PY(
+calls = 0
+
+def reward_answer(prompts, completions, answer, **kwargs):
+    global calls
+    calls += 1
+    print("printed by the function: must not reach the protocol")
+    return [float(c.strip().endswith(a)) + 0.001 * calls + (10.0 if kwargs.get("difficulty", [None])[0] == "hard" else 0.0)
+            for c, a in zip(completions, answer)]
+)PY");
+  WorkerPool pool(python(file, "reward_answer", "trl"));
+  const auto item = [](const std::string& completion, const std::string& answer) {
+    return Json{{"prompt", "2+2="}, {"completion", completion}, {"columns", {{"answer", answer}, {"difficulty", "easy"}}}};
+  };
+  const auto results = pool.run({Json::array({item("it is 4", "4"), item("it is 5", "4")}), Json::array({item("7", "7")})});
+  ASSERT_EQ(results.size(), 2u);
+  ASSERT_TRUE(results[0][0].ok && results[0][1].ok && results[1][0].ok);
+  EXPECT_DOUBLE_EQ(results[0][0].score, 1.001);  // one call for the whole first batch
+  EXPECT_DOUBLE_EQ(results[0][1].score, 0.001);
+  EXPECT_DOUBLE_EQ(results[1][0].score, 1.002);  // the module stays imported: the second call
+}
+
+TEST_F(WorkerPoolTest, FailuresAreNamedPerItemOrBatchAndTheWorkerIsRestarted) {
+  const fs::path file = write("bad.py", R"PY(
+import os, time
+
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    if solution_str == "raise":
+        return 1 / 0
+    if solution_str == "hang":
+        time.sleep(600)
+    if solution_str == "text":
+        return "abc"
+    if solution_str == "nan":
+        return float("nan")
+    if solution_str == "die":
+        os.kill(os.getpid(), 9)
+    if solution_str == "hog":
+        return len(bytearray(2 << 30))
+    return 0.5
+)PY");
+  WorkerOptions o = python(file, "compute_score", "verl");
+  o.timeout_s = 2;
+  o.memory_mb = 1024;
+  WorkerPool pool(o);
+  const auto one = [&](const std::string& what) {
+    const auto r = pool.run({Json::array({verl_item(what, "1"), verl_item("fine", "1")})});
+    return r.at(0);
+  };
+  auto r = one("raise");
+  EXPECT_FALSE(r[0].ok);
+  EXPECT_NE(r[0].error.find("ZeroDivisionError"), std::string::npos) << r[0].error;
+  EXPECT_NE(r[0].error.find("bad.py"), std::string::npos) << r[0].error;  // the traceback names the file
+  EXPECT_TRUE(r[1].ok);
+  EXPECT_EQ(r[1].score, 0.5);
+  r = one("text");
+  EXPECT_EQ(r[0].error, "returned str: 'abc'");
+  r = one("nan");
+  EXPECT_EQ(r[0].error, "returned nan");
+  r = one("hog");  // the address-space limit: a MemoryError, not the machine's memory
+  EXPECT_NE(r[0].error.find("MemoryError"), std::string::npos) << r[0].error;
+  EXPECT_EQ(pool.restarts(), 0);
+  // The whole batch shares its worker's fate: both items fail, the worker restarts, the next batch scores.
+  r = one("hang");
+  EXPECT_EQ(r[0].error, "timed out after 2 s (the worker was restarted)");
+  EXPECT_EQ(r[1].error, r[0].error);
+  EXPECT_EQ(pool.restarts(), 1);
+  r = one("die");
+  EXPECT_EQ(r[0].error, "the worker was killed by signal 9 (Killed) while scoring this batch");
+  EXPECT_EQ(pool.restarts(), 2);
+  r = one("fine");
+  EXPECT_TRUE(r[0].ok && r[1].ok);
+}
+
+TEST_F(WorkerPoolTest, TrlWrongCountAndRaiseFailTheBatch) {
+  const fs::path file = write("trl_bad.py", R"PY(
+def short(prompts, completions, **kwargs):
+    return [1.0]
+
+def raises(prompts, completions, **kwargs):
+    raise ValueError("bad column")
+
+def with_none(prompts, completions, **kwargs):
+    return [None for _ in completions]
+)PY");
+  const Json batch = Json::array({{{"prompt", "p"}, {"completion", "a"}}, {{"prompt", "p"}, {"completion", "b"}}});
+  auto r = WorkerPool(python(file, "short", "trl")).run({batch})[0];
+  EXPECT_EQ(r[0].error, "returned 1 values for 2 completions");
+  EXPECT_EQ(r[1].error, r[0].error);
+  r = WorkerPool(python(file, "raises", "trl")).run({batch})[0];
+  EXPECT_NE(r[0].error.find("ValueError: bad column"), std::string::npos) << r[0].error;
+  r = WorkerPool(python(file, "with_none", "trl")).run({batch})[0];
+  EXPECT_EQ(r[0].error, "returned None");
+}
+
+TEST_F(WorkerPoolTest, BatchesRunOnSeveralWorkersAtOnce) {
+  const fs::path file = write("pid.py", "import os\ndef compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+                                        "    return os.getpid()\n");
+  WorkerPool pool(python(file, "compute_score", "verl", 2));
+  const auto r = pool.run({Json::array({verl_item("a", "1")}), Json::array({verl_item("b", "1")})});
+  ASSERT_TRUE(r[0][0].ok && r[1][0].ok);
+  EXPECT_NE(r[0][0].score, r[1][0].score);  // two processes served the two batches
+}
+
+TEST_F(WorkerPoolTest, StartRefusesWhatCannotScoreNamingWhy) {
+  const fs::path file = write("r.py", "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+                                      "    return 1\n\ndef two(a, b):\n    return 1\n");
+  EXPECT_EQ(start_error(python(file, "nope", "verl")),
+            "reward.function r.py:nope: the worker did not start: " + file.string() +
+                " has no function 'nope' (its functions: compute_score, two)");
+  const std::string sig = start_error(python(file, "two", "verl"));
+  EXPECT_NE(sig.find("two(a, b) cannot be called as verl calls compute_score (data_source=, solution_str=, "
+                     "ground_truth=, extra_info=)"), std::string::npos) << sig;
+  const std::string trl = start_error(python(file, "two", "trl"));
+  EXPECT_NE(trl.find("cannot be called as TRL calls a reward function"), std::string::npos) << trl;
+  const fs::path broken = write("broken.py", "import no_such_module_here\n");
+  const std::string imp = start_error(python(broken, "f", "verl"));
+  EXPECT_NE(imp.find("importing " + broken.string() + " failed"), std::string::npos) << imp;
+  EXPECT_NE(imp.find("ModuleNotFoundError"), std::string::npos) << imp;
+  EXPECT_NE(start_error(python(dir_ / "missing.py", "f", "verl")).find("no such file: " + (dir_ / "missing.py").string()),
+            std::string::npos);
+  WorkerOptions o = python(file, "compute_score", "verl");
+  o.argv[0] = (dir_ / "no_python").string();
+  EXPECT_EQ(start_error(o), "reward.function r.py:compute_score: the worker did not start: cannot execute the worker command");
+  o.argv = {"/bin/sh", "-c", "echo hello"};
+  EXPECT_EQ(start_error(o),
+            "reward.function r.py:compute_score: the worker did not start: its first line is not {\"ready\": true}: hello");
+  o.argv = {"/bin/sh", "-c", "exit 3"};
+  EXPECT_EQ(start_error(o),
+            "reward.function r.py:compute_score: the worker exited with status 3 before it was ready (its messages are above)");
+}
+
+}  // namespace
+}  // namespace unstuck::reward
