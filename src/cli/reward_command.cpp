@@ -1,7 +1,8 @@
 // `unstuck reward score`: scores a JSONL file of task records with a "completion" each, by the
-// verifier its "task" names; writes each input line plus "reward" and "status", and prints the
-// count, the mean reward and the status histogram. Every line is checked before anything is
-// written.
+// verifier its "task" names, or by a run config's reward section (--config: its verifier, or its
+// reward.function on reward workers, all lines in batches); writes each input line plus "reward"
+// and "status" (and "error" for a function's failure), and prints the count, the mean reward and
+// the status histogram. Every line is checked before anything is written.
 #include <CLI/CLI.hpp>
 #include <array>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "cli/commands.h"
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
+#include "unstuck/config/run_config.h"
 #include "unstuck/data/record.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/reward/verifier.h"
@@ -25,6 +27,8 @@ namespace {
 struct ScoreArgs {
   std::string input;
   std::string output;
+  std::string run_config;  // --config: a run config whose reward.* scores
+  std::vector<std::string> overrides;
   reward::RewardConfig config;
 };
 
@@ -45,32 +49,63 @@ nlohmann::ordered_json parse_line(const std::string& line, const std::string& wh
   return object;
 }
 
-void score(const ScoreArgs& args) {
+void score(const ScoreArgs& args_in) {
+  ScoreArgs args = args_in;
+  std::string config_task;  // --config: the data.task that names the verifier when reward.verifier is empty
+  if (!args.run_config.empty()) {
+    const RunConfig run = load_run_config(args.run_config, args.overrides);
+    args.config = run.reward;
+    config_task = config::enum_name(run.data.task);
+  } else if (!args.overrides.empty()) {
+    throw UserError("reward score: key=value overrides go with --config (got '" + args.overrides[0] + "')");
+  }
   reward::validate(args.config);
   std::ifstream in(args.input);
   if (!in) throw UserError("cannot open --input '" + args.input + "'");
-  std::map<std::string, std::unique_ptr<reward::Verifier>> verifiers;
   std::vector<ScoredLine> scored;
+  std::vector<data::TaskRecord> records;
+  std::vector<std::string> completions, wheres;
   std::string line;
   for (long long number = 0; io::read_capped_line(in, line, io::kMaxJsonlLineBytes, args.input, number);) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = args.input + ":" + std::to_string(number);
     ScoredLine out{parse_line(line, where), {}};
     nlohmann::ordered_json record_json = out.object;
-    record_json.erase("completion");
-    record_json.erase("reward");
-    record_json.erase("status");
+    for (const char* k : {"completion", "reward", "status", "error"}) record_json.erase(k);
     try {
-      const data::TaskRecord record = data::record_from_json(record_json);
-      auto& verifier = verifiers[record.task];
-      if (!verifier) verifier = reward::make_verifier(record.task, args.config);
-      out.result = verifier->score(out.object["completion"].get<std::string>(), record);
+      records.push_back(data::record_from_json(record_json));
     } catch (const UserError& e) {
       throw UserError(where + ": " + e.what());
     }
+    completions.push_back(out.object["completion"].get<std::string>());
+    wheres.push_back(where);
+    scored.push_back(std::move(out));
+  }
+  if (!args.config.function.path.empty()) {
+    // One function for every line: its workers score them all, in batches.
+    const auto verifier = reward::make_function_verifier(args.config);
+    std::vector<const data::TaskRecord*> ptrs;
+    for (const auto& r : records) ptrs.push_back(&r);
+    const std::vector<reward::RewardResult> results = verifier->score_batch(completions, ptrs);
+    for (std::size_t i = 0; i < scored.size(); ++i) scored[i].result = results[i];
+  } else {
+    std::map<std::string, std::unique_ptr<reward::Verifier>> verifiers;
+    for (std::size_t i = 0; i < scored.size(); ++i) {
+      try {
+        const std::string name =
+            args.run_config.empty() ? records[i].task : reward::verifier_name(args.config, config_task);
+        auto& verifier = verifiers[name];
+        if (!verifier) verifier = reward::make_verifier(name, args.config);
+        scored[i].result = verifier->score(completions[i], records[i]);
+      } catch (const UserError& e) {
+        throw UserError(wheres[i] + ": " + e.what());
+      }
+    }
+  }
+  for (ScoredLine& out : scored) {
     out.object["reward"] = out.result.reward;
     out.object["status"] = config::enum_name(out.result.status);
-    scored.push_back(std::move(out));
+    if (out.result.status == reward::RewardStatus::error) out.object["error"] = out.result.error;
   }
 
   if (!args.output.empty()) {
@@ -93,7 +128,7 @@ void score(const ScoreArgs& args) {
   std::printf("mean reward %.4f\n", count > 0 ? total / static_cast<double>(count) : 0.0);
   for (const auto& [status, name] : reward::kRewardStatusNames) {
     const int64_t k = histogram[static_cast<size_t>(status)];
-    std::printf("  %-10s %8lld  (%5.1f%%)\n", name, static_cast<long long>(k),
+    std::printf("  %-12s %8lld  (%5.1f%%)\n", name, static_cast<long long>(k),
                 count > 0 ? 100.0 * static_cast<double>(k) / static_cast<double>(count) : 0.0);
   }
   if (!args.output.empty()) std::printf("wrote %s\n", args.output.c_str());
@@ -109,18 +144,26 @@ void add_score(CLI::App& parent) {
       ->required();
   cmd->add_option("--output", args->output,
                   "JSONL to write: each input line plus \"reward\" and \"status\"");
+  CLI::Option* cfg = cmd->add_option("--config", args->run_config,
+                                     "a run config: its reward.* scores (reward.function, reward.verifier or the "
+                                     "verifier of its data.task) instead of each line's \"task\"");
+  cmd->add_option("overrides", args->overrides, "key=value overrides of --config, e.g. reward.function.workers=4");
   cmd->add_option("--format-reward", args->config.format_reward,
                   "reward of a non-correct completion with a non-blank <answer>...</answer>")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->excludes(cfg);
   cmd->add_option("--answer-formats", args->config.answer_formats,
                   "answer formats tried in order: answer_tag, boxed, hashes")
       ->delimiter(',')
-      ->capture_default_str();
+      ->capture_default_str()
+      ->excludes(cfg);
   cmd->add_option("--numeric-tolerance", args->config.math.numeric_tolerance,
                   "math: relative tolerance between rational answers (0: exact)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->excludes(cfg);
   cmd->add_flag("!--units-required", args->config.math.units_optional,
-                "math: unit words after a number must match the gold answer's");
+                "math: unit words after a number must match the gold answer's")
+      ->excludes(cfg);
   cmd->callback([args] { score(*args); });
 }
 

@@ -58,6 +58,21 @@ void validate(const RewardConfig& config, const std::string& prefix) {
     throw UserError(p + "max_expression_depth must be in [1, 1000], got " +
                     std::to_string(config.max_expression_depth));
   }
+  const FunctionConfig& f = config.function;
+  if (f.path.empty()) return;
+  const std::string fp = p + "function.";
+  if (!config.verifier.empty())
+    throw UserError(p + "verifier '" + config.verifier + "' and " + fp +
+                    "path both set: one of them scores (weighted reward terms are not built yet)");
+  if (f.name.empty()) throw UserError(fp + "name: empty (the function to call in " + f.path + ")");
+  if (f.python.empty()) throw UserError(fp + "python: empty (the interpreter that runs " + f.path + ")");
+  if (f.workers < 1 || f.workers > 64) throw UserError(fp + "workers must be in [1, 64], got " + std::to_string(f.workers));
+  if (f.batch_size < 1) throw UserError(fp + "batch_size must be >= 1, got " + std::to_string(f.batch_size));
+  if (!(f.timeout_s > 0 && f.timeout_s <= 86400))
+    throw UserError(fp + "timeout_s must be in (0, 86400] seconds, got " + config::format_double(f.timeout_s));
+  if (f.memory_mb < 0) throw UserError(fp + "memory_mb must be >= 0 (0 = no limit), got " + std::to_string(f.memory_mb));
+  if (!(f.max_error_frac >= 0 && f.max_error_frac <= 1))
+    throw UserError(fp + "max_error_frac must be in [0, 1], got " + config::format_double(f.max_error_frac));
 }
 
 std::string verifier_name(const RewardConfig& config, const std::string& data_task) {
@@ -68,6 +83,7 @@ std::vector<std::string> verifier_names() { return {"math", "arithmetic", "count
 
 std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardConfig& config) {
   validate(config);
+  if (!config.function.path.empty()) return make_function_verifier(config);
   std::unique_ptr<Verifier> correctness;
   if (name == "math") {
     correctness = make_math_verifier(config);

@@ -93,9 +93,16 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
     for (std::size_t i = begin; i < end; ++i) prompts.push_back(prompt_ids(records[i], formatter, tok));
     const auto outs = rollout::generate(model, prompts, greedy, gen);
     std::vector<bool> solved(end - begin, false);
+    std::vector<std::string> texts;
+    std::vector<const data::TaskRecord*> batch_records;
     for (std::size_t i = begin; i < end; ++i) {
-      const std::string text = completion_text(outs[i - begin].tokens, tok, o.stop_ids);
-      const reward::RewardResult res = verifier.score(text, records[i]);
+      texts.push_back(completion_text(outs[i - begin].tokens, tok, o.stop_ids));
+      batch_records.push_back(&records[i]);
+    }
+    const std::vector<reward::RewardResult> scored = verifier.score_batch(texts, batch_records);  // one call: a function's workers batch it
+    for (std::size_t i = begin; i < end; ++i) {
+      const std::string& text = texts[i - begin];
+      const reward::RewardResult& res = scored[i - begin];
       reward_sum += res.reward;
       const bool ok = res.status == reward::RewardStatus::correct;
       correct += ok;

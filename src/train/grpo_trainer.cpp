@@ -157,6 +157,7 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   Sampling smp;
   sample(step, &ro, &sc, &smp, &time);
   trace_memory("rollout");
+  if (!cfg_.reward.function.path.empty()) check_reward_errors(step, sc, smp);
   const RolloutBatch batch = make_batch(ro);
   std::vector<float> rewards = sc.rewards;
   if (cfg_.grpo.kl_in == algo::KlIn::reward) {
@@ -178,6 +179,23 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   time.update = seconds_since(t_update);
   time.step = seconds_since(t0);
   return metrics(step, sc, smp, adv, batch, *meas, up, time);
+}
+
+// reward.function: the step's failures are logged (this rank's first, with its traceback), and more
+// than max_error_frac of the sampled completions stops the run before the update, on every rank.
+void GrpoTrainer::check_reward_errors(int64_t step, const Scores& sc, const Sampling& smp) {
+  if (sc.errors > 0)
+    spdlog::warn("step {}: {} completion(s) of this rank failed to score (reward_error, reward 0); the first:\n{}", step,
+                 sc.errors, sc.first_error);
+  double failed = double(sc.errors);
+  comm_.all_reduce_sum(&failed, 1);
+  const double sampled = double(cfg_.grpo.prompts_per_step * cfg_.grpo.group_size) * double(smp.rounds);
+  const double allowed = cfg_.reward.function.max_error_frac;
+  if (failed > allowed * sampled)
+    throw UserError("reward.function: " + std::to_string(int64_t(failed)) + " of " + std::to_string(int64_t(sampled)) +
+                    " completions of step " + std::to_string(step) +
+                    " failed to score, more than reward.function.max_error_frac = " + config::format_double(allowed) +
+                    (sc.first_error.empty() ? std::string() : "; the first on this rank:\n" + sc.first_error));
 }
 
 std::vector<const data::TaskRecord*> GrpoTrainer::draw_records() {
@@ -210,6 +228,8 @@ void GrpoTrainer::sample(int64_t step, Rollouts* ro, Scores* sc, Sampling* smp, 
   for (int64_t round = 0; round <= g.oversample && useful < g.prompts_per_step; ++round) {
     const std::vector<const data::TaskRecord*> records = draw_records();
     const auto [r, s] = roll_and_score(round, records);
+    if (sc->errors == 0) sc->first_error = s.first_error;
+    sc->errors += s.errors;  // over every completion this rank sampled
     std::vector<Candidate> groups = gather_groups(records, r, s);
     ++smp->rounds;
     for (Candidate& c : groups) {
@@ -332,16 +352,24 @@ void GrpoTrainer::Scores::tally(const std::vector<rollout::Completion>& completi
 
 GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro) const {
   Scores sc;
-  sc.rewards.resize(ro.completions.size());
-  sc.right.resize(ro.completions.size());
-  for (std::size_t i = 0; i < ro.completions.size(); ++i) {
+  const std::size_t n = ro.completions.size();
+  sc.rewards.resize(n);
+  sc.right.resize(n);
+  std::vector<std::string> texts;
+  for (const auto& c : ro.completions) texts.push_back(completion_text(c.tokens, ctx_.tokenizer, ctx_.stop_ids));
+  const std::vector<reward::RewardResult> results = verifier_->score_batch(texts, ro.records);
+  for (std::size_t i = 0; i < n; ++i) {
     const auto& c = ro.completions[i];
-    const reward::RewardResult r = verifier_->score(completion_text(c.tokens, ctx_.tokenizer, ctx_.stop_ids), *ro.records[i]);
+    const reward::RewardResult& r = results[i];
     double reward = r.reward;
     if (cfg_.grpo.overlong == algo::Overlong::soft_penalty)
       reward += algo::overlong_penalty(int64_t(c.tokens.size()), cfg_.rollout.max_new_tokens, cfg_.grpo.overlong_buffer);
     sc.rewards[i] = float(reward);
     sc.right[i] = r.status == reward::RewardStatus::correct;
+    if (r.status == reward::RewardStatus::error) {
+      if (sc.errors == 0) sc.first_error = r.error;
+      ++sc.errors;
+    }
   }
   sc.tally(ro.completions);
   return sc;
@@ -561,7 +589,7 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
   const int64_t changed_here = changed_from_start();  // this rank's shard
   std::vector<double> v{sc.correct, sc.gen_tokens, double(adv.zero_variance_groups), double(adv.groups),
                         h[0], h[1], h[2], h[3], h[4], sc.truncated, h[5], sc.kl_penalty,
-                        tis_cap > 0 ? h[6] : 0.0, tis_cap > 0 ? h[7] : 0.0};
+                        tis_cap > 0 ? h[6] : 0.0, tis_cap > 0 ? h[7] : 0.0, double(sc.errors)};
   const std::size_t fixed = v.size();  // then per optimizer step: clipped, tokens, low, high, dual
   v.insert(v.end(), up.clipped.begin(), up.clipped.end());
   v.insert(v.end(), up.tokens.begin(), up.tokens.end());
@@ -616,6 +644,11 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
   m["logprob_mismatch"] = v[7] / tokens;
   m["logprob_mismatch_k3"] = v[10] / tokens;
   if (cfg_.grpo.kl_in == algo::KlIn::reward) m["kl_reward_penalty"] = v[11] / double(N_global);
+  if (!cfg_.reward.function.path.empty()) {
+    // Over every completion sampled (all rounds of dynamic sampling).
+    const double sampled = double(N_global) * double(smp.rounds), failed = v[14];
+    m["reward_error_frac"] = failed / sampled;
+  }
   if (tis_cap > 0) {
     m["tis_weight_mean"] = v[12] / tokens;
     m["tis_clip_frac"] = v[13] / tokens;

@@ -100,6 +100,8 @@ class GrpoTrainer {
     double correct = 0, gen_tokens = 0;
     double truncated = 0;  // completions that reached rollout.max_new_tokens without a stop token
     double kl_penalty = 0;  // kl_in: reward: the sum of kl_coef x each row's KL taken from its reward
+    int64_t errors = 0;     // rows a reward function failed on (status reward_error, reward 0)
+    std::string first_error;
     void tally(const std::vector<rollout::Completion>& completions);  // the sums, from the rows
   };
   // How a step's batch was sampled (the same on every rank).
@@ -139,6 +141,7 @@ class GrpoTrainer {
   // Every rank's rows of a round, as whole groups in prompt order (a collective).
   std::vector<Candidate> gather_groups(const std::vector<const data::TaskRecord*>& records, const Rollouts& ro,
                                        const Scores& sc) const;
+  void check_reward_errors(int64_t step, const Scores& sc, const Sampling& smp);
   algo::Advantages advantages_of(const std::vector<float>& rewards) const;
   Scores score(const Rollouts& rollouts) const;
   // (N) kl_coef x each row's KL to the reference over its sampled tokens, with the sampler's

@@ -20,6 +20,7 @@
 #include "unstuck/io/safetensors_dir.h"
 #include "unstuck/log/logging.h"
 #include "unstuck/model/param_layout.h"
+#include "unstuck/reward/verifier.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/compute_choice.h"
 #include "unstuck/train/grpo.h"
@@ -158,6 +159,16 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   // The data: prompts longer than max_seq_len - max_new_tokens are dropped and counted.
   plan_train_data(plan);
   mark("data");
+  // reward.function: one worker imports the file and checks the function's signature, then stops
+  // (the trainer starts its own): a function that cannot score is refused before anything is written.
+  if (!plan.config.reward.function.path.empty()) {
+    const std::string& path = plan.config.reward.function.path;
+    if (!std::filesystem::is_regular_file(path)) throw UserError("reward.function.path: no such file '" + path + "'");
+    reward::RewardConfig probe = plan.config.reward;
+    probe.function.workers = 1;
+    reward::make_function_verifier(probe);
+    mark("reward function");
+  }
   // Memory, sized by the longest prompt kept (GRPO rows are that plus rollout.max_new_tokens).
   MemoryPlanInputs in;
   in.longest_prompt = std::min(plan.max_prompt_tokens, std::max(plan.train.longest, plan.test.longest));

@@ -142,6 +142,38 @@ TEST_F(CliData, ScoreRoundTrip) {
   EXPECT_NE(r.out.find("correct"), std::string::npos);
 }
 
+// --config: the run config's reward section scores, here a reward.function (verl's form) on its
+// workers; a completion the function fails on gets status reward_error and the error's text.
+TEST_F(CliData, ScoreWithARunConfigsRewardFunction) {
+  const fs::path fn = dir_ / "fn.py";
+  std::ofstream(fn) << "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                       "    if solution_str == 'boom':\n"
+                       "        raise KeyError('boom')\n"
+                       "    return {'score': 0.25 if ground_truth in solution_str else 0.0, 'acc': ground_truth in solution_str}\n";
+  const fs::path cfg = dir_ / "fn.yaml";
+  std::ofstream(cfg) << "reward:\n  function:\n    path: " << fn.string() << "\n    python: " << UNSTUCK_PYTHON << "\n";
+  const fs::path input = dir_ / "fn_in.jsonl";
+  std::ofstream(input) << R"({"task":"math","prompt":"p","answer":"42","completion":"it is 42"})" << "\n"
+                       << R"({"task":"math","prompt":"p","answer":"42","completion":"it is 41"})" << "\n"
+                       << R"({"task":"math","prompt":"p","answer":"42","completion":"boom"})" << "\n";
+  const CliResult r = run("reward score --config '" + cfg.string() + "' --input '" + input.string() + "' --output '" +
+                          (dir_ / "fn_out.jsonl").string() + "' reward.function.workers=1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto out = lines(dir_ / "fn_out.jsonl");
+  ASSERT_EQ(out.size(), 3u);
+  const auto a = nlohmann::json::parse(out[0]), b = nlohmann::json::parse(out[1]), c = nlohmann::json::parse(out[2]);
+  EXPECT_EQ(a["reward"], 0.25);
+  EXPECT_EQ(a["status"], "correct");  // the dict's "acc"
+  EXPECT_EQ(b["reward"], 0.0);
+  EXPECT_EQ(b["status"], "wrong");
+  EXPECT_EQ(c["status"], "reward_error");
+  EXPECT_NE(c["error"].get<std::string>().find("KeyError: 'boom'"), std::string::npos) << out[2];
+  EXPECT_NE(r.out.find("reward_error        1"), std::string::npos) << r.out;
+  // Overrides need --config; --format-reward and --config exclude each other.
+  EXPECT_EQ(run("reward score --input '" + input.string() + "' reward.function.workers=1").code, 2);
+  EXPECT_NE(run("reward score --config '" + cfg.string() + "' --format-reward 0.2 --input '" + input.string() + "'").code, 0);
+}
+
 TEST_F(CliData, MalformedScoreInputStopsWithTheLineNumber) {
   const fs::path input = dir_ / "bad.jsonl";
   std::ofstream(input)

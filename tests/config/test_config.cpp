@@ -211,6 +211,18 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
   EXPECT_EQ(error_of([] { load_run_config("", {"grpo.overlong=soft_penalty", "rollout.max_new_tokens=16"}); }),
             "grpo.overlong_buffer must be in [1, rollout.max_new_tokens = 16] with grpo.overlong: soft_penalty, got 0");
   EXPECT_EQ(error("grpo.overlong_buffer=4"), "grpo.overlong_buffer must be 0 unless grpo.overlong is soft_penalty, got 4");
+  EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.function.workers=0"}); }),
+            "reward.function.workers must be in [1, 64], got 0");
+  EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.verifier=math"}); }),
+            "reward.verifier 'math' and reward.function.path both set: one of them scores (weighted reward terms are "
+            "not built yet)");
+  EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.function.max_error_frac=2"}); }),
+            "reward.function.max_error_frac must be in [0, 1], got 2.0");
+  EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.function.timeout_s=0"}); }),
+            "reward.function.timeout_s must be in (0, 86400] seconds, got 0.0");
+  EXPECT_EQ(error("reward.function.style=openrlhf"),
+            "override 'reward.function.style=openrlhf': reward.function.style: expected one of verl | trl, got "
+            "'openrlhf'");
   EXPECT_EQ(error("grpo.oversample=2"),
             "grpo.oversample must be 0 unless grpo.filter_groups drops groups (nothing to refill), got 2");
   EXPECT_EQ(error_of([] { load_run_config("", {"grpo.filter_groups=zero_variance", "grpo.oversample=101"}); }),

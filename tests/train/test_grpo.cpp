@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "train/tiny_task.h"
 #include "unstuck/config/config.h"
@@ -183,6 +184,115 @@ TEST_F(GrpoTest, EveryPolicyGradientVariantTrains) {
     else
       EXPECT_NE(m.back()["grad_norm"], mb.back()["grad_norm"]) << v.name << " trained as the default";
   }
+}
+
+// reward.function: a reward file in verl's form and one in TRL's (reading the "answer" column)
+// that check the last <answer> as the arithmetic verifier does, with its 0.1 format credit, score
+// the same rollouts alike: the runs' rewards, accuracy and grad norms equal the built-in
+// verifier's, step for step. A
+// function that fails on some completions scores them reward_error (counted, the run goes on); one
+// that fails on all stops the run before its first update with the first traceback; one that cannot
+// be loaded is refused before the run directory exists.
+TEST_F(GrpoTest, RewardFunctionsInVerlAndTrlFormsScoreLikeTheVerifier) {
+  const fs::path file = dir_ / "my_reward.py";
+  std::ofstream(file) << R"PY(
+def last_answer(text):
+    close = text.rfind("</answer>")
+    if close < 0:
+        return None
+    open_ = text.rfind("<answer>", 0, close)
+    if open_ < 0:
+        return None
+    return text[open_ + len("<answer>"):close].strip() or None
+
+def same_number(text, gold):
+    answer = last_answer(text)
+    try:
+        return answer is not None and float(answer) == float(gold)
+    except ValueError:
+        return False
+
+def score(text, gold):  # 1 when right, 0.1 for a non-blank <answer>, else 0: the verifier's rule
+    if same_number(text, gold):
+        return 1.0
+    return 0.1 if last_answer(text) is not None else 0.0
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return score(solution_str, ground_truth)
+
+def trl_reward(prompts, completions, answer, **kwargs):
+    assert len(prompts) == len(completions) == len(answer)
+    return [score(c, a) for c, a in zip(completions, answer)]
+
+def fails_on_odd(data_source, solution_str, ground_truth, extra_info=None):
+    if int(ground_truth) % 2:
+        raise ValueError("odd ground truth " + ground_truth)
+    return 0.0
+
+def always_fails(data_source, solution_str, ground_truth, extra_info=None):
+    raise RuntimeError("this reward is broken")
+)PY";
+  const auto with_function = [&](const std::string& name, const std::string& fn, reward::FunctionStyle style) {
+    RunConfig c = grpo_config(name, precision::PrecisionMode::fp32);
+    c.reward.function.path = file.string();
+    c.reward.function.name = fn;
+    c.reward.function.style = style;
+    c.reward.function.python = UNSTUCK_PYTHON;
+    c.reward.function.batch_size = 7;  // requests that do not divide the batch
+    return c;
+  };
+  RunConfig builtin = grpo_config("reward_builtin", precision::PrecisionMode::fp32);
+  const auto mb = read_metrics(run_grpo(builtin).run_dir);
+  for (const auto& [name, fn, style] : {std::tuple{"reward_verl", "compute_score", reward::FunctionStyle::verl},
+                                         std::tuple{"reward_trl", "trl_reward", reward::FunctionStyle::trl}}) {
+    const auto m = read_metrics(run_grpo(with_function(name, fn, style)).run_dir);
+    ASSERT_EQ(m.size(), mb.size()) << name;
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      for (const char* key : {"reward_mean", "reward_std", "accuracy", "grad_norm"})
+        EXPECT_EQ(m[i][key], mb[i][key]) << name << " step " << i + 1 << " " << key;
+      EXPECT_EQ(m[i]["reward_error_frac"].get<double>(), 0.0) << name;
+    }
+    double spread = 0;
+    for (const auto& line : mb) spread += line["reward_std"].get<double>();
+    EXPECT_GT(spread, 0.0);  // the rewards differed between completions: the comparison is not of zeros
+  }
+  RunConfig some = with_function("reward_some_fail", "fails_on_odd", reward::FunctionStyle::verl);
+  some.reward.function.max_error_frac = 1.0;
+  const auto ms = read_metrics(run_grpo(some).run_dir);
+  ASSERT_EQ(ms.size(), 3u);
+  double failed = 0;
+  for (const auto& line : ms) {
+    const double f = line["reward_error_frac"].get<double>();
+    EXPECT_GE(f, 0.0);
+    EXPECT_LT(f, 1.0);
+    failed += f;
+    EXPECT_EQ(line["reward_mean"].get<double>(), 0.0);  // failures score 0, as the others do here
+  }
+  EXPECT_GT(failed, 0.0);
+  // Everything fails: stopped before the first update, naming the count, the limit and the traceback.
+  RunConfig all = with_function("reward_all_fail", "always_fails", reward::FunctionStyle::verl);
+  std::string error;
+  try {
+    run_grpo(all);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error.rfind("reward.function: 32 of 32 completions of step 1 failed to score, more than "
+                        "reward.function.max_error_frac = 0.5; the first on this rank:\nTraceback", 0), 0u) << error;
+  EXPECT_NE(error.find("RuntimeError: this reward is broken"), std::string::npos) << error;
+  EXPECT_TRUE(latest_checkpoint(dir_ / "runs" / "reward_all_fail" / "checkpoints").empty());
+  // A function that is not in the file: refused by the plan, nothing written.
+  RunConfig missing = with_function("reward_missing", "nope", reward::FunctionStyle::verl);
+  error.clear();
+  try {
+    run_grpo(missing);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, "reward.function " + file.string() + ":nope: the worker did not start: " + file.string() +
+                       " has no function 'nope' (its functions: always_fails, compute_score, fails_on_odd, last_answer, "
+                       "same_number, score, trl_reward)");
+  EXPECT_FALSE(fs::exists(dir_ / "runs" / "reward_missing"));
 }
 
 // The TensorBoard event file holds the same scalars as metrics.jsonl, read back with the tensorboard

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "unstuck/reward/function_config.h"
 #include "unstuck/reward/math_answer.h"
 
 namespace unstuck::reward {
@@ -18,6 +19,7 @@ struct RewardConfig {
   int max_answer_chars = 256;     // longer extracted answers are rejected (no_answer) unread
   int max_expression_depth = 32;  // countdown: deeper parenthesis nesting is rejected (no_answer)
   MathOptions math;               // math: tolerance, units, "the answer is" fallback
+  FunctionConfig function;        // a user's Python reward function instead of the verifier
 
   template <class V>
   void visit(V& v) {
@@ -35,6 +37,8 @@ struct RewardConfig {
     v("max_expression_depth", max_expression_depth,
       "deepest parenthesis nesting a countdown expression may use; deeper ones score no_answer");
     v("math", math, "math verifier strictness: numeric tolerance, units, \"the answer is\" fallback");
+    v("function", function,
+      "your own reward function (Python, verl's or TRL's form), run by reward workers; path empty: off");
   }
 };
 

@@ -21,19 +21,25 @@ enum class RewardStatus {
   wrong,      // a well-formed answer with the wrong value
   no_answer,  // no answer found, or not readable (not a number, not an expression, too long/deep)
   invalid,    // readable but breaks the task's rules (countdown: wrong numbers, division by zero)
+  error,      // a reward function failed on it (raised, timed out, returned a non-number): reward 0
 };
 
-inline constexpr std::array<std::pair<RewardStatus, const char*>, 4> kRewardStatusNames{{
+inline constexpr std::array<std::pair<RewardStatus, const char*>, 5> kRewardStatusNames{{
     {RewardStatus::correct, "correct"},
     {RewardStatus::wrong, "wrong"},
     {RewardStatus::no_answer, "no_answer"},
     {RewardStatus::invalid, "invalid"},
+    {RewardStatus::error, "reward_error"},
 }};
 constexpr const auto& enum_names(RewardStatus) { return kRewardStatusNames; }
 
 struct RewardResult {
+  RewardResult() = default;
+  RewardResult(double reward_, RewardStatus status_, std::string error_ = {})
+      : reward(reward_), status(status_), error(std::move(error_)) {}
   double reward = 0.0;  // 1 if correct, else the format credit (if any), else 0
   RewardStatus status = RewardStatus::no_answer;
+  std::string error;    // status error: why (the function's traceback, "timed out after 60 s", ...)
 };
 
 class Verifier {
@@ -43,14 +49,25 @@ class Verifier {
   // record lacks what the task needs (countdown: "numbers", "target").
   virtual RewardResult score(const std::string& completion,
                              const data::TaskRecord& record) const = 0;
+  // Every completion with its record, in order (a reward function scores them in batches on its
+  // workers); by default score() on each.
+  virtual std::vector<RewardResult> score_batch(const std::vector<std::string>& completions,
+                                                const std::vector<const data::TaskRecord*>& records) const;
 };
 
 // The names make_verifier() knows: math, arithmetic, countdown.
 std::vector<std::string> verifier_names();
 
-// A verifier by name with the format credit of `config` applied. Validates `config`; an unknown
-// name throws UserError "unknown verifier 'x' (known: math, arithmetic, countdown)".
+// A verifier by name with the format credit of `config` applied; or, when reward.function.path is
+// set, the user's function on its workers (started here: a function that cannot be loaded is a
+// UserError naming why), whatever the name. Validates `config`; an unknown name throws UserError
+// "unknown verifier 'x' (known: math, arithmetic, countdown)".
 std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardConfig& config);
+
+// The user's reward function of config.function (path set) on its workers. Its status: correct when
+// the function's dict has a true "acc" or, without one, when the score is >= 1; wrong otherwise;
+// error when it failed (reward 0, `error` says why).
+std::unique_ptr<Verifier> make_function_verifier(const RewardConfig& config);
 
 // The verifier a run uses: reward.verifier, or the data task's name when that is empty.
 //   {verifier: ""}, "countdown" -> "countdown";  {verifier: "math"}, "arithmetic" -> "math"

@@ -1,0 +1,50 @@
+// Options of a user's Python reward function (reward.function), run by the reward workers
+// (unstuck/reward/worker_pool.h). Header-only options; validate() lives in src/reward/verifier.cpp.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace unstuck::reward {
+
+// How the function is called: verl's compute_score per completion, or a TRL reward function per batch.
+enum class FunctionStyle { verl, trl };
+inline constexpr std::array<std::pair<FunctionStyle, const char*>, 2> kFunctionStyleNames{{
+    {FunctionStyle::verl, "verl"},
+    {FunctionStyle::trl, "trl"},
+}};
+constexpr const auto& enum_names(FunctionStyle) { return kFunctionStyleNames; }
+
+struct FunctionConfig {
+  std::string path;                    // the Python file; empty = no function (a built-in verifier scores)
+  std::string name = "compute_score";  // the function in it
+  FunctionStyle style = FunctionStyle::verl;
+  std::string python = "python3";      // the interpreter (looked up on PATH)
+  int workers = 2;                     // worker processes
+  int batch_size = 64;                 // completions per request
+  double timeout_s = 60.0;             // a request's limit
+  int64_t memory_mb = 8192;            // address-space limit of each worker; 0 = none
+  double max_error_frac = 0.5;         // a step whose failed completions exceed this fraction stops the run
+
+  template <class V>
+  void visit(V& v) {
+    v("path", path, "a Python file with your reward function (run out of process by reward workers); empty: the "
+                    "built-in verifier scores");
+    v("name", name, "the function's name in the file");
+    v("style", style,
+      "verl: name(data_source=, solution_str=, ground_truth=, extra_info=) per completion, a number or a dict "
+      "with 'score'; trl: name(prompts=, completions=, **columns) per batch, a list of numbers");
+    v("python", python, "the Python interpreter that runs the function (with the packages it imports)");
+    v("workers", workers, "worker processes scoring in parallel, in [1, 64]");
+    v("batch_size", batch_size, "completions per request to a worker, >= 1");
+    v("timeout_s", timeout_s, "seconds a request may take; then its completions score reward_error and the worker restarts");
+    v("memory_mb", memory_mb, "address-space limit of each worker in MiB (RLIMIT_AS); 0 = none");
+    v("max_error_frac", max_error_frac,
+      "a step in which more than this fraction of the completions fail to score (an exception, a timeout, a "
+      "non-number) stops the run with the first error; in [0, 1]");
+  }
+};
+
+}  // namespace unstuck::reward

@@ -1,0 +1,108 @@
+// reward.function: the user's Python reward function, verl's or TRL's form, on reward workers.
+// Each completion becomes an item of the style's shape from its task record; items go to the
+// workers in batches of reward.function.batch_size.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "unstuck/common/error.h"
+#include "unstuck/config/config.h"
+#include "unstuck/reward/verifier.h"
+#include "unstuck/reward/worker_pool.h"
+
+namespace unstuck::reward {
+namespace {
+
+using Json = nlohmann::json;
+
+// verl: data_source (the record's, else its task), solution_str, ground_truth (the answer),
+// extra_info (the record's, else {}).
+Json verl_item(const std::string& completion, const data::TaskRecord& r) {
+  const auto field = [&](const char* key, Json fallback) {
+    return r.fields.contains(key) ? r.fields[key] : fallback;
+  };
+  return {{"data_source", field("data_source", r.task)}, {"solution_str", completion}, {"ground_truth", r.answer},
+          {"extra_info", field("extra_info", Json::object())}};
+}
+
+// TRL: the prompt as the dataset has it (chat messages, or text) and the completion in the same
+// form; every other column (answer, task, the record's fields) by name.
+Json trl_item(const std::string& completion, const data::TaskRecord& r) {
+  const bool chat = !r.messages.empty();
+  Json columns = r.fields;
+  columns["answer"] = r.answer;
+  columns["task"] = r.task;
+  return {{"prompt", chat ? r.messages : Json(r.prompt)},
+          {"completion", chat ? Json::array({{{"role", "assistant"}, {"content", completion}}}) : Json(completion)},
+          {"columns", columns}};
+}
+
+class FunctionVerifier : public Verifier {
+ public:
+  explicit FunctionVerifier(const RewardConfig& config) : config_(config.function) {
+    const FunctionConfig& f = config_;
+    WorkerOptions o;
+    o.argv = python_reward_worker_argv(f.python, f.path, f.name, std::string(config::enum_name(f.style)));
+    o.name = "reward.function " + f.path + ":" + f.name;
+    o.workers = f.workers;
+    o.timeout_s = f.timeout_s;
+    o.memory_mb = f.memory_mb;
+    pool_ = std::make_unique<WorkerPool>(std::move(o));
+  }
+
+  RewardResult score(const std::string& completion, const data::TaskRecord& record) const override {
+    return score_batch({completion}, {&record}).at(0);
+  }
+
+  std::vector<RewardResult> score_batch(const std::vector<std::string>& completions,
+                                        const std::vector<const data::TaskRecord*>& records) const override {
+    const std::size_t n = completions.size();
+    const std::size_t size = std::size_t(std::max(config_.batch_size, 1));
+    std::vector<Json> batches;
+    for (std::size_t b = 0; b < n; b += size) {
+      Json items = Json::array();
+      for (std::size_t i = b; i < std::min(n, b + size); ++i)
+        items.push_back(config_.style == FunctionStyle::verl ? verl_item(completions[i], *records[i])
+                                                             : trl_item(completions[i], *records[i]));
+      batches.push_back(std::move(items));
+    }
+    const std::vector<std::vector<WorkerResult>> answers = pool_->run(batches);
+    std::vector<RewardResult> out;
+    for (const auto& batch : answers)
+      for (const WorkerResult& a : batch) {
+        RewardResult r;
+        if (!a.ok) {
+          r.status = RewardStatus::error;
+          r.error = a.error;
+        } else {
+          r.reward = a.score;
+          const bool correct = a.extra.contains("acc") ? a.extra["acc"].get<double>() != 0 : a.score >= 1.0;
+          r.status = correct ? RewardStatus::correct : RewardStatus::wrong;
+        }
+        out.push_back(std::move(r));
+      }
+    return out;
+  }
+
+ private:
+  FunctionConfig config_;
+  std::unique_ptr<WorkerPool> pool_;  // run() is not const; scoring changes no observable state
+};
+
+}  // namespace
+
+std::vector<RewardResult> Verifier::score_batch(const std::vector<std::string>& completions,
+                                                const std::vector<const data::TaskRecord*>& records) const {
+  std::vector<RewardResult> out;
+  out.reserve(completions.size());
+  for (std::size_t i = 0; i < completions.size(); ++i) out.push_back(score(completions[i], *records[i]));
+  return out;
+}
+
+std::unique_ptr<Verifier> make_function_verifier(const RewardConfig& config) {
+  if (config.function.path.empty()) throw UserError("reward.function.path: empty (no reward function configured)");
+  return std::make_unique<FunctionVerifier>(config);
+}
+
+}  // namespace unstuck::reward
