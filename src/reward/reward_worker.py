@@ -45,7 +45,8 @@ def load(path, name):
     return fn
 
 
-def check_signature(sig, name, style):
+def check_signature(fn, name, style):
+    sig = inspect.signature(fn)
     if style == "verl":
         try:
             sig.bind(**{a: None for a in VERL_ARGS})
@@ -59,7 +60,7 @@ def check_signature(sig, name, style):
             raise RuntimeError(f"{name}{sig} cannot be called as TRL calls a reward function "
                                f"(prompts=, completions=, **columns): {e}")
         for p in sig.parameters.values():
-            if p.kind == p.POSITIONAL_ONLY and p.default is p.empty:
+            if p.kind in (p.POSITIONAL_ONLY,) and p.default is p.empty:
                 raise RuntimeError(f"{name}{sig}: positional-only parameter '{p.name}' (TRL passes keywords)")
 
 
@@ -150,11 +151,11 @@ def main():
 
     try:
         fn = load(a.path, a.name)
-        sig = inspect.signature(fn)
-        check_signature(sig, a.name, a.style)
+        check_signature(fn, a.name, a.style)
     except Exception as e:
         send({"fatal": str(e)})
         return 2
+    sig = inspect.signature(fn)
     var_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
     params = set(sig.parameters)
     send({"ready": True})

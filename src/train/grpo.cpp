@@ -101,8 +101,7 @@ std::unique_ptr<GrpoTrainer> make_trainer(RunPlan& plan, dist::Communicator& com
   const auto [test_begin, test_end] = dist::rank_range(int64_t(test.size()), comm.world_size(), comm.rank());
   auto trainer = std::make_unique<GrpoTrainer>(
       cfg, plan.ctx, comm, std::move(master), plan.train.kept,
-      std::vector<data::TaskRecord>(test.begin() + test_begin, test.begin() + test_end), device, plan.compute,
-      plan.verifier);
+      std::vector<data::TaskRecord>(test.begin() + test_begin, test.begin() + test_end), device, plan.compute);
   startup.mark("trainer");
   const TrainableWeights& weights = trainer->weights();
   if (comm.rank() == 0)  // the precision actually used

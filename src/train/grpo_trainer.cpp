@@ -83,7 +83,7 @@ int64_t RolloutBatch::forward_positions(int64_t begin, int64_t end) const {
 GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm,
                          torch::Tensor master, const std::vector<data::TaskRecord>& train,
                          std::vector<data::TaskRecord> my_test, torch::Device device,
-                         precision::ComputeMode compute, std::shared_ptr<const reward::Verifier> verifier)
+                         precision::ComputeMode compute)
     : cfg_(config),
       ctx_(ctx),
       comm_(comm),
@@ -92,7 +92,8 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
       my_test_(std::move(my_test)),
       weights_(config.model, on_device(std::move(master), device), with_compute(config.precision, compute),
                ctx.seeds.rounding, &comm),
-      verifier_(std::move(verifier)),
+      verifier_(reward::make_verifier(reward::verifier_name(config.reward, config::enum_name(config.data.task)),
+                                      config.reward)),
       order_(train.size(), ctx.seeds.data),
       // Rollouts draw counter-based uniforms (rollout::sampling_uniforms); this generator is never
       // advanced by training and stays in checkpoints (rng.bin) only for their format.
@@ -233,6 +234,7 @@ void GrpoTrainer::sample(int64_t step, Rollouts* ro, Scores* sc, Sampling* smp, 
     ++smp->rounds;
     for (Candidate& c : groups) {
       for (const float x : c.rewards) smp->reward_sum += x;
+      smp->rows += double(c.rewards.size());
       const bool varies = algo::informative_groups(c.rewards, g.group_size)[0];
       useful += varies;
       informative.push_back(varies);
@@ -655,7 +657,7 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
     m["sampling_rounds"] = smp.rounds;
     m["groups_dropped"] = smp.dropped;
     m["groups_filled"] = smp.filled;
-    m["sampled_reward_mean"] = smp.reward_sum / (double(N_global) * double(smp.rounds));
+    m["sampled_reward_mean"] = smp.reward_sum / std::max(smp.rows, 1.0);
   }
   m["zero_adv_frac"] = zero_var / std::max(1.0, groups);
   m["tokens_per_s"] = sc.gen_tokens / std::max(time.rollout, 1e-9);

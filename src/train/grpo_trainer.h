@@ -61,12 +61,10 @@ class GrpoTrainer {
   // `master`: the base policy's FP32 flat weights (on any device; moved to `device`). `train`: the
   // training records (outlive the trainer); `my_test`: this rank's share of the test records.
   // `compute`: precision.compute resolved (native or fp32; see train::resolve_compute), which the
-  // checkpoints record. Moving `master` in lets the weights adopt its buffer (no copy). `verifier`:
-  // what scores the completions (RunPlan::verifier).
+  // checkpoints record. Moving `master` in lets the weights adopt its buffer (no copy).
   GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm, torch::Tensor master,
               const std::vector<data::TaskRecord>& train, std::vector<data::TaskRecord> my_test,
-              torch::Device device, precision::ComputeMode compute,
-              std::shared_ptr<const reward::Verifier> verifier);
+              torch::Device device, precision::ComputeMode compute);
 
   // One rollout batch: sample, score, update; returns its metrics line, reduced across ranks.
   MetricsLine step(int64_t step);
@@ -111,7 +109,7 @@ class GrpoTrainer {
     int64_t rounds = 1;   // rollout rounds of prompts_per_step prompts
     int64_t dropped = 0;  // zero-variance groups sampled and not in the batch (filter_groups)
     int64_t filled = 0;   // zero-variance groups in the batch because too few others were sampled
-    double reward_sum = 0;  // over every completion sampled, all rounds and ranks
+    double reward_sum = 0, rows = 0;  // over every completion sampled, all rounds and ranks
   };
   // A group of the step's candidates, whole on every rank (filter_groups gathers them).
   struct Candidate {
@@ -180,7 +178,7 @@ class GrpoTrainer {
   std::unique_ptr<model::LlamaModel> reference_;  // frozen start policy in the forward dtype
   std::unique_ptr<model::FlatWeightsReader> base_reader_;  // without a reference: the start policy's files
   bool changed_lost_ = false;                              // changed_from_start() gave up (warned)
-  std::shared_ptr<const reward::Verifier> verifier_;
+  std::unique_ptr<reward::Verifier> verifier_;
   RecordOrder order_;
   at::Generator sampling_;
   rollout::GenerateOptions gen_opts_;

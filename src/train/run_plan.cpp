@@ -159,15 +159,16 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   // The data: prompts longer than max_seq_len - max_new_tokens are dropped and counted.
   plan_train_data(plan);
   mark("data");
-  // The scorer. reward.function: its workers start here, each importing the file and checking the
-  // function's signature, so a function that cannot score is refused before anything is written;
-  // the trainer then scores with these workers.
-  const std::string& function = plan.config.reward.function.path;
-  if (!function.empty() && !std::filesystem::is_regular_file(function))
-    throw UserError("reward.function.path: no such file '" + function + "'");
-  plan.verifier = reward::make_verifier(
-      reward::verifier_name(plan.config.reward, config::enum_name(plan.config.data.task)), plan.config.reward);
-  if (!function.empty()) mark("reward function");
+  // reward.function: one worker imports the file and checks the function's signature, then stops
+  // (the trainer starts its own): a function that cannot score is refused before anything is written.
+  if (!plan.config.reward.function.path.empty()) {
+    const std::string& path = plan.config.reward.function.path;
+    if (!std::filesystem::is_regular_file(path)) throw UserError("reward.function.path: no such file '" + path + "'");
+    reward::RewardConfig probe = plan.config.reward;
+    probe.function.workers = 1;
+    reward::make_function_verifier(probe);
+    mark("reward function");
+  }
   // Memory, sized by the longest prompt kept (GRPO rows are that plus rollout.max_new_tokens).
   MemoryPlanInputs in;
   in.longest_prompt = std::min(plan.max_prompt_tokens, std::max(plan.train.longest, plan.test.longest));

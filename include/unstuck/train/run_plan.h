@@ -49,12 +49,6 @@ struct SftExample {
   std::vector<int32_t> completion;
 };
 
-}  // namespace unstuck::train
-namespace unstuck::reward {
-class Verifier;
-}  // namespace unstuck::reward
-namespace unstuck::train {
-
 struct RunPlan {
   RunPlan(std::string command, RunConfig config, RunContext ctx);
 
@@ -73,9 +67,6 @@ struct RunPlan {
   // train --resume: the checkpoint, its contents checked against this model and data.
   std::filesystem::path resume_checkpoint;
   std::shared_ptr<const TrainerState> resumed;
-  // train: what scores the completions (the verifier, or reward.function on its workers, started
-  // here so a function that cannot score is refused before anything is written); the trainer takes it.
-  std::shared_ptr<const reward::Verifier> verifier;
   // The data: the records kept and what was dropped, against max_prompt_tokens.
   int64_t max_prompt_tokens = 0;
   std::filesystem::path train_file, test_file;  // eval: test_file is the split scored
