@@ -1,0 +1,469 @@
+// The code verifier and its sandbox, on small MBPP, HumanEval and APPS-style records written here:
+// passing, failing, partial, endless, crashing and missing programs score as a user expects, and
+// hostile programs (fork bomb, memory hog, output flood, writes outside their folder, sockets, kills,
+// reading the dataset from disk) are contained while a correct program in the same batch still scores.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "unstuck/common/error.h"
+#include "unstuck/reward/sandbox.h"
+#include "unstuck/reward/verifier.h"
+
+namespace unstuck::reward {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const char* const kAdd = "def add(a, b):\n    return a + b\n";
+
+std::string python() { return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3"; }
+
+bool isolated() {
+  const SandboxCapabilities caps = sandbox_capabilities();
+  return caps.namespaces && caps.landlock_abi > 0;
+}
+
+#define SKIP_WITHOUT_ISOLATION() \
+  if (!isolated()) GTEST_SKIP() << "needs namespaces and Landlock: " << sandbox_capabilities().describe()
+
+// Small limits, so that the endless cases end quickly (the suite runs on 2 cores).
+RewardConfig config(bool partial = false) {
+  RewardConfig c;
+  c.code.python = python();
+  c.code.partial = partial;
+  c.code.cpu_s = 1;
+  c.code.wall_s = 2;
+  c.code.memory_mb = 512;
+  c.code.output_kb = 64;
+  c.code.require_isolation = isolated();  // the plain cases run with resource limits alone elsewhere
+  return c;
+}
+
+std::string fenced(const std::string& code) { return "Here is my solution:\n```python\n" + code + "```\nDone."; }
+
+data::TaskRecord record(Json fields) {
+  data::TaskRecord r;
+  r.task = "code";
+  r.prompt = "Write the function.";
+  r.fields = std::move(fields);
+  return r;
+}
+
+data::TaskRecord mbpp_add() {
+  return record({{"test_list", {"assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"}}});
+}
+
+data::TaskRecord humaneval_square() {
+  return record({{"test", "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n"},
+                 {"entry_point", "square"}});
+}
+
+// APPS keeps input_output as a JSON string.
+data::TaskRecord apps_sum() {
+  return record({{"input_output", Json{{"inputs", {"1 2\n", "5 7\n"}}, {"outputs", {"3\n", "12\n"}}}.dump()}});
+}
+
+data::TaskRecord apps_call() {
+  return record({{"input_output", {{"fn_name", "add"}, {"inputs", {{1, 2}, {3, 4}}}, {"outputs", {{3}, 7}}}}});
+}
+
+std::vector<RewardResult> score(const Verifier& v, const std::vector<std::string>& completions,
+                                const data::TaskRecord& r) {
+  return v.score_batch(completions, std::vector<const data::TaskRecord*>(completions.size(), &r));
+}
+
+// Processes whose command line holds `token`, waiting up to a second for them to go.
+int processes_with(const std::string& token) {
+  int found = 0;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    found = 0;
+    for (const auto& entry : fs::directory_iterator("/proc")) {
+      std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+      std::stringstream text;
+      text << in.rdbuf();
+      if (text.str().find(token) != std::string::npos) ++found;
+    }
+    if (found == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return found;
+}
+
+std::string unique(const std::string& what) {
+  return "unstuck-" + what + "-" + std::to_string(::getpid()) + "-" +
+         std::to_string(Clock::now().time_since_epoch().count());
+}
+
+// ---- scoring ----
+
+TEST(CodeVerifier, CorrectProgramsScoreOneInEveryTestFormat) {
+  const auto v = make_code_verifier(config());
+  const auto mbpp = score(*v, {fenced(kAdd)}, mbpp_add());
+  const auto human = score(*v, {fenced("def square(x):\n    return x * x\n")}, humaneval_square());
+  const auto stdio = score(*v, {fenced("a, b = map(int, input().split())\nprint(a + b)\n")}, apps_sum());
+  const auto call = score(*v, {fenced(kAdd)}, apps_call());
+  for (const auto* r : {&mbpp[0], &human[0], &stdio[0], &call[0]}) {
+    EXPECT_EQ(r->status, RewardStatus::correct) << r->error;
+    EXPECT_EQ(r->reward, 1.0);
+    EXPECT_EQ(r->extra.at("code_pass_frac"), 1.0);
+    EXPECT_EQ(r->extra.at("code_timeout"), 0.0);
+    EXPECT_EQ(r->extra.at("code_crashed"), 0.0);
+  }
+}
+
+TEST(CodeVerifier, WrongProgramsScoreZero) {
+  const auto v = make_code_verifier(config());
+  const auto r = score(*v, {fenced("def add(a, b):\n    return a - b\n"), fenced("print(0)\n")}, mbpp_add());
+  EXPECT_EQ(r[0].status, RewardStatus::wrong);
+  EXPECT_EQ(r[0].reward, 0.0);
+  EXPECT_EQ(r[1].status, RewardStatus::wrong);  // defines nothing: NameError in every test
+  const auto s = score(*v, {fenced("print(int(input().split()[0]) * 3)\n")}, apps_sum());
+  EXPECT_EQ(s[0].status, RewardStatus::wrong);  // 3 is right for "1 2", 15 is not for "5 7"
+  EXPECT_EQ(s[0].extra.at("code_pass_frac"), 0.5);
+}
+
+TEST(CodeVerifier, PartialCreditIsTheFractionOfTestsPassed) {
+  const std::string two_of_three = fenced("def add(a, b):\n    return 1 if a < 0 else a + b\n");
+  const auto strict = make_code_verifier(config(false));
+  const auto partial = make_code_verifier(config(true));
+  const RewardResult s = strict->score(two_of_three, mbpp_add());
+  const RewardResult p = partial->score(two_of_three, mbpp_add());
+  EXPECT_EQ(s.status, RewardStatus::wrong);
+  EXPECT_EQ(s.reward, 0.0);
+  EXPECT_EQ(p.status, RewardStatus::wrong);
+  EXPECT_NEAR(p.reward, 2.0 / 3.0, 1e-12);
+  EXPECT_NEAR(s.extra.at("code_pass_frac"), 2.0 / 3.0, 1e-12);
+}
+
+TEST(CodeVerifier, OnlyMaxTestsRun) {
+  RewardConfig c = config();
+  c.code.max_tests = 2;  // the third test (10 + 5) is the one this program fails
+  const auto v = make_code_verifier(c);
+  const RewardResult r = v->score(fenced("def add(a, b):\n    return 0 if a == 10 else a + b\n"), mbpp_add());
+  EXPECT_EQ(r.status, RewardStatus::correct) << r.error;
+}
+
+TEST(CodeVerifier, EndlessProgramTimesOutAndLeavesNothing) {
+  const std::string token = unique("endless");
+  const std::string endless = fenced(
+      "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; "
+      "time.sleep(60)', '" +
+      token + "'])\nwhile True:\n    pass\n");
+  const auto v = make_code_verifier(config());
+  const auto start = Clock::now();
+  const auto r = score(*v, {endless, fenced(kAdd)}, mbpp_add());
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(r[0].status, RewardStatus::wrong);
+  EXPECT_EQ(r[0].extra.at("code_timeout"), 1.0);
+  EXPECT_EQ(r[1].status, RewardStatus::correct) << r[1].error;
+  EXPECT_LT(took, 8.0);  // wall_s 2, cpu_s 1 (slack for a loaded machine)
+  EXPECT_EQ(processes_with(token), 0);
+}
+
+TEST(CodeVerifier, CrashingProgramsScoreWrong) {
+  const auto v = make_code_verifier(config());
+  const auto r = score(*v,
+                       {fenced("raise ValueError('no')\n" + std::string(kAdd)), fenced("import sys\nsys.exit(3)\n"),
+                        fenced("import ctypes\nctypes.string_at(0)\n"), fenced(kAdd)},
+                       mbpp_add());
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(r[k].status, RewardStatus::wrong) << k;
+  EXPECT_EQ(r[2].extra.at("code_crashed"), 1.0);  // SIGSEGV
+  EXPECT_EQ(r[3].status, RewardStatus::correct) << r[3].error;
+  const auto s = score(*v, {fenced("import sys\nprint(3)\nsys.exit(3)\n")}, apps_sum());
+  EXPECT_EQ(s[0].extra.at("code_pass_frac"), 0.0);  // the right output, but a failing exit status
+}
+
+TEST(CodeVerifier, CompletionWithoutCodeIsNoAnswer) {
+  const auto v = make_code_verifier(config());
+  const auto r = score(*v, {"The answer is to add a and b.", "```python\n\n```", ""}, mbpp_add());
+  for (const RewardResult& x : r) {
+    EXPECT_EQ(x.status, RewardStatus::no_answer);
+    EXPECT_EQ(x.reward, 0.0);
+  }
+  RewardConfig whole = config();
+  whole.code.extract = CodeExtract::whole;
+  EXPECT_EQ(make_code_verifier(whole)->score(kAdd, mbpp_add()).status, RewardStatus::correct);
+}
+
+TEST(CodeVerifier, FirstOrLastBlockIsTheProgram) {
+  const std::string two = "First try:\n```py\ndef add(a, b):\n    return a * b\n```\nBetter:\n  ```\n  " +
+                          std::string("def add(a, b):\n      return a + b\n  ```\n");
+  RewardConfig first = config();
+  first.code.extract = CodeExtract::first_block;
+  EXPECT_EQ(make_code_verifier(config())->score(two, mbpp_add()).status, RewardStatus::correct);
+  EXPECT_EQ(make_code_verifier(first)->score(two, mbpp_add()).status, RewardStatus::wrong);
+}
+
+TEST(CodeVerifier, CallsOfFnNameCompareOutsideTheSandbox) {
+  const auto v = make_code_verifier(config());
+  const std::string leetcode = "class Solution:\n    def add(self, a, b):\n        return a + b\n";
+  const auto r = score(*v,
+                       {fenced(leetcode), fenced("def add(a, b):\n    return [a + b]\n"),
+                        fenced("def add(a, b):\n    return str(a + b)\n")},
+                       apps_call());
+  EXPECT_EQ(r[0].status, RewardStatus::correct) << r[0].error;
+  EXPECT_EQ(r[1].status, RewardStatus::wrong);  // [3] for the expected [3] passes; [7] is not 7
+  EXPECT_EQ(r[1].extra.at("code_pass_frac"), 0.5);
+  EXPECT_EQ(r[2].status, RewardStatus::wrong);  // "3" is not 3
+}
+
+TEST(CodeVerifier, RecordWithoutTestsIsAUserError) {
+  const auto v = make_code_verifier(config());
+  try {
+    v->score(fenced(kAdd), record({{"solution", "x"}}));
+    FAIL() << "no UserError";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "reward.verifier code: the record has none of test_list, test + entry_point, input_output (its "
+              "fields: solution)");
+  }
+}
+
+TEST(CodeVerifier, MissingInterpreterIsAUserError) {
+  RewardConfig c = config();
+  c.code.python = "no-such-python-3";
+  EXPECT_THROW(make_code_verifier(c), UserError);
+}
+
+// ---- the sandbox itself ----
+
+SandboxOptions plain() {
+  SandboxOptions o;
+  o.limits.cpu_s = 1;
+  o.limits.wall_s = 2;
+  o.limits.memory_mb = 512;
+  o.limits.output_kb = 64;
+  o.require_isolation = false;
+  return o;
+}
+
+SandboxJob py(const std::string& code, std::string input = "") {
+  return {{python(), "-I", "-c", code}, std::move(input)};
+}
+
+TEST(CodeSandbox, ReportsHowEachJobEnded) {
+  const std::string big(1 << 20, 'x');  // more than a pipe holds: written while the job reads
+  const auto out = run_sandboxed(
+      {py("import sys; d = sys.stdin.read(); print(len(d)); sys.stderr.write('e'); sys.exit(7)", big),
+       py("import ctypes; ctypes.string_at(0)"),
+       py("while True: pass"),
+       py("while True: print('x' * 999)"),
+       {{"/no/such/program"}, ""},
+       py("open('f', 'w').write('kept'); print(open('f').read())"),
+       py("pass", big)},  // never reads its stdin: our write fails with EPIPE, and no SIGPIPE kills the test
+      plain());
+  EXPECT_EQ(out[0].end, SandboxEnd::exited);
+  EXPECT_EQ(out[0].exit_code, 7);
+  EXPECT_EQ(out[0].out, std::to_string(big.size()) + "\n");
+  EXPECT_EQ(out[0].err, "e");
+  EXPECT_EQ(out[1].end, SandboxEnd::signaled);
+  EXPECT_EQ(out[1].signal, SIGSEGV);
+  EXPECT_TRUE(out[2].end == SandboxEnd::signaled || out[2].end == SandboxEnd::timed_out);  // CPU limit or wall
+  EXPECT_LT(out[2].wall_s, 3.0);
+  EXPECT_EQ(out[3].end, SandboxEnd::output_limit);
+  EXPECT_LE(out[3].out.size() + out[3].err.size(), std::size_t(64) << 10);
+  EXPECT_EQ(out[4].end, SandboxEnd::failed);
+  EXPECT_NE(out[4].err.find("/no/such/program"), std::string::npos) << out[4].err;
+  EXPECT_EQ(out[5].end, SandboxEnd::exited) << out[5].err;
+  EXPECT_EQ(out[5].out, "kept\n");  // its own folder is writable
+  EXPECT_EQ(out[6].end, SandboxEnd::exited) << out[6].err;
+}
+
+TEST(CodeSandbox, ForkBombStopsAtTheProcessLimit) {
+  SKIP_WITHOUT_ISOLATION();  // without a user namespace the count includes all of the user's processes
+  SandboxOptions o = plain();
+  o.limits.processes = 8;
+  const auto out = run_sandboxed({py("import os, time\nn = 0\nfor _ in range(500):\n    try:\n        pid = os.fork()\n"
+                                     "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n"
+                                     "        os._exit(0)\n    n += 1\nprint(n)")},
+                                 o);
+  ASSERT_EQ(out[0].end, SandboxEnd::exited) << out[0].err;
+  EXPECT_LT(std::stoi(out[0].out), 8);
+}
+
+TEST(CodeSandbox, MissingLauncherIsAUserError) {
+  ::setenv("UNSTUCK_SANDBOX", "/no/such/unstuck-sandbox", 1);
+  EXPECT_THROW(run_sandboxed({py("pass")}, plain()), UserError);
+  ::unsetenv("UNSTUCK_SANDBOX");
+}
+
+// ---- hostile programs: each contained, and a correct program beside it still correct ----
+
+// `hostile` defines add() right only when its attack failed.
+void expect_contained(const std::string& hostile) {
+  const auto v = make_code_verifier(config());
+  const auto start = Clock::now();
+  const auto r = score(*v, {fenced(hostile), fenced(kAdd)}, mbpp_add());
+  EXPECT_EQ(r[0].status, RewardStatus::correct) << "the attack got through: " << r[0].error;
+  EXPECT_EQ(r[1].status, RewardStatus::correct) << r[1].error;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 8.0);  // wall_s 2, with slack
+}
+
+std::string add_if(const std::string& contained) {
+  return "def add(a, b):\n    return a + b if " + contained + " else a - b\n";
+}
+
+TEST(CodeVerifierHostile, ForkBombIsBoundedAndLeavesNothing) {
+  SKIP_WITHOUT_ISOLATION();
+  const std::string token = unique("forkbomb");
+  expect_contained(
+      "import os, sys\nn = 0\nfor _ in range(500):\n    try:\n        pid = os.fork()\n"
+      "    except OSError:\n        break\n    if pid == 0:\n        os.execv(sys.executable, "
+      "[sys.executable, '-c', 'import time; time.sleep(60)', '" +
+      token + "'])\n    n += 1\n" + add_if("n < 16"));
+  EXPECT_EQ(processes_with(token), 0);
+}
+
+TEST(CodeVerifierHostile, MemoryHogFailsWithinItsLimit) {  // resource limits: no isolation needed
+  expect_contained("try:\n    hog = bytearray(10 * 1024 ** 3)\n    got = True\nexcept MemoryError:\n    got = False\n" +
+                   add_if("not got"));
+}
+
+TEST(CodeVerifierHostile, OutputFloodIsCut) {  // resource limits: no isolation needed
+  const auto v = make_code_verifier(config());
+  const auto r = score(*v, {fenced("while True:\n    print('x' * 1000)\n"), fenced(kAdd)}, mbpp_add());
+  EXPECT_EQ(r[0].status, RewardStatus::wrong);
+  EXPECT_EQ(r[0].extra.at("code_crashed"), 1.0);
+  EXPECT_EQ(r[1].status, RewardStatus::correct) << r[1].error;
+}
+
+TEST(CodeVerifierHostile, WritesOutsideItsFolderFail) {
+  SKIP_WITHOUT_ISOLATION();
+  const fs::path open_dir = fs::temp_directory_path() / unique("open");
+  fs::create_directories(open_dir);
+  fs::permissions(open_dir, fs::perms::all);  // writable by anyone: only the sandbox stops the write
+  const fs::path beside = fs::read_symlink("/proc/self/exe").parent_path() / unique("beside");
+  const fs::path in_open = open_dir / "x", in_tmp = fs::temp_directory_path() / unique("escape");
+  expect_contained("made = 0\nfor path in ['" + in_open.string() + "', '" + beside.string() + "', '" + in_tmp.string() +
+                   "']:\n    try:\n        open(path, 'w').write('x')\n        made += 1\n    except OSError:\n"
+                   "        pass\n" +
+                   add_if("made == 0"));
+  for (const fs::path& p : {in_open, beside, in_tmp}) {
+    EXPECT_FALSE(fs::exists(p)) << p;
+    fs::remove(p);
+  }
+  fs::remove_all(open_dir);
+}
+
+// A listening socket of the test's own, TCP on 127.0.0.1 or a socket file anyone may connect to.
+int listen_tcp(std::string& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, 8) != 0) return -1;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  port = std::to_string(ntohs(addr.sin_port));
+  return fd;
+}
+
+int listen_unix(const fs::path& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 8) != 0) return -1;
+  fs::permissions(path, fs::perms::all);
+  return fd;
+}
+
+TEST(CodeVerifierHostile, NetworkAndSocketFilesAreUnreachable) {
+  SKIP_WITHOUT_ISOLATION();
+  const fs::path dir = fs::temp_directory_path() / unique("sockets");
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::all);
+  std::string port;
+  const int tcp = listen_tcp(port), file = listen_unix(dir / "s");
+  ASSERT_GE(tcp, 0);
+  ASSERT_GE(file, 0);
+  expect_contained("import socket\nreached = 0\nfor host, port in [('127.0.0.1', " + port +
+                   "), ('1.1.1.1', 80), ('8.8.8.8', 53)]:\n    try:\n        socket.create_connection((host, port), "
+                   "timeout=1)\n        reached += 1\n    except OSError:\n        pass\ntry:\n    s = "
+                   "socket.socket(socket.AF_UNIX)\n    s.connect('" +
+                   (dir / "s").string() +
+                   "')\n    reached += 1\n"
+                   "except OSError:\n    pass\n" +
+                   add_if("reached == 0"));
+  EXPECT_LT(::accept(tcp, nullptr, nullptr), 0);  // nobody connected
+  EXPECT_LT(::accept(file, nullptr, nullptr), 0);
+  ::close(tcp);
+  ::close(file);
+  fs::remove_all(dir);
+}
+
+TEST(CodeVerifierHostile, KillsDoNotReachOutside) {
+  SKIP_WITHOUT_ISOLATION();
+  // A bystander that kill(-1) would hit without the PID namespace and Landlock's signal scope: a
+  // process of the programs' own user (nobody when the test runs as root).
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t bystander = ::fork();
+  if (bystander == 0) {
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(1);
+    (void)!::write(ready[1], "r", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1) << "the bystander did not start";
+  ::close(ready[0]);
+  ::close(ready[1]);
+  const auto v = make_code_verifier(config());
+  const std::string killer =
+      "import os, signal\nfor target in (os.getppid(), -1):\n    try:\n        os.kill(target, "
+      "signal.SIGKILL)\n    except OSError:\n        pass\n";
+  const auto r = score(*v, {fenced(killer + kAdd), fenced(kAdd)}, mbpp_add());
+  EXPECT_NE(r[0].status, RewardStatus::error) << "the launcher died: " << r[0].error;
+  EXPECT_EQ(r[1].status, RewardStatus::correct) << r[1].error;
+  int status = 0;
+  EXPECT_EQ(::waitpid(bystander, &status, WNOHANG), 0) << "the bystander was killed";
+  ::kill(bystander, SIGKILL);
+  ::waitpid(bystander, &status, 0);
+}
+
+TEST(CodeVerifierHostile, DatasetOnDiskIsUnreadable) {
+  SKIP_WITHOUT_ISOLATION();
+  const fs::path dir = fs::temp_directory_path() / unique("dataset");
+  fs::create_directories(dir);
+  const Json io{{"inputs", {"42\n"}}, {"outputs", {"4242\n"}}};
+  const fs::path file = dir / "train.jsonl";
+  std::ofstream(file) << Json{{"task", "code"},
+                              {"prompt", "Print the input twice."},
+                              {"answer", ""},
+                              {"input_output", io.dump()}}
+                             .dump()
+                      << "\n";
+  fs::permissions(file, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  const auto v = make_code_verifier(config());
+  const std::string cheat = "import json\ntry:\n    row = json.loads(open('" + file.string() +
+                            "').readline())\n    print(json.loads(row['input_output'])['outputs'][0], end='')\n"
+                            "except OSError:\n    print('unknown')\n";
+  const auto r = score(*v, {fenced(cheat), fenced("print(input() * 2)\n")}, record({{"input_output", io}}));
+  EXPECT_EQ(r[0].status, RewardStatus::wrong);
+  EXPECT_EQ(r[1].status, RewardStatus::correct) << r[1].error;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace unstuck::reward
