@@ -4,8 +4,11 @@
 // the speed ratio and both agreements with the human verdicts.
 #include "bench/bench_reward.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
@@ -129,6 +132,107 @@ Json run_math_verify(const RewardBenchOptions& o) {
   }
 }
 
+// A GSM8K-style verl compute_score: the number in the last <answer>...</answer> against the ground
+// truth, with the verifier's format credit (the user's function the workers time).
+constexpr const char* kBenchFunction = R"PY(
+import re
+_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    found = _TAG.findall(solution_str)
+    if not found:
+        return 0.0
+    try:
+        return 1.0 if float(found[-1].strip().replace(",", "")) == float(ground_truth) else 0.1
+    except ValueError:
+        return 0.1
+)PY";
+
+// Completions per second of one score_batch call over `rows` (best of two).
+double batch_rate(const reward::Verifier& verifier, const std::vector<Scored>& rows) {
+  std::vector<std::string> texts;
+  std::vector<const data::TaskRecord*> records;
+  for (const Scored& s : rows) {
+    texts.push_back(s.completion);
+    records.push_back(&s.record);
+  }
+  double best = 0.0;
+  for (int t = 0; t < 2; ++t) {
+    const auto start = Clock::now();
+    const auto results = verifier.score_batch(texts, records);
+    sink_ = int64_t(results.size());
+    best = std::max(best, double(rows.size()) / std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best;
+}
+
+// The corpus's rows cycled to n, with a plain-number gold so a float() comparison applies.
+std::vector<Scored> arithmetic_rows(int n) {
+  std::vector<Scored> rows;
+  for (int i = 0; i < n; ++i) {
+    Scored s;
+    s.record.task = "arithmetic";
+    s.record.prompt = std::to_string(i) + "+" + std::to_string(2 * i) + "=";
+    s.record.answer = std::to_string(3 * i);
+    s.completion = "Adding them: <answer>" + std::to_string(i % 3 == 0 ? 3 * i + 1 : 3 * i) + "</answer>";
+    rows.push_back(std::move(s));
+  }
+  return rows;
+}
+
+// MBPP-style records (3 asserts each) with a correct program in a fenced block.
+std::vector<Scored> code_rows(int n) {
+  std::vector<Scored> rows;
+  for (int i = 0; i < n; ++i) {
+    Scored s;
+    s.record.task = "code";
+    s.record.prompt = "Write add_k(x) that returns x + " + std::to_string(i) + ".";
+    s.record.answer = "";
+    const std::string k = std::to_string(i);
+    s.record.fields["test_list"] = {"assert add_k(1) == 1 + " + k, "assert add_k(-5) == -5 + " + k,
+                                    "assert add_k(10**6) == 10**6 + " + k};
+    s.completion = "Here it is:\n```python\ndef add_k(x):\n    return x + " + k + "\n```\n";
+    rows.push_back(std::move(s));
+  }
+  return rows;
+}
+
+// The reward function on 1 and 2 workers and the code verifier on 1 and 2 sandboxes, each with the
+// built-in math verifier's rate on the same completions. Null parts when python is not there.
+Json worker_rates(const RewardBenchOptions& o) {
+  Json out;
+  const std::vector<Scored> numbers = arithmetic_rows(o.function_completions);
+  reward::RewardConfig config;
+  const auto builtin = reward::make_verifier("math", config);
+  const double builtin_rate = batch_rate(*builtin, numbers);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("unstuck-bench-reward-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / "gsm8k_reward.py").string();
+  std::ofstream(file) << kBenchFunction;
+  config.function.path = file;
+  config.function.python = o.python.empty() ? "python3" : o.python;
+  Json functions = Json::array();
+  for (int workers : {1, 2}) {
+    config.function.workers = workers;
+    const auto f = reward::make_verifier("math", config);
+    const double rate = batch_rate(*f, numbers);
+    functions.push_back({{"workers", workers}, {"completions_per_s", rate}, {"vs_builtin", rate / builtin_rate}});
+  }
+  std::filesystem::remove_all(dir);
+  out["function"] = {{"completions", numbers.size()}, {"builtin_completions_per_s", builtin_rate}, {"runs", functions}};
+  const std::vector<Scored> programs = code_rows(o.code_completions);
+  reward::RewardConfig code;
+  Json sandboxes = Json::array();
+  for (int workers : {1, 2}) {
+    code.code.workers = workers;
+    const auto v = reward::make_verifier("code", code);
+    sandboxes.push_back({{"workers", workers}, {"completions_per_s", batch_rate(*v, programs)}});
+  }
+  out["code"] = {{"completions", programs.size()}, {"tests_per_completion", 3}, {"runs", sandboxes}};
+  return out;
+}
+
 }  // namespace
 
 void run_reward_bench(const RewardBenchOptions& o, std::ostream& out) {
@@ -164,6 +268,9 @@ void run_reward_bench(const RewardBenchOptions& o, std::ostream& out) {
   } else {
     result["math_verify"] = nullptr;  // not installed (pip install -r requirements-bench.txt)
   }
+  const Json workers = worker_rates(o);
+  result["function"] = workers["function"];
+  result["code"] = workers["code"];
   if (o.json) {
     out << result.dump() << "\n";
     return;
@@ -187,6 +294,18 @@ void run_reward_bench(const RewardBenchOptions& o, std::ostream& out) {
   out << std::setprecision(3) << "worst case: " << result["worst_case"]["worst_ms"].get<double>()
       << " ms per completion (answers of " << config.max_answer_chars << " chars)\n"
       << "targets: speedup >= 100, worst case < 10 ms\n";
+  out << "\nreward.function (verl compute_score, GSM8K-style) on " << result["function"]["completions"].get<int64_t>()
+      << " completions; built-in verifier " << std::setprecision(0)
+      << result["function"]["builtin_completions_per_s"].get<double>() << " completions/s\n";
+  for (const auto& r : result["function"]["runs"])
+    out << "  " << r["workers"].get<int>() << " worker(s) " << std::setw(10) << r["completions_per_s"].get<double>()
+        << " completions/s   " << std::setprecision(2) << r["vs_builtin"].get<double>() << "x the built-in\n"
+        << std::setprecision(0);
+  out << "code verifier on " << result["code"]["completions"].get<int64_t>()
+      << " MBPP-style completions (3 asserts each, one sandbox per completion)\n";
+  for (const auto& r : result["code"]["runs"])
+    out << "  " << r["workers"].get<int>() << " sandbox(es) " << std::setw(8) << std::setprecision(1)
+        << r["completions_per_s"].get<double>() << " completions/s\n";
 }
 
 }  // namespace unstuck::bench

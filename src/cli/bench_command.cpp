@@ -112,13 +112,23 @@ void add_bench_command(CLI::App& app) {
 
   auto rew = std::make_shared<bench::RewardBenchOptions>();
   CLI::App* reward_cmd = bench->add_subcommand(
-      "reward", "Verifier completions/s (math, countdown), worst case, and math-verify on the same corpus");
+      "reward", "Verifier completions/s (math, countdown), worst case, math-verify on the same corpus, reward "
+      "functions on 1 and 2 workers, the code verifier on 1 and 2 sandboxes");
   reward_cmd->add_flag("--json", rew->json, "Print one JSON object instead of the table");
   reward_cmd->add_option("--corpus", rew->corpus, "graded math corpus (JSONL)")->capture_default_str();
-  reward_cmd->add_option("--python", rew->python, "Python with math-verify for the baseline (\"\" skips it)")
+  reward_cmd->add_option("--python", rew->python, "Python with math-verify for the baseline (\"\" skips it); it also runs the timed reward "
+                         "function (\"\": python3)")
       ->capture_default_str();
   reward_cmd->add_option("--repeats", rew->repeats, "passes over the corpus per timing")
       ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  reward_cmd->add_option("--function-completions", rew->function_completions,
+                         "completions the reward function scores on 1 and 2 workers")
+      ->check(CLI::Range(1, 10000000))
+      ->capture_default_str();
+  reward_cmd->add_option("--code-completions", rew->code_completions,
+                         "MBPP-style completions the code verifier runs on 1 and 2 sandboxes")
+      ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   reward_cmd->callback([rew] { bench::run_reward_bench(*rew, std::cout); });
 }

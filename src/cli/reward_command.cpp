@@ -1,8 +1,9 @@
 // `unstuck reward score`: scores a JSONL file of task records with a "completion" each, by the
 // verifier its "task" names, or by a run config's reward section (--config: its verifier, or its
-// reward.function on reward workers, all lines in batches); writes each input line plus "reward"
-// and "status" (and "error" for a function's failure), and prints the count, the mean reward and
-// the status histogram. Every line is checked before anything is written.
+// reward.function / reward.command on reward workers); each scorer's lines in one batch. Writes
+// each input line plus "reward" and "status" (and "error" for a scorer's failure, "reward_extra"
+// for its named numbers), and prints the count, the mean reward and the status histogram. Every
+// line is checked before anything is written.
 #include <CLI/CLI.hpp>
 #include <array>
 #include <cstdio>
@@ -71,7 +72,7 @@ void score(const ScoreArgs& args_in) {
     const std::string where = args.input + ":" + std::to_string(number);
     ScoredLine out{parse_line(line, where), {}};
     nlohmann::ordered_json record_json = out.object;
-    for (const char* k : {"completion", "reward", "status", "error"}) record_json.erase(k);
+    for (const char* k : {"completion", "reward", "status", "error", "reward_extra"}) record_json.erase(k);
     try {
       records.push_back(data::record_from_json(record_json));
     } catch (const UserError& e) {
@@ -81,31 +82,34 @@ void score(const ScoreArgs& args_in) {
     wheres.push_back(where);
     scored.push_back(std::move(out));
   }
-  if (!args.config.function.path.empty()) {
-    // One function for every line: its workers score them all, in batches.
-    const auto verifier = reward::make_function_verifier(args.config);
+  // Lines grouped by the scorer that takes them (their task's verifier, or the config's scorer for
+  // all), each group in one batch: a function's or command's workers, or the code sandboxes, run it
+  // in parallel.
+  std::map<std::string, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < scored.size(); ++i)
+    groups[args.run_config.empty() ? records[i].task : reward::verifier_name(args.config, config_task)].push_back(i);
+  for (const auto& [name, lines] : groups) {
+    std::unique_ptr<reward::Verifier> verifier;
+    std::vector<std::string> texts;
     std::vector<const data::TaskRecord*> ptrs;
-    for (const auto& r : records) ptrs.push_back(&r);
-    const std::vector<reward::RewardResult> results = verifier->score_batch(completions, ptrs);
-    for (std::size_t i = 0; i < scored.size(); ++i) scored[i].result = results[i];
-  } else {
-    std::map<std::string, std::unique_ptr<reward::Verifier>> verifiers;
-    for (std::size_t i = 0; i < scored.size(); ++i) {
-      try {
-        const std::string name =
-            args.run_config.empty() ? records[i].task : reward::verifier_name(args.config, config_task);
-        auto& verifier = verifiers[name];
-        if (!verifier) verifier = reward::make_verifier(name, args.config);
-        scored[i].result = verifier->score(completions[i], records[i]);
-      } catch (const UserError& e) {
-        throw UserError(wheres[i] + ": " + e.what());
-      }
+    for (std::size_t i : lines) {
+      texts.push_back(completions[i]);
+      ptrs.push_back(&records[i]);
     }
+    std::vector<reward::RewardResult> results;
+    try {
+      verifier = reward::make_verifier(name, args.config);
+      results = verifier->score_batch(texts, ptrs);
+    } catch (const UserError& e) {
+      throw UserError(wheres[lines[0]] + ": " + e.what());
+    }
+    for (std::size_t k = 0; k < lines.size(); ++k) scored[lines[k]].result = std::move(results[k]);
   }
   for (ScoredLine& out : scored) {
     out.object["reward"] = out.result.reward;
     out.object["status"] = config::enum_name(out.result.status);
     if (out.result.status == reward::RewardStatus::error) out.object["error"] = out.result.error;
+    for (const auto& [key, value] : out.result.extra) out.object["reward_extra"][key] = value;
   }
 
   if (!args.output.empty()) {
@@ -139,7 +143,7 @@ void add_score(CLI::App& parent) {
   CLI::App* cmd = parent.add_subcommand(
       "score",
       "Score completions: each JSONL line is a task record plus \"completion\"; \"task\" names "
-      "the verifier (math, arithmetic, countdown)");
+      "the verifier (math, arithmetic, countdown, code)");
   cmd->add_option("--input", args->input, "JSONL of task records with a \"completion\" each")
       ->required();
   cmd->add_option("--output", args->output,

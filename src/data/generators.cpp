@@ -261,10 +261,11 @@ std::vector<TaskRecord> generate_records(const DataConfig& config, uint64_t seed
     case TaskKind::countdown:
       return generate_countdown(config.countdown, config.test_fraction, seed, n, split);
     case TaskKind::math:
+    case TaskKind::code:
       break;
   }
   throw UserError(std::string("data.task ") + config::enum_name(config.task) +
-                  " has no generator (math datasets are read from JSONL: data.train_path)");
+                  " has no generator (its datasets are read from JSONL: data.train_path)");
 }
 
 }  // namespace unstuck::data

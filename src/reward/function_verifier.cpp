@@ -1,6 +1,7 @@
-// reward.function: the user's Python reward function, verl's or TRL's form, on reward workers.
-// Each completion becomes an item of the style's shape from its task record; items go to the
-// workers in batches of reward.function.batch_size.
+// reward.function (the user's Python reward function, verl's or TRL's form) and reward.command (any
+// program speaking the workers' JSONL protocol), on reward workers. Each completion becomes an item
+// of the style's shape from its task record; items go to the workers in batches of
+// reward.function.batch_size.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -38,13 +39,25 @@ Json trl_item(const std::string& completion, const data::TaskRecord& r) {
           {"columns", columns}};
 }
 
-class FunctionVerifier : public Verifier {
+// A reward command's item: the prompt as the dataset has it, the completion, the record's answer,
+// task and other fields.
+Json command_item(const std::string& completion, const data::TaskRecord& r) {
+  return {{"prompt", r.messages.empty() ? Json(r.prompt) : r.messages},
+          {"completion", completion},
+          {"answer", r.answer},
+          {"task", r.task},
+          {"fields", r.fields}};
+}
+
+using MakeItem = Json (*)(const std::string&, const data::TaskRecord&);
+
+class WorkerVerifier : public Verifier {
  public:
-  explicit FunctionVerifier(const RewardConfig& config) : config_(config.function) {
-    const FunctionConfig& f = config_;
+  WorkerVerifier(const FunctionConfig& f, std::vector<std::string> argv, std::string name, MakeItem make_item)
+      : config_(f), make_item_(make_item) {
     WorkerOptions o;
-    o.argv = python_reward_worker_argv(f.python, f.path, f.name, std::string(config::enum_name(f.style)));
-    o.name = "reward.function " + f.path + ":" + f.name;
+    o.argv = std::move(argv);
+    o.name = std::move(name);
     o.workers = f.workers;
     o.timeout_s = f.timeout_s;
     o.memory_mb = f.memory_mb;
@@ -63,8 +76,7 @@ class FunctionVerifier : public Verifier {
     for (std::size_t b = 0; b < n; b += size) {
       Json items = Json::array();
       for (std::size_t i = b; i < std::min(n, b + size); ++i)
-        items.push_back(config_.style == FunctionStyle::verl ? verl_item(completions[i], *records[i])
-                                                             : trl_item(completions[i], *records[i]));
+        items.push_back(make_item_(completions[i], *records[i]));
       batches.push_back(std::move(items));
     }
     const std::vector<std::vector<WorkerResult>> answers = pool_->run(batches);
@@ -77,6 +89,7 @@ class FunctionVerifier : public Verifier {
           r.error = a.error;
         } else {
           r.reward = a.score;
+          for (const auto& [key, value] : a.extra.items()) r.extra[key] = value.get<double>();
           const bool correct = a.extra.contains("acc") ? a.extra["acc"].get<double>() != 0 : a.score >= 1.0;
           r.status = correct ? RewardStatus::correct : RewardStatus::wrong;
         }
@@ -87,6 +100,7 @@ class FunctionVerifier : public Verifier {
 
  private:
   FunctionConfig config_;
+  MakeItem make_item_;
   std::unique_ptr<WorkerPool> pool_;  // run() is not const; scoring changes no observable state
 };
 
@@ -102,7 +116,16 @@ std::vector<RewardResult> Verifier::score_batch(const std::vector<std::string>& 
 
 std::unique_ptr<Verifier> make_function_verifier(const RewardConfig& config) {
   if (config.function.path.empty()) throw UserError("reward.function.path: empty (no reward function configured)");
-  return std::make_unique<FunctionVerifier>(config);
+  const FunctionConfig& f = config.function;
+  return std::make_unique<WorkerVerifier>(
+      f, python_reward_worker_argv(f.python, f.path, f.name, std::string(config::enum_name(f.style))),
+      "reward.function " + f.path + ":" + f.name, f.style == FunctionStyle::verl ? verl_item : trl_item);
+}
+
+std::unique_ptr<Verifier> make_command_verifier(const RewardConfig& config) {
+  if (config.command.empty()) throw UserError("reward.command: empty (no reward command configured)");
+  return std::make_unique<WorkerVerifier>(config.function, config.command, "reward.command " + config.command[0],
+                                          command_item);
 }
 
 }  // namespace unstuck::reward

@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <map>
+#include <set>
+#include <string>
 #include <tuple>
 
 #include "unstuck/algo/advantages.h"
@@ -26,6 +29,58 @@
 
 namespace unstuck::train {
 namespace {
+
+// The config key of the scorer whose failures check_reward_errors() counts.
+std::string scorer_key(const reward::RewardConfig& r) {
+  return !r.function.path.empty() ? "reward.function" : !r.command.empty() ? "reward.command" : "reward.verifier code";
+}
+
+// Each extra's mean over the completions of every rank that have it. The ranks' key sets may
+// differ (a function's dict keys), so the names travel first: each rank's, newline-joined, in a
+// fixed buffer of kExtraNamesBytes (keys past it are left out, with a warning).
+constexpr std::size_t kExtraNamesBytes = 4096;
+std::map<std::string, double> extra_means(dist::Communicator& comm,
+                                          const std::map<std::string, std::pair<double, double>>& local) {
+  std::vector<std::string> keys;
+  for (const auto& entry : local) keys.push_back(entry.first);
+  if (comm.world_size() > 1) {
+    std::string names;
+    for (const std::string& k : keys) {
+      if (names.size() + k.size() + 1 > kExtraNamesBytes) {
+        spdlog::warn("reward_extra: more extra keys than fit {} bytes; '{}' and later ones are not logged",
+                     kExtraNamesBytes, k);
+        break;
+      }
+      names += k + "\n";
+    }
+    names.resize(kExtraNamesBytes, '\0');
+    std::string all(kExtraNamesBytes * std::size_t(comm.world_size()), '\0');
+    comm.all_gather(names.data(), all.data(), kExtraNamesBytes, dist::DataType::u8);
+    std::set<std::string> every;
+    for (std::size_t at = 0; at < all.size();) {
+      const std::size_t nl = all.find('\n', at);
+      const std::size_t block_end = (at / kExtraNamesBytes + 1) * kExtraNamesBytes;
+      if (all[at] == '\0' || nl == std::string::npos || nl >= block_end) {
+        at = block_end;
+        continue;
+      }
+      every.insert(all.substr(at, nl - at));
+      at = nl + 1;
+    }
+    keys.assign(every.begin(), every.end());
+  }
+  std::vector<double> sums;
+  for (const std::string& k : keys) {
+    const auto it = local.find(k);
+    sums.push_back(it == local.end() ? 0.0 : it->second.first);
+    sums.push_back(it == local.end() ? 0.0 : it->second.second);
+  }
+  if (comm.world_size() > 1 && !sums.empty()) comm.all_reduce_sum(sums.data(), sums.size());
+  std::map<std::string, double> means;
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    if (sums[2 * i + 1] > 0) means[keys[i]] = sums[2 * i] / sums[2 * i + 1];
+  return means;
+}
 
 // `t` on `device`: itself (the same buffer, moved: no new reference) when it is there already.
 torch::Tensor on_device(torch::Tensor t, const torch::Device& device) {
@@ -92,8 +147,8 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
       my_test_(std::move(my_test)),
       weights_(config.model, on_device(std::move(master), device), with_compute(config.precision, compute),
                ctx.seeds.rounding, &comm),
-      verifier_(reward::make_verifier(reward::verifier_name(config.reward, config::enum_name(config.data.task)),
-                                      config.reward)),
+      verifier_name_(reward::verifier_name(config.reward, config::enum_name(config.data.task))),
+      verifier_(reward::make_verifier(verifier_name_, config.reward)),
       order_(train.size(), ctx.seeds.data),
       // Rollouts draw counter-based uniforms (rollout::sampling_uniforms); this generator is never
       // advanced by training and stays in checkpoints (rng.bin) only for their format.
@@ -157,7 +212,7 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   Sampling smp;
   sample(step, &ro, &sc, &smp, &time);
   trace_memory("rollout");
-  if (!cfg_.reward.function.path.empty()) check_reward_errors(step, sc, smp);
+  if (reward::scorer_can_fail(cfg_.reward, verifier_name_)) check_reward_errors(step, sc, smp);
   const RolloutBatch batch = make_batch(ro);
   std::vector<float> rewards = sc.rewards;
   if (cfg_.grpo.kl_in == algo::KlIn::reward) {
@@ -192,7 +247,7 @@ void GrpoTrainer::check_reward_errors(int64_t step, const Scores& sc, const Samp
   const double sampled = double(cfg_.grpo.prompts_per_step * cfg_.grpo.group_size) * double(smp.rounds);
   const double allowed = cfg_.reward.function.max_error_frac;
   if (failed > allowed * sampled)
-    throw UserError("reward.function: " + std::to_string(int64_t(failed)) + " of " + std::to_string(int64_t(sampled)) +
+    throw UserError(scorer_key(cfg_.reward) + ": " + std::to_string(int64_t(failed)) + " of " + std::to_string(int64_t(sampled)) +
                     " completions of step " + std::to_string(step) +
                     " failed to score, more than reward.function.max_error_frac = " + config::format_double(allowed) +
                     (sc.first_error.empty() ? std::string() : "; the first on this rank:\n" + sc.first_error));
@@ -230,6 +285,7 @@ void GrpoTrainer::sample(int64_t step, Rollouts* ro, Scores* sc, Sampling* smp, 
     const auto [r, s] = roll_and_score(round, records);
     if (sc->errors == 0) sc->first_error = s.first_error;
     sc->errors += s.errors;  // over every completion this rank sampled
+    sc->add_extra(s.extra);
     std::vector<Candidate> groups = gather_groups(records, r, s);
     ++smp->rounds;
     for (Candidate& c : groups) {
@@ -350,6 +406,13 @@ void GrpoTrainer::Scores::tally(const std::vector<rollout::Completion>& completi
   }
 }
 
+void GrpoTrainer::Scores::add_extra(const std::map<std::string, std::pair<double, double>>& more) {
+  for (const auto& [key, sum_count] : more) {
+    extra[key].first += sum_count.first;
+    extra[key].second += sum_count.second;
+  }
+}
+
 GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro) const {
   Scores sc;
   const std::size_t n = ro.completions.size();
@@ -369,6 +432,10 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro) const {
     if (r.status == reward::RewardStatus::error) {
       if (sc.errors == 0) sc.first_error = r.error;
       ++sc.errors;
+    }
+    for (const auto& [key, value] : r.extra) {
+      sc.extra[key].first += value;
+      sc.extra[key].second += 1;
     }
   }
   sc.tally(ro.completions);
@@ -644,11 +711,12 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
   m["logprob_mismatch"] = v[7] / tokens;
   m["logprob_mismatch_k3"] = v[10] / tokens;
   if (cfg_.grpo.kl_in == algo::KlIn::reward) m["kl_reward_penalty"] = v[11] / double(N_global);
-  if (!cfg_.reward.function.path.empty()) {
+  if (reward::scorer_can_fail(cfg_.reward, verifier_name_)) {
     // Over every completion sampled (all rounds of dynamic sampling).
     const double sampled = double(N_global) * double(smp.rounds), failed = v[14];
     m["reward_error_frac"] = failed / sampled;
   }
+  for (const auto& [key, mean] : extra_means(comm_, sc.extra)) m["reward_extra/" + key] = mean;
   if (tis_cap > 0) {
     m["tis_weight_mean"] = v[12] / tokens;
     m["tis_clip_frac"] = v[13] / tokens;

@@ -7,6 +7,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -100,8 +101,12 @@ class GrpoTrainer {
     double correct = 0, gen_tokens = 0;
     double truncated = 0;  // completions that reached rollout.max_new_tokens without a stop token
     double kl_penalty = 0;  // kl_in: reward: the sum of kl_coef x each row's KL taken from its reward
-    int64_t errors = 0;     // rows a reward function failed on (status reward_error, reward 0)
+    int64_t errors = 0;     // rows the scorer failed on (status reward_error, reward 0)
     std::string first_error;
+    // The scorer's named numbers (RewardResult::extra): key -> {sum, count} over every completion
+    // this rank sampled; logged as reward_extra/<key> means.
+    std::map<std::string, std::pair<double, double>> extra;
+    void add_extra(const std::map<std::string, std::pair<double, double>>& more);
     void tally(const std::vector<rollout::Completion>& completions);  // the sums, from the rows
   };
   // How a step's batch was sampled (the same on every rank).
@@ -178,6 +183,7 @@ class GrpoTrainer {
   std::unique_ptr<model::LlamaModel> reference_;  // frozen start policy in the forward dtype
   std::unique_ptr<model::FlatWeightsReader> base_reader_;  // without a reference: the start policy's files
   bool changed_lost_ = false;                              // changed_from_start() gave up (warned)
+  std::string verifier_name_;  // reward.verifier, or data.task's
   std::unique_ptr<reward::Verifier> verifier_;
   RecordOrder order_;
   at::Generator sampling_;

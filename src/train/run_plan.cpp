@@ -159,15 +159,19 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   // The data: prompts longer than max_seq_len - max_new_tokens are dropped and counted.
   plan_train_data(plan);
   mark("data");
-  // reward.function: one worker imports the file and checks the function's signature, then stops
-  // (the trainer starts its own): a function that cannot score is refused before anything is written.
-  if (!plan.config.reward.function.path.empty()) {
-    const std::string& path = plan.config.reward.function.path;
-    if (!std::filesystem::is_regular_file(path)) throw UserError("reward.function.path: no such file '" + path + "'");
-    reward::RewardConfig probe = plan.config.reward;
+  // reward.function / reward.command / the code verifier: one worker (one sandbox) starts and proves it
+  // can score, then stops (the trainer starts its own): a scorer that cannot start is refused before
+  // anything is written.
+  const reward::RewardConfig& rc = plan.config.reward;
+  const std::string verifier = reward::verifier_name(rc, config::enum_name(plan.config.data.task));
+  if (reward::scorer_can_fail(rc, verifier)) {
+    if (!rc.function.path.empty() && !std::filesystem::is_regular_file(rc.function.path))
+      throw UserError("reward.function.path: no such file '" + rc.function.path + "'");
+    reward::RewardConfig probe = rc;
     probe.function.workers = 1;
-    reward::make_function_verifier(probe);
-    mark("reward function");
+    probe.code.workers = 1;
+    reward::make_verifier(verifier, probe);
+    mark("reward scorer");
   }
   // Memory, sized by the longest prompt kept (GRPO rows are that plus rollout.max_new_tokens).
   MemoryPlanInputs in;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "unstuck/reward/sandbox.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -174,6 +176,38 @@ TEST_F(CliData, ScoreWithARunConfigsRewardFunction) {
   EXPECT_NE(run("reward score --config '" + cfg.string() + "' --format-reward 0.2 --input '" + input.string() + "'").code, 0);
 }
 
+// Code records score by running their programs in the sandbox, beside math records in the same file;
+// each code line carries the verifier's extras.
+TEST_F(CliData, ScoresCodeRecordsInTheSandbox) {
+  if (!unstuck::reward::sandbox_capabilities().missing.empty())
+    GTEST_SKIP() << unstuck::reward::sandbox_capabilities().describe();
+  const fs::path input = dir_ / "code_in.jsonl";
+  const nlohmann::json tests = {"assert add(1, 2) == 3", "assert add(5, 0) == 5"};
+  const auto line = [&](const std::string& completion) {
+    return nlohmann::json{{"task", "code"}, {"prompt", "Write add(a, b)."}, {"answer", ""},
+                          {"test_list", tests}, {"completion", completion}}.dump() + "\n";
+  };
+  std::ofstream(input) << line("```python\ndef add(a, b):\n    return a + b\n```")
+                       << line("```python\ndef add(a, b):\n    return a - b\n```")  // passes the second test only
+                       << line("no code here")
+                       << R"({"task":"math","prompt":"p","answer":"42","completion":"<answer>42</answer>"})" << "\n";
+  const CliResult r = run("reward score --input '" + input.string() + "' --output '" + (dir_ / "code_out.jsonl").string() + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto out = lines(dir_ / "code_out.jsonl");
+  ASSERT_EQ(out.size(), 4u);
+  const auto a = nlohmann::json::parse(out[0]), b = nlohmann::json::parse(out[1]), c = nlohmann::json::parse(out[2]),
+             d = nlohmann::json::parse(out[3]);
+  EXPECT_EQ(a["status"], "correct");
+  EXPECT_EQ(a["reward"], 1.0);
+  EXPECT_EQ(a["reward_extra"]["code_pass_frac"], 1.0);
+  EXPECT_EQ(b["status"], "wrong");
+  EXPECT_EQ(b["reward"], 0.0);
+  EXPECT_EQ(b["reward_extra"]["code_pass_frac"], 0.5);
+  EXPECT_EQ(c["status"], "no_answer");
+  EXPECT_EQ(d["status"], "correct");
+  EXPECT_EQ(d["reward"], 1.0);
+}
+
 TEST_F(CliData, MalformedScoreInputStopsWithTheLineNumber) {
   const fs::path input = dir_ / "bad.jsonl";
   std::ofstream(input)
@@ -191,7 +225,7 @@ TEST_F(CliData, MalformedScoreInputStopsWithTheLineNumber) {
   r = run("reward score --input '" + input.string() + "'");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find(input.string() + ":1: unknown verifier 'chess' (known: math, arithmetic, "
-                                        "countdown)"),
+                                        "countdown, code)"),
             std::string::npos)
       << r.out;
 

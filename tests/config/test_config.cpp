@@ -220,6 +220,18 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
             "reward.function.max_error_frac must be in [0, 1], got 2.0");
   EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.function.timeout_s=0"}); }),
             "reward.function.timeout_s must be in (0, 86400] seconds, got 0.0");
+  EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.command=[./judge]"}); }),
+            "reward.function.path and reward.command both set: one of them scores (weighted reward terms are not built "
+            "yet)");
+  EXPECT_EQ(error_of([] { load_run_config("", {"reward.command=[./judge]", "reward.verifier=code"}); }),
+            "reward.verifier 'code' and reward.command both set: one of them scores (weighted reward terms are not "
+            "built yet)");
+  EXPECT_EQ(error("reward.command=['']"), "reward.command: the program (its first element) is empty");
+  EXPECT_EQ(error("reward.code.cpu_s=0"), "reward.code.cpu_s must be in (0, 3600], got 0.0");
+  EXPECT_EQ(error("reward.code.workers=0"), "reward.code.workers must be in [1, 256], got 0");
+  EXPECT_EQ(error("reward.code.extract=middle"),
+            "override 'reward.code.extract=middle': reward.code.extract: expected one of last_block | first_block | "
+            "answer_tag | whole, got 'middle'");
   EXPECT_EQ(error("reward.function.style=openrlhf"),
             "override 'reward.function.style=openrlhf': reward.function.style: expected one of verl | trl, got "
             "'openrlhf'");

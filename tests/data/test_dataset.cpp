@@ -203,7 +203,7 @@ TEST(Dataset, RewardVerifierIsNamedIndependentlyOfTheTask) {
   EXPECT_EQ(reward::verifier_name(rc, "arithmetic"), "math");
   rc.verifier = "gsm8k";
   EXPECT_EQ(error_of([&] { reward::validate(rc); }),
-            "reward.verifier: unknown verifier 'gsm8k' (known: math, arithmetic, countdown; empty: the one data.task names)");
+            "reward.verifier: unknown verifier 'gsm8k' (known: math, arithmetic, countdown, code; empty: the one data.task names)");
 }
 
 TEST(Dataset, ParquetConversionScriptWritesRecordsThatLoad) {

@@ -302,9 +302,9 @@ TEST(FormatCredit, CombinesWithCorrectness) {
 TEST(FormatCredit, DefaultStaysWellBelowHalf) { EXPECT_LE(RewardConfig{}.format_reward, 0.25); }
 
 TEST(Registry, KnownNamesAndErrors) {
-  EXPECT_EQ(verifier_names(), (std::vector<std::string>{"math", "arithmetic", "countdown"}));
+  EXPECT_EQ(verifier_names(), (std::vector<std::string>{"math", "arithmetic", "countdown", "code"}));
   EXPECT_EQ(error_of([] { make_verifier("chess", RewardConfig{}); }),
-            "unknown verifier 'chess' (known: math, arithmetic, countdown)");
+            "unknown verifier 'chess' (known: math, arithmetic, countdown, code)");
   RewardConfig c;
   c.format_reward = 1.5;
   EXPECT_EQ(error_of([&] { make_verifier("math", c); }),

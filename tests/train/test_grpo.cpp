@@ -17,6 +17,7 @@
 #include "unstuck/common/error.h"
 #include "unstuck/data/generators.h"
 #include "unstuck/log/tensorboard.h"
+#include "unstuck/reward/sandbox.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/grpo.h"
 #include "unstuck/train/sft.h"
@@ -293,6 +294,117 @@ def always_fails(data_source, solution_str, ground_truth, extra_info=None):
                        " has no function 'nope' (its functions: always_fails, compute_score, fails_on_odd, last_answer, "
                        "same_number, score, trl_reward)");
   EXPECT_FALSE(fs::exists(dir_ / "runs" / "reward_missing"));
+}
+
+// A reward command (any program speaking the JSONL protocol; here a Python script) scores like the
+// built-in verifier, and its extra numbers are logged as reward_extra/<key> means; so are a verl
+// function's dict keys.
+TEST_F(GrpoTest, RewardCommandScoresLikeTheVerifierAndExtrasAreLogged) {
+  const fs::path script = dir_ / "judge.py";
+  std::ofstream(script) << R"PY(
+import json, sys
+
+def last_answer(text):
+    close = text.rfind("</answer>")
+    open_ = text.rfind("<answer>", 0, close) if close >= 0 else -1
+    return text[open_ + len("<answer>"):close].strip() or None if open_ >= 0 else None
+
+def score(text, gold):
+    answer = last_answer(text)
+    try:
+        if answer is not None and float(answer) == float(gold):
+            return 1.0
+    except ValueError:
+        pass
+    return 0.1 if answer is not None else 0.0
+
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    results = [{"score": score(it["completion"], it["answer"]),
+                "extra": {"has_tag": float(last_answer(it["completion"]) is not None), "task_is_" + it["task"]: 1}}
+               for it in request["items"]]
+    print(json.dumps({"id": request["id"], "results": results}), flush=True)
+)PY";
+  const fs::path fn = dir_ / "dict_reward.py";
+  std::ofstream(fn) << R"PY(
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": 0.0, "acc": False, "chars": len(solution_str)}
+)PY";
+  RunConfig builtin = grpo_config("command_builtin", precision::PrecisionMode::fp32);
+  const auto mb = read_metrics(run_grpo(builtin).run_dir);
+  RunConfig c = grpo_config("command", precision::PrecisionMode::fp32);
+  c.reward.command = {UNSTUCK_PYTHON, script.string()};
+  c.reward.function.batch_size = 5;
+  const auto m = read_metrics(run_grpo(c).run_dir);
+  ASSERT_EQ(m.size(), mb.size());
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    for (const char* key : {"reward_mean", "reward_std", "accuracy", "grad_norm"})
+      EXPECT_EQ(m[i][key], mb[i][key]) << "step " << i + 1 << " " << key;
+    EXPECT_EQ(m[i]["reward_error_frac"].get<double>(), 0.0);
+    EXPECT_EQ(m[i]["reward_extra/task_is_arithmetic"].get<double>(), 1.0);
+    const double tagged = m[i]["reward_extra/has_tag"].get<double>();
+    EXPECT_GE(tagged, 0.0);
+    EXPECT_LE(tagged, 1.0);
+  }
+  RunConfig d = grpo_config("dict_function", precision::PrecisionMode::fp32);
+  d.reward.function.path = fn.string();
+  d.reward.function.python = UNSTUCK_PYTHON;
+  const auto md = read_metrics(run_grpo(d).run_dir);
+  ASSERT_EQ(md.size(), mb.size());
+  for (std::size_t i = 0; i < md.size(); ++i) {
+    EXPECT_EQ(md[i]["accuracy"].get<double>(), 0.0);  // "acc": False sets the status, whatever the score
+    // The mean completion length in characters: positive, and not a count of tokens' worth of zeros.
+    EXPECT_GT(md[i]["reward_extra/chars"].get<double>(), 0.0);
+    EXPECT_EQ(md[i]["reward_extra/acc"].get<double>(), 0.0);  // every key of the dict is logged, as verl does
+  }
+  // A command that does not start: refused by the plan, naming it.
+  RunConfig bad = grpo_config("command_missing", precision::PrecisionMode::fp32);
+  bad.reward.command = {(dir_ / "no_such_judge").string()};
+  std::string error;
+  try {
+    run_grpo(bad);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error.rfind("reward.command " + (dir_ / "no_such_judge").string() + ": ", 0), 0u) << error;
+  EXPECT_FALSE(fs::exists(dir_ / "runs" / "command_missing"));
+}
+
+// A GRPO run on a code task: each completion's program (here the <answer> content, which the tiny
+// arithmetic policy writes) runs in the sandbox against its record's MBPP-style asserts, and the
+// pass fraction is logged. The asserts hold for any program that runs, so the reward is whether
+// the program is valid Python that does not raise ("42" passes, "4+" does not).
+TEST_F(GrpoTest, TrainsOnACodeTaskInTheSandbox) {
+  if (!reward::sandbox_capabilities().missing.empty()) GTEST_SKIP() << reward::sandbox_capabilities().describe();
+  const fs::path data = dir_ / "code_train.jsonl";
+  {
+    std::ofstream out(data);
+    for (const auto& r : data::read_jsonl(base_.data.train_path)) {
+      nlohmann::json j = {{"task", "code"}, {"prompt", r.prompt}, {"answer", r.answer},
+                          {"test_list", {"assert True", "assert 1 + 1 == 2"}}};
+      out << j.dump() << "\n";
+    }
+  }
+  RunConfig c = grpo_config("code_task", precision::PrecisionMode::fp32);
+  c.grpo.steps = 2;
+  c.data.task = data::TaskKind::code;
+  c.data.train_path = data.string();
+  c.data.test_path = data.string();
+  c.reward.code.extract = reward::CodeExtract::answer_tag;
+  c.reward.code.partial = true;
+  c.reward.code.cpu_s = 2;
+  c.reward.code.wall_s = 5;
+  const auto m = read_metrics(run_grpo(c).run_dir);
+  ASSERT_EQ(m.size(), 2u);
+  for (const auto& line : m) {
+    EXPECT_EQ(line["reward_error_frac"].get<double>(), 0.0);
+    const double pass = line["reward_extra/code_pass_frac"].get<double>();
+    EXPECT_GT(pass, 0.0);  // most completions are a number in tags: valid Python
+    EXPECT_LE(pass, 1.0);
+    EXPECT_GT(line["accuracy"].get<double>(), 0.0);
+    EXPECT_EQ(line["reward_extra/code_timeout"].get<double>(), 0.0);
+  }
 }
 
 // The TensorBoard event file holds the same scalars as metrics.jsonl, read back with the tensorboard

@@ -15,13 +15,15 @@
 namespace unstuck::data {
 
 // What a dataset's records are (docs/TASKS.md): the synthetic tasks this project generates
-// (arithmetic, countdown) or math word problems (GSM8K, MATH, verl-style records; no generator).
-enum class TaskKind { arithmetic, countdown, math };
+// (arithmetic, countdown), math word problems (GSM8K, MATH, verl-style records) or programming
+// problems with tests (MBPP, HumanEval, APPS-style records); the last two have no generator.
+enum class TaskKind { arithmetic, countdown, math, code };
 
-inline constexpr std::array<std::pair<TaskKind, const char*>, 3> kTaskKindNames{{
+inline constexpr std::array<std::pair<TaskKind, const char*>, 4> kTaskKindNames{{
     {TaskKind::arithmetic, "arithmetic"},
     {TaskKind::countdown, "countdown"},
     {TaskKind::math, "math"},
+    {TaskKind::code, "code"},
 }};
 constexpr const auto& enum_names(TaskKind) { return kTaskKindNames; }
 
@@ -89,8 +91,9 @@ struct DataConfig {
   template <class V>
   void visit(V& v) {
     v("task", task,
-      "task of the records: arithmetic (a+b=, a*b=), countdown (make a target) or math (word "
-      "problems: GSM8K, MATH, verl); picks the verifier unless reward.verifier is set");
+      "task of the records: arithmetic (a+b=, a*b=), countdown (make a target), math (word "
+      "problems: GSM8K, MATH, verl) or code (programs with tests: MBPP, HumanEval, APPS); picks the "
+      "verifier unless reward.verifier is set");
     v("train_path", train_path, "training JSONL; empty: data/<task>/train.jsonl");
     v("test_path", test_path, "evaluation JSONL; empty: data/<task>/test.jsonl");
     v("prompt_key", prompt_key,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "unstuck/reward/code_config.h"
 #include "unstuck/reward/function_config.h"
 #include "unstuck/reward/math_answer.h"
 
@@ -20,12 +21,15 @@ struct RewardConfig {
   int max_expression_depth = 32;  // countdown: deeper parenthesis nesting is rejected (no_answer)
   MathOptions math;               // math: tolerance, units, "the answer is" fallback
   FunctionConfig function;        // a user's Python reward function instead of the verifier
+  std::vector<std::string> command;  // a reward command [prog, args...] (JSONL on stdin/stdout) instead
+  CodeConfig code;                // code: extraction, scoring, sandbox limits
 
   template <class V>
   void visit(V& v) {
     v("verifier", verifier,
       "what scores a completion: math (a number / fraction compared by value), arithmetic (the "
-      "same), countdown (an expression using the given numbers); empty: the one data.task names");
+      "same), countdown (an expression using the given numbers), code (the program run against the "
+      "record's tests in a sandbox, reward.code); empty: the one data.task names");
     v("answer_formats", answer_formats,
       "where the final answer is read, first found wins: answer_tag (<answer>x</answer>), "
       "boxed (the last \\boxed{x} or \\fbox{x}), hashes (#### x)");
@@ -37,13 +41,22 @@ struct RewardConfig {
     v("max_expression_depth", max_expression_depth,
       "deepest parenthesis nesting a countdown expression may use; deeper ones score no_answer");
     v("math", math, "math verifier strictness: numeric tolerance, units, \"the answer is\" fallback");
+    v("code", code, "the code verifier: where the program is, partial credit, the sandbox's limits");
     v("function", function,
       "your own reward function (Python, verl's or TRL's form), run by reward workers; path empty: off");
+    v("command", command,
+      "a reward command [program, args...] speaking Unstuck's JSONL protocol on stdin/stdout (docs/TASKS.md), "
+      "for verifiers not in Python; run like reward.function (its workers, batch_size, timeout_s, memory_mb, "
+      "max_error_frac); empty: off");
   }
 };
 
 // Checks ranges and names; throws UserError naming `prefix`.key, e.g. "reward.answer_formats:
 // unknown format 'latex' (known: answer_tag, boxed, hashes)".
 void validate(const RewardConfig& config, const std::string& prefix = "reward");
+
+// True when the run's scorer can fail on a completion (reward_error): reward.function or
+// reward.command (user code on workers), or the code verifier (its sandbox).
+bool scorer_can_fail(const RewardConfig& config, const std::string& verifier_name);
 
 }  // namespace unstuck::reward

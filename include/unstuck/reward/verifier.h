@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -40,6 +41,9 @@ struct RewardResult {
   double reward = 0.0;  // 1 if correct, else the format credit (if any), else 0
   RewardStatus status = RewardStatus::no_answer;
   std::string error;    // status error: why (the function's traceback, "timed out after 60 s", ...)
+  // Named numbers beside the reward, logged as reward_extra/<key> means: a verl function's dict keys
+  // other than "score", the code verifier's pass_frac and outcome counts, each term's reward.
+  std::map<std::string, double> extra;
 };
 
 class Verifier {
@@ -55,19 +59,23 @@ class Verifier {
                                                 const std::vector<const data::TaskRecord*>& records) const;
 };
 
-// The names make_verifier() knows: math, arithmetic, countdown.
+// The names make_verifier() knows: math, arithmetic, countdown, code.
 std::vector<std::string> verifier_names();
 
-// A verifier by name with the format credit of `config` applied; or, when reward.function.path is
-// set, the user's function on its workers (started here: a function that cannot be loaded is a
-// UserError naming why), whatever the name. Validates `config`; an unknown name throws UserError
-// "unknown verifier 'x' (known: math, arithmetic, countdown)".
+// A verifier by name with the format credit of `config` applied (code: without); or, when
+// reward.function.path (reward.command) is set, the user's function (command) on its workers
+// (started here: one that cannot start is a UserError naming why), whatever the name. Validates
+// `config`; an unknown name throws UserError "unknown verifier 'x' (known: math, arithmetic, ...)".
 std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardConfig& config);
 
 // The user's reward function of config.function (path set) on its workers. Its status: correct when
 // the function's dict has a true "acc" or, without one, when the score is >= 1; wrong otherwise;
 // error when it failed (reward 0, `error` says why).
 std::unique_ptr<Verifier> make_function_verifier(const RewardConfig& config);
+
+// The reward command of config.command on its workers (reward.function's worker options), items
+// {"prompt", "completion", "answer", "task", "fields"}; statuses as for a function.
+std::unique_ptr<Verifier> make_command_verifier(const RewardConfig& config);
 
 // The verifier a run uses: reward.verifier, or the data task's name when that is empty.
 //   {verifier: ""}, "countdown" -> "countdown";  {verifier: "math"}, "arithmetic" -> "math"
@@ -77,6 +85,12 @@ std::string verifier_name(const RewardConfig& config, const std::string& data_ta
 std::unique_ptr<Verifier> make_math_verifier(const RewardConfig& config);
 std::unique_ptr<Verifier> make_number_verifier(const RewardConfig& config);  // arithmetic
 std::unique_ptr<Verifier> make_countdown_verifier(const RewardConfig& config);
+
+// reward.verifier: code (src/reward/code_verifier.cpp): the completion's program run against the
+// record's tests (MBPP test_list, HumanEval test + entry_point, APPS input_output) in the sandbox of
+// unstuck/reward/sandbox.h, config.code's limits. Checks that the sandbox can start (a UserError
+// naming what is missing otherwise) before it returns.
+std::unique_ptr<Verifier> make_code_verifier(const RewardConfig& config);
 
 // The combination rule: `correctness` unchanged when correct; otherwise reward = format_reward if
 // has_answer_tag(completion), else 0. The status is kept.
