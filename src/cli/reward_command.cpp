@@ -1,8 +1,8 @@
 // `unstuck reward score`: scores a JSONL file of task records with a "completion" each, by the
 // verifier its "task" names, or by a run config's reward section (--config: its verifier, or its
-// reward.function / reward.command on reward workers); each scorer's lines in one batch. Writes
-// each input line plus "reward" and "status" (and "error" for a scorer's failure, "reward_extra"
-// for its named numbers), and prints the count, the mean reward and the status histogram. Every
+// reward.function / reward.command on reward workers, or its reward.terms); each scorer's lines in
+// one batch. Writes each input line plus "reward" and "status" (and "error" for a scorer's failure,
+// "reward_extra" for its named numbers, "reward_terms" for each term's reward), and prints the count, the mean reward and the status histogram. Every
 // line is checked before anything is written.
 #include <CLI/CLI.hpp>
 #include <array>
@@ -72,7 +72,7 @@ void score(const ScoreArgs& args_in) {
     const std::string where = args.input + ":" + std::to_string(number);
     ScoredLine out{parse_line(line, where), {}};
     nlohmann::ordered_json record_json = out.object;
-    for (const char* k : {"completion", "reward", "status", "error", "reward_extra"}) record_json.erase(k);
+    for (const char* k : {"completion", "reward", "status", "error", "reward_extra", "reward_terms"}) record_json.erase(k);
     try {
       records.push_back(data::record_from_json(record_json));
     } catch (const UserError& e) {
@@ -110,6 +110,7 @@ void score(const ScoreArgs& args_in) {
     out.object["status"] = config::enum_name(out.result.status);
     if (out.result.status == reward::RewardStatus::error) out.object["error"] = out.result.error;
     for (const auto& [key, value] : out.result.extra) out.object["reward_extra"][key] = value;
+    for (const auto& [name, value] : out.result.terms) out.object["reward_terms"][name] = value;
   }
 
   if (!args.output.empty()) {

@@ -67,7 +67,10 @@ struct ValueText {
   }
 };
 
-std::string value_text(const Field& field) { return std::visit(ValueText{}, field.get()); }
+std::string value_text(const Field& field) {
+  if (field.kind == Kind::section_list) return field.size() == 0 ? "[]" : "[" + std::to_string(field.size()) + " item(s)]";
+  return std::visit(ValueText{}, field.get());
+}
 
 std::string join(const std::vector<std::string>& items, const char* sep) {
   std::string out;
@@ -86,6 +89,7 @@ std::string type_name(const Field& field) {
     case Kind::real_list: return "list of numbers";
     case Kind::string_list: return "list of strings";
     case Kind::section: return "section";
+    case Kind::section_list: return "list of sections";
   }
   return "?";
 }
@@ -98,12 +102,29 @@ std::string comment(const Field& field) {
   return doc;
 }
 
+void emit_section(const Field& section, int indent, bool with_docs, std::string& out);
+
+// A list of sections in block style: each item's keys as a section, its first line marked "- ".
+void emit_section_list(const Field& list, int indent, bool with_docs, std::string& out) {
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    std::string item;
+    emit_section(list.element(i), indent + 2, with_docs, item);
+    if (item.empty()) item = std::string(indent + 2, ' ') + "{}\n";  // a section without keys
+    item.replace(std::size_t(indent), 2, "- ");
+    out += item;
+  }
+}
+
 void emit_section(const Field& section, int indent, bool with_docs, std::string& out) {
   std::vector<std::string> lines;
   std::size_t width = 0;
   for (const auto& child : section.children) {
     std::string line = std::string(indent, ' ') + child.name + ":";
-    if (child.kind != Kind::section) line += " " + value_text(child);
+    if (child.kind == Kind::section_list) {
+      if (child.size() == 0) line += " []";
+    } else if (child.kind != Kind::section) {
+      line += " " + value_text(child);
+    }
     width = std::max(width, line.size());
     lines.push_back(std::move(line));
   }
@@ -114,10 +135,12 @@ void emit_section(const Field& section, int indent, bool with_docs, std::string&
     if (with_docs) out += std::string(width - lines[i].size() + 2, ' ') + "# " + comment(child);
     out += "\n";
     if (child.kind == Kind::section) emit_section(child, indent + 2, with_docs, out);
+    if (child.kind == Kind::section_list) emit_section_list(child, indent + 2, with_docs, out);
   }
 }
 
-// Calls fn(dotted_key, field) for every leaf, depth first in visit() order.
+// Calls fn(dotted_key, field) for every leaf, depth first in visit() order; a list of sections is
+// a leaf of its own (`reward.terms`) followed by a default item's leaves (`reward.terms[].weight`).
 template <class Fn>
 void for_each_leaf(const Field& section, const std::string& prefix, Fn&& fn) {
   for (const auto& child : section.children) {
@@ -127,6 +150,8 @@ void for_each_leaf(const Field& section, const std::string& prefix, Fn&& fn) {
     } else {
       fn(key, child);
     }
+    if (child.kind == Kind::section_list)
+      child.with_default_element([&](const Field& element) { for_each_leaf(element, key + "[]", fn); });
   }
 }
 

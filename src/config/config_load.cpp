@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -140,6 +141,11 @@ std::string expected(const Field& field, Kind kind) {
     case Kind::real_list: return "expected a list of numbers";
     case Kind::string_list: return "expected a list of strings";
     case Kind::section: return "expected a mapping with keys " + join(child_names(field), ", ");
+    case Kind::section_list: {
+      std::string keys;
+      field.with_default_element([&keys](const Field& element) { keys = join(child_names(element), ", "); });
+      return "expected a list of mappings, each with keys " + keys;
+    }
   }
   return "unexpected value";
 }
@@ -237,9 +243,25 @@ void apply_leaf(const Field& field, const YAML::Node& node, const std::string& k
   }
 }
 
+void apply_node(const Field& field, const YAML::Node& node, const std::string& key, const Context& ctx);
+
+// A list of sections is replaced as a whole: one default element per item, then the item's keys.
+void apply_section_list(const Field& field, const YAML::Node& node, const std::string& key, const Context& ctx) {
+  if (!node.IsSequence()) fail(ctx, node, key + ": " + expected(field, field.kind) + ", got " + describe(node));
+  field.resize(node.size());
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    const std::string item = key + "[" + std::to_string(i) + "]";
+    const YAML::Node entry = node[i];
+    if (!entry.IsMap() && !entry.IsNull())
+      fail(ctx, entry, item + ": " + expected(field, field.kind) + ", got " + describe(entry));
+    apply_node(field.element(i), entry, item, ctx);
+  }
+}
+
 // Applies `node` to `field` (dotted name `key`); sections recurse key by key.
 void apply_node(const Field& field, const YAML::Node& node, const std::string& key,
                 const Context& ctx) {
+  if (field.kind == Kind::section_list) return apply_section_list(field, node, key, ctx);
   if (field.kind != Kind::section) return apply_leaf(field, node, key, ctx);
   if (node.IsNull()) return;  // `precision:` with nothing under it changes nothing
   const std::string name = key.empty() ? "top level" : key;
@@ -326,16 +348,36 @@ void apply_override(const Field& root, const std::string& text) {
   }
   const Field* field = &root;
   std::string prefix;
+  std::vector<std::unique_ptr<Field>> elements;  // list items named by `list[i]`, alive until applied
   std::istringstream parts(key);
   for (std::string part; std::getline(parts, part, '.');) {
     if (field->kind != Kind::section) {
       throw UserError(ctx.at(node.Mark()) + "unknown key '" + key + "' ('" + prefix +
                       "' is a value, not a section)");
     }
+    // `reward.terms[1].weight=0.5`: item 1 of an existing list of sections.
+    std::optional<std::size_t> index;
+    const std::size_t open = part.find('[');
+    if (open != std::string::npos && open > 0 && part.back() == ']') {
+      bool overflow = false;
+      const auto i = parse_int(std::string_view(part).substr(open + 1, part.size() - open - 2), overflow);
+      if (!i || *i < 0) throw UserError(ctx.at(node.Mark()) + "'" + part + "': expected name[index], e.g. terms[0]");
+      index = std::size_t(*i);
+      part.resize(open);
+    }
     const Field* child = find_child(*field, part);
     if (!child) throw UserError(ctx.at(node.Mark()) + unknown_key(ctx, *field, prefix, part));
     prefix = join_key(prefix, part);
     field = child;
+    if (!index) continue;
+    if (field->kind != Kind::section_list)
+      throw UserError(ctx.at(node.Mark()) + "'" + prefix + "' is not a list of sections; it takes no [index]");
+    if (*index >= field->size())
+      throw UserError(ctx.at(node.Mark()) + prefix + " has " + std::to_string(field->size()) + " item(s), so [" +
+                      std::to_string(*index) + "] is not one (set the whole list: " + prefix + "=[{...}, ...])");
+    elements.push_back(std::make_unique<Field>(field->element(*index)));
+    field = elements.back().get();
+    prefix += "[" + std::to_string(*index) + "]";
   }
   apply_node(*field, node, key, ctx);
 }

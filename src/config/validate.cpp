@@ -42,6 +42,8 @@ void require_finite(const config::Field& section, const std::string& prefix) {
     const std::string key = prefix.empty() ? f.name : prefix + "." + f.name;
     if (f.kind == config::Kind::section) {
       require_finite(f, key);
+    } else if (f.kind == config::Kind::section_list) {
+      for (std::size_t i = 0; i < f.size(); ++i) require_finite(f.element(i), key + "[" + std::to_string(i) + "]");
     } else if (f.kind == config::Kind::real) {
       const double x = std::get<double>(f.get());
       require(std::isfinite(x), key.c_str(), "a finite number", x);

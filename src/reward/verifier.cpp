@@ -3,8 +3,11 @@
 #include "unstuck/reward/verifier.h"
 
 #include <algorithm>
+#include <cctype>
+#include <future>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
@@ -41,20 +44,93 @@ void validate_code(const CodeConfig& c, const std::string& p) {
   if (c.max_tests < 1) throw UserError(p + "max_tests must be >= 1, got " + std::to_string(c.max_tests));
 }
 
+// reward.terms: each term's scorer on every completion (the terms in parallel threads: a function's
+// workers, a command's and the code sandboxes then overlap), combined as the weighted sum.
+class TermsVerifier : public Verifier {
+ public:
+  struct Term {
+    std::string name;
+    double weight = 1.0;
+    std::unique_ptr<Verifier> scorer;
+  };
+  explicit TermsVerifier(std::vector<Term> terms) : terms_(std::move(terms)) {}
+
+  RewardResult score(const std::string& completion, const data::TaskRecord& record) const override {
+    return score_batch({completion}, {&record})[0];
+  }
+
+  std::vector<RewardResult> score_batch(const std::vector<std::string>& completions,
+                                        const std::vector<const data::TaskRecord*>& records) const override {
+    std::vector<std::future<std::vector<RewardResult>>> running;
+    for (const Term& t : terms_)
+      running.push_back(std::async(std::launch::async, [&] { return t.scorer->score_batch(completions, records); }));
+    std::vector<std::vector<RewardResult>> by_term;
+    for (auto& f : running) by_term.push_back(f.get());  // a term's UserError surfaces here, after all finished
+    std::vector<RewardResult> out(completions.size());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      RewardResult& r = out[i];
+      r.status = by_term[0][i].status;
+      for (std::size_t k = 0; k < terms_.size(); ++k) {
+        const RewardResult& term = by_term[k][i];
+        r.reward += terms_[k].weight * term.reward;
+        r.terms[terms_[k].name] = term.reward;
+        for (const auto& [key, value] : term.extra) r.extra[terms_[k].name + "/" + key] = value;
+        if (term.status == RewardStatus::error && r.error.empty()) {
+          r.status = RewardStatus::error;
+          r.error = "reward.terms '" + terms_[k].name + "': " + term.error;
+        }
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::vector<Term> terms_;
+};
+
+constexpr std::size_t kMaxTerms = 16;
+
+// One scorer: at most one of verifier, function.path, command (at least one in a term, `term` its
+// key), and the worker options of a function or command. `p` prefixes the keys ("reward.").
+void validate_scorer(const std::string& verifier, const FunctionConfig& f, const std::vector<std::string>& command,
+                     const std::string& p, const std::string& term) {
+  if (!verifier.empty()) {
+    const auto names = verifier_names();
+    if (std::find(names.begin(), names.end(), verifier) == names.end()) {
+      std::string known;
+      for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+      throw UserError(p + "verifier: unknown verifier '" + verifier + "' (known: " + known +
+                      (term.empty() ? "; empty: the one data.task names)" : ")"));
+    }
+  }
+  const bool function = !f.path.empty(), has_command = !command.empty();
+  const std::string several = term.empty() ? "one of them scores (for several, use reward.terms)" : "a term has one scorer";
+  if (function && has_command) throw UserError(p + "function.path and " + p + "command both set: " + several);
+  if (!function && !has_command) {
+    if (!term.empty() && verifier.empty())
+      throw UserError(term + ": no scorer; give one of verifier, function.path, command");
+    return;
+  }
+  const std::string what = function ? p + "function.path" : p + "command";
+  if (!verifier.empty()) throw UserError(p + "verifier '" + verifier + "' and " + what + " both set: " + several);
+  if (has_command && command[0].empty()) throw UserError(p + "command: the program (its first element) is empty");
+  const std::string fp = p + "function.";
+  if (function && f.name.empty()) throw UserError(fp + "name: empty (the function to call in " + f.path + ")");
+  if (function && f.python.empty()) throw UserError(fp + "python: empty (the interpreter that runs " + f.path + ")");
+  if (f.workers < 1 || f.workers > 64) throw UserError(fp + "workers must be in [1, 64], got " + std::to_string(f.workers));
+  if (f.batch_size < 1) throw UserError(fp + "batch_size must be >= 1, got " + std::to_string(f.batch_size));
+  if (!(f.timeout_s > 0 && f.timeout_s <= 86400))
+    throw UserError(fp + "timeout_s must be in (0, 86400] seconds, got " + config::format_double(f.timeout_s));
+  if (f.memory_mb < 0) throw UserError(fp + "memory_mb must be >= 0 (0 = no limit), got " + std::to_string(f.memory_mb));
+  if (!(f.max_error_frac >= 0 && f.max_error_frac <= 1))
+    throw UserError(fp + "max_error_frac must be in [0, 1], got " + config::format_double(f.max_error_frac));
+}
+
 }  // namespace
 
 void validate(const RewardConfig& config, const std::string& prefix) {
   const std::string p = prefix.empty() ? "" : prefix + ".";
   parse_answer_formats(config.answer_formats, p + "answer_formats");
-  if (!config.verifier.empty()) {
-    const auto names = verifier_names();
-    if (std::find(names.begin(), names.end(), config.verifier) == names.end()) {
-      std::string known;
-      for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-      throw UserError(p + "verifier: unknown verifier '" + config.verifier + "' (known: " + known +
-                      "; empty: the one data.task names)");
-    }
-  }
   if (!(config.format_reward >= 0.0 && config.format_reward < 1.0)) {
     throw UserError(p + "format_reward must be in [0, 1) (a correct answer earns 1), got " +
                     config::format_double(config.format_reward));
@@ -72,30 +148,65 @@ void validate(const RewardConfig& config, const std::string& prefix) {
                     std::to_string(config.max_expression_depth));
   }
   validate_code(config.code, p + "code.");
+  if (config.terms.empty()) return validate_scorer(config.verifier, config.function, config.command, p, "");
+  const std::string tp = p + "terms";
+  for (const auto& [key, set] : {std::pair<std::string, bool>{"verifier '" + config.verifier + "'", !config.verifier.empty()},
+                                 {"function.path", !config.function.path.empty()},
+                                 {"command", !config.command.empty()}})
+    if (set)
+      throw UserError(tp + " and " + p + key + " both set: with terms, each term names its scorer (move it into a term)");
+  if (config.terms.size() > kMaxTerms)
+    throw UserError(tp + ": " + std::to_string(config.terms.size()) + " terms, more than " + std::to_string(kMaxTerms));
+  bool any_weight = false;
+  const std::vector<std::string> names = term_names(config);
+  for (std::size_t i = 0; i < config.terms.size(); ++i) {
+    const RewardTerm& t = config.terms[i];
+    const std::string at = tp + "[" + std::to_string(i) + "]";
+    validate_scorer(t.verifier, t.function, t.command, at + ".", at);
+    const std::string& name = names[i];
+    const bool plain = std::all_of(name.begin(), name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+    });
+    if (name.empty() || !plain)
+      throw UserError(at + ".name: '" + name + "' is not a metric name (letters, digits, '_', '-', '.')");
+    for (std::size_t j = 0; j < i; ++j)
+      if (names[j] == name)
+        throw UserError(at + ": the name '" + name + "' is also " + tp + "[" + std::to_string(j) +
+                        "]'s; give each term its own name (" + at + ".name)");
+    any_weight = any_weight || t.weight != 0;
+  }
+  if (!any_weight) throw UserError(tp + ": every weight is 0, so every reward would be 0");
+}
+
+std::vector<std::string> term_names(const RewardConfig& config) {
+  std::vector<std::string> names;
+  for (const RewardTerm& t : config.terms)
+    names.push_back(!t.name.empty()       ? t.name
+                    : !t.verifier.empty() ? t.verifier
+                    : t.command.empty()   ? t.function.name
+                                          : std::string("command"));
+  return names;
+}
+
+ErrorLimit error_limit(const RewardConfig& config, const std::string& verifier_name) {
   const FunctionConfig& f = config.function;
-  const bool function = !f.path.empty(), command = !config.command.empty();
-  if (function && command)
-    throw UserError(p + "function.path and " + p + "command both set: one of them scores (weighted reward terms are "
-                    "not built yet)");
-  if (!function && !command) return;
-  const std::string what = function ? p + "function.path" : p + "command";
-  if (!config.verifier.empty())
-    throw UserError(p + "verifier '" + config.verifier + "' and " + what +
-                    " both set: one of them scores (weighted reward terms are not built yet)");
-  if (command && config.command[0].empty()) throw UserError(p + "command: the program (its first element) is empty");
-  const std::string fp = p + "function.";
-  if (function && f.name.empty()) throw UserError(fp + "name: empty (the function to call in " + f.path + ")");
-  if (function && f.python.empty()) throw UserError(fp + "python: empty (the interpreter that runs " + f.path + ")");
-  if (f.workers < 1 || f.workers > 64) throw UserError(fp + "workers must be in [1, 64], got " + std::to_string(f.workers));
-  if (f.batch_size < 1) throw UserError(fp + "batch_size must be >= 1, got " + std::to_string(f.batch_size));
-  if (!(f.timeout_s > 0 && f.timeout_s <= 86400))
-    throw UserError(fp + "timeout_s must be in (0, 86400] seconds, got " + config::format_double(f.timeout_s));
-  if (f.memory_mb < 0) throw UserError(fp + "memory_mb must be >= 0 (0 = no limit), got " + std::to_string(f.memory_mb));
-  if (!(f.max_error_frac >= 0 && f.max_error_frac <= 1))
-    throw UserError(fp + "max_error_frac must be in [0, 1], got " + config::format_double(f.max_error_frac));
+  if (config.terms.empty()) {
+    const std::string scorer = !f.path.empty() ? "reward.function" : !config.command.empty() ? "reward.command"
+                                                                                             : "reward.verifier " + verifier_name;
+    return {f.max_error_frac, "reward.function.max_error_frac", scorer};
+  }
+  ErrorLimit limit{1.0, "", "reward.terms"};
+  for (std::size_t i = 0; i < config.terms.size(); ++i) {
+    const RewardTerm& t = config.terms[i];
+    const bool can_fail = !t.function.path.empty() || !t.command.empty() || t.verifier == "code";
+    if (can_fail && (limit.key.empty() || t.function.max_error_frac < limit.max_frac))
+      limit = {t.function.max_error_frac, "reward.terms[" + std::to_string(i) + "].function.max_error_frac", "reward.terms"};
+  }
+  return limit;
 }
 
 bool scorer_can_fail(const RewardConfig& config, const std::string& verifier_name) {
+  if (!config.terms.empty()) return !error_limit(config, verifier_name).key.empty();
   return !config.function.path.empty() || !config.command.empty() || verifier_name == "code";
 }
 
@@ -107,6 +218,20 @@ std::vector<std::string> verifier_names() { return {"math", "arithmetic", "count
 
 std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardConfig& config) {
   validate(config);
+  if (!config.terms.empty()) {
+    std::vector<TermsVerifier::Term> terms;
+    const std::vector<std::string> names = term_names(config);
+    for (std::size_t i = 0; i < config.terms.size(); ++i) {
+      const RewardTerm& t = config.terms[i];
+      RewardConfig single = config;
+      single.terms.clear();
+      single.verifier = t.verifier;
+      single.function = t.function;
+      single.command = t.command;
+      terms.push_back({names[i], t.weight, make_verifier(t.verifier, single)});
+    }
+    return std::make_unique<TermsVerifier>(std::move(terms));
+  }
   if (!config.function.path.empty()) return make_function_verifier(config);
   if (!config.command.empty()) return make_command_verifier(config);
   if (name == "code") return make_code_verifier(config);  // pass or fail: no format credit

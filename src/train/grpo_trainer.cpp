@@ -30,12 +30,7 @@
 namespace unstuck::train {
 namespace {
 
-// The config key of the scorer whose failures check_reward_errors() counts.
-std::string scorer_key(const reward::RewardConfig& r) {
-  return !r.function.path.empty() ? "reward.function" : !r.command.empty() ? "reward.command" : "reward.verifier code";
-}
-
-// Each extra's mean over the completions of every rank that have it. The ranks' key sets may
+// Each named number's mean over the completions of every rank that have it. The ranks' key sets may
 // differ (a function's dict keys), so the names travel first: each rank's, newline-joined, in a
 // fixed buffer of kExtraNamesBytes (keys past it are left out, with a warning).
 constexpr std::size_t kExtraNamesBytes = 4096;
@@ -47,7 +42,7 @@ std::map<std::string, double> extra_means(dist::Communicator& comm,
     std::string names;
     for (const std::string& k : keys) {
       if (names.size() + k.size() + 1 > kExtraNamesBytes) {
-        spdlog::warn("reward_extra: more extra keys than fit {} bytes; '{}' and later ones are not logged",
+        spdlog::warn("reward metrics: more reward_extra/ and reward/ names than fit {} bytes; '{}' and later ones are not logged",
                      kExtraNamesBytes, k);
         break;
       }
@@ -245,11 +240,11 @@ void GrpoTrainer::check_reward_errors(int64_t step, const Scores& sc, const Samp
   double failed = double(sc.errors);
   comm_.all_reduce_sum(&failed, 1);
   const double sampled = double(cfg_.grpo.prompts_per_step * cfg_.grpo.group_size) * double(smp.rounds);
-  const double allowed = cfg_.reward.function.max_error_frac;
-  if (failed > allowed * sampled)
-    throw UserError(scorer_key(cfg_.reward) + ": " + std::to_string(int64_t(failed)) + " of " + std::to_string(int64_t(sampled)) +
-                    " completions of step " + std::to_string(step) +
-                    " failed to score, more than reward.function.max_error_frac = " + config::format_double(allowed) +
+  const reward::ErrorLimit limit = reward::error_limit(cfg_.reward, verifier_name_);
+  if (failed > limit.max_frac * sampled)
+    throw UserError(limit.scorer + ": " + std::to_string(int64_t(failed)) + " of " + std::to_string(int64_t(sampled)) +
+                    " completions of step " + std::to_string(step) + " failed to score, more than " + limit.key +
+                    " = " + config::format_double(limit.max_frac) +
                     (sc.first_error.empty() ? std::string() : "; the first on this rank:\n" + sc.first_error));
 }
 
@@ -433,10 +428,12 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro) const {
       if (sc.errors == 0) sc.first_error = r.error;
       ++sc.errors;
     }
-    for (const auto& [key, value] : r.extra) {
-      sc.extra[key].first += value;
-      sc.extra[key].second += 1;
-    }
+    const auto add = [&sc](const std::string& metric, double value) {
+      sc.extra[metric].first += value;
+      sc.extra[metric].second += 1;
+    };
+    for (const auto& [key, value] : r.extra) add("reward_extra/" + key, value);
+    for (const auto& [name, value] : r.terms) add("reward/" + name, value);
   }
   sc.tally(ro.completions);
   return sc;
@@ -716,7 +713,7 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
     const double sampled = double(N_global) * double(smp.rounds), failed = v[14];
     m["reward_error_frac"] = failed / sampled;
   }
-  for (const auto& [key, mean] : extra_means(comm_, sc.extra)) m["reward_extra/" + key] = mean;
+  for (const auto& [metric, mean] : extra_means(comm_, sc.extra)) m[metric] = mean;
   if (tis_cap > 0) {
     m["tis_weight_mean"] = v[12] / tokens;
     m["tis_clip_frac"] = v[13] / tokens;

@@ -103,8 +103,8 @@ class GrpoTrainer {
     double kl_penalty = 0;  // kl_in: reward: the sum of kl_coef x each row's KL taken from its reward
     int64_t errors = 0;     // rows the scorer failed on (status reward_error, reward 0)
     std::string first_error;
-    // The scorer's named numbers (RewardResult::extra): key -> {sum, count} over every completion
-    // this rank sampled; logged as reward_extra/<key> means.
+    // The scorer's named numbers by metric: reward_extra/<key> (RewardResult::extra) and
+    // reward/<term> (RewardResult::terms) -> {sum, count} over every completion this rank sampled.
     std::map<std::string, std::pair<double, double>> extra;
     void add_extra(const std::map<std::string, std::pair<double, double>>& more);
     void tally(const std::vector<rollout::Completion>& completions);  // the sums, from the rows

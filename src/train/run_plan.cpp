@@ -159,17 +159,22 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   // The data: prompts longer than max_seq_len - max_new_tokens are dropped and counted.
   plan_train_data(plan);
   mark("data");
-  // reward.function / reward.command / the code verifier: one worker (one sandbox) starts and proves it
+  // reward.function / reward.command / the code verifier (or reward.terms with them): one worker (one sandbox) starts and proves it
   // can score, then stops (the trainer starts its own): a scorer that cannot start is refused before
   // anything is written.
   const reward::RewardConfig& rc = plan.config.reward;
   const std::string verifier = reward::verifier_name(rc, config::enum_name(plan.config.data.task));
   if (reward::scorer_can_fail(rc, verifier)) {
-    if (!rc.function.path.empty() && !std::filesystem::is_regular_file(rc.function.path))
-      throw UserError("reward.function.path: no such file '" + rc.function.path + "'");
+    const auto check_file = [](const std::string& path, const std::string& key) {
+      if (!path.empty() && !std::filesystem::is_regular_file(path)) throw UserError(key + ": no such file '" + path + "'");
+    };
+    check_file(rc.function.path, "reward.function.path");
+    for (std::size_t i = 0; i < rc.terms.size(); ++i)
+      check_file(rc.terms[i].function.path, "reward.terms[" + std::to_string(i) + "].function.path");
     reward::RewardConfig probe = rc;
     probe.function.workers = 1;
     probe.code.workers = 1;
+    for (reward::RewardTerm& t : probe.terms) t.function.workers = 1;
     reward::make_verifier(verifier, probe);
     mark("reward scorer");
   }

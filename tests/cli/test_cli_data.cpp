@@ -176,6 +176,32 @@ TEST_F(CliData, ScoreWithARunConfigsRewardFunction) {
   EXPECT_NE(run("reward score --config '" + cfg.string() + "' --format-reward 0.2 --input '" + input.string() + "'").code, 0);
 }
 
+// --config with reward.terms: each line's reward is the weighted sum, and "reward_terms" holds each
+// term's reward by name.
+TEST_F(CliData, ScoreWithRewardTerms) {
+  const fs::path fn = dir_ / "short.py";
+  std::ofstream(fn) << "def short(prompts, completions, **columns):\n"
+                       "    return [1.0 if len(c) < 12 else 0.0 for c in completions]\n";
+  const fs::path cfg = dir_ / "terms.yaml";
+  std::ofstream(cfg) << "reward:\n  terms:\n    - verifier: math\n    - function: {path: " << fn.string()
+                     << ", name: short, style: trl, python: " << UNSTUCK_PYTHON << ", workers: 1}\n      weight: 0.5\n";
+  const fs::path input = dir_ / "terms_in.jsonl";
+  std::ofstream(input) << R"({"task":"math","prompt":"p","answer":"42","completion":"<answer>42</answer>"})" << "\n"
+                       << R"({"task":"math","prompt":"p","answer":"42","completion":"42"})" << "\n";
+  const CliResult r = run("reward score --config '" + cfg.string() + "' --input '" + input.string() + "' --output '" +
+                          (dir_ / "terms_out.jsonl").string() + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto out = lines(dir_ / "terms_out.jsonl");
+  ASSERT_EQ(out.size(), 2u);
+  const auto a = nlohmann::json::parse(out[0]), b = nlohmann::json::parse(out[1]);
+  EXPECT_EQ(a["reward_terms"], (nlohmann::json{{"math", 1.0}, {"short", 0.0}}));
+  EXPECT_EQ(a["reward"], 1.0);
+  EXPECT_EQ(a["status"], "correct");
+  EXPECT_EQ(b["reward_terms"], (nlohmann::json{{"math", 0.0}, {"short", 1.0}}));
+  EXPECT_EQ(b["reward"], 0.5);
+  EXPECT_EQ(b["status"], "no_answer");
+}
+
 // Code records score by running their programs in the sandbox, beside math records in the same file;
 // each code line carries the verifier's extras.
 TEST_F(CliData, ScoresCodeRecordsInTheSandbox) {

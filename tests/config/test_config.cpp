@@ -214,18 +214,16 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
   EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.function.workers=0"}); }),
             "reward.function.workers must be in [1, 64], got 0");
   EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.verifier=math"}); }),
-            "reward.verifier 'math' and reward.function.path both set: one of them scores (weighted reward terms are "
-            "not built yet)");
+            "reward.verifier 'math' and reward.function.path both set: one of them scores (for several, use "
+            "reward.terms)");
   EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.function.max_error_frac=2"}); }),
             "reward.function.max_error_frac must be in [0, 1], got 2.0");
   EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.function.timeout_s=0"}); }),
             "reward.function.timeout_s must be in (0, 86400] seconds, got 0.0");
   EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.command=[./judge]"}); }),
-            "reward.function.path and reward.command both set: one of them scores (weighted reward terms are not built "
-            "yet)");
+            "reward.function.path and reward.command both set: one of them scores (for several, use reward.terms)");
   EXPECT_EQ(error_of([] { load_run_config("", {"reward.command=[./judge]", "reward.verifier=code"}); }),
-            "reward.verifier 'code' and reward.command both set: one of them scores (weighted reward terms are not "
-            "built yet)");
+            "reward.verifier 'code' and reward.command both set: one of them scores (for several, use reward.terms)");
   EXPECT_EQ(error("reward.command=['']"), "reward.command: the program (its first element) is empty");
   EXPECT_EQ(error("reward.code.cpu_s=0"), "reward.code.cpu_s must be in (0, 3600], got 0.0");
   EXPECT_EQ(error("reward.code.workers=0"), "reward.code.workers must be in [1, 256], got 0");
@@ -404,6 +402,76 @@ TEST(ConfigFields, EveryFieldTypeLoadsChecksAndRoundTrips) {
   EXPECT_EQ(error("flag:\n"), "t.yaml:1: flag: expected true or false, got an empty value");
   EXPECT_EQ(error("text: [a]\n"), "t.yaml:1: text: expected a string, got a list");
   EXPECT_EQ(error("reals: [1, {a: 1}]\n"), "t.yaml:1: reals[1]: expected a number, got a mapping");
+}
+
+// A list of sections (reward.terms' kind): items start from their defaults, the list is replaced as
+// a whole, `list[i].key=value` sets one item's key, the dump reads back, and every mistake names the
+// item (`pieces[1].size`).
+struct Piece {
+  std::string label;
+  int size = 3;
+  std::vector<int> marks;
+  template <class V>
+  void visit(V& v) {
+    v("label", label, "its name");
+    v("size", size, "its size");
+    v("marks", marks, "its marks");
+  }
+};
+struct Box {
+  int lid = 1;
+  std::vector<Piece> pieces;
+  template <class V>
+  void visit(V& v) {
+    v("lid", lid, "the lid");
+    v("pieces", pieces, "the pieces");
+  }
+};
+
+TEST(ConfigFields, AListOfSectionsLoadsOverridesAndRoundTrips) {
+  Box b;
+  const config::Field root = config::bind(b);
+  EXPECT_EQ(config::to_yaml(root, false), "lid: 1\npieces: []\n");
+  config::load_yaml_string(root, "pieces:\n  - label: a\n    marks: [1, 2]\n  - size: 9\n  -\n", "t.yaml");
+  ASSERT_EQ(b.pieces.size(), 3u);
+  EXPECT_EQ(b.pieces[0].label, "a");
+  EXPECT_EQ(b.pieces[0].size, 3);  // an item's keys left out keep their defaults
+  EXPECT_EQ(b.pieces[1].size, 9);
+  EXPECT_EQ(b.pieces[2].label, "");
+  config::apply_override(root, "pieces[1].size=4");
+  EXPECT_EQ(b.pieces[1].size, 4);
+  const std::string yaml = config::to_yaml(root, false);
+  EXPECT_EQ(yaml,
+            "lid: 1\npieces:\n  - label: a\n    size: 3\n    marks: [1, 2]\n  - label: \"\"\n    size: 4\n"
+            "    marks: []\n  - label: \"\"\n    size: 3\n    marks: []\n");
+  for (const bool with_docs : {true, false}) {
+    Box again;
+    config::load_yaml_string(config::bind(again), config::to_yaml(root, with_docs), "<dump>");
+    EXPECT_EQ(config::to_yaml(config::bind(again), false), yaml);
+  }
+  config::apply_override(root, "pieces=[{label: only}]");  // the whole list, replaced
+  ASSERT_EQ(b.pieces.size(), 1u);
+  EXPECT_EQ(b.pieces[0].label, "only");
+  EXPECT_EQ(b.pieces[0].size, 3);
+
+  const auto error = [&](const std::string& yaml_text) {
+    return error_of([&] { config::load_yaml_string(root, yaml_text, "t.yaml"); });
+  };
+  EXPECT_EQ(error("pieces:\n  - label: a\n  - sise: 2\n"),
+            "t.yaml:3: unknown key 'pieces[1].sise' (did you mean 'pieces[1].size'?)");
+  EXPECT_EQ(error("pieces:\n  - size: big\n"), "t.yaml:2: pieces[0].size: expected an integer, got 'big'");
+  EXPECT_EQ(error("pieces: 3\n"), "t.yaml:1: pieces: expected a list of mappings, each with keys label, size, marks, got '3'");
+  EXPECT_EQ(error("pieces: [1]\n"),
+            "t.yaml:1: pieces[0]: expected a list of mappings, each with keys label, size, marks, got '1'");
+  EXPECT_EQ(error_of([&] { config::apply_override(root, "pieces[3].size=1"); }),
+            "override 'pieces[3].size=1': pieces has 1 item(s), so [3] is not one (set the whole list: "
+            "pieces=[{...}, ...])");
+  EXPECT_EQ(error_of([&] { config::apply_override(root, "lid[0]=1"); }),
+            "override 'lid[0]=1': 'lid' is not a list of sections; it takes no [index]");
+  EXPECT_EQ(config::docs_text(root),
+            "lid (integer, default: 1)\n    the lid\npieces (list of sections, default: [1 item(s)])\n    the pieces\n"
+            "pieces[].label (string, default: \"\")\n    its name\npieces[].size (integer, default: 3)\n    its size\n"
+            "pieces[].marks (list of integers, default: [])\n    its marks\n");
 }
 
 TEST(ConfigFields, FormatDoubleIsShortestAndExact) {

@@ -371,6 +371,65 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
   EXPECT_FALSE(fs::exists(dir_ / "runs" / "command_missing"));
 }
 
+// reward.terms: a weight-0 term is logged (reward/<name>, its extras under reward_extra/<name>/) and
+// leaves the run exactly the built-in verifier's; weighted terms give reward_mean = sum of weight x
+// reward/<name> mean (the same completions: one sampling round).
+TEST_F(GrpoTest, RewardTermsAreWeightedAndLoggedPerTerm) {
+  const fs::path chars = dir_ / "chars_reward.py";
+  std::ofstream(chars) << R"PY(
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": float(len(solution_str)), "words": len(solution_str.split())}
+)PY";
+  const fs::path tagged = dir_ / "tagged_reward.py";
+  std::ofstream(tagged) << R"PY(
+def tagged(prompts, completions, **columns):
+    return [1.0 if "<answer>" in c else 0.0 for c in completions]
+)PY";
+  const auto mb = read_metrics(run_grpo(grpo_config("terms_builtin", precision::PrecisionMode::fp32)).run_dir);
+  RunConfig c = grpo_config("terms_zero", precision::PrecisionMode::fp32);
+  c.reward.terms.resize(2);
+  c.reward.terms[0].verifier = "arithmetic";
+  c.reward.terms[1].name = "chars";
+  c.reward.terms[1].function.path = chars.string();
+  c.reward.terms[1].function.python = UNSTUCK_PYTHON;
+  c.reward.terms[1].weight = 0.0;
+  const auto m = read_metrics(run_grpo(c).run_dir);
+  ASSERT_EQ(m.size(), mb.size());
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    for (const char* key : {"reward_mean", "reward_std", "accuracy", "grad_norm", "kl_ref_k3"})
+      EXPECT_EQ(m[i][key], mb[i][key]) << "step " << i + 1 << " " << key;
+    EXPECT_NEAR(m[i]["reward/arithmetic"].get<double>(), mb[i]["reward_mean"].get<double>(), 1e-6);  // float rewards
+    EXPECT_GT(m[i]["reward/chars"].get<double>(), 0.0);  // the mean completion length in characters
+    EXPECT_GT(m[i]["reward_extra/chars/words"].get<double>(), 0.0);
+    EXPECT_EQ(m[i]["reward_error_frac"].get<double>(), 0.0);  // a function term can fail: counted
+  }
+  RunConfig w = grpo_config("terms_weighted", precision::PrecisionMode::fp32);
+  w.reward.terms.resize(2);
+  w.reward.terms[0].verifier = "arithmetic";
+  w.reward.terms[0].weight = 0.5;
+  w.reward.terms[1].function = {tagged.string(), "tagged", reward::FunctionStyle::trl, UNSTUCK_PYTHON};
+  w.reward.terms[1].weight = 2.0;
+  const auto mw = read_metrics(run_grpo(w).run_dir);
+  ASSERT_EQ(mw.size(), mb.size());
+  for (std::size_t i = 0; i < mw.size(); ++i) {
+    const double sum = 0.5 * mw[i]["reward/arithmetic"].get<double>() + 2.0 * mw[i]["reward/tagged"].get<double>();
+    EXPECT_NEAR(mw[i]["reward_mean"].get<double>(), sum, 1e-6) << "step " << i + 1;  // float rewards summed
+    EXPECT_LE(mw[i]["reward/tagged"].get<double>(), 1.0);
+  }
+  // A term whose file is missing is refused by the plan, naming the item, before the run directory.
+  RunConfig bad = grpo_config("terms_missing", precision::PrecisionMode::fp32);
+  bad.reward.terms.resize(1);
+  bad.reward.terms[0].function.path = (dir_ / "no_such.py").string();
+  std::string error;
+  try {
+    run_grpo(bad);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, "reward.terms[0].function.path: no such file '" + (dir_ / "no_such.py").string() + "'");
+  EXPECT_FALSE(fs::exists(dir_ / "runs" / "terms_missing"));
+}
+
 // A GRPO run on a code task: each completion's program (here the <answer> content, which the tiny
 // arithmetic policy writes) runs in the sandbox against its record's MBPP-style asserts, and the
 // pass fraction is logged. The asserts hold for any program that runs, so the reward is whether

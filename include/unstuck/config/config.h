@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <cstddef>
 #include <functional>
 #include <limits>
 #include <string>
@@ -30,7 +31,8 @@ enum class Kind {
   enumeration,
   int_list,
   real_list,
-  string_list
+  string_list,
+  section_list  // a list of sections of one type: `reward.terms: [{verifier: math, weight: 1}, ...]`
 };
 
 // One key of a config tree, bound to a member of a live object (which must outlive the Field).
@@ -44,6 +46,13 @@ struct Field {
   std::function<Value()> get;             // leaves only
   std::function<void(const Value&)> set;  // leaves only; the value is already checked
   std::vector<Field> children;            // sections only, in visit() order
+  // section_list only: the list's length; resize (new elements take their defaults, the list is
+  // replaced as a whole, like a list of numbers); element i bound as a section (valid until the next
+  // resize); and a call of `fn` on the tree of a default element (the docs' keys `list[].key`).
+  std::function<std::size_t()> size;
+  std::function<void(std::size_t)> resize;
+  std::function<Field(std::size_t)> element;
+  std::function<void(const std::function<void(const Field&)>& fn)> with_default_element;
 };
 
 // ---- operations on a bound tree (src/config/*.cpp)
@@ -132,6 +141,29 @@ void bind_enum(Field& field, T& value) {
 }
 
 template <class T>
+constexpr bool is_section = std::is_class_v<T> && !std::is_same_v<T, std::string> && !is_vector<T>::value;
+
+template <class T>
+void bind_section_list(Field& field, std::vector<T>& value) {
+  field.kind = Kind::section_list;
+  field.size = [&value] { return value.size(); };
+  field.resize = [&value](std::size_t n) { value.assign(n, T{}); };
+  field.element = [&value](std::size_t i) {
+    Field element;
+    element.name = "[" + std::to_string(i) + "]";
+    bind_value(element, value.at(i));
+    return element;
+  };
+  field.with_default_element = [](const std::function<void(const Field&)>& fn) {
+    T defaults{};
+    Field element;
+    element.name = "[]";
+    bind_value(element, defaults);
+    fn(element);
+  };
+}
+
+template <class T>
 void bind_list(Field& field, std::vector<T>& value) {
   using Elem = std::conditional_t<is_int<T>, int64_t, T>;
   if constexpr (is_int<T>) {
@@ -140,7 +172,7 @@ void bind_list(Field& field, std::vector<T>& value) {
   } else if constexpr (std::is_same_v<T, double>) {
     field.kind = Kind::real_list;
   } else {
-    static_assert(std::is_same_v<T, std::string>, "config lists hold integers, doubles or strings");
+    static_assert(std::is_same_v<T, std::string>, "config lists hold integers, doubles, strings or sections");
     field.kind = Kind::string_list;
   }
   field.get = [&value] { return Value(std::vector<Elem>(value.begin(), value.end())); };
@@ -173,7 +205,11 @@ void bind_value(Field& field, T& value) {
   } else if constexpr (std::is_enum_v<T>) {
     detail::bind_enum(field, value);
   } else if constexpr (detail::is_vector<T>::value) {
-    detail::bind_list(field, value);
+    if constexpr (detail::is_section<typename T::value_type>) {
+      detail::bind_section_list(field, value);
+    } else {
+      detail::bind_list(field, value);
+    }
   } else {
     field.kind = Kind::section;
     FieldBinder binder(field.children);

@@ -12,6 +12,27 @@
 
 namespace unstuck::reward {
 
+// One term of reward.terms: a scorer (a built-in verifier, a Python function or a command) and the
+// weight of its reward in the total.
+struct RewardTerm {
+  std::string name;                  // the metric reward/<name>; empty: the verifier's or function's name, or "command"
+  std::string verifier;              // math, arithmetic, countdown or code
+  FunctionConfig function;           // or a Python reward function (path set), run by its own workers
+  std::vector<std::string> command;  // or a reward command [prog, args...] (function's worker options)
+  double weight = 1.0;
+
+  template <class V>
+  void visit(V& v) {
+    v("name", name,
+      "the term's name in the metrics (reward/<name>) and in the extras (reward_extra/<name>/<key>); empty: the "
+      "verifier's name, the function's name, or 'command'");
+    v("verifier", verifier, "a built-in verifier: math, arithmetic, countdown, code (reward.* options apply)");
+    v("function", function, "or a Python reward function, as reward.function");
+    v("command", command, "or a reward command, as reward.command (with this term's function.* worker options)");
+    v("weight", weight, "the term's weight: the reward is the sum of weight x the term's reward (any finite number)");
+  }
+};
+
 struct RewardConfig {
   std::string verifier;  // math, arithmetic or countdown; empty = the one data.task names
   // Answer formats tried in order; the first one found in the completion is the answer.
@@ -23,6 +44,7 @@ struct RewardConfig {
   FunctionConfig function;        // a user's Python reward function instead of the verifier
   std::vector<std::string> command;  // a reward command [prog, args...] (JSONL on stdin/stdout) instead
   CodeConfig code;                // code: extraction, scoring, sandbox limits
+  std::vector<RewardTerm> terms;  // weighted terms instead of the one scorer above
 
   template <class V>
   void visit(V& v) {
@@ -48,6 +70,9 @@ struct RewardConfig {
       "a reward command [program, args...] speaking Unstuck's JSONL protocol on stdin/stdout (docs/TASKS.md), "
       "for verifiers not in Python; run like reward.function (its workers, batch_size, timeout_s, memory_mb, "
       "max_error_frac); empty: off");
+    v("terms", terms,
+      "weighted reward terms instead of one scorer: [{verifier: math, weight: 1.0}, {function: {path: f.py}, "
+      "weight: 0.2}, ...]; the reward is the weighted sum, the first term's status is the completion's; empty: off");
   }
 };
 
@@ -55,8 +80,21 @@ struct RewardConfig {
 // unknown format 'latex' (known: answer_tag, boxed, hashes)".
 void validate(const RewardConfig& config, const std::string& prefix = "reward");
 
+// The names of reward.terms in order (each term's name, or its default); empty without terms.
+std::vector<std::string> term_names(const RewardConfig& config);
+
+// The limit on failed completions per step and the key that sets it: reward.function.max_error_frac,
+// or with reward.terms the smallest of the failing-capable terms' (a completion counts once however
+// many of its terms fail). `scorer` names what fails: "reward.function", "reward.terms", ...
+struct ErrorLimit {
+  double max_frac = 1.0;
+  std::string key;
+  std::string scorer;
+};
+ErrorLimit error_limit(const RewardConfig& config, const std::string& verifier_name);
+
 // True when the run's scorer can fail on a completion (reward_error): reward.function or
-// reward.command (user code on workers), or the code verifier (its sandbox).
+// reward.command (user code on workers), or the code verifier (its sandbox); or any term that can.
 bool scorer_can_fail(const RewardConfig& config, const std::string& verifier_name);
 
 }  // namespace unstuck::reward

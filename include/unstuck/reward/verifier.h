@@ -42,8 +42,11 @@ struct RewardResult {
   RewardStatus status = RewardStatus::no_answer;
   std::string error;    // status error: why (the function's traceback, "timed out after 60 s", ...)
   // Named numbers beside the reward, logged as reward_extra/<key> means: a verl function's dict keys
-  // other than "score", the code verifier's pass_frac and outcome counts, each term's reward.
+  // other than "score", the code verifier's pass_frac and outcome counts; with reward.terms a term's
+  // own extras as "<term>/<key>".
   std::map<std::string, double> extra;
+  // With reward.terms: each term's reward (before its weight) by the term's name, logged as reward/<name>.
+  std::map<std::string, double> terms;
 };
 
 class Verifier {
@@ -64,7 +67,9 @@ std::vector<std::string> verifier_names();
 
 // A verifier by name with the format credit of `config` applied (code: without); or, when
 // reward.function.path (reward.command) is set, the user's function (command) on its workers
-// (started here: one that cannot start is a UserError naming why), whatever the name. Validates
+// (started here: one that cannot start is a UserError naming why), whatever the name; or, with
+// reward.terms, the weighted sum of the terms' scorers (each built as the single form would be; the
+// first term's status is the completion's, reward_error when any term failed), whatever the name. Validates
 // `config`; an unknown name throws UserError "unknown verifier 'x' (known: math, arithmetic, ...)".
 std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardConfig& config);
 
