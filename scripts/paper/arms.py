@@ -17,7 +17,9 @@ PAPER_LABELS = {
     "bf16_sr": "BF16-SR @ x",
     "fp16_sr": "FP16-SR @ x",
 }
-MODE_LABELS = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16-RN", "bf16_sr": "BF16-SR", "fp16_sr": "FP16-SR"}
+MODE_LABELS = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16-RN", "bf16_sr": "BF16-SR", "fp16_sr": "FP16-SR",
+               "fp8_rn": "FP8-RN", "fp8_sr": "FP8-SR"}
+FP8_MODES = ("fp8_rn", "fp8_sr")  # E4M3 weights with per-channel scales (docs/PRECISION.md)
 
 # Presets of the paper reproduction: arms, steps, seeds, evaluation and checkpoint cadence, and the
 # prompt pool built from the base (scripts/paper_pool.py: `records` first training prompts sampled `k`

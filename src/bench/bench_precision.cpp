@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "unstuck/common/parallel.h"
+#include "unstuck/precision/fp8.h"
 #include "unstuck/precision/fused_adamw.h"
 #include "unstuck/precision/rounding.h"
 
@@ -85,6 +86,22 @@ Json measure(Buffers& b, std::size_t n, int threads, int repeats) {
   const double copy_s = t[0], sr_bf16_s = t[1], rn_bf16_s = t[2], sr_fp16_s = t[3];
   const double torch_rn_s = t[4], unfused_s = t[5];
 
+  // FP8 (precision.mode fp8_*): the buffer as one matrix with rows of 896 (Qwen2.5-0.5B's width): the
+  // channel maxima, then the rounding by the channels' exponents.
+  const uint64_t cols = 896;
+  const std::vector<precision::Fp8Matrix> fp8{{0, uint64_t(n) / cols, cols, 0}};
+  std::vector<float> amax(precision::fp8_channel_count(fp8), 0.0f);
+  std::vector<int32_t> exponent(amax.size(), 0);
+  precision::fp8_channel_amax(master, n, 0, fp8, amax.data(), kopt);
+  for (std::size_t r = 0; r < amax.size(); ++r) exponent[r] = precision::fp8_scale_exponent(amax[r]);
+  auto fp8_with = [&](bool sr) {
+    return [&, sr] {
+      precision::materialize_fp8(master, static_cast<uint16_t*>(out16), n, 0, fp8, exponent.data(), sr, key, kopt);
+    };
+  };
+  const std::vector<double> t8 = best_seconds(
+      repeats, {fp8_with(false), fp8_with(true), [&] { precision::fp8_channel_amax(master, n, 0, fp8, amax.data(), kopt); }});
+
   // Fused AdamW + SR vs libtorch's AdamW step followed by our (fast) SR pass.
   precision::AdamWHyper hyper;
   hyper.lr = 1e-5;
@@ -113,6 +130,10 @@ Json measure(Buffers& b, std::size_t n, int threads, int repeats) {
   j["sr_fp16_gbps"] = bytes6 / sr_fp16_s * gb;
   j["torch_rn_bf16_gbps"] = bytes6 / torch_rn_s * gb;
   j["unfused_sr_bf16_gbps"] = bytes6 / unfused_s * gb;
+  j["rn_fp8_gbps"] = bytes6 / t8[0] * gb;
+  j["sr_fp8_gbps"] = bytes6 / t8[1] * gb;
+  j["fp8_amax_gbps"] = 4.0 * double(n) / t8[2] * gb;
+  j["sr_fp8_vs_sr_bf16"] = sr_bf16_s / t8[1];
   j["adamw_fused_ms"] = fused_s * 1e3;
   j["adamw_unfused_ms"] = unfused_adamw_s * 1e3;
   j["sr_vs_copy"] = j["sr_bf16_gbps"].get<double>() / j["copy_gbps"].get<double>();

@@ -16,6 +16,7 @@
 #include "unstuck/common/error.h"
 #include "unstuck/common/memory_usage.h"
 #include "unstuck/config/device.h"
+#include "unstuck/model/param_layout.h"
 
 namespace unstuck {
 namespace {
@@ -111,6 +112,15 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
     parts.push_back({"frozen reference policy (forward dtype)", mk, P * fb,
                      "grpo.ref_metrics_every: 0 with grpo.kl_coef: 0 keeps no reference", ""});
   parts.push_back({"optimizer scratch slice", "min(parameters, 2^22)", std::min(P, kSliceElems) * cb, "", ""});
+  if (precision::is_fp8(c.precision.mode)) {
+    double channels = 0;  // output channels of the linear layers: an amax and an exponent each
+    for (const model::LayerTensor& t : model::layer_tensors(m))
+      if (t.shape.size() == 2) channels += double(t.shape[0]);
+    channels *= double(m.n_layers);
+    parts.push_back({"FP8 channel maxima and exponents", mk, channels * 8, "", ""});
+    parts.push_back({"FP8 update slice (the fused AdamW's discarded BF16 output)", "min(parameters, 2^22)",
+                     std::min(P, kSliceElems) * 2, "", ""});
+  }
 
   // Loading the base model: its files mapped while the FP32 buffer fills (before anything else).
   parts.push_back({"FP32 weights being loaded", mk, P * 4, "", "load"});

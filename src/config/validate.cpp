@@ -97,6 +97,9 @@ void validate_precision(const precision::PrecisionConfig& p) {
           "in [0, " + std::to_string(kMaxThreads) + "] (0 = all cores)", std::to_string(p.threads));
   require(p.analog_mantissa_bits >= 0 && p.analog_mantissa_bits <= 6, "precision.analog_mantissa_bits",
           "in [0, 6] (0 = off; BF16 itself has 7)", std::to_string(p.analog_mantissa_bits));
+  require(p.analog_mantissa_bits == 0 || !precision::is_fp8(p.mode), "precision.analog_mantissa_bits",
+          std::string("0 with precision.mode ") + config::enum_name(p.mode) + " (FP8 is a real format on its own grid)",
+          std::to_string(p.analog_mantissa_bits));
   validate_loss_scale(p.loss_scale);
 }
 

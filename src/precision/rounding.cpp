@@ -2,7 +2,9 @@
 // range over threads. Results never depend on either choice (the SR bits are keyed by global index).
 #include "unstuck/precision/rounding.h"
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -10,6 +12,7 @@
 
 #include "cpu_kernels.h"
 #include "unstuck/common/parallel.h"
+#include "unstuck/precision/fp8.h"
 #include "unstuck/precision/round_math.h"
 
 namespace unstuck::precision {
@@ -76,6 +79,94 @@ void materialize_coarse_bf16(const float* master, uint16_t* compute, std::size_t
       compute[i] = stochastic ? bf16_coarse_sr(master[i], mantissa_bits,
                                                sr_bits_fp16(key.seed, key.step, global_offset + i))
                               : bf16_coarse_rn(master[i], mantissa_bits);
+  });
+}
+
+uint64_t fp8_channel_count(const std::vector<Fp8Matrix>& matrices) {
+  uint64_t rows = 0;
+  for (const Fp8Matrix& m : matrices) rows = std::max(rows, m.first_row + m.rows);
+  return rows;
+}
+
+namespace {
+
+// One row's part of [lo, hi): its channel and global range [first, end).
+struct Fp8Piece {
+  uint64_t channel, first, end;
+};
+
+// The pieces of [lo, hi) (global indices) that lie in one row of one FP8 matrix, in order;
+// `matrices` sorted by offset.
+std::vector<Fp8Piece> fp8_pieces(const std::vector<Fp8Matrix>& matrices, uint64_t lo, uint64_t hi) {
+  std::vector<Fp8Piece> pieces;
+  for (const Fp8Matrix& m : matrices) {
+    const uint64_t end = m.offset + m.rows * m.cols;
+    if (end <= lo) continue;
+    if (m.offset >= hi) break;
+    for (uint64_t i = std::max(lo, m.offset); i < std::min(hi, end);) {
+      const uint64_t row = (i - m.offset) / m.cols;
+      const uint64_t row_end = std::min({hi, end, m.offset + (row + 1) * m.cols});
+      pieces.push_back({m.first_row + row, i, row_end});
+      i = row_end;
+    }
+  }
+  return pieces;
+}
+
+// Calls fn(piece) for every piece of [global_offset, global_offset + n), the pieces split over
+// threads (no two threads write one channel; n sizes the thread count as for the other kernels).
+void for_each_fp8_piece(const std::vector<Fp8Matrix>& matrices, uint64_t global_offset, std::size_t n,
+                        const KernelOptions& options, const std::function<void(const Fp8Piece&)>& fn) {
+  const std::vector<Fp8Piece> pieces = fp8_pieces(matrices, global_offset, global_offset + n);
+  const int threads = int(std::min<std::size_t>(std::size_t(threads_for(n, options)), std::max<std::size_t>(pieces.size(), 1)));
+  parallel_chunks(pieces.size(), threads, 1, [&](std::size_t begin, std::size_t end, int) {
+    for (std::size_t p = begin; p < end; ++p) fn(pieces[p]);
+  });
+}
+
+}  // namespace
+
+void fp8_channel_amax(const float* master, std::size_t n, uint64_t global_offset,
+                      const std::vector<Fp8Matrix>& matrices, float* amax, const KernelOptions& options) {
+  for_each_fp8_piece(matrices, global_offset, n, options, [&](const Fp8Piece& p) {
+    float m = amax[p.channel];
+    for (uint64_t i = p.first; i < p.end; ++i) {
+      const float a = std::fabs(master[i - global_offset]);
+      if (a <= 3.4028234663852886e38f && a > m) m = a;  // finite only (NaN fails both)
+    }
+    amax[p.channel] = m;
+  });
+}
+
+void materialize_fp8(const float* master, uint16_t* compute, std::size_t n, uint64_t global_offset,
+                     const std::vector<Fp8Matrix>& matrices, const int32_t* exponent, bool stochastic, SrKey key,
+                     const KernelOptions& options) {
+  // Everything as BF16 first (the vectorized kernel), then the FP8 channels over it.
+  materialize(master, compute, n, stochastic ? RoundMode::bf16_sr : RoundMode::bf16_rn, key, global_offset, options);
+  for_each_fp8_piece(matrices, global_offset, n, options, [&](const Fp8Piece& p) {
+    const int e = exponent[p.channel];
+    const double down = fp8_pow2(-e), up = fp8_pow2(e);
+    const bool fast = e >= -126 && e <= 126;
+    // The SR words of one FP16-schedule tile (64 elements, 16 Philox blocks), computed once per tile:
+    // word j of tile T is sr_bits_fp16(seed, step, 64 T + j).
+    uint32_t words[kFp16SrTile];
+    uint64_t tile = ~uint64_t(0);
+    for (uint64_t i = p.first; i < p.end; ++i) {
+      uint32_t r32 = 0;
+      if (stochastic) {
+        if (i / kFp16SrTile != tile) {
+          tile = i / kFp16SrTile;
+          for (uint64_t k = 0; k < 16; ++k) {
+            const Philox4x32 block = sr_block(key.seed, key.step, tile * 16 + k);
+            for (uint64_t w = 0; w < 4; ++w) words[w * 16 + k] = block.v[w];
+          }
+        }
+        r32 = words[i % kFp16SrTile];
+      }
+      const float x = master[i - global_offset];
+      compute[i - global_offset] = fast ? fp8_e4m3_scaled_fast(x, float(down), float(up), stochastic, r32)
+                                        : fp8_e4m3_scaled_by(x, down, up, stochastic, r32);
+    }
   });
 }
 

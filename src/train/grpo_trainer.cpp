@@ -769,10 +769,16 @@ int64_t GrpoTrainer::changed_from_start() {
         start_master = torch::empty({std::min(kCompareSlice, end - begin)}, torch::kFloat32);
         start_bits = torch::empty({start_master.numel()}, torch::TensorOptions().dtype(now.scalar_type()));
       }
+      const auto read_start = [&](int64_t at, int64_t count_n, float* out) {
+        base_reader_->read(at, count_n, out);
+        if (cfg_.grpo.round_base_to_bf16) round_base_to_grid(out, count_n, cfg_.precision.analog_mantissa_bits);
+      };
+      // FP8: the start weights' channel exponents, from one pass over the start master (once).
+      if (precision::is_fp8(cfg_.precision.mode) && !start_fp8_)
+        start_fp8_ = std::make_unique<Fp8Channels>(fp8_channels(weights_.layout(), read_start, cfg_.precision.threads));
       float* m = start_master.data_ptr<float>();
-      base_reader_->read(b, n, m);
-      if (cfg_.grpo.round_base_to_bf16) round_base_to_grid(m, n, cfg_.precision.analog_mantissa_bits);
-      weights_.materialize_slice(m, b, n, start_bits.data_ptr(), 0);
+      read_start(b, n, m);
+      weights_.materialize_slice(m, b, n, start_bits.data_ptr(), 0, start_fp8_.get());
       count += cur.view(bits).ne(start_bits.narrow(0, 0, n).to(now.device()).view(bits)).sum();
     }
   } catch (const UserError& e) {

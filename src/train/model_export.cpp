@@ -93,6 +93,12 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
   const io::DType dtype = opts.dtype.empty() ? compute : parse_export_dtype(opts.dtype, "--dtype");
   const uint64_t seed = derive_seeds(config.run.seed).rounding;
   torch::Tensor flat = torch::empty({st.elements}, model::torch_dtype(dtype));
+  // FP8 modes: the channel exponents of the checkpoint's master (one pass over it first).
+  std::unique_ptr<Fp8Channels> fp8;
+  if (dtype == compute && precision::is_fp8(config.precision.mode))
+    fp8 = std::make_unique<Fp8Channels>(fp8_channels(
+        model::llama_layout(config.model),
+        [&](int64_t b, int64_t n, float* out) { read_checkpoint_buffer(st, "master", b, n, out); }, config.precision.threads));
   constexpr int64_t kSlice = 1 << 22;
   torch::Tensor master = torch::empty({std::min(kSlice, st.elements)}, torch::kFloat32);
   for (int64_t b = 0; b < st.elements; b += kSlice) {
@@ -104,7 +110,8 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
     read_checkpoint_buffer(st, "master", b, n, master.data_ptr<float>());
     if (dtype == compute)
       materialize_compute_slice(config.precision, seed, master.data_ptr<float>(), b, n,
-                                static_cast<char*>(flat.data_ptr()) + b * flat.element_size(), st.optimizer_steps);
+                                static_cast<char*>(flat.data_ptr()) + b * flat.element_size(), st.optimizer_steps,
+                                fp8.get());
     else
       flat.narrow(0, b, n).copy_(master.narrow(0, 0, n));
   }

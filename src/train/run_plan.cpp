@@ -153,6 +153,10 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   plan.ctx.stop_ids = stop_token_ids(base, plan.hf.tokens.eos_ids, plan.ctx.tokenizer, plan.config.model.vocab_size);
   check_weight_files(plan);
   mark("tokenizer and config");
+  if (precision::is_fp8(plan.config.precision.mode) && plan.device.kind != DeviceKind::cpu)
+    throw UserError(std::string("precision.mode ") + config::enum_name(plan.config.precision.mode) +
+                    " runs on the CPU only so far (no FP8 device kernels), and run.device resolves to " +
+                    plan.device.name() + ": set run.device: cpu");
   if (plan.config.precision.analog_mantissa_bits > 0 && plan.device.kind != DeviceKind::cpu)
     throw UserError("precision.analog_mantissa_bits (the grid-scaled analog) runs on the CPU only, and run.device "
                     "resolves to " + plan.device.name() + ": set run.device: cpu");

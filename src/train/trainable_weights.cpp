@@ -15,7 +15,9 @@
 
 #include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
+#include "unstuck/config/config.h"
 #include "unstuck/model/lazy_zeros.h"
+#include "unstuck/precision/fp8.h"
 #include "unstuck/precision/update_stats.h"
 #if defined(UNSTUCK_HAVE_CUDA)
 #include "unstuck/precision/cuda_kernels.h"
@@ -102,6 +104,35 @@ void round_base_to_grid_(torch::Tensor& master, int analog_mantissa_bits) {
   }
 }
 
+std::vector<precision::Fp8Matrix> fp8_matrices(const model::ParamLayout& layout) {
+  std::vector<precision::Fp8Matrix> out;
+  uint64_t rows = 0;
+  for (const model::ParamEntry& e : layout.entries) {
+    const bool linear = e.shape.size() == 2 && e.name.rfind("model.layers.", 0) == 0;
+    if (!linear) continue;
+    out.push_back({uint64_t(e.offset), uint64_t(e.shape[0]), uint64_t(e.shape[1]), rows});
+    rows += uint64_t(e.shape[0]);
+  }
+  return out;
+}
+
+Fp8Channels fp8_channels(const model::ParamLayout& layout, const std::function<void(int64_t, int64_t, float*)>& read,
+                         int threads) {
+  Fp8Channels c;
+  c.matrices = fp8_matrices(layout);
+  std::vector<float> amax(precision::fp8_channel_count(c.matrices), 0.0f);
+  const int64_t slice = std::min(kSliceElems, std::max<int64_t>(layout.total, 1));
+  std::vector<float> host(static_cast<std::size_t>(slice));
+  for (int64_t b = 0; b < layout.total; b += slice) {
+    const int64_t n = std::min(slice, layout.total - b);
+    read(b, n, host.data());
+    precision::fp8_channel_amax(host.data(), std::size_t(n), uint64_t(b), c.matrices, amax.data(), {threads});
+  }
+  c.exponent.resize(amax.size());
+  for (std::size_t i = 0; i < amax.size(); ++i) c.exponent[i] = precision::fp8_scale_exponent(amax[i]);
+  return c;
+}
+
 bool TrainableWeights::on_device() const { return master_.is_cuda(); }
 
 bool TrainableWeights::analog_grid() const {
@@ -118,6 +149,13 @@ void TrainableWeights::materialize_analog(const float* master_data, int64_t begi
 
 void TrainableWeights::materialize_compute(const torch::Tensor& full_master) {
   if (analog_grid()) return materialize_analog(full_master.data_ptr<float>(), 0, total_);
+  if (fp8()) {
+    precision::materialize_fp8(full_master.data_ptr<float>(), static_cast<uint16_t*>(compute_all_.data_ptr()),
+                               std::size_t(total_), 0, fp8_->matrices, fp8_->exponent.data(),
+                               precision_.mode == precision::PrecisionMode::fp8_sr,
+                               {rounding_seed_, uint64_t(adam_step_)}, {precision_.threads});
+    return;
+  }
   const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
   if (on_device()) {
 #if defined(UNSTUCK_HAVE_CUDA)
@@ -161,6 +199,10 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
   if (precision.analog_mantissa_bits > 0 && !master.is_cpu())
     throw UserError("precision.analog_mantissa_bits (the grid-scaled analog) runs on the CPU only, and the master "
                     "is on " + master.device().str() + ": set run.device: cpu");
+  if (precision::is_fp8(precision.mode) && !master.is_cpu())
+    throw UserError(std::string("precision.mode ") + config::enum_name(precision.mode) +
+                    " runs on the CPU only so far (no FP8 device kernels), and the master is on " + master.device().str() +
+                    ": set run.device: cpu");
   total_ = layout.total;
   const int64_t blocks = (total_ + kNormBlock - 1) / kNormBlock;
   shard_size_ = (blocks + world - 1) / world * kNormBlock;
@@ -190,6 +232,12 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
   grad_shard_ = world == 1 ? grad_ : model::lazy_zeros(shard_size_, torch::kFloat32, master_.device());
   compute_ = compute_all_.narrow(0, 0, total_);
   scratch_ = torch::empty({std::min(kSliceElems, std::max<int64_t>(owned_, 1))}, compute_all_.options());
+  if (fp8()) {
+    const float* full = master.data_ptr<float>();
+    fp8_ = std::make_unique<Fp8Channels>(fp8_channels(
+        layout, [full](int64_t b, int64_t n, float* out) { std::copy(full + b, full + b + n, out); }, precision_.threads));
+    fp8_discard_ = torch::empty({scratch_.numel()}, compute_all_.options());
+  }
   if (!fp32) materialize_compute(master);
   master = torch::Tensor();  // a copied full master is released here, before the model is built
   // FP16 has no fast CPU kernels: compute in FP32 on the FP16-rounded weights (DESIGN.md). CUDA
@@ -217,9 +265,16 @@ TrainableWeights::~TrainableWeights() {
 }
 
 void materialize_compute_slice(const precision::PrecisionConfig& precision, uint64_t rounding_seed, const float* master,
-                               int64_t begin, int64_t n, void* out, int64_t step) {
+                               int64_t begin, int64_t n, void* out, int64_t step, const Fp8Channels* fp8) {
   const precision::RoundMode mode = precision::round_mode_for(precision.mode);
   const precision::SrKey key{rounding_seed, uint64_t(step)};
+  if (precision::is_fp8(precision.mode)) {
+    if (!fp8) throw std::invalid_argument("materialize_compute_slice: an FP8 mode needs the master's channels");
+    precision::materialize_fp8(master, static_cast<uint16_t*>(out), std::size_t(n), uint64_t(begin), fp8->matrices,
+                               fp8->exponent.data(), precision.mode == precision::PrecisionMode::fp8_sr, key,
+                               {precision.threads});
+    return;
+  }
   const bool bf16 = mode == precision::RoundMode::bf16_rn || mode == precision::RoundMode::bf16_sr;
   if (precision.analog_mantissa_bits > 0 && bf16) {
     precision::materialize_coarse_bf16(master, static_cast<uint16_t*>(out), std::size_t(n),
@@ -230,9 +285,9 @@ void materialize_compute_slice(const precision::PrecisionConfig& precision, uint
   precision::materialize(master, out, std::size_t(n), mode, key, uint64_t(begin), {precision.threads});
 }
 
-void TrainableWeights::materialize_slice(const float* master, int64_t begin, int64_t n, void* out,
-                                         int64_t step) const {
-  materialize_compute_slice(precision_, rounding_seed_, master, begin, n, out, step);
+void TrainableWeights::materialize_slice(const float* master, int64_t begin, int64_t n, void* out, int64_t step,
+                                         const Fp8Channels* fp8) const {
+  materialize_compute_slice(precision_, rounding_seed_, master, begin, n, out, step, fp8 ? fp8 : fp8_.get());
 }
 
 void TrainableWeights::restore(const torch::Tensor& master, const torch::Tensor& exp_avg,
@@ -272,6 +327,9 @@ void TrainableWeights::restore(const BufferReader& read, int64_t optimizer_steps
   // The compute weights of the whole model, regenerated from the master a slice at a time with the
   // key of this optimizer step: bit-identical to the saved run's. (In fp32 mode at world size 1 the
   // master read above is already them.)
+  if (fp8())
+    *fp8_ = fp8_channels(layout(), [&](int64_t b, int64_t n, float* out) { read("master", b, n, out); },
+                         precision_.threads);
   if (!(master_is_compute() && world_of(comm_) == 1)) {
     const torch::Tensor bits = torch::empty({slice}, compute_.options().device(torch::kCPU));
     for (int64_t b = 0; b < total_; b += slice) {
@@ -390,12 +448,8 @@ void TrainableWeights::throw_nonfinite_grad() const {
   throw UserError("non-finite gradient in another rank's shard (its log names the tensor)" + where);
 }
 
-void TrainableWeights::update_slice(int64_t begin, int64_t n, const precision::AdamWBuffers& buffers,
-                                    const precision::AdamWHyper& hyper, precision::SrKey key,
-                                    std::vector<int64_t>& changed, double* delta, double* weight) {
-  // The tensors of the shard that overlap [begin, begin + n), clipped to it.
-  std::vector<precision::Segment> segments;
-  std::vector<std::size_t> tensor;
+void TrainableWeights::slice_segments(int64_t begin, int64_t n, std::vector<precision::Segment>& segments,
+                                      std::vector<std::size_t>& tensor) const {
   for (std::size_t i = 0; i < layout().entries.size(); ++i) {
     const model::ParamEntry& e = layout().entries[i];
     const int64_t b = std::max(e.offset, begin), end = std::min(e.offset + e.numel, begin + n);
@@ -403,6 +457,74 @@ void TrainableWeights::update_slice(int64_t begin, int64_t n, const precision::A
     segments.push_back({uint64_t(b), uint64_t(end - b), e.decay});
     tensor.push_back(i);
   }
+}
+
+void TrainableWeights::count_slice_changes(int64_t begin, int64_t n, const std::vector<precision::Segment>& segments,
+                                           const std::vector<std::size_t>& tensor, const torch::Tensor& before,
+                                           const torch::Tensor& after, std::vector<int64_t>& changed, double* delta,
+                                           double* weight) const {
+  const std::size_t bytes = compute_all_.element_size();
+  const char* old_bits = static_cast<const char*>(before.data_ptr());
+  const char* new_bits = static_cast<const char*>(after.data_ptr());
+  for (std::size_t k = 0; k < segments.size(); ++k) {
+    const std::size_t at = std::size_t(int64_t(segments[k].offset) - begin) * bytes;
+    changed[tensor[k]] += int64_t(precision::count_changed_bits(old_bits + at, new_bits + at, segments[k].size,
+                                                                round_mode_));
+  }
+  precision::add_block_update_sums(old_bits, new_bits, std::size_t(n), round_mode_, std::size_t(kNormBlock), delta,
+                                   weight, {precision_.threads});
+}
+
+void TrainableWeights::update_fp8_exponents() {
+  std::vector<float> amax(precision::fp8_channel_count(fp8_->matrices), 0.0f);
+  precision::fp8_channel_amax(master_.data_ptr<float>(), std::size_t(owned_), uint64_t(shard_begin_),
+                              fp8_->matrices, amax.data(), {precision_.threads});
+  if (world_of(comm_) > 1 && !amax.empty()) {  // a row split between shards: the max of the parts
+    std::vector<float> all(amax.size() * std::size_t(comm_->world_size()));
+    comm_->all_gather(amax.data(), all.data(), amax.size(), dist::DataType::f32);
+    for (std::size_t r = 1; r < std::size_t(comm_->world_size()); ++r)
+      for (std::size_t i = 0; i < amax.size(); ++i) amax[i] = std::max(amax[i], all[r * amax.size() + i]);
+  }
+  for (std::size_t i = 0; i < amax.size(); ++i) fp8_->exponent[i] = precision::fp8_scale_exponent(amax[i]);
+}
+
+void TrainableWeights::fp8_update(const precision::AdamWHyper& hyper, precision::SrKey key,
+                                  std::vector<int64_t>& changed, std::vector<double>& delta,
+                                  std::vector<double>& weight) {
+  const int64_t end = shard_begin_ + owned_;
+  for (int64_t begin = shard_begin_; begin < end; begin += kSliceElems) {
+    const int64_t n = std::min(kSliceElems, end - begin), at = begin - shard_begin_;
+    std::vector<precision::Segment> segments;
+    std::vector<std::size_t> tensor;
+    slice_segments(begin, n, segments, tensor);
+    const precision::AdamWBuffers slice{master_.data_ptr<float>() + at, grad_shard_.data_ptr<float>() + at,
+                                        exp_avg_.data_ptr<float>() + at, exp_avg_sq_.data_ptr<float>() + at,
+                                        fp8_discard_.data_ptr(), uint64_t(begin)};
+    precision::fused_adamw_step(slice, segments, hyper, precision::RoundMode::bf16_rn, key, {precision_.threads});
+  }
+  update_fp8_exponents();
+  const bool sr = precision_.mode == precision::PrecisionMode::fp8_sr;
+  for (int64_t begin = shard_begin_; begin < end; begin += kSliceElems) {
+    const int64_t n = std::min(kSliceElems, end - begin), at = begin - shard_begin_;
+    std::vector<precision::Segment> segments;
+    std::vector<std::size_t> tensor;
+    slice_segments(begin, n, segments, tensor);
+    const torch::Tensor before = scratch_.narrow(0, 0, n), after = compute_all_.narrow(0, begin, n);
+    before.copy_(after);
+    precision::materialize_fp8(master_.data_ptr<float>() + at, static_cast<uint16_t*>(after.data_ptr()), std::size_t(n),
+                               uint64_t(begin), fp8_->matrices, fp8_->exponent.data(), sr, key, {precision_.threads});
+    const std::size_t block0 = std::size_t(at / kNormBlock);
+    count_slice_changes(begin, n, segments, tensor, before, after, changed, delta.data() + block0,
+                        weight.data() + block0);
+  }
+}
+
+void TrainableWeights::update_slice(int64_t begin, int64_t n, const precision::AdamWBuffers& buffers,
+                                    const precision::AdamWHyper& hyper, precision::SrKey key,
+                                    std::vector<int64_t>& changed, double* delta, double* weight) {
+  std::vector<precision::Segment> segments;
+  std::vector<std::size_t> tensor;
+  slice_segments(begin, n, segments, tensor);
   const torch::Tensor before = scratch_.narrow(0, 0, n), after = compute_all_.narrow(0, begin, n);
   before.copy_(after);
   if (on_device()) {
@@ -415,19 +537,7 @@ void TrainableWeights::update_slice(int64_t begin, int64_t n, const precision::A
   }
   // The analog grid: the fused step wrote BF16; the slice is rounded onto the coarser grid.
   if (analog_grid()) materialize_analog(master_.data_ptr<float>() + (begin - shard_begin_), begin, n);
-  if (!on_device()) {
-    const std::size_t bytes = compute_all_.element_size();
-    const char* old_bits = static_cast<const char*>(before.data_ptr());
-    const char* new_bits = static_cast<const char*>(after.data_ptr());
-    for (std::size_t k = 0; k < segments.size(); ++k) {
-      const std::size_t at = std::size_t(int64_t(segments[k].offset) - begin) * bytes;
-      changed[tensor[k]] += int64_t(precision::count_changed_bits(old_bits + at, new_bits + at, segments[k].size,
-                                                                  round_mode_));
-    }
-    precision::add_block_update_sums(old_bits, new_bits, std::size_t(n), round_mode_, std::size_t(kNormBlock), delta,
-                                     weight, {precision_.threads});
-    return;
-  }
+  if (!on_device()) return count_slice_changes(begin, n, segments, tensor, before, after, changed, delta, weight);
   // On the device: the same comparisons as tensor operations, one copy of the results to the host.
   const torch::ScalarType bits = compute_all_.element_size() == 4 ? torch::kInt : torch::kShort;
   const torch::Tensor differ = before.view(bits).ne(after.view(bits));  // (n) bool
@@ -502,10 +612,14 @@ OptimizerStepStats TrainableWeights::optimizer_step(const precision::OptimConfig
   std::vector<int64_t> changed(layout().entries.size(), 0);
   const std::size_t blocks = std::size_t(shard_size_ / kNormBlock);
   std::vector<double> delta(blocks, 0.0), weight(blocks, 0.0);  // per block of this rank's shard
-  for (int64_t begin = shard_begin_; begin < shard_begin_ + owned_; begin += kSliceElems) {
-    const int64_t n = std::min(kSliceElems, shard_begin_ + owned_ - begin);
-    const std::size_t block0 = std::size_t((begin - shard_begin_) / kNormBlock);
-    update_slice(begin, n, buffers, hyper, key, changed, delta.data() + block0, weight.data() + block0);
+  if (fp8()) {
+    fp8_update(hyper, key, changed, delta, weight);
+  } else {
+    for (int64_t begin = shard_begin_; begin < shard_begin_ + owned_; begin += kSliceElems) {
+      const int64_t n = std::min(kSliceElems, shard_begin_ + owned_ - begin);
+      const std::size_t block0 = std::size_t((begin - shard_begin_) / kNormBlock);
+      update_slice(begin, n, buffers, hyper, key, changed, delta.data() + block0, weight.data() + block0);
+    }
   }
   stats.update_sumsq = global_block_sum(delta);
   stats.weight_sumsq = global_block_sum(weight);

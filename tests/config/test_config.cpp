@@ -148,7 +148,7 @@ TEST_F(ConfigTest, QuotedNumbersAndOutOfRangeIntegersAreRejected) {
 TEST_F(ConfigTest, BadEnumListsTheAllowedValues) {
   EXPECT_EQ(load_error("precision:\n  mode: bf17\n"),
             at(2) +
-                "precision.mode: expected one of fp32 | fp16 | bf16 | bf16_sr | fp16_sr, got "
+                "precision.mode: expected one of fp32 | fp16 | bf16 | bf16_sr | fp16_sr | fp8_rn | fp8_sr, got "
                 "'bf17' (did you mean 'bf16'?)");
   EXPECT_EQ(load_error("precision:\n  compute: fastest\n"),
             at(2) + "precision.compute: expected one of native | fp32 | auto, got 'fastest'");
@@ -173,7 +173,7 @@ TEST_F(ConfigTest, OverrideErrorsNameTheOverride) {
             "override 'precision.threads=abc': precision.threads: expected an integer, got 'abc'");
   EXPECT_EQ(error("precision.mode=bf17"),
             "override 'precision.mode=bf17': precision.mode: expected one of fp32 | fp16 | bf16 | "
-            "bf16_sr | fp16_sr, got 'bf17' (did you mean 'bf16'?)");
+            "bf16_sr | fp16_sr | fp8_rn | fp8_sr, got 'bf17' (did you mean 'bf16'?)");
   EXPECT_EQ(error("optim.lr"), "override 'optim.lr': expected key=value, e.g. optim.lr=3e-6");
   EXPECT_EQ(error("optim.lr.x=1"),
             "override 'optim.lr.x=1': unknown key 'optim.lr.x' ('optim.lr' is a value, not a "
@@ -259,6 +259,9 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
             "precision.threads must be in [0, 4096] (0 = all cores), got -2");
   EXPECT_EQ(error("precision.analog_mantissa_bits=7"),
             "precision.analog_mantissa_bits must be in [0, 6] (0 = off; BF16 itself has 7), got 7");
+  EXPECT_EQ(error_of([] { load_run_config("", {"precision.mode=fp8_rn", "precision.analog_mantissa_bits=4"}); }),
+            "precision.analog_mantissa_bits must be 0 with precision.mode fp8_rn (FP8 is a real format on its own grid), "
+            "got 4");
   EXPECT_EQ(error("run.name=a/b"),
             "run.name must be a plain folder name (not empty, no '/'), got 'a/b'");
   EXPECT_EQ(error("precision.loss_scale.backoff_factor=1.5"),
@@ -310,7 +313,7 @@ TEST_F(ConfigTest, DocsListEveryKeyWithDefaultAndDoc) {
   EXPECT_NE(text.find("precision.loss_scale.growth_interval (integer, default: 1000)\n"
                       "    overflow-free steps before the scale grows\n"),
             std::string::npos);
-  EXPECT_NE(text.find("precision.mode (fp32 | fp16 | bf16 | bf16_sr | fp16_sr, default: bf16_sr)"),
+  EXPECT_NE(text.find("precision.mode (fp32 | fp16 | bf16 | bf16_sr | fp16_sr | fp8_rn | fp8_sr, default: bf16_sr)"),
             std::string::npos);
   EXPECT_NE(text.find("optim.lr (number, default: 1e-05)"), std::string::npos);
   EXPECT_NE(run_config_docs(true).find("| `optim.grad_clip` | number | `1.0` |"),

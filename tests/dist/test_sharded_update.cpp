@@ -21,10 +21,12 @@ namespace fs = std::filesystem;
 constexpr int kSteps = 3;
 const precision::PrecisionMode kModes[] = {precision::PrecisionMode::fp32, precision::PrecisionMode::bf16,
                                            precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16,
-                                           precision::PrecisionMode::fp16_sr};
+                                           precision::PrecisionMode::fp16_sr, precision::PrecisionMode::fp8_rn,
+                                           precision::PrecisionMode::fp8_sr};
 
-// ~82K parameters: several norm blocks, and the last rank's shard is padded.
-model::ModelConfig model_config() { return unstuck::testing::model_shape(64, 64, 2, 2, 1, 128, 16); }
+// ~97K parameters: several norm blocks, the last rank's shard is padded, and rows of 72 put an FP8
+// channel (a row of layer 1's q_proj) across the boundary of two ranks' shards (checked below).
+model::ModelConfig model_config() { return unstuck::testing::model_shape(64, 72, 2, 2, 1, 128, 16); }
 
 struct Result {
   torch::Tensor master, exp_avg, exp_avg_sq, compute_bits, grad_norms, changed;
@@ -114,7 +116,18 @@ void expect_sharded_equals_unsharded(const std::string& backend, int world) {
   fs::remove_all(dir);
 }
 
-TEST(ShardedUpdate, TwoRanksAreBitIdenticalToOneProcess) { expect_sharded_equals_unsharded("gloo", 2); }
+TEST(ShardedUpdate, TwoRanksAreBitIdenticalToOneProcess) {
+  // FP8: a channel split between the two shards takes the maximum of both parts for its scale.
+  const model::ParamLayout layout = model::llama_layout(model_config());
+  constexpr int64_t kNormBlock = 1 << 14;  // shards start on these (trainable_weights.cpp)
+  const int64_t shard = (layout.total + 2 * kNormBlock - 1) / (2 * kNormBlock) * kNormBlock;
+  bool split = false;
+  for (const precision::Fp8Matrix& m : train::fp8_matrices(layout))
+    split = split || (int64_t(m.offset) < shard && shard < int64_t(m.offset + m.rows * m.cols) &&
+                      (shard - int64_t(m.offset)) % int64_t(m.cols) != 0);
+  EXPECT_TRUE(split) << "no FP8 row crosses the shard boundary at " << shard;
+  expect_sharded_equals_unsharded("gloo", 2);
+}
 
 // One rank per visible GPU; the collectives go through NCCL.
 TEST(Nccl, ShardedUpdateIsBitIdenticalToOneProcess) {

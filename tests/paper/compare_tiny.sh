@@ -2,8 +2,8 @@
 # ctest `paper.compare`: scripts/compare.py on a user's own config, end to end in seconds: a tiny SFT
 # base on the shipped arithmetic task, a tiny GRPO config, four arms (fp16, bf16, bf16_sr, bf16@2x)
 # x 2 seeds. Checks the per-arm overrides, the verdict-free report and plots, the drift analysis,
-# a clean stop on SIGTERM with resume (`unstuck train --resume`), and the refusal of another sweep
-# in the same folder.
+# a clean stop on SIGTERM with resume (`unstuck train --resume`), the refusal of another sweep
+# in the same folder, and FP8 arms (fp8_rn, fp8_sr) with --no-drift.
 # Usage: compare_tiny.sh BUILD_DIR OUT_DIR
 set -euo pipefail
 BUILD_DIR=$(cd "$1" && pwd) OUT=$2
@@ -109,4 +109,14 @@ grep -q "holds a different sweep" "$OUT/log3" || fail "no clear error for a diff
 # Bad arm specifications are errors that name them.
 if compare --modes fp16,bf17 > "$OUT/log4" 2>&1; then fail "an unknown mode was accepted"; fi
 grep -q "unknown precision mode 'bf17'" "$OUT/log4" || fail "unclear error for an unknown mode: $(cat "$OUT/log4")"
+# FP8 arms: the drift analysis (half-ulps of BF16's grid) is refused for them, naming --no-drift; without
+# it the FP8 arms train and report beside a BF16 arm.
+if compare --modes bf16,fp8_rn --out "$OUT/cmp8" > "$OUT/log5" 2>&1; then fail "FP8 arms with the BF16 drift were accepted"; fi
+grep -q "pass --no-drift" "$OUT/log5" || fail "unclear error for FP8 arms with the drift: $(cat "$OUT/log5")"
+compare --modes bf16,fp8_rn,fp8_sr --seeds 1 --steps 6 --no-drift --out "$OUT/cmp8" > "$OUT/log6" 2>&1 ||
+  { cat "$OUT/log6"; fail "the FP8 sweep failed"; }
+for arm in fp8_rn fp8_sr; do
+  grep -q '"sticking_frac"' "$OUT/cmp8/$arm/seed1/metrics.jsonl" || fail "no metrics for the $arm arm"
+done
+grep -q "FP8-SR @ x" "$OUT/cmp8/RESULTS.md" || fail "the report does not name the FP8-SR arm"
 echo "compare ok"

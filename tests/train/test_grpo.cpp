@@ -572,7 +572,7 @@ TEST_F(GrpoTest, WeightMetricsKeepTheirFullSizeDefinitions) {
 // that depends on the rewards.
 TEST_F(GrpoTest, ResumeContinuesBitExactly) {
   std::vector<RunConfig> runs;
-  for (auto mode : {precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16})
+  for (auto mode : {precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16, precision::PrecisionMode::fp8_sr})
     runs.push_back(grpo_config(std::string("straight_") + config::enum_name(mode), mode));
   runs.push_back(grpo_config("straight_dynamic", precision::PrecisionMode::bf16_sr));
   runs.back().grpo.filter_groups = algo::GroupFilter::zero_variance;
@@ -596,6 +596,29 @@ TEST_F(GrpoTest, ResumeContinuesBitExactly) {
     EXPECT_TRUE(torch::equal(sa.exp_avg_sq, sb.exp_avg_sq)) << tag;
     EXPECT_EQ(sa.sampling_rng, sb.sampling_rng);
     EXPECT_EQ(sa.cursor, sb.cursor) << tag;
+  }
+}
+
+// FP8 modes train end to end; changed_from_start_frac from the start policy's files (no reference
+// kept: the start weights' channel scales from one pass over the base) equals the count against a
+// kept reference, step for step, and kl_coef 0 trains identically either way.
+TEST_F(GrpoTest, Fp8RunsCountChangesFromTheStartWithOrWithoutAReference) {
+  for (const auto mode : {precision::PrecisionMode::fp8_rn, precision::PrecisionMode::fp8_sr}) {
+    const std::string tag = config::enum_name(mode);
+    RunConfig with_ref = grpo_config("fp8_ref_" + tag, mode);
+    with_ref.optim.lr = 1e-3;
+    with_ref.grpo.kl_coef = 0;
+    with_ref.grpo.ref_metrics_every = 1;
+    RunConfig no_ref = with_ref;
+    no_ref.run.name = "fp8_noref_" + tag;
+    no_ref.grpo.ref_metrics_every = 0;
+    const auto a = read_metrics(run_grpo(with_ref).run_dir), b = read_metrics(run_grpo(no_ref).run_dir);
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i]["changed_from_start_frac"], b[i]["changed_from_start_frac"]) << tag << " step " << i + 1;
+      EXPECT_EQ(a[i]["grad_norm"], b[i]["grad_norm"]) << tag << " step " << i + 1;
+      EXPECT_GT(a[i]["changed_from_start_frac"].get<double>(), 0.0) << tag;
+    }
   }
 }
 

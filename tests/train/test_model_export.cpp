@@ -104,5 +104,28 @@ TEST(ModelExport, FinalModelAndExportHoldTheRunsComputeWeights) {
   fs::remove_all(dir);
 }
 
+// FP8 modes: final_model and the export hold the run's FP8 compute weights (BF16 values on each
+// channel's scaled E4M3 grid), regenerated from the checkpoint's master with its channel scales.
+TEST(ModelExport, Fp8RunsExportTheirFp8ComputeWeights) {
+  const fs::path dir = fs::temp_directory_path() / ("unstuck_export_fp8_" + std::to_string(::getpid()));
+  const RunConfig base = tiny_sft_base(dir);
+  RunConfig c = tiny_grpo_config(base, "fp8");
+  c.precision.mode = precision::PrecisionMode::fp8_sr;
+  c.grpo.steps = 2;
+  c.optim.lr = 1e-3;
+  const GrpoResult r = run_grpo(c);
+  EXPECT_EQ(export_run(r.run_dir, dir / "exported", {}), io::DType::bf16);
+  EXPECT_EQ(weight_bytes(dir / "exported"), weight_bytes(r.run_dir / "final_model"));
+  // A linear layer's rows hold at most 4 significant bits (E4M3 times a power of two); the norms are BF16.
+  const model::LoadedModel m = model::load_pretrained(dir / "exported");
+  const model::ParamLayout layout = model::llama_layout(m.config);
+  const model::ParamEntry* q = layout.find("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_NE(q, nullptr);
+  const torch::Tensor qw = m.flat.narrow(0, q->offset, q->numel);
+  const torch::Tensor bits = qw.to(torch::kBFloat16).view(torch::kShort).to(torch::kInt);
+  EXPECT_EQ((bits & 0xF).ne(0).sum().item<int64_t>(), 0) << "low 4 of BF16's 7 mantissa bits must be zero";
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace unstuck::train

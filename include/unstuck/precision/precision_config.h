@@ -12,14 +12,18 @@
 namespace unstuck::precision {
 
 // Precision mode of a run (docs/PRECISION.md): compute-weight format and rounding of the master.
-enum class PrecisionMode { fp32, fp16, bf16, bf16_sr, fp16_sr };
+// fp8_rn / fp8_sr: the linear layers' weights are FP8 E4M3FN values with a power-of-two scale per
+// output channel (unstuck/precision/fp8.h), held as BF16; the other tensors are BF16, rounded alike.
+enum class PrecisionMode { fp32, fp16, bf16, bf16_sr, fp16_sr, fp8_rn, fp8_sr };
 
-inline constexpr std::array<std::pair<PrecisionMode, const char*>, 5> kPrecisionModeNames{{
+inline constexpr std::array<std::pair<PrecisionMode, const char*>, 7> kPrecisionModeNames{{
     {PrecisionMode::fp32, "fp32"},
     {PrecisionMode::fp16, "fp16"},
     {PrecisionMode::bf16, "bf16"},
     {PrecisionMode::bf16_sr, "bf16_sr"},
     {PrecisionMode::fp16_sr, "fp16_sr"},
+    {PrecisionMode::fp8_rn, "fp8_rn"},
+    {PrecisionMode::fp8_sr, "fp8_sr"},
 }};
 constexpr const auto& enum_names(PrecisionMode) { return kPrecisionModeNames; }
 
@@ -75,7 +79,9 @@ struct PrecisionConfig {
   template <class V>
   void visit(V& v) {
     v("mode", mode,
-      "compute-weight format and rounding of the FP32 master (sr = stochastic rounding)");
+      "compute-weight format and rounding of the FP32 master (sr = stochastic rounding); fp8_rn / fp8_sr: "
+      "the linear layers' weights in FP8 E4M3 with a power-of-two scale per output channel (embeddings, norms, "
+      "biases and the head in BF16; CPU only)");
     v("compute", compute,
       "native: compute in the weights' format where the backend has fast kernels; "
       "fp32: compute in FP32 on the rounded weights; auto: whichever of the two a start-up probe "
@@ -100,9 +106,15 @@ constexpr RoundMode round_mode_for(PrecisionMode mode) {
     case PrecisionMode::bf16: return RoundMode::bf16_rn;
     case PrecisionMode::bf16_sr: return RoundMode::bf16_sr;
     case PrecisionMode::fp16_sr: return RoundMode::fp16_sr;
+    // The BF16 rounding of the tensors outside the FP8 channels (and the dtype of the compute weights).
+    case PrecisionMode::fp8_rn: return RoundMode::bf16_rn;
+    case PrecisionMode::fp8_sr: return RoundMode::bf16_sr;
   }
   return RoundMode::fp32;
 }
+
+// True for the FP8 modes (fp8_rn, fp8_sr).
+constexpr bool is_fp8(PrecisionMode mode) { return mode == PrecisionMode::fp8_rn || mode == PrecisionMode::fp8_sr; }
 
 // True when `mode` needs dynamic loss scaling (FP16's narrow range underflows small gradients).
 constexpr bool uses_loss_scaling(PrecisionMode mode) {

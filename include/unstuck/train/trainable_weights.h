@@ -29,6 +29,20 @@
 
 namespace unstuck::train {
 
+// precision.mode fp8_rn / fp8_sr: the FP8 channels of a model, every row (output channel) of the
+// linear layers' matrices (the attention and MLP projections; not the embedding or the head), and
+// their scale exponents for one master (precision/fp8.h's rule).
+struct Fp8Channels {
+  std::vector<precision::Fp8Matrix> matrices;
+  std::vector<int32_t> exponent;  // per channel: fp8_scale_exponent of its largest finite |x|
+};
+// The FP8 matrices of `layout`, in offset order.
+std::vector<precision::Fp8Matrix> fp8_matrices(const model::ParamLayout& layout);
+// The channels of a whole master read a slice at a time: read(begin, n, out) writes FP32 elements
+// [begin, begin + n) of it into out[0, n).
+Fp8Channels fp8_channels(const model::ParamLayout& layout, const std::function<void(int64_t, int64_t, float*)>& read,
+                         int threads = 0);
+
 struct OptimizerStepStats {
   bool skipped = false;        // FP16 modes: the gradients overflowed and the step was skipped
   double grad_norm = 0.0;      // global L2 norm of the (unscaled) gradient, before clipping
@@ -102,7 +116,10 @@ class TrainableWeights {
   // The compute-weight bits of master[0, n) (FP32, global elements [begin, begin + n)) at optimizer
   // step `step`, as materialize_compute() writes them, into `out` (host memory of compute().dtype,
   // n elements). Used to regenerate the start weights a slice at a time.
-  void materialize_slice(const float* master, int64_t begin, int64_t n, void* out, int64_t step) const;
+  // FP8 modes: the channel exponents are those of `fp8` (another master's, e.g. the base), or by
+  // default this state's current master's.
+  void materialize_slice(const float* master, int64_t begin, int64_t n, void* out, int64_t step,
+                         const struct Fp8Channels* fp8 = nullptr) const;
 
   // Restores a checkpointed state (full buffers; this rank takes its shard) and regenerates the compute weights from the master: with the
   // rounding keyed by (seed, optimizer step) they come out bit-identical to the saved run's.
@@ -121,6 +138,23 @@ class TrainableWeights {
   void materialize_compute(const torch::Tensor& full_master);
   // precision.analog_mantissa_bits in a BF16 mode: the compute weights sit on the coarser analog grid.
   bool analog_grid() const;
+  bool fp8() const { return precision::is_fp8(precision_.mode); }
+  // FP8 modes: the channel exponents of this state's master (every rank's part of each row).
+  void update_fp8_exponents();
+  // FP8 modes, an optimizer step after the reduce: the fused AdamW updates master and moments a
+  // slice at a time (its BF16 output discarded), the channel exponents of the new master are
+  // taken, then each slice is rounded by the FP8 rule and its changes counted as update_slice does.
+  void fp8_update(const precision::AdamWHyper& hyper, precision::SrKey key, std::vector<int64_t>& changed,
+                  std::vector<double>& delta, std::vector<double>& weight);
+  // The tensors of the shard overlapping [begin, begin + n), clipped to it, and their layout index.
+  void slice_segments(int64_t begin, int64_t n, std::vector<precision::Segment>& segments,
+                      std::vector<std::size_t>& tensor) const;
+  // Changed elements per tensor and the per-block update sums of a CPU slice whose compute weights
+  // went from `before` to `after`.
+  void count_slice_changes(int64_t begin, int64_t n, const std::vector<precision::Segment>& segments,
+                           const std::vector<std::size_t>& tensor, const torch::Tensor& before,
+                           const torch::Tensor& after, std::vector<int64_t>& changed, double* delta,
+                           double* weight) const;
   // Rounds the master's [begin, begin + n) (global indices; master_data points at begin) onto the
   // analog grid at this optimizer step.
   void materialize_analog(const float* master_data, int64_t begin, int64_t n);
@@ -155,6 +189,8 @@ class TrainableWeights {
   torch::Tensor compute_all_;  // (W * shard_size) compute weights, padded; compute_ views the model's part
   torch::Tensor compute_, forward_;
   torch::Tensor scratch_;      // (kSliceElems) the old compute weights of the slice being updated
+  std::unique_ptr<struct Fp8Channels> fp8_;  // FP8 modes: the channels and their current exponents
+  torch::Tensor fp8_discard_;  // FP8 modes: (kSliceElems) where the fused AdamW's BF16 output goes
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<precision::LossScaler> scaler_;
   int64_t adam_step_ = 0;
@@ -167,8 +203,10 @@ torch::ScalarType compute_dtype(precision::RoundMode mode);
 // step `step`, as TrainableWeights materializes them (precision.mode, the rounding seed, the analog
 // grid), into host memory `out` of compute_dtype (n elements). A checkpoint's compute weights are
 // regenerated with it a slice at a time (export, resume).
+// FP8 modes need the channels' exponents of the master being rounded (fp8_channels); else fp8 is unused.
 void materialize_compute_slice(const precision::PrecisionConfig& precision, uint64_t rounding_seed,
-                               const float* master, int64_t begin, int64_t n, void* out, int64_t step);
+                               const float* master, int64_t begin, int64_t n, void* out, int64_t step,
+                               const Fp8Channels* fp8 = nullptr);
 
 // grpo.round_base_to_bf16: the FP32 base rounded to nearest BF16, or onto the grid of
 // precision.analog_mantissa_bits when that is set (1-6), as FP32 again (on master's device).
