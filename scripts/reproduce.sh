@@ -12,6 +12,8 @@
 #   scripts/reproduce.sh --quick-analog # --quick on the 5-bit analog grid, k = 1.7 -> docs/RESULTS-quick-analog.md
 #   scripts/reproduce.sh --quick-analog-pool # the same on a 3-bit grid, 64 prompts, x = 2e-5 (FP16 gains >= 0.3)
 #                                    # -> docs/RESULTS-quick-analog-pool.md
+#   scripts/reproduce.sh --quick-fp8 # --quick with FP8 E4M3 in BF16's place (FP16, FP8-RN @ x and @ k*x,
+#                                    # FP8-SR; a real format, the base on the FP8 grid) -> docs/RESULTS-fp8.md
 #   scripts/reproduce.sh --full      # 2 model sizes x 4 arms x 5 seeds (200 steps) -> docs/RESULTS-full*.md
 #   scripts/reproduce.sh --gpu       # a 27M-parameter policy on one CUDA device -> docs/RESULTS-gpu.md
 #   scripts/reproduce.sh --gpu-phase # its phase diagram at 1e-5, 2e-5, 4e-5 -> docs/RESULTS-gpu-phase.md
@@ -31,8 +33,8 @@ COMMAND_LINE="scripts/reproduce.sh${*:+ $(printf '%q ' "$@" | sed 's/ $//')}"
 PRESET=quick ARGS=() BUILD=1
 for arg in "$@"; do
   case "$arg" in
-    --quick|--quick-analog|--quick-analog-pool|--full|--smoke|--phase|--phase-analog|--gpu|--gpu-phase|--gpu-pool) PRESET=${arg#--} ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --quick|--quick-analog|--quick-analog-pool|--quick-fp8|--full|--smoke|--phase|--phase-analog|--gpu|--gpu-phase|--gpu-pool) PRESET=${arg#--} ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     --no-build) BUILD=0; ARGS+=("$arg") ;;
     *) ARGS+=("$arg") ;;
   esac

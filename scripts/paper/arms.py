@@ -99,6 +99,15 @@ PRESETS = {
     "paper-gpu-pool": dict(steps=200, seeds=3, arms=QUICK_ARMS, eval_every=50, eval_samples=500, checkpoint_every=20,
                            pool=dict(records=2000, k=8, lo=0.2, hi=0.8, size=64), drift=True, results_doc="gpu-pool",
                            base_name="sft-countdown-gpu", sft=GPU_SFT, device="cuda", compute="native", jobs=4),
+    # --quick-fp8: --quick's arms, seeds, LR and rules with the BF16 arms in FP8 E4M3 (per-channel scales,
+    # docs/PRECISION.md): FP16 @ x, FP8-RN @ x, FP8-RN @ k*x, FP8-SR @ x (`arm_modes`: each arm's
+    # precision.mode), every arm from the base rounded to nearest on the FP8 grid (grpo.round_base_to_fp8), so
+    # FP16 and FP8 start from the same weights. A real format, where the sticking is far stronger than BF16's.
+    # No drift analysis: it measures half-ulps of BF16's (or the analog's) grid, not FP8's per-channel one.
+    "paper-quick-fp8": dict(steps=200, seeds=3, arms=QUICK_ARMS, eval_every=50, eval_samples=200,
+                            checkpoint_every=20, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False,
+                            results_doc="fp8", train=["grpo.round_base_to_bf16=false", "grpo.round_base_to_fp8=true"],
+                            arm_modes={"bf16": "fp8_rn", "bf16_lr_k": "fp8_rn", "bf16_sr": "fp8_sr"}),
     "paper-smoke": dict(steps=4, seeds=1, arms=PAPER_ARMS, eval_every=2, eval_samples=16, checkpoint_every=2,
                         pool=dict(records=24, k=2, lo=0.0, hi=1.0, size=16), drift=True, smoke=True,
                         # the smoke base solves nothing: a 0/1 reward would give it no gradient at all

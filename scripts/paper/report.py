@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from .arms import PAPER_LABELS, grid_name
+from .arms import FP8_MODES, PAPER_LABELS, grid_name
 from .measures import (LEVELS, GainLevels, area_lag, calibrated_k, describe_diffs, fmt, format_ms, paired,
                        size_measures, smooth)
 from .phase import markdown as phase_markdown
@@ -202,6 +202,15 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
             "(docs/PRECISION.md). It puts the small policy where an LLM's updates sit against BF16's grid; the "
             "real-format results are the other reports.")
         add("")
+    fp8 = sorted({r.mode for rs in runs.values() for r in rs if r.mode in FP8_MODES})
+    if fp8:
+        add(f"**FP8 E4M3, a real format**: the arms named FP8 run `precision.mode` {', '.join(fp8)}: the linear layers' "
+            "weights are E4M3 values (3 mantissa bits, BF16 has 7) with a power-of-two scale per output channel taken "
+            "from the master at each step, the embedding, norms and head BF16 (docs/PRECISION.md, the FP8 contract). "
+            "Every arm, FP16 included, starts from the base rounded to nearest on that grid (`grpo.round_base_to_fp8`), "
+            "so the arms start from the same weights. The claims and verdict rules are the BF16 report's, unchanged, "
+            "with FP8 in BF16's place. No drift analysis (it measures half-ulps of BF16's grid, not FP8's).")
+        add("")
     ps = sweep.get("pool_stats")
     if ps:
         pass_k = ps[f"pass_at_{ps['k']}"]
@@ -326,9 +335,15 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         add(f"![{p}]({rel}/{p})")
         add("")
     os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
+    text = "\n".join(lines) + "\n"
+    if fp8:  # the rules' texts name BF16's arms: here they are FP8's
+        for bf16, fp8_name in (("BF16-RN", "FP8-RN"), ("BF16-SR", "FP8-SR"), ("BF16 round-to-nearest", "FP8 round-to-nearest"),
+                               ("BF16 with stochastic rounding", "FP8 with stochastic rounding"),
+                               ("FP16 vs BF16 vs", "FP16 vs FP8 vs")):
+            text = text.replace(bf16, fp8_name)
     tmp = a.results + ".tmp"
     with open(tmp, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write(text)
     os.replace(tmp, a.results)
     print(f"paper_report.py: wrote {a.results} and {len(plots)} plots in {a.plots}")
 

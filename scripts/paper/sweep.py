@@ -127,6 +127,11 @@ class Sweep:
             phase = p.get("phase")
             self.arms = (phase_arms(phase["modes"], phase["lrs"], a.arms, phase.get("bits", (0,))) if phase
                          else paper_arms(a.arms, p["arms"]))
+            for arm in self.arms:  # --quick-fp8: the BF16 arms in FP8, named so in every table
+                mode = p.get("arm_modes", {}).get(arm.name)
+                if mode:
+                    arm.overrides.append(f"precision.mode={mode}")
+                    arm.label = arm.label.replace("BF16", "FP8")
             # An optim.lr override sets x, as with --config: bf16_lr_k runs at k times it, a phase sweep refuses it.
             x = p.get("lr")
             lr_overrides = [o for o in self.overrides if o.startswith("optim.lr=")]

@@ -208,6 +208,8 @@ void validate(const RunConfig& config) {
   else
     require(g.overlong_buffer == 0, "grpo.overlong_buffer", "0 unless grpo.overlong is soft_penalty",
             std::to_string(g.overlong_buffer));
+  require(!g.round_base_to_fp8 || config.precision.analog_mantissa_bits == 0, "grpo.round_base_to_fp8",
+          "false with precision.analog_mantissa_bits (one grid for the base)", "true");
   validate_dist(config.dist);
 }
 

@@ -95,7 +95,10 @@ std::unique_ptr<GrpoTrainer> make_trainer(RunPlan& plan, dist::Communicator& com
   model::LoadedModel loaded = model::load_pretrained(plan.model_dir, plan.hf);
   startup.mark("base model");
   torch::Tensor master = std::move(loaded.flat);
-  if (cfg.grpo.round_base_to_bf16) round_base_to_grid_(master, cfg.precision.analog_mantissa_bits);
+  if (cfg.grpo.round_base_to_fp8)
+    round_base_to_fp8_(master, model::llama_layout(cfg.model), cfg.precision.threads);
+  else if (cfg.grpo.round_base_to_bf16)
+    round_base_to_grid_(master, cfg.precision.analog_mantissa_bits);
   std::vector<data::TaskRecord>& test = plan.test.kept;
   if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples) test.resize(std::size_t(cfg.grpo.eval_samples));
   const auto [test_begin, test_end] = dist::rank_range(int64_t(test.size()), comm.world_size(), comm.rank());

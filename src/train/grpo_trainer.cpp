@@ -769,9 +769,17 @@ int64_t GrpoTrainer::changed_from_start() {
         start_master = torch::empty({std::min(kCompareSlice, end - begin)}, torch::kFloat32);
         start_bits = torch::empty({start_master.numel()}, torch::TensorOptions().dtype(now.scalar_type()));
       }
+      // grpo.round_base_to_fp8: the base's own channel scales first (one pass over it, once).
+      if (cfg_.grpo.round_base_to_fp8 && !base_fp8_)
+        base_fp8_ = std::make_unique<Fp8Channels>(fp8_channels(
+            weights_.layout(), [&](int64_t at, int64_t count_n, float* out) { base_reader_->read(at, count_n, out); },
+            cfg_.precision.threads));
       const auto read_start = [&](int64_t at, int64_t count_n, float* out) {
         base_reader_->read(at, count_n, out);
-        if (cfg_.grpo.round_base_to_bf16) round_base_to_grid(out, count_n, cfg_.precision.analog_mantissa_bits);
+        if (cfg_.grpo.round_base_to_fp8)
+          round_base_to_fp8(out, at, count_n, *base_fp8_, cfg_.precision.threads);
+        else if (cfg_.grpo.round_base_to_bf16)
+          round_base_to_grid(out, count_n, cfg_.precision.analog_mantissa_bits);
       };
       // FP8: the start weights' channel exponents, from one pass over the start master (once).
       if (precision::is_fp8(cfg_.precision.mode) && !start_fp8_)

@@ -184,6 +184,7 @@ class GrpoTrainer {
   std::unique_ptr<model::FlatWeightsReader> base_reader_;  // without a reference: the start policy's files
   bool changed_lost_ = false;                              // changed_from_start() gave up (warned)
   std::unique_ptr<Fp8Channels> start_fp8_;                 // FP8 modes: the start weights' channels
+  std::unique_ptr<Fp8Channels> base_fp8_;                  // grpo.round_base_to_fp8: the unrounded base's
   std::string verifier_name_;  // reward.verifier, or data.task's
   std::unique_ptr<reward::Verifier> verifier_;
   RecordOrder order_;

@@ -133,6 +133,25 @@ Fp8Channels fp8_channels(const model::ParamLayout& layout, const std::function<v
   return c;
 }
 
+void round_base_to_fp8(float* x, int64_t begin, int64_t n, const Fp8Channels& channels, int threads) {
+  std::vector<uint16_t> bits(static_cast<std::size_t>(kSliceElems));
+  for (int64_t b = 0; b < n; b += kSliceElems) {
+    const int64_t m = std::min(kSliceElems, n - b);
+    precision::materialize_fp8(x + b, bits.data(), std::size_t(m), uint64_t(begin + b), channels.matrices,
+                               channels.exponent.data(), false, {}, {threads});
+    for (int64_t i = 0; i < m; ++i) x[b + i] = precision::bf16_to_float(bits[std::size_t(i)]);
+  }
+}
+
+void round_base_to_fp8_(torch::Tensor& master, const model::ParamLayout& layout, int threads) {
+  if (!master.is_cpu() || master.scalar_type() != torch::kFloat32 || !master.is_contiguous())
+    throw UserError("grpo.round_base_to_fp8: the base must be a contiguous FP32 buffer in host memory");
+  float* x = master.data_ptr<float>();
+  const Fp8Channels channels =
+      fp8_channels(layout, [x](int64_t b, int64_t n, float* out) { std::copy(x + b, x + b + n, out); }, threads);
+  round_base_to_fp8(x, 0, master.numel(), channels, threads);
+}
+
 bool TrainableWeights::on_device() const { return master_.is_cuda(); }
 
 bool TrainableWeights::analog_grid() const {

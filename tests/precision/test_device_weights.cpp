@@ -352,6 +352,35 @@ TEST(Fp8Weights, Fp8SticksMoreThanBf16AndSrUnsticks) {
   EXPECT_GT(fp8_sr, fp8_rn);
 }
 
+// grpo.round_base_to_fp8: the base is fp8_rn's rounding of itself (as FP32 values), whole or a slice at
+// a time with the unrounded base's channels; rounding it again changes nothing (the grid is closed).
+TEST(Fp8Weights, BaseRoundingIsFp8NearestOfTheBase) {
+  const torch::Tensor master = start_master();
+  const model::ParamLayout layout = model::llama_layout(shape());
+  torch::Tensor whole = master.clone();
+  round_base_to_fp8_(whole, layout, 2);
+  const std::vector<uint16_t> want = fp8_reference(layout, master, false, 0);
+  const float* w = whole.data_ptr<float>();
+  for (const model::ParamEntry& e : layout.entries)
+    for (int64_t i = e.offset; i < e.offset + e.numel; ++i)
+      ASSERT_EQ(precision::float_bits(w[i]), uint32_t(want[std::size_t(i)]) << 16) << i;
+  const float* m = master.data_ptr<float>();
+  const Fp8Channels raw = fp8_channels(layout, [m](int64_t b, int64_t n, float* out) { std::copy(m + b, m + b + n, out); });
+  torch::Tensor sliced = master.clone();
+  const int64_t cut = 10007;
+  round_base_to_fp8(sliced.data_ptr<float>(), 0, cut, raw);
+  round_base_to_fp8(sliced.data_ptr<float>() + cut, cut, sliced.numel() - cut, raw);
+  EXPECT_TRUE(torch::equal(sliced, whole));
+  torch::Tensor twice = whole.clone();
+  round_base_to_fp8_(twice, layout);
+  EXPECT_TRUE(torch::equal(twice, whole));
+  // An FP8 trainer over that base starts with exactly those weights (RN and SR: exact values never move).
+  for (const auto mode : {precision::PrecisionMode::fp8_rn, precision::PrecisionMode::fp8_sr}) {
+    TrainableWeights t(shape(), whole.clone(), precision_of(mode), kSeed);
+    EXPECT_TRUE(torch::equal(t.compute().to(torch::kFloat32), whole)) << config::enum_name(mode);
+  }
+}
+
 // The FP8 modes refuse what they cannot do, naming the key.
 TEST(Fp8Weights, RefusesTheAnalogGridAndDevices) {
   precision::PrecisionConfig pc = precision_of(precision::PrecisionMode::fp8_sr);

@@ -622,6 +622,26 @@ TEST_F(GrpoTest, Fp8RunsCountChangesFromTheStartWithOrWithoutAReference) {
   }
 }
 
+// grpo.round_base_to_fp8 puts the base on fp8_rn's grid in every mode: an FP16 arm and an FP8 arm (both
+// computing in FP32) then start from the same weights, so their first step samples and scores the same
+// completions (reward, entropy equal); with the base on BF16's grid they start apart.
+TEST_F(GrpoTest, RoundBaseToFp8StartsFp16AndFp8ArmsFromTheSameWeights) {
+  const auto first_step = [&](const std::string& name, precision::PrecisionMode mode, bool fp8_base) {
+    RunConfig c = grpo_config(name, mode);
+    c.precision.compute = precision::ComputeMode::fp32;
+    c.grpo.round_base_to_bf16 = !fp8_base;
+    c.grpo.round_base_to_fp8 = fp8_base;
+    c.grpo.steps = 1;
+    return read_metrics(run_grpo(c).run_dir).at(0);
+  };
+  const auto fp16 = first_step("fp8base_fp16", precision::PrecisionMode::fp16, true);
+  const auto fp8 = first_step("fp8base_fp8", precision::PrecisionMode::fp8_rn, true);
+  for (const char* key : {"reward_mean", "entropy", "response_len_mean"}) EXPECT_EQ(fp16[key], fp8[key]) << key;
+  const auto fp16_bf16_base = first_step("bf16base_fp16", precision::PrecisionMode::fp16, false);
+  const auto fp8_bf16_base = first_step("bf16base_fp8", precision::PrecisionMode::fp8_rn, false);
+  EXPECT_NE(fp16_bf16_base["entropy"], fp8_bf16_base["entropy"]) << "FP8 of a BF16 base is not the BF16 base";
+}
+
 // A corrupted newest checkpoint is detected and named; the previous one still loads.
 // grpo.logprob_chunk_rows splits each minibatch's forward/backward into row chunks (gradients
 // accumulated in FP32, the loss normalized by the whole minibatch): the same training up to float

@@ -19,6 +19,7 @@ namespace unstuck::train {
 struct GrpoConfig {
   std::string base_model = "runs/sft-countdown/model";  // policy directory (an SFT output)
   bool round_base_to_bf16 = false;  // put the base weights on the BF16 grid before training
+  bool round_base_to_fp8 = false;   // or on fp8_rn's grid (E4M3, the base's channel scales) in every mode
   int64_t steps = 100;              // rollout batches (policy updates when minibatches = 1)
   int64_t prompts_per_step = 32;    // prompts sampled per rollout batch
   int64_t group_size = 8;           // completions per prompt (the GRPO group)
@@ -57,6 +58,10 @@ struct GrpoConfig {
     v("round_base_to_bf16", round_base_to_bf16,
       "round the base weights to BF16 (nearest) first, so the FP32 master starts on the BF16 grid "
       "as released checkpoints do");
+    v("round_base_to_fp8", round_base_to_fp8,
+      "instead, round the base weights to nearest on the FP8 E4M3 grid of precision.mode fp8_rn (per-channel "
+      "power-of-two scales of the base; the other tensors to BF16) in every mode, so FP16 and FP8 arms start from "
+      "the same weights; CPU only");
     v("steps", steps, "rollout batches to train on");
     v("prompts_per_step", prompts_per_step, "prompts per rollout batch");
     v("group_size", group_size, "completions sampled per prompt (the GRPO group, >= 2)");

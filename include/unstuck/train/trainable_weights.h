@@ -208,6 +208,13 @@ void materialize_compute_slice(const precision::PrecisionConfig& precision, uint
                                const float* master, int64_t begin, int64_t n, void* out, int64_t step,
                                const Fp8Channels* fp8 = nullptr);
 
+// grpo.round_base_to_fp8: the FP32 base put on fp8_rn's grid in place (FP8 channels by their own
+// scales, computed from this master; every other element to nearest BF16), as FP32 values; CPU.
+void round_base_to_fp8_(torch::Tensor& master, const model::ParamLayout& layout, int threads = 0);
+// The same for global elements [begin, begin + n) of a base, in place, with the unrounded base's
+// channels (fp8_channels of it).
+void round_base_to_fp8(float* x, int64_t begin, int64_t n, const Fp8Channels& channels, int threads = 0);
+
 // grpo.round_base_to_bf16: the FP32 base rounded to nearest BF16, or onto the grid of
 // precision.analog_mantissa_bits when that is set (1-6), as FP32 again (on master's device).
 torch::Tensor round_base_to_grid(const torch::Tensor& master, int analog_mantissa_bits);
