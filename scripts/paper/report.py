@@ -302,7 +302,8 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         phase, phase_json = None, None
         for name in names:
             path = os.path.join(os.path.dirname(plots_dir), name, "phase.json")
-            candidate = json.load(open(path)) if paper and os.path.exists(path) else None
+            # (an FP8 sweep's report embeds no BF16 diagram: its arm names would read as FP8's)
+            candidate = json.load(open(path)) if paper and not fp8 and os.path.exists(path) else None
             if candidate and candidate.get("base") == sweep.get("base"):
                 phase, phase_json = candidate, path
         if phase:
@@ -322,7 +323,7 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         for name in ("quick-analog", "quick-analog-pool"):
             path = os.path.join(os.path.dirname(plots_dir), name, "summary.json")
             sm = json.load(open(path)) if os.path.exists(path) and os.path.abspath(path) != summary_path else None
-            if sm and sm.get("base") == sweep.get("base") and own["bits"] == [0]:
+            if sm and sm.get("base") == sweep.get("base") and own["bits"] == [0] and not fp8:
                 sm["results"] = os.path.join(os.path.dirname(path), sm["results"])
                 others.append(sm)
         if others:
@@ -339,7 +340,8 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
     if fp8:  # the rules' texts name BF16's arms: here they are FP8's
         for bf16, fp8_name in (("BF16-RN", "FP8-RN"), ("BF16-SR", "FP8-SR"), ("BF16 round-to-nearest", "FP8 round-to-nearest"),
                                ("BF16 with stochastic rounding", "FP8 with stochastic rounding"),
-                               ("FP16 vs BF16 vs", "FP16 vs FP8 vs")):
+                               ("FP16 vs BF16 vs", "FP16 vs FP8 vs"), ("BF16 at a higher LR", "FP8 at a higher LR"),
+                               ("* *bf16_sr*:", "* *FP8-SR @ x* (arm bf16_sr):")):
             text = text.replace(bf16, fp8_name)
     tmp = a.results + ".tmp"
     with open(tmp, "w") as f:
