@@ -2,8 +2,8 @@
 // verifier its "task" names, or by a run config's reward section (--config: its verifier, or its
 // reward.function / reward.command on reward workers, or its reward.terms); each scorer's lines in
 // one batch. Writes each input line plus "reward" and "status" (and "error" for a scorer's failure,
-// "reward_extra" for its named numbers, "reward_terms" for each term's reward), and prints the count, the mean reward and the status histogram. Every
-// line is checked before anything is written.
+// "reward_extra" for its named numbers, "reward_terms" for each term's reward), and prints the count,
+// the mean reward and the status histogram. Every line is checked before anything is written.
 #include <CLI/CLI.hpp>
 #include <array>
 #include <cstdio>

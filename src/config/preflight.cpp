@@ -113,10 +113,8 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
                      "grpo.ref_metrics_every: 0 with grpo.kl_coef: 0 keeps no reference", ""});
   parts.push_back({"optimizer scratch slice", "min(parameters, 2^22)", std::min(P, kSliceElems) * cb, "", ""});
   if (precision::is_fp8(c.precision.mode)) {
-    double channels = 0;  // output channels of the linear layers: an amax and an exponent each
-    for (const model::LayerTensor& t : model::layer_tensors(m))
-      if (t.shape.size() == 2) channels += double(t.shape[0]);
-    channels *= double(m.n_layers);
+    // The output channels of the linear layers: an amax and an exponent each.
+    const double channels = double(precision::fp8_channel_count(model::llama_layout(m).fp8_matrices()));
     parts.push_back({"FP8 channel maxima and exponents", mk, channels * 8, "", ""});
     parts.push_back({"FP8 update slice (the fused AdamW's discarded BF16 output)", "min(parameters, 2^22)",
                      std::min(P, kSliceElems) * 2, "", ""});

@@ -153,6 +153,17 @@ std::vector<precision::Segment> ParamLayout::segments() const {
   return out;
 }
 
+std::vector<precision::Fp8Matrix> ParamLayout::fp8_matrices() const {
+  std::vector<precision::Fp8Matrix> out;
+  uint64_t rows = 0;
+  for (const ParamEntry& e : entries) {
+    if (e.shape.size() != 2 || e.name.rfind("model.layers.", 0) != 0) continue;
+    out.push_back({uint64_t(e.offset), uint64_t(e.shape[0]), uint64_t(e.shape[1]), rows});
+    rows += uint64_t(e.shape[0]);
+  }
+  return out;
+}
+
 ParamLayout llama_layout(const ModelConfig& c) {
   validate_model_config(c);
   ParamLayout layout;

@@ -90,18 +90,27 @@ class TermsVerifier : public Verifier {
 
 constexpr std::size_t kMaxTerms = 16;
 
+// "math, arithmetic, countdown, code": the names make_verifier() knows, for errors.
+std::string known_verifiers() {
+  std::string known;
+  for (const std::string& n : verifier_names()) known += (known.empty() ? "" : ", ") + n;
+  return known;
+}
+
+// A scorer that can fail on a completion (reward_error): user code on workers, or the code sandbox.
+bool can_fail(const std::string& verifier, const FunctionConfig& function, const std::vector<std::string>& command) {
+  return !function.path.empty() || !command.empty() || verifier == "code";
+}
+
 // One scorer: at most one of verifier, function.path, command (at least one in a term, `term` its
 // key), and the worker options of a function or command. `p` prefixes the keys ("reward.").
 void validate_scorer(const std::string& verifier, const FunctionConfig& f, const std::vector<std::string>& command,
                      const std::string& p, const std::string& term) {
   if (!verifier.empty()) {
     const auto names = verifier_names();
-    if (std::find(names.begin(), names.end(), verifier) == names.end()) {
-      std::string known;
-      for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-      throw UserError(p + "verifier: unknown verifier '" + verifier + "' (known: " + known +
+    if (std::find(names.begin(), names.end(), verifier) == names.end())
+      throw UserError(p + "verifier: unknown verifier '" + verifier + "' (known: " + known_verifiers() +
                       (term.empty() ? "; empty: the one data.task names)" : ")"));
-    }
   }
   const bool function = !f.path.empty(), has_command = !command.empty();
   const std::string several = term.empty() ? "one of them scores (for several, use reward.terms)" : "a term has one scorer";
@@ -198,8 +207,7 @@ ErrorLimit error_limit(const RewardConfig& config, const std::string& verifier_n
   ErrorLimit limit{1.0, "", "reward.terms"};
   for (std::size_t i = 0; i < config.terms.size(); ++i) {
     const RewardTerm& t = config.terms[i];
-    const bool can_fail = !t.function.path.empty() || !t.command.empty() || t.verifier == "code";
-    if (can_fail && (limit.key.empty() || t.function.max_error_frac < limit.max_frac))
+    if (can_fail(t.verifier, t.function, t.command) && (limit.key.empty() || t.function.max_error_frac < limit.max_frac))
       limit = {t.function.max_error_frac, "reward.terms[" + std::to_string(i) + "].function.max_error_frac", "reward.terms"};
   }
   return limit;
@@ -207,7 +215,7 @@ ErrorLimit error_limit(const RewardConfig& config, const std::string& verifier_n
 
 bool scorer_can_fail(const RewardConfig& config, const std::string& verifier_name) {
   if (!config.terms.empty()) return !error_limit(config, verifier_name).key.empty();
-  return !config.function.path.empty() || !config.command.empty() || verifier_name == "code";
+  return can_fail(verifier_name, config.function, config.command);
 }
 
 std::string verifier_name(const RewardConfig& config, const std::string& data_task) {
@@ -243,9 +251,7 @@ std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardCon
   } else if (name == "countdown") {
     correctness = make_countdown_verifier(config);
   } else {
-    std::string known;
-    for (const std::string& n : verifier_names()) known += (known.empty() ? "" : ", ") + n;
-    throw UserError("unknown verifier '" + name + "' (known: " + known + ")");
+    throw UserError("unknown verifier '" + name + "' (known: " + known_verifiers() + ")");
   }
   return std::make_unique<FormatCreditVerifier>(std::move(correctness), config);
 }

@@ -26,6 +26,7 @@
 #include "unstuck/train/grpo.h"
 #include "unstuck/train/policy_dir.h"
 #include "unstuck/train/torch_device.h"
+#include "unstuck/train/trainable_weights.h"
 
 namespace unstuck::train {
 namespace {
@@ -153,19 +154,15 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   plan.ctx.stop_ids = stop_token_ids(base, plan.hf.tokens.eos_ids, plan.ctx.tokenizer, plan.config.model.vocab_size);
   check_weight_files(plan);
   mark("tokenizer and config");
-  if (precision::is_fp8(plan.config.precision.mode) && plan.device.kind != DeviceKind::cpu)
-    throw UserError(std::string("precision.mode ") + config::enum_name(plan.config.precision.mode) +
-                    " runs on the CPU only so far (no FP8 device kernels), and run.device resolves to " +
-                    plan.device.name() + ": set run.device: cpu");
-  if (plan.config.precision.analog_mantissa_bits > 0 && plan.device.kind != DeviceKind::cpu)
-    throw UserError("precision.analog_mantissa_bits (the grid-scaled analog) runs on the CPU only, and run.device "
-                    "resolves to " + plan.device.name() + ": set run.device: cpu");
+  if (const std::string cpu_only = cpu_only_precision(plan.config.precision);
+      !cpu_only.empty() && plan.device.kind != DeviceKind::cpu)
+    throw UserError(cpu_only + ", and run.device resolves to " + plan.device.name() + ": set run.device: cpu");
   // The data: prompts longer than max_seq_len - max_new_tokens are dropped and counted.
   plan_train_data(plan);
   mark("data");
-  // reward.function / reward.command / the code verifier (or reward.terms with them): one worker (one sandbox) starts and proves it
-  // can score, then stops (the trainer starts its own): a scorer that cannot start is refused before
-  // anything is written.
+  // reward.function / reward.command / the code verifier (or reward.terms with them): one worker (one
+  // sandbox) starts and proves it can score, then stops (the trainer starts its own): a scorer that
+  // cannot start is refused before anything is written.
   const reward::RewardConfig& rc = plan.config.reward;
   const std::string verifier = reward::verifier_name(rc, config::enum_name(plan.config.data.task));
   if (reward::scorer_can_fail(rc, verifier)) {

@@ -104,22 +104,20 @@ void round_base_to_grid_(torch::Tensor& master, int analog_mantissa_bits) {
   }
 }
 
-std::vector<precision::Fp8Matrix> fp8_matrices(const model::ParamLayout& layout) {
-  std::vector<precision::Fp8Matrix> out;
-  uint64_t rows = 0;
-  for (const model::ParamEntry& e : layout.entries) {
-    const bool linear = e.shape.size() == 2 && e.name.rfind("model.layers.", 0) == 0;
-    if (!linear) continue;
-    out.push_back({uint64_t(e.offset), uint64_t(e.shape[0]), uint64_t(e.shape[1]), rows});
-    rows += uint64_t(e.shape[0]);
-  }
-  return out;
+namespace {
+
+// The channels' exponents from their maxima.
+void set_fp8_exponents(const std::vector<float>& amax, std::vector<int32_t>& exponent) {
+  exponent.resize(amax.size());
+  for (std::size_t i = 0; i < amax.size(); ++i) exponent[i] = precision::fp8_scale_exponent(amax[i]);
 }
+
+}  // namespace
 
 Fp8Channels fp8_channels(const model::ParamLayout& layout, const std::function<void(int64_t, int64_t, float*)>& read,
                          int threads) {
   Fp8Channels c;
-  c.matrices = fp8_matrices(layout);
+  c.matrices = layout.fp8_matrices();
   std::vector<float> amax(precision::fp8_channel_count(c.matrices), 0.0f);
   const int64_t slice = std::min(kSliceElems, std::max<int64_t>(layout.total, 1));
   std::vector<float> host(static_cast<std::size_t>(slice));
@@ -128,13 +126,30 @@ Fp8Channels fp8_channels(const model::ParamLayout& layout, const std::function<v
     read(b, n, host.data());
     precision::fp8_channel_amax(host.data(), std::size_t(n), uint64_t(b), c.matrices, amax.data(), {threads});
   }
-  c.exponent.resize(amax.size());
-  for (std::size_t i = 0; i < amax.size(); ++i) c.exponent[i] = precision::fp8_scale_exponent(amax[i]);
+  set_fp8_exponents(amax, c.exponent);
   return c;
 }
 
+Fp8Channels fp8_channels(const model::ParamLayout& layout, const float* master, int threads) {
+  Fp8Channels c;
+  c.matrices = layout.fp8_matrices();
+  std::vector<float> amax(precision::fp8_channel_count(c.matrices), 0.0f);
+  precision::fp8_channel_amax(master, std::size_t(layout.total), 0, c.matrices, amax.data(), {threads});
+  set_fp8_exponents(amax, c.exponent);
+  return c;
+}
+
+std::string cpu_only_precision(const precision::PrecisionConfig& precision) {
+  if (precision::is_fp8(precision.mode))
+    return std::string("precision.mode ") + config::enum_name(precision.mode) +
+           " runs on the CPU only so far (no FP8 device kernels)";
+  if (precision.analog_mantissa_bits > 0)
+    return "precision.analog_mantissa_bits (the grid-scaled analog) runs on the CPU only";
+  return "";
+}
+
 void round_base_to_fp8(float* x, int64_t begin, int64_t n, const Fp8Channels& channels, int threads) {
-  std::vector<uint16_t> bits(static_cast<std::size_t>(kSliceElems));
+  std::vector<uint16_t> bits(static_cast<std::size_t>(std::min(kSliceElems, std::max<int64_t>(n, 1))));
   for (int64_t b = 0; b < n; b += kSliceElems) {
     const int64_t m = std::min(kSliceElems, n - b);
     precision::materialize_fp8(x + b, bits.data(), std::size_t(m), uint64_t(begin + b), channels.matrices,
@@ -147,9 +162,7 @@ void round_base_to_fp8_(torch::Tensor& master, const model::ParamLayout& layout,
   if (!master.is_cpu() || master.scalar_type() != torch::kFloat32 || !master.is_contiguous())
     throw UserError("grpo.round_base_to_fp8: the base must be a contiguous FP32 buffer in host memory");
   float* x = master.data_ptr<float>();
-  const Fp8Channels channels =
-      fp8_channels(layout, [x](int64_t b, int64_t n, float* out) { std::copy(x + b, x + b + n, out); }, threads);
-  round_base_to_fp8(x, 0, master.numel(), channels, threads);
+  round_base_to_fp8(x, 0, master.numel(), fp8_channels(layout, x, threads), threads);
 }
 
 bool TrainableWeights::on_device() const { return master_.is_cuda(); }
@@ -168,13 +181,7 @@ void TrainableWeights::materialize_analog(const float* master_data, int64_t begi
 
 void TrainableWeights::materialize_compute(const torch::Tensor& full_master) {
   if (analog_grid()) return materialize_analog(full_master.data_ptr<float>(), 0, total_);
-  if (fp8()) {
-    precision::materialize_fp8(full_master.data_ptr<float>(), static_cast<uint16_t*>(compute_all_.data_ptr()),
-                               std::size_t(total_), 0, fp8_->matrices, fp8_->exponent.data(),
-                               precision_.mode == precision::PrecisionMode::fp8_sr,
-                               {rounding_seed_, uint64_t(adam_step_)}, {precision_.threads});
-    return;
-  }
+  if (fp8()) return materialize_slice(full_master.data_ptr<float>(), 0, total_, compute_all_.data_ptr(), adam_step_);
   const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
   if (on_device()) {
 #if defined(UNSTUCK_HAVE_CUDA)
@@ -215,13 +222,8 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
   } else if (!master.is_cpu()) {
     throw UserError("trainable weights: unsupported device " + master.device().str() + " (cpu or cuda)");
   }
-  if (precision.analog_mantissa_bits > 0 && !master.is_cpu())
-    throw UserError("precision.analog_mantissa_bits (the grid-scaled analog) runs on the CPU only, and the master "
-                    "is on " + master.device().str() + ": set run.device: cpu");
-  if (precision::is_fp8(precision.mode) && !master.is_cpu())
-    throw UserError(std::string("precision.mode ") + config::enum_name(precision.mode) +
-                    " runs on the CPU only so far (no FP8 device kernels), and the master is on " + master.device().str() +
-                    ": set run.device: cpu");
+  if (const std::string cpu_only = cpu_only_precision(precision); !cpu_only.empty() && !master.is_cpu())
+    throw UserError(cpu_only + ", and the master is on " + master.device().str() + ": set run.device: cpu");
   total_ = layout.total;
   const int64_t blocks = (total_ + kNormBlock - 1) / kNormBlock;
   shard_size_ = (blocks + world - 1) / world * kNormBlock;
@@ -252,9 +254,7 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
   compute_ = compute_all_.narrow(0, 0, total_);
   scratch_ = torch::empty({std::min(kSliceElems, std::max<int64_t>(owned_, 1))}, compute_all_.options());
   if (fp8()) {
-    const float* full = master.data_ptr<float>();
-    fp8_ = std::make_unique<Fp8Channels>(fp8_channels(
-        layout, [full](int64_t b, int64_t n, float* out) { std::copy(full + b, full + b + n, out); }, precision_.threads));
+    fp8_ = std::make_unique<Fp8Channels>(fp8_channels(layout, master.data_ptr<float>(), precision_.threads));
     fp8_discard_ = torch::empty({scratch_.numel()}, compute_all_.options());
   }
   if (!fp32) materialize_compute(master);
@@ -504,7 +504,7 @@ void TrainableWeights::update_fp8_exponents() {
     for (std::size_t r = 1; r < std::size_t(comm_->world_size()); ++r)
       for (std::size_t i = 0; i < amax.size(); ++i) amax[i] = std::max(amax[i], all[r * amax.size() + i]);
   }
-  for (std::size_t i = 0; i < amax.size(); ++i) fp8_->exponent[i] = precision::fp8_scale_exponent(amax[i]);
+  set_fp8_exponents(amax, fp8_->exponent);
 }
 
 void TrainableWeights::fp8_update(const precision::AdamWHyper& hyper, precision::SrKey key,

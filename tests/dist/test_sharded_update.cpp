@@ -122,7 +122,7 @@ TEST(ShardedUpdate, TwoRanksAreBitIdenticalToOneProcess) {
   constexpr int64_t kNormBlock = 1 << 14;  // shards start on these (trainable_weights.cpp)
   const int64_t shard = (layout.total + 2 * kNormBlock - 1) / (2 * kNormBlock) * kNormBlock;
   bool split = false;
-  for (const precision::Fp8Matrix& m : train::fp8_matrices(layout))
+  for (const precision::Fp8Matrix& m : layout.fp8_matrices())
     split = split || (int64_t(m.offset) < shard && shard < int64_t(m.offset + m.rows * m.cols) &&
                       (shard - int64_t(m.offset)) % int64_t(m.cols) != 0);
   EXPECT_TRUE(split) << "no FP8 row crosses the shard boundary at " << shard;

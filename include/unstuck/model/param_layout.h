@@ -9,6 +9,7 @@
 
 #include "unstuck/model/model_config.h"
 #include "unstuck/precision/fused_adamw.h"
+#include "unstuck/precision/rounding.h"
 
 namespace unstuck::model {
 
@@ -35,6 +36,9 @@ struct ParamLayout {
   const ParamEntry* find(const std::string& name) const;
   // One optimizer segment per tensor (global offsets).
   std::vector<precision::Segment> segments() const;
+  // precision.mode fp8_rn / fp8_sr: the matrices whose rows are FP8 channels, every 2-D tensor of the
+  // transformer blocks (the attention and MLP projections; not the embedding or the head), in order.
+  std::vector<precision::Fp8Matrix> fp8_matrices() const;
 };
 
 // One tensor of a transformer block: name suffix after "model.layers.{i}.", shape, decay. The one

@@ -36,12 +36,16 @@ struct Fp8Channels {
   std::vector<precision::Fp8Matrix> matrices;
   std::vector<int32_t> exponent;  // per channel: fp8_scale_exponent of its largest finite |x|
 };
-// The FP8 matrices of `layout`, in offset order.
-std::vector<precision::Fp8Matrix> fp8_matrices(const model::ParamLayout& layout);
 // The channels of a whole master read a slice at a time: read(begin, n, out) writes FP32 elements
 // [begin, begin + n) of it into out[0, n).
 Fp8Channels fp8_channels(const model::ParamLayout& layout, const std::function<void(int64_t, int64_t, float*)>& read,
                          int threads = 0);
+// The same for a whole master in host memory (layout.total elements).
+Fp8Channels fp8_channels(const model::ParamLayout& layout, const float* master, int threads = 0);
+
+// The setting of `precision` that runs on the CPU only, as errors name it ("precision.mode fp8_sr
+// runs on the CPU only so far (no FP8 device kernels)"), or "" when it runs anywhere.
+std::string cpu_only_precision(const precision::PrecisionConfig& precision);
 
 struct OptimizerStepStats {
   bool skipped = false;        // FP16 modes: the gradients overflowed and the step was skipped
