@@ -96,6 +96,7 @@ void add_train(CLI::App& app) {
     RunConfig cfg = load_train_config(a->config, a->resume, a->overrides);
     // Several ranks when started by `unstuck launch`, torchrun or Slurm (RANK, WORLD_SIZE, ...).
     const auto comm = dist::make_communicator(cfg.dist, dist::launch_env_from_environment());
+    train::keep_stop_signals_after_a_failed_run();  // a failure's one line is printed before any SIGTERM ends us
     const train::GrpoResult r = train::run_grpo(std::move(cfg), a->resume, comm.get());
     if (comm->rank() == 0) {  // rank 0 reports for the run
       if (r.interrupted)

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "unstuck/common/error.h"
+#include "unstuck/config/config.h"
 
 extern char** environ;
 
@@ -158,6 +159,12 @@ int launch_local(const LaunchOptions& o, std::ostream& log) {
           stopping = true;
           signal_all(SIGTERM);
           kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(o.grace_s * 1000));
+        } else if (stopping && WIFSIGNALED(status) && WTERMSIG(status) != SIGTERM) {
+          // Not the stop it was sent: killed after the grace period, or by something else.
+          const bool ours = WTERMSIG(status) == SIGKILL && kill_at == std::chrono::steady_clock::time_point::max();
+          log << "launch: rank " << rank_of(i) << " (pid " << pid << ") " << describe(status)
+              << (ours ? " (it did not stop within the grace period of " + config::format_double(o.grace_s) + " s)" : "")
+              << std::endl;
         }
       }
       continue;

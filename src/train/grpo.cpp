@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <exception>
 #include <optional>
 
 #include "train/grpo_metrics.h"
@@ -38,20 +39,25 @@ namespace {
 std::atomic<bool> g_stop_requested{false};
 extern "C" void request_stop(int) { g_stop_requested = true; }
 
-// Installs the stop handlers for the lifetime of a run and restores the previous ones after.
+std::atomic<bool> g_keep_after_failure{false};  // keep_stop_signals_after_a_failed_run()
+
+// Installs the stop handlers for the lifetime of a run and restores the previous ones after it,
+// except after a failed run in a process that asked to keep them (keep_stop_signals_after_a_failed_run).
 class StopSignals {
  public:
-  StopSignals() {
+  StopSignals() : exceptions_(std::uncaught_exceptions()) {
     g_stop_requested = false;
     prev_int_ = std::signal(SIGINT, request_stop);
     prev_term_ = std::signal(SIGTERM, request_stop);
   }
   ~StopSignals() {
+    if (g_keep_after_failure && std::uncaught_exceptions() > exceptions_) return;  // failing
     std::signal(SIGINT, prev_int_);
     std::signal(SIGTERM, prev_term_);
   }
 
  private:
+  int exceptions_;
   void (*prev_int_)(int);
   void (*prev_term_)(int);
 };
@@ -209,6 +215,8 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
 }
 
 }  // namespace
+
+void keep_stop_signals_after_a_failed_run() { g_keep_after_failure = true; }
 
 // The set-up of a run, each stage once: resolve and check (nothing written), open the run
 // directory, load the base weights into the trainer, train.

@@ -30,6 +30,13 @@ struct GrpoResult {
 GrpoResult run_grpo(RunConfig config, const std::filesystem::path& resume = {},
                     dist::Communicator* comm = nullptr);
 
+// For a process that ends with its run (`unstuck train`): after a failed run the SIGINT/SIGTERM stop
+// handlers stay installed while the error travels up to be printed. A launcher stops the other ranks
+// with SIGTERM as soon as one dies; with the default handler back, a survivor that had already left
+// its run would die of that SIGTERM before printing why it failed. Off by default: an embedding
+// process gets its previous handlers back after every run.
+void keep_stop_signals_after_a_failed_run();
+
 // The checkpoint to resume from for `path` (a checkpoint directory, or a run directory's newest).
 // Throws UserError when there is none.
 std::filesystem::path resolve_resume_checkpoint(const std::filesystem::path& path);
