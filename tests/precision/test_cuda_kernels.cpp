@@ -1,6 +1,7 @@
 // The CUDA precision kernels against the scalar CPU reference (round_math.h called per element,
 // here in the test) and the CPU entry points: materialize for every RoundMode, fused AdamW on a
-// shard with unaligned segments, the non-finite count, all bit for bit. Without a usable device
+// shard with unaligned segments, the FP8 channel maxima and rounding, the non-finite count, all bit
+// for bit. Without a usable device
 // the CUDA tests skip with the reason; the cuda_info test runs everywhere.
 #include <gtest/gtest.h>
 
@@ -40,6 +41,7 @@ TEST(CudaInfo, DeviceCountAnswersWithoutCrashingAndSaysWhyNot) {
 
 #include "precision/precision_test_util.h"
 #include "unstuck/precision/cuda_kernels.h"
+#include "unstuck/precision/fp8.h"
 #include "unstuck/precision/fused_adamw.h"
 #include "unstuck/precision/round_math.h"
 #include "unstuck/precision/rounding.h"
@@ -545,6 +547,67 @@ TEST(CudaCountNonfinite, CountsNanAndInfAtAnyAlignmentAndLength) {
       for (std::size_t i = 0; i < n; ++i) want += std::isfinite(x[i]) ? 0 : 1;
       EXPECT_EQ(count_nonfinite_cuda(d_x.get<const float>(shift * 4), n), want)
           << "n=" << n << " shift=" << shift;
+    }
+  }
+}
+
+// ---- FP8 compute weights
+// ---------------------------------------------------------------------------
+
+// fp8_channel_amax_cuda and materialize_fp8_cuda give the CPU entry points' bits: the channel maxima
+// (NaN and Inf left out), then RN and SR rounding with the exponents from them, on the whole buffer
+// and on two shards cut inside a row (a row's partial maxima combine by max). Three matrices with
+// other tensors around them, row lengths that are no multiple of a warp, and rows with varied scales,
+// some beyond FP32's normal range (the double path of the rule).
+TEST(CudaFp8, ChannelMaximaAndRoundingMatchTheCpuBitForBit) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<Fp8Matrix> matrices{{128, 7, 33, 0}, {512, 300, 97, 7}, {30000, 3, 1000, 307}};
+  const std::size_t n = 33500, rows = std::size_t(fp8_channel_count(matrices));
+  std::vector<float> x = test_inputs(n, 71);
+  for (std::size_t i = 128; i < n; ++i) x[i] = float(std::ldexp(double(x[i]), -int((i / 97) % 60)));
+  x[140] = NAN;
+  x[600] = INFINITY;
+  std::vector<float> cpu_amax(rows, 0.0f);
+  fp8_channel_amax(x.data(), n, 0, matrices, cpu_amax.data(), {1});
+  DeviceBuffer d_x(n * 4), d_amax(rows * 4), d_exp(rows * 4), d_out(n * 2);
+  ASSERT_CUDA(cudaMemcpy(d_x.get(), x.data(), n * 4, cudaMemcpyHostToDevice));
+  const std::size_t cut = 512 + 97 * 150 + 40;  // inside row 150 of the second matrix
+  for (const bool sharded : {false, true}) {
+    ASSERT_CUDA(cudaMemset(d_amax.get(), 0, rows * 4));
+    if (sharded) {
+      fp8_channel_amax_cuda(d_x.get<const float>(), cut, 0, matrices, d_amax.get<float>());
+      fp8_channel_amax_cuda(d_x.get<const float>() + cut, n - cut, cut, matrices, d_amax.get<float>());
+    } else {
+      fp8_channel_amax_cuda(d_x.get<const float>(), n, 0, matrices, d_amax.get<float>());
+    }
+    std::vector<float> gpu_amax(rows);
+    ASSERT_CUDA(cudaMemcpy(gpu_amax.data(), d_amax.get(), rows * 4, cudaMemcpyDeviceToHost));
+    for (std::size_t r = 0; r < rows; ++r)
+      ASSERT_EQ(float_bits(gpu_amax[r]), float_bits(cpu_amax[r])) << "channel " << r << " sharded " << sharded;
+  }
+  std::vector<int32_t> exponent(rows);
+  for (std::size_t r = 0; r < rows; ++r) exponent[r] = fp8_scale_exponent(cpu_amax[r]);
+  exponent[0] = 140;   // beyond FP32's normal powers: the double path
+  exponent[1] = -140;
+  ASSERT_CUDA(cudaMemcpy(d_exp.get(), exponent.data(), rows * 4, cudaMemcpyHostToDevice));
+  const SrKey key{0xFEEDull, 5};
+  for (const bool sr : {false, true}) {
+    std::vector<uint16_t> cpu(n), gpu(n);
+    materialize_fp8(x.data(), cpu.data(), n, 0, matrices, exponent.data(), sr, key, {2});
+    for (const bool sharded : {false, true}) {
+      ASSERT_CUDA(cudaMemset(d_out.get(), 0xFF, n * 2));
+      if (sharded) {
+        materialize_fp8_cuda(d_x.get<const float>(), d_out.get<uint16_t>(), cut, 0, matrices,
+                             d_exp.get<const int32_t>(), sr, key);
+        materialize_fp8_cuda(d_x.get<const float>() + cut, d_out.get<uint16_t>() + cut, n - cut, cut, matrices,
+                             d_exp.get<const int32_t>(), sr, key);
+      } else {
+        materialize_fp8_cuda(d_x.get<const float>(), d_out.get<uint16_t>(), n, 0, matrices,
+                             d_exp.get<const int32_t>(), sr, key);
+      }
+      ASSERT_CUDA(cudaMemcpy(gpu.data(), d_out.get(), n * 2, cudaMemcpyDeviceToHost));
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_EQ(gpu[i], cpu[i]) << "element " << i << (sr ? " SR" : " RN") << " sharded " << sharded;
     }
   }
 }

@@ -34,6 +34,15 @@ inline AdamWStepStats fused_adamw_cuda(const AdamWBuffers& buffers,
   return fused_adamw_cuda(buffers, segments, adamw_scalars(hyper), mode, key, stream);
 }
 
+// Device versions of fp8_channel_amax() and materialize_fp8() (rounding.h), same bits: `amax` (one
+// non-negative float per channel, combined by max) and `exponent` are device pointers, `matrices` the
+// host table. Asynchronous on `stream`.
+void fp8_channel_amax_cuda(const float* master, std::size_t n, uint64_t global_offset,
+                           const std::vector<Fp8Matrix>& matrices, float* amax, void* stream = nullptr);
+void materialize_fp8_cuda(const float* master, uint16_t* compute, std::size_t n, uint64_t global_offset,
+                          const std::vector<Fp8Matrix>& matrices, const int32_t* exponent, bool stochastic,
+                          SrKey key, void* stream = nullptr);
+
 // Number of elements of x[0, n) that are NaN or +-Inf. Waits for `stream`.
 std::size_t count_nonfinite_cuda(const float* x, std::size_t n, void* stream = nullptr);
 
