@@ -120,4 +120,9 @@ uint64_t adamw_avx2(const AdamWRange& range, const AdamWScalars& s, RoundMode mo
   return adamw_dispatch<Avx2Ops>(range, s, mode, key);
 }
 
+void fp8_avx2(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up,
+               bool stochastic, SrKey key) {
+  SimdKernels<Avx2Ops>::fp8_range(src, dst, n, index0, down, up, stochastic, key);
+}
+
 }  // namespace unstuck::precision::cpu

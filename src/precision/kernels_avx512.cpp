@@ -118,4 +118,9 @@ uint64_t adamw_avx512(const AdamWRange& range, const AdamWScalars& s, RoundMode 
   return adamw_dispatch<Avx512Ops>(range, s, mode, key);
 }
 
+void fp8_avx512(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up,
+               bool stochastic, SrKey key) {
+  SimdKernels<Avx512Ops>::fp8_range(src, dst, n, index0, down, up, stochastic, key);
+}
+
 }  // namespace unstuck::precision::cpu

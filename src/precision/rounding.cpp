@@ -57,6 +57,15 @@ void round_range(const float* src, void* dst, std::size_t n, RoundMode mode, SrK
   }
 }
 
+void fp8_range(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up,
+               bool stochastic, SrKey key, SimdLevel simd) {
+  switch (simd) {
+    case SimdLevel::avx512: return fp8_avx512(src, dst, n, index0, down, up, stochastic, key);
+    case SimdLevel::avx2: return fp8_avx2(src, dst, n, index0, down, up, stochastic, key);
+    case SimdLevel::scalar: return fp8_scalar(src, dst, n, index0, down, up, stochastic, key);
+  }
+}
+
 }  // namespace cpu
 
 void materialize(const float* master, void* compute, std::size_t n, RoundMode mode, SrKey key,
@@ -146,27 +155,13 @@ void materialize_fp8(const float* master, uint16_t* compute, std::size_t n, uint
   for_each_fp8_piece(matrices, global_offset, n, options, [&](const Fp8Piece& p) {
     const int e = exponent[p.channel];
     const double down = fp8_pow2(-e), up = fp8_pow2(e);
-    const bool fast = e >= -126 && e <= 126;
-    // The SR words of one FP16-schedule tile (64 elements, 16 Philox blocks), computed once per tile:
-    // word j of tile T is sr_bits_fp16(seed, step, 64 T + j).
-    uint32_t words[kFp16SrTile];
-    uint64_t tile = ~uint64_t(0);
-    for (uint64_t i = p.first; i < p.end; ++i) {
-      uint32_t r32 = 0;
-      if (stochastic) {
-        if (i / kFp16SrTile != tile) {
-          tile = i / kFp16SrTile;
-          for (uint64_t k = 0; k < 16; ++k) {
-            const Philox4x32 block = sr_block(key.seed, key.step, tile * 16 + k);
-            for (uint64_t w = 0; w < 4; ++w) words[w * 16 + k] = block.v[w];
-          }
-        }
-        r32 = words[i % kFp16SrTile];
-      }
-      const float x = master[i - global_offset];
-      compute[i - global_offset] = fast ? fp8_e4m3_scaled_fast(x, float(down), float(up), stochastic, r32)
-                                        : fp8_e4m3_scaled_by(x, down, up, stochastic, r32);
-    }
+    const std::size_t at = std::size_t(p.first - global_offset);
+    if (e >= -126 && e <= 126)  // powers that are normal floats: the FP32 path, vectorized
+      return cpu::fp8_range(master + at, compute + at, std::size_t(p.end - p.first), p.first, float(down),
+                            float(up), stochastic, key, options.simd);
+    for (uint64_t i = p.first; i < p.end; ++i)
+      compute[i - global_offset] = fp8_e4m3_scaled_by(master[i - global_offset], down, up, stochastic,
+                                                      stochastic ? sr_bits_fp16(key.seed, key.step, i) : 0u);
   });
 }
 

@@ -224,6 +224,69 @@ struct SimdKernels {
     return changed + adamw_scalar(sub_range<M>(r, done, sp.tail), s, M, key);
   }
 
+  // One vector of fp8_e4m3_scaled_fast (fp8.h) for one channel's powers down = 2^-e, up = 2^e, lane
+  // for lane (b: FP32 bits in; r: the lanes' sr_bits_fp16 under SR). The BF16 result is left in the
+  // HIGH 16 bits of each lane, as round_vec<bf16_*> leaves it.
+  template <bool kSr>
+  static I fp8_vec(I b, I r, F down, F up) {
+    const auto nan = V::isnan(b);
+    const I sign = V::band(b, V::set1(0x80000000u));
+    const I qb = V::casti(V::mulf(V::castf(V::band(b, V::set1(0x7FFFFFFFu))), down));  // |x| / 2^e, exact
+    // E4M3's normal range: 3 mantissa bits of q's pattern (bf16_coarse_rn / _sr at d = 20).
+    const I bias = kSr ? V::template srli<12>(r)
+                       : V::add(V::set1(0x7FFFFu), V::band(V::template srli<20>(qb), V::set1(1u)));
+    const I normal = V::band(V::add(qb, bias), V::set1(0xFFF00000u));
+    // Subnormals, multiples of 2^-9: y = q x 2^9 in [0, 8); RN to even by the 2^23 shift, SR by
+    // comparing the fraction's top 31 bits with the top 31 random bits.
+    const F y = V::mulf(V::castf(qb), V::set1f(512.0f));
+    F steps;
+    if constexpr (kSr) {
+      const I lo = V::cvtt(y);
+      const F frac = V::subf(y, V::cvt(lo));
+      const auto up_mask = V::cmpgt(V::cvtt(V::mulf(frac, V::set1f(2147483648.0f))), V::template srli<1>(r));
+      steps = V::cvt(V::blend(up_mask, lo, V::add(lo, V::set1(1u))));
+    } else {
+      steps = V::subf(V::addf(y, V::set1f(8388608.0f)), V::set1f(8388608.0f));
+    }
+    const I sub = V::casti(V::mulf(steps, V::set1f(0.001953125f)));
+    const I max448 = V::set1(0x43E00000u);  // 448
+    I q = V::blend(V::cmpgt(qb, V::set1(0x3C7FFFFFu)), sub, normal);  // q >= 2^-6: the normal range
+    q = V::blend(V::cmpgt(q, max448), q, max448);                      // (not reached for q <= 448)
+    q = V::blend(V::cmpgt(qb, max448), q, max448);                     // saturation (and +-Inf)
+    const I v = V::casti(V::mulf(V::castf(q), up));
+    const I h = V::add(v, V::add(V::set1(0x7FFFu), V::band(V::template srli<16>(v), V::set1(1u))));  // bf16_rn
+    return V::blend(nan, V::bor(h, sign), V::set1(0x7FC00000u));
+  }
+
+  template <bool kSr>
+  static void fp8_tiles(const float* src, uint16_t* dst, std::size_t tiles, SrKey key, uint64_t g0, float down,
+                        float up) {
+    const typename V::PhiloxKey philox_key(key.seed, key.step);
+    const F d = V::set1f(down), u = V::set1f(up);
+    I r[kVecs];
+    for (int v = 0; v < kVecs; ++v) r[v] = V::set1(0);
+    for (std::size_t t = 0; t < tiles; ++t) {
+      if constexpr (kSr) tile_bits<RoundMode::fp16_sr>(philox_key, g0 + t * kTile, r);
+      for (int v = 0; v < kVecs; v += 2) {
+        const std::size_t i = t * kTile + std::size_t(v) * W;
+        store_pair<RoundMode::bf16_rn, false>(dst, i, fp8_vec<kSr>(V::load(src + i), r[v], d, u),
+                                              fp8_vec<kSr>(V::load(src + i + W), r[v + 1], d, u));
+      }
+    }
+  }
+
+  static void fp8_range(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up,
+                        bool stochastic, SrKey key) {
+    const Split sp = split(n, index0);
+    fp8_scalar(src, dst, sp.head, index0, down, up, stochastic, key);
+    if (stochastic)
+      fp8_tiles<true>(src + sp.head, dst + sp.head, sp.tiles, key, index0 + sp.head, down, up);
+    else
+      fp8_tiles<false>(src + sp.head, dst + sp.head, sp.tiles, key, index0 + sp.head, down, up);
+    const std::size_t done = sp.head + sp.tiles * kTile;
+    fp8_scalar(src + done, dst + done, sp.tail, index0 + done, down, up, stochastic, key);
+  }
+
   static constexpr std::size_t compute_bytes(RoundMode m) {
     return m == RoundMode::fp32 ? 4 : 2;
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "precision/precision_test_util.h"
+#include "unstuck/common/simd.h"
 #include "unstuck/precision/fp8.h"
 #include "unstuck/precision/round_math.h"
 #include "unstuck/precision/rounding.h"
@@ -186,6 +187,43 @@ TEST(Fp8Rounding, BufferKernelsAreThePerElementRuleForAnySplit) {
           m ? fp8_e4m3_scaled(x[i], exponent[m->first_row + (i - m->offset) / m->cols], sr, sr_bits_fp16(key.seed, key.step, i))
             : sr ? bf16_sr(x[i], sr_bits_bf16(key.seed, key.step, i)) : bf16_rn(x[i]);
       ASSERT_EQ(whole[i], want) << i << (sr ? " SR" : " RN");
+    }
+  }
+}
+
+// The vectorized rows (every SIMD level usable here) are the per-element rule bit for bit: long rows
+// at unaligned global offsets (scalar heads and tails around whole tiles), the edge values, the
+// subnormal range and exact ties in every row, exponents of both signs and the double path's.
+TEST(Fp8Rounding, EverySimdLevelIsThePerElementRule) {
+  const std::vector<Fp8Matrix> matrices{{77, 6, 1000, 0}, {6200, 4, 517, 6}};
+  const std::size_t n = 8400;
+  std::vector<float> x = testing::stress_values(n, 35);
+  for (std::size_t i = 77; i < n; ++i) {
+    const uint64_t row = i < 6200 ? (i - 77) / 1000 : 6 + (i - 6200) / 517;
+    x[i] = float(std::ldexp(double(x[i]), -int(row * 7 % 30)));
+    if (i % 97 == 0) x[i] = float(std::ldexp(1.0 + 2 * (i % 8) + 1, -13 - int(row * 7 % 30)));  // ties, subnormal
+  }
+  std::vector<int32_t> exponent{-9, 3, -20, 140, -140, 0, -1, -30, 8, -9};
+  const SrKey key{0xABCDull, 11};
+  for (const bool sr : {false, true}) {
+    std::vector<uint16_t> want(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const Fp8Matrix* m = nullptr;
+      for (const Fp8Matrix& cand : matrices)
+        if (i >= cand.offset && i < cand.offset + cand.rows * cand.cols) m = &cand;
+      want[i] = m ? fp8_e4m3_scaled(x[i], exponent[m->first_row + (i - m->offset) / m->cols], sr,
+                                    sr_bits_fp16(key.seed, key.step, i))
+                  : sr ? bf16_sr(x[i], sr_bits_bf16(key.seed, key.step, i)) : bf16_rn(x[i]);
+    }
+    for (const SimdLevel simd : available_simd_levels()) {
+      for (const std::size_t cut : {std::size_t(0), std::size_t(3333)}) {  // 3333: inside row 3
+        std::vector<uint16_t> got(n, 0xFFFF);
+        materialize_fp8(x.data(), got.data(), cut, 0, matrices, exponent.data(), sr, key, {1, simd});
+        materialize_fp8(x.data() + cut, got.data() + cut, n - cut, cut, matrices, exponent.data(), sr, key, {2, simd});
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_EQ(got[i], want[i]) << "element " << i << " x=" << x[i] << (sr ? " SR" : " RN") << " simd "
+                                     << int(simd) << " cut " << cut;
+      }
     }
   }
 }
