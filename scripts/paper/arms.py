@@ -103,9 +103,9 @@ PRESETS = {
     # docs/PRECISION.md): FP16 @ x, FP8-RN @ x, FP8-RN @ k*x, FP8-SR @ x (`arm_modes`: each arm's
     # precision.mode), every arm from the base rounded to nearest on the FP8 grid (grpo.round_base_to_fp8), so
     # FP16 and FP8 start from the same weights. A real format, where the sticking is far stronger than BF16's.
-    # No drift analysis: it measures half-ulps of BF16's (or the analog's) grid, not FP8's per-channel one.
+    # The drift analysis measures half-ulps of fp8_rn's grid (per-channel E4M3, BF16 outside the matrices).
     "paper-quick-fp8": dict(steps=200, seeds=3, arms=QUICK_ARMS, eval_every=50, eval_samples=200,
-                            checkpoint_every=20, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False,
+                            checkpoint_every=20, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
                             results_doc="fp8", train=["grpo.round_base_to_bf16=false", "grpo.round_base_to_fp8=true"],
                             arm_modes={"bf16": "fp8_rn", "bf16_lr_k": "fp8_rn", "bf16_sr": "fp8_sr"}),
     "paper-smoke": dict(steps=4, seeds=1, arms=PAPER_ARMS, eval_every=2, eval_samples=16, checkpoint_every=2,

@@ -2,6 +2,8 @@
 
 On a sweep of the grid-scaled analog (precision.analog_mantissa_bits = m in 1-6), every "BF16" below
 is BF16 with m mantissa bits, the grid its BF16 arms round to: half-ulps of that grid, rounding onto it.
+On a sweep with FP8 arms (precision.mode fp8_rn / fp8_sr), it is fp8_rn's grid: E4M3 with a
+power-of-two scale per output channel on the layers' matrices, BF16 on the rest (Fp8Grid).
 
 For each seed of a sweep (scripts/compare.py), from the reference arm's (FP16's) checkpoints at the
 steps where its training reward reaches 50% and 100% of its gain (the nearest kept checkpoint):
@@ -26,7 +28,7 @@ import sys
 
 import numpy as np
 
-from .arms import SweepError, analog_bits, grid_name, yaml_scalar
+from .arms import FP8_MODES, SweepError, analog_bits, grid_name, yaml_scalar
 from .measures import GainLevels
 
 PARAM_ALIGN = 128  # kParamAlign of include/unstuck/model/param_layout.h: tensors start on multiples
@@ -83,10 +85,105 @@ def half_ulp(w, bits=0):
     return np.ldexp(np.ones_like(w, dtype=np.float64), e - (bits or 7) - 2)
 
 
+class Grid:
+    """BF16's grid (bits 0) or the analog's: rounding to nearest onto it, and its half-ulp at w."""
+    fp8 = False
+
+    def __init__(self, bits=0):
+        self.bits = bits
+        self.name = grid_name(bits)
+        self.tag = f"m{bits}rn" if bits else "bf16rn"  # model directories of the probe
+
+    def round(self, packed):
+        return to_grid(packed, self.bits)
+
+    def half_ulp(self, packed):
+        return half_ulp(packed, self.bits)
+
+
+def fp8_exponents(amax):
+    """fp8_scale_exponent of include/unstuck/precision/fp8.h per channel: the smallest integer e with
+    amax <= 448 x 2^e (amax = f x 2^k, f in [0.5, 1): k - 9 when f <= 0.875, else k - 8); 0 for an all-zero
+    channel."""
+    f, k = np.frexp(np.asarray(amax, dtype=np.float64))
+    return np.where(amax == 0, 0, np.where(f <= 0.875, k - 9, k - 8)).astype(np.int64)
+
+
+def to_fp8(x, e):
+    """Round-to-nearest-even onto E4M3FN times 2^e per element (e broadcast against x), as FP32 values:
+    fp8_e4m3_scaled of include/unstuck/precision/fp8.h without SR. q = |x| / 2^e is exact; normal range
+    (q >= 2^-6): 3 mantissa bits (to_grid); subnormals: multiples of 2^-9, ties to even; saturation at
+    448 (unreached when e is the channel's exponent). The product with 2^e is exact in BF16 above its
+    normal range (the BF16 rounding after it changes nothing there)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    q = np.ldexp(np.abs(x).astype(np.float64), -e)
+    normal = to_grid(np.maximum(q, 2.0 ** -6).astype(np.float32), 3).astype(np.float64)
+    sub = np.rint(q * 512.0) / 512.0  # rint: half to even
+    r = np.minimum(np.where(q >= 2.0 ** -6, normal, sub), 448.0)
+    return to_bf16((np.sign(x) * np.ldexp(r, e)).astype(np.float32))
+
+
+class Fp8Grid:
+    """fp8_rn's compute grid (docs/PRECISION.md, the FP8 contract) on the packed weights of a base: the
+    2-D tensors of the layers (ParamLayout::fp8_matrices) are E4M3 with a scale 2^e per row (output
+    channel), e from the row's largest |w| at that step; the embedding, norms and head are BF16. The
+    half-ulp at w_0 is the grid's at w_0 with w_0's own scales: 2^(E - 4) x 2^e for q = |w| / 2^e in
+    [2^E, 2^(E+1)) of E4M3's normal range, 2^-10 x 2^e below it (its subnormal step 2^-9)."""
+    fp8 = True
+    name = "FP8 E4M3"
+    tag = "fp8rn"
+
+    def __init__(self, base):
+        self.segments = []  # (start, rows, cols, is_fp8) of each tensor in the packed order
+        o = 0
+        for n in base.order:
+            shape = base.shapes[n]
+            size = int(np.prod(shape))
+            matrix = len(shape) == 2 and n.startswith("model.layers.")
+            self.segments.append((o, shape[0] if matrix else 1, size // shape[0] if matrix else size, matrix))
+            o += size
+
+    def fp8_mask(self, size):
+        mask = np.zeros(size, dtype=bool)
+        for start, rows, cols, matrix in self.segments:
+            mask[start:start + rows * cols] = matrix
+        return mask
+
+    def _map(self, packed, fp8, bf16):
+        out = np.empty(packed.shape, dtype=np.float64)
+        for start, rows, cols, matrix in self.segments:
+            part = packed[start:start + rows * cols]
+            if matrix:
+                m = part.reshape(rows, cols)
+                e = fp8_exponents(np.abs(m).max(axis=1).astype(np.float32))[:, None]
+                out[start:start + rows * cols] = fp8(m, e).ravel()
+            else:
+                out[start:start + rows * cols] = bf16(part)
+        return out
+
+    def round(self, packed):
+        return self._map(packed, to_fp8, to_bf16).astype(np.float32)
+
+    def half_ulp(self, packed):
+        def fp8_half(m, e):
+            q = np.ldexp(np.abs(m).astype(np.float64), -e)
+            return np.ldexp(np.where(q >= 2.0 ** -6, half_ulp(q, 3), 2.0 ** -10), e)
+        return self._map(packed, fp8_half, lambda p: half_ulp(p, 0))
+
+
+def sweep_grid(sweep, bits):
+    """The grid of a sweep's round-to-nearest arms: fp8_rn's when an arm runs an FP8 mode (sweep.json's
+    arm_overrides), else BF16's or the analog's of `bits`. Returns "fp8" or the bits."""
+    overrides = [o for arm in sweep.get("arm_overrides", {}).values() for o in arm]
+    return "fp8" if any(o == f"precision.mode={m}" for o in overrides for m in FP8_MODES) else bits
+
+
 class Base:
     """The base policy as the runs start: named tensors, the flat layout and w_0."""
 
-    def __init__(self, model_dir, round_to_grid, bits=0):
+    def __init__(self, model_dir, start, grid_of=Grid):
+        """`start`: the key that rounds the base before step 1: "fp8" (grpo.round_base_to_fp8: fp8_rn's grid),
+        "bf16" (grpo.round_base_to_bf16: BF16, or the analog's grid on an analog sweep) or None."""
         from safetensors.numpy import load_file
         import torch
         self.dir = model_dir
@@ -107,8 +204,13 @@ class Base:
             size = int(np.prod(self.shapes[n]))
             total += (size + PARAM_ALIGN - 1) // PARAM_ALIGN * PARAM_ALIGN
         self.total = total
+        self.grid = grid_of(self)
         w0 = np.concatenate([tensors[n].astype(np.float32).ravel() for n in self.order])
-        self.w0 = (to_grid(w0, bits) if round_to_grid else w0).astype(np.float64)  # packed: no gaps
+        if start == "fp8":
+            w0 = (self.grid if self.grid.fp8 else Fp8Grid(self)).round(w0)
+        elif start == "bf16":
+            w0 = to_bf16(w0) if self.grid.fp8 else self.grid.round(w0)
+        self.w0 = w0.astype(np.float64)  # packed: no gaps
 
     def flat_to_packed(self, master):
         """The model's elements of a flat master (the alignment gaps dropped), in layout order."""
@@ -174,14 +276,21 @@ def analyse(a):
     w = max(3, steps // 10)  # the report's window
     run1 = os.path.join(a.sweep, ref, "seed1")
     cfg = open(os.path.join(run1, "config.yaml")).read()
-    bits = analog_bits(cfg)
-    base = Base(yaml_scalar(cfg, "grpo", "base_model"), yaml_scalar(cfg, "grpo", "round_base_to_bf16") == "true",
-                bits)
+    kind = sweep_grid(sweep, analog_bits(cfg))
+    def key(name):  # configs written before a key have none: false
+        try:
+            return yaml_scalar(cfg, "grpo", name) == "true"
+        except SweepError:
+            return False
+    start = "fp8" if key("round_base_to_fp8") else "bf16" if key("round_base_to_bf16") else None  # the trainer's order
+    base = Base(yaml_scalar(cfg, "grpo", "base_model"), start, Fp8Grid if kind == "fp8" else lambda _: Grid(kind))
+    grid = base.grid
     lr = float(yaml_scalar(cfg, "optim", "lr"))
     samples = a.eval_samples or int(sweep["eval_samples"])
     packed_w0 = base.w0  # (model elements,) in layout order, no alignment gaps
     nonzero = packed_w0 != 0
-    half = half_ulp(packed_w0[nonzero], bits)
+    half = grid.half_ulp(packed_w0)[nonzero]
+    fp8_part = grid.fp8_mask(packed_w0.size)[nonzero] if grid.fp8 else None  # the FP8 matrices' weights
     cache_path = os.path.join(a.sweep, "drift", "evals.json")
     os.makedirs(os.path.dirname(cache_path), exist_ok=True)
     cache = json.load(open(cache_path)) if os.path.exists(cache_path) else {}
@@ -225,13 +334,17 @@ def analyse(a):
                    "median": float(np.median(ratio)), "mean": float(np.mean(ratio)),
                    "below_one": float(np.mean(ratio < 1.0)), "max_abs_drift": float(d.max()),
                    "lr": lr, "zero_weights_left_out": int((~nonzero).sum())}
+            if fp8_part is not None:  # the FP8 matrices alone (the rest is BF16)
+                row["fp8_matrices"] = {"median": float(np.median(ratio[fp8_part])),
+                                       "below_one": float(np.mean(ratio[fp8_part] < 1.0)),
+                                       "fraction_of_weights": float(np.mean(fp8_part))}
             if not a.no_probe:
                 fp16_dir = os.path.join(a.sweep, "drift", f"seed{s}_step{ck}_fp16")
-                bf16_dir = os.path.join(a.sweep, "drift", f"seed{s}_step{ck}_" + (f"m{bits}rn" if bits else "bf16rn"))
+                bf16_dir = os.path.join(a.sweep, "drift", f"seed{s}_step{ck}_{grid.tag}")
                 if not os.path.exists(os.path.join(fp16_dir, "model.safetensors")):
                     base.write_model(fp16_dir, master.astype(np.float16).astype(np.float32))
                 if not os.path.exists(os.path.join(bf16_dir, "model.safetensors")):
-                    base.write_model(bf16_dir, to_grid(master, bits))
+                    base.write_model(bf16_dir, grid.round(master))  # FP8: the scales of this master
                 acc0 = evaluate(a.unstuck, base_dir, samples, cache)
                 acc16 = evaluate(a.unstuck, fp16_dir, samples, cache)
                 accbf = evaluate(a.unstuck, bf16_dir, samples, cache)
@@ -239,10 +352,10 @@ def analyse(a):
                 row["probe"] = {"base": acc0, "unrounded": acc16, "bf16_rounded": accbf, "samples": samples,
                                 "retained": (accbf - acc0) / (acc16 - acc0) if acc16 != acc0 else None}
             rows.append(row)
-    return ref, rows, hists, series, bits
+    return ref, rows, hists, series, grid
 
 
-def plots(folder, ref, rows, hists, series, bits):
+def plots(folder, ref, rows, hists, series, grid):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -267,7 +380,7 @@ def plots(folder, ref, rows, hists, series, bits):
         ax.step(centers, h / max(1, h.sum()), where="mid", label=f"seed {s}, {label}", lw=1.3)
     ax.axvline(1.0, color="black", ls="--", lw=1, label="1 half-ulp (RN moves the weight)")
     ax.set_xscale("log")
-    finish(fig, ax, "drift_histogram.png", f"|w_t - w_0| in {grid_name(bits)} half-ulps of w_0", "fraction of weights",
+    finish(fig, ax, "drift_histogram.png", f"|w_t - w_0| in {grid.name} half-ulps of w_0", "fraction of weights",
            f"drift of {ref}'s master at 50% / 100% of its gain")
     if series:
         fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -277,8 +390,8 @@ def plots(folder, ref, rows, hists, series, bits):
             ax.plot([p["step"] for p in pts], [p["below_one"] for p in pts], ls="--", marker=".",
                     label=f"seed {s}: fraction below 1 half-ulp")
         ax.axhline(1.0, color="black", lw=0.8)
-        finish(fig, ax, "drift_vs_step.png", "GRPO step (kept checkpoints)", f"{grid_name(bits)} half-ulps / fraction",
-               f"drift of {ref}'s master from the base, in {grid_name(bits)} half-ulps")
+        finish(fig, ax, "drift_vs_step.png", "GRPO step (kept checkpoints)", f"{grid.name} half-ulps / fraction",
+               f"drift of {ref}'s master from the base, in {grid.name} half-ulps")
     probed = [r for r in rows if r.get("probe")]
     if probed:
         fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -286,7 +399,7 @@ def plots(folder, ref, rows, hists, series, bits):
         gain16 = [r["probe"]["unrounded"] - r["probe"]["base"] for r in probed]
         gainbf = [r["probe"]["bf16_rounded"] - r["probe"]["base"] for r in probed]
         ax.bar(x - 0.2, gain16, 0.4, label=f"{ref} weights (unrounded)", color="tab:blue")
-        ax.bar(x + 0.2, gainbf, 0.4, label=f"same master rounded to nearest {grid_name(bits)}", color="tab:red")
+        ax.bar(x + 0.2, gainbf, 0.4, label=f"same master rounded to nearest {grid.name}", color="tab:red")
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xticks(x, [f"s{r['seed']} {r['level']}\nstep {r['step']}" for r in probed], fontsize=7)
         finish(fig, ax, "retained_gain.png", None, "greedy eval accuracy minus the base's",
@@ -295,14 +408,17 @@ def plots(folder, ref, rows, hists, series, bits):
     return written
 
 
-def definition(bits):
-    g = grid_name(bits)
+def definition(grid):
+    g = grid.name
     return ("From the reference arm's checkpoints (the nearest kept one to the step where its training reward, "
             f"averaged as in the table, reaches 50% and 100% of its gain, and the last one): *drift* = |w_t - w_0| / "
             f"half a {g} ulp of w_0 per weight (w_0: the base as the runs start; exact zeros left out); "
             f"round-to-nearest keeps a {g} weight at w_0 while its drift is below 1, so *drift < 1 half-ulp* is the "
             "fraction of weights whose progress BF16-RN would not show yet. *Retained gain*: greedy eval accuracy "
-            f"(FP32 compute) of the master rounded to nearest {g} minus the base's, over the same for the FP16 weights.")
+            f"(FP32 compute) of the master rounded to nearest {g} minus the base's, over the same for the FP16 weights."
+            + (" On FP8's grid (fp8_rn's compute weights): the layers' matrices in half-ulps of E4M3 times w_0's "
+               "power-of-two scale of each output channel, the embedding, norms and head (BF16 in fp8_rn) in BF16 "
+               "half-ulps; the rounded master takes its own scales, as fp8_rn does." if grid.fp8 else ""))
 
 
 def main():
@@ -315,20 +431,21 @@ def main():
     ap.add_argument("--no-probe", action="store_true", help="drift histogram only")
     a = ap.parse_args()
     try:
-        ref, rows, hists, series, bits = analyse(a)
+        ref, rows, hists, series, grid = analyse(a)
     except (DriftError, SweepError, OSError, KeyError) as e:
         print(f"paper_drift.py: error: {e}", file=sys.stderr)
         sys.exit(2)
-    written = plots(a.plots, ref, rows, hists, series, bits)
+    written = plots(a.plots, ref, rows, hists, series, grid)
     out = os.path.join(a.sweep, "drift.json")
     with open(out + ".tmp", "w") as f:
-        json.dump({"arm": ref, "grid": grid_name(bits), "bits": bits, "definition": definition(bits), "rows": rows,
+        json.dump({"arm": ref, "grid": grid.name, "bits": 0 if grid.fp8 else grid.bits, "fp8": grid.fp8,
+                   "definition": definition(grid), "rows": rows,
                    "series": series, "plots": written}, f, indent=1)
     os.replace(out + ".tmp", out)
     for r in rows:
         p = r.get("probe")
         print(f"paper_drift.py: seed {r['seed']} {r['level']} step {r['step']}: median drift {r['median']:.2f} "
-              f"{grid_name(bits)} half-ulps, {100 * r['below_one']:.1f}% below 1"
+              f"{grid.name} half-ulps, {100 * r['below_one']:.1f}% below 1"
               + (f"; eval acc base {p['base']:.3f}, FP16 {p['unrounded']:.3f}, RN {p['bf16_rounded']:.3f}"
                  if p else ""))
     for s in sorted({p["seed"] for p in series}):

@@ -209,7 +209,9 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
             "from the master at each step, the embedding, norms and head BF16 (docs/PRECISION.md, the FP8 contract). "
             "Every arm, FP16 included, starts from the base rounded to nearest on that grid (`grpo.round_base_to_fp8`), "
             "so the arms start from the same weights. The claims and verdict rules are the BF16 report's, unchanged, "
-            "with FP8 in BF16's place. No drift analysis (it measures half-ulps of BF16's grid, not FP8's).")
+            "with FP8 in BF16's place. "
+            + ("The drift section measures FP16's drift in half-ulps of that grid." if drift else
+               "This sweep ran without the drift analysis."))
         add("")
     ps = sweep.get("pool_stats")
     if ps:
@@ -310,8 +312,10 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
             rel_phase = os.path.relpath(os.path.dirname(phase_json), os.path.dirname(os.path.abspath(a.results)))
             for line in phase_markdown(phase, rel_phase):
                 add(line)
-    # The analog quick sweeps of the same base (docs/results/quick-analog*/summary.json) after a real-format
-    # sweep's verdicts: where the regime the real formats miss on this policy is reached.
+    # The other sweeps of the same base (docs/results/{quick,fp8,quick-analog*}/summary.json) after a
+    # real-format sweep's verdicts: the claims on BF16, on FP8 and where the analog reaches the regime the
+    # real formats miss on this policy. (Written after the FP8 renaming below: the rows name their own grids.)
+    own_lines = len(lines)
     if outcomes is not None:
         own = sweep_summary(sweep, runs, levels, outcomes, None, drift)
         summary_path = os.path.join(plots_dir, "summary.json")
@@ -320,15 +324,15 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
             json.dump(dict(own, results=results_doc), f, indent=1)
         os.replace(summary_path + ".tmp", summary_path)
         others = []
-        for name in ("quick-analog", "quick-analog-pool"):
+        for name in ("quick", "fp8", "quick-analog", "quick-analog-pool"):
             path = os.path.join(os.path.dirname(plots_dir), name, "summary.json")
             sm = json.load(open(path)) if os.path.exists(path) and os.path.abspath(path) != summary_path else None
-            if sm and sm.get("base") == sweep.get("base") and own["bits"] == [0] and not fp8:
+            if sm and sm.get("base") == sweep.get("base") and own["bits"] == [0]:
                 sm["results"] = os.path.join(os.path.dirname(path), sm["results"])
                 others.append(sm)
         if others:
             results_dir = os.path.dirname(os.path.abspath(a.results))
-            analog_section(add, [own] + others, lambda p: os.path.relpath(os.path.abspath(p), results_dir))
+            grids_section(add, [own] + others, lambda p: os.path.relpath(os.path.abspath(p), results_dir))
     add("## Plots")
     add("")
     rel = os.path.relpath(a.plots, os.path.dirname(os.path.abspath(a.results)) or ".")
@@ -336,13 +340,14 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         add(f"![{p}]({rel}/{p})")
         add("")
     os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
-    text = "\n".join(lines) + "\n"
+    text, tail = "\n".join(lines[:own_lines]) + "\n", "\n".join(lines[own_lines:]) + "\n"
     if fp8:  # the rules' texts name BF16's arms: here they are FP8's
         for bf16, fp8_name in (("BF16-RN", "FP8-RN"), ("BF16-SR", "FP8-SR"), ("BF16 round-to-nearest", "FP8 round-to-nearest"),
                                ("BF16 with stochastic rounding", "FP8 with stochastic rounding"),
                                ("FP16 vs BF16 vs", "FP16 vs FP8 vs"), ("BF16 at a higher LR", "FP8 at a higher LR"),
                                ("* *bf16_sr*:", "* *FP8-SR @ x* (arm bf16_sr):")):
             text = text.replace(bf16, fp8_name)
+    text += tail
     tmp = a.results + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)
@@ -439,7 +444,8 @@ def sweep_summary(sweep, runs, levels, outcomes, results, drift):
         bf16 = {r.seed: r for r in runs["bf16"]}
         lag = {r.seed: area_lag(levels, r, bf16[r.seed]) for r in runs["fp16"] if r.seed in bf16}
     lr = {arm: rs[0].lr for arm, rs in runs.items()}
-    return {"base": sweep.get("base"), "results": results, "command": sweep.get("command"), "bits": bits,
+    fp8 = any(r.mode in FP8_MODES for rs in runs.values() for r in rs)
+    return {"base": sweep.get("base"), "results": results, "command": sweep.get("command"), "bits": bits, "fp8": fp8,
             "prompts": (pool.get("size") if isinstance(pool, dict) else None) or sweep.get("pool_stats", {}).get("kept"),
             "x": lr.get("fp16"),
             "k": lr["bf16_lr_k"] / lr["bf16"] if "bf16_lr_k" in lr and "bf16" in lr else None,
@@ -449,23 +455,30 @@ def sweep_summary(sweep, runs, levels, outcomes, results, drift):
             **outcomes}
 
 
-def analog_section(add, summaries, rel):
-    """Markdown: the verdict outcomes of this sweep and of the analog sweeps of the same base, one row each."""
-    add("## The claims on the grid-scaled analog (issue 16, item 5)")
+def grids_section(add, summaries, rel):
+    """Markdown: the verdict outcomes of this sweep and of the other sweeps of the same base (BF16, FP8
+    E4M3, the grid-scaled analog), one row each."""
+    add("## The claims across grids: BF16, FP8 E4M3 and the grid-scaled analog")
     add("")
-    add("**Not a real format.** The same arms, seeds, rules and base on sweeps whose BF16 arms round to fewer "
-        "mantissa bits (`precision.analog_mantissa_bits`, docs/PRECISION.md: a grid 2^(7 - bits) times coarser "
-        "than BF16's, so FP16's drift is that many times fewer half-ulps, as in a larger model); each has its own "
-        "report. The first row is this sweep. *Q*: FP16's median drift from the base at 50% of its gain, in "
-        "half-ulps of the row's grid (the drift section; round-to-nearest moves a weight once it passes 1), the "
-        "measure of how far the paper's regime is. Outcomes as in the sections above: claims 1-3, targets T1-T3, "
-        "and the regime targets FP16's gain >= 0.3, BF16-RN's sticking >= 0.97 and changed at end <= 0.5.")
+    add("The same arms, seeds, rules and base on sweeps whose round-to-nearest and stochastic arms round to "
+        "another grid; each has its own report. The first row is this sweep. Rows are the sweeps of this base's "
+        "path; a base retrained there (on another machine, whose kernels differ) is another policy, told apart by "
+        "its prompt pool (the prompts column). BF16 and FP8 E4M3 (3 mantissa bits "
+        "with a power-of-two scale per output channel on the layers' matrices, `precision.mode` fp8_rn / fp8_sr) "
+        "are real formats. **The analog rows are not a real format**: BF16 with fewer mantissa bits "
+        "(`precision.analog_mantissa_bits`, docs/PRECISION.md: a grid 2^(7 - bits) times coarser than BF16's, so "
+        "FP16's drift is that many times fewer half-ulps, as in a larger model). *Q*: FP16's median drift from the "
+        "base at 50% of its gain, in half-ulps of the row's grid (the drift section; round-to-nearest moves a "
+        "weight once it passes 1), the measure of how far the paper's regime is. *RN arm*: the row's "
+        "round-to-nearest arm at x (BF16-RN, FP8-RN or the analog's). Outcomes as in the sections above: claims "
+        "1-3, targets T1-T3, and the regime targets FP16's gain >= 0.3, the RN arm's sticking >= 0.97 and "
+        "changed at end <= 0.5.")
     add("")
-    add("| sweep | grid | prompts | x, k | FP16 gain per seed | Q per seed | BF16-RN area lag per seed | "
+    add("| sweep | grid | prompts | x, k | FP16 gain per seed | Q per seed | RN arm's area lag per seed | "
         "claims 1 / 2 / 3 | T1 / T2 / T3 | gain / sticking / changed |")
     add("|---|---|---|---|---|---|---|---|---|---|")
     for sm in summaries:
-        grid = ", ".join(grid_name(b) for b in sm["bits"])
+        grid = "FP8 E4M3" if sm.get("fp8") else ", ".join(grid_name(b) for b in sm["bits"])
         name = f"[{os.path.basename(sm['results'])}]({rel(sm['results'])})" if sm.get("results") else "this sweep"
         k = f", k = {sm['k']:g}" if sm.get("k") else ""
         add(f"| {name} | {grid} | {sm['prompts'] or 'n/a'} | {sm['x']:g}{k} | "
@@ -494,6 +507,14 @@ def write_drift(add, drift, labels):
             f"{row['mean']:.2f} | {row['below_one']:.3f} |"
             + (f" {accs} | {fmt(probe.get('retained'), 2)} |" if probed else ""))
     add("")
+    fp8_rows = [row for row in drift["rows"] if row.get("fp8_matrices")]
+    if fp8_rows:
+        share = fp8_rows[0]["fp8_matrices"]["fraction_of_weights"]
+        add(f"The layers' matrices alone (E4M3 with per-channel scales, {100 * share:.1f}% of the nonzero weights; "
+            "the rest is BF16): " + "; ".join(
+                f"s{row['seed']} {row['level']}: median {row['fp8_matrices']['median']:.2f}, "
+                f"{row['fp8_matrices']['below_one']:.3f} below 1 half-ulp" for row in fp8_rows) + ".")
+        add("")
     series = drift.get("series", [])
     for s in sorted({p["seed"] for p in series}):
         add(f"* s{s}, median drift (half-ulps) at every kept checkpoint, step: value: "

@@ -3,7 +3,7 @@
 # base on the shipped arithmetic task, a tiny GRPO config, four arms (fp16, bf16, bf16_sr, bf16@2x)
 # x 2 seeds. Checks the per-arm overrides, the verdict-free report and plots, the drift analysis,
 # a clean stop on SIGTERM with resume (`unstuck train --resume`), the refusal of another sweep
-# in the same folder, and FP8 arms (fp8_rn, fp8_sr) with --no-drift.
+# in the same folder, and FP8 arms (fp8_rn, fp8_sr) with the drift on FP8's grid.
 # Usage: compare_tiny.sh BUILD_DIR OUT_DIR
 set -euo pipefail
 BUILD_DIR=$(cd "$1" && pwd) OUT=$2
@@ -109,14 +109,24 @@ grep -q "holds a different sweep" "$OUT/log3" || fail "no clear error for a diff
 # Bad arm specifications are errors that name them.
 if compare --modes fp16,bf17 > "$OUT/log4" 2>&1; then fail "an unknown mode was accepted"; fi
 grep -q "unknown precision mode 'bf17'" "$OUT/log4" || fail "unclear error for an unknown mode: $(cat "$OUT/log4")"
-# FP8 arms: the drift analysis (half-ulps of BF16's grid) is refused for them, naming --no-drift; without
-# it the FP8 arms train and report beside a BF16 arm.
-if compare --modes bf16,fp8_rn --out "$OUT/cmp8" > "$OUT/log5" 2>&1; then fail "FP8 arms with the BF16 drift were accepted"; fi
-grep -q "pass --no-drift" "$OUT/log5" || fail "unclear error for FP8 arms with the drift: $(cat "$OUT/log5")"
-compare --modes bf16,fp8_rn,fp8_sr --seeds 1 --steps 6 --no-drift --out "$OUT/cmp8" > "$OUT/log6" 2>&1 ||
+# FP8 arms beside FP16: they train and report, and the drift analysis measures FP16's drift in
+# half-ulps of fp8_rn's grid (per-channel E4M3 on the layers' matrices, BF16 on the rest).
+compare --modes fp16,fp8_rn,fp8_sr --seeds 1 --steps 6 --out "$OUT/cmp8" > "$OUT/log6" 2>&1 ||
   { cat "$OUT/log6"; fail "the FP8 sweep failed"; }
 for arm in fp8_rn fp8_sr; do
   grep -q '"sticking_frac"' "$OUT/cmp8/$arm/seed1/metrics.jsonl" || fail "no metrics for the $arm arm"
 done
 grep -q "FP8-SR @ x" "$OUT/cmp8/RESULTS.md" || fail "the report does not name the FP8-SR arm"
+grep -q "^## Drift of FP16's weights in FP8 E4M3 half-ulps" "$OUT/cmp8/RESULTS.md" || fail "no FP8 drift table"
+"$PY" - "$OUT/cmp8/drift.json" "$OUT/cmp/drift.json" <<'EOF' || fail "FP8 drift.json"
+import json, sys
+d, bf16 = (json.load(open(p)) for p in sys.argv[1:])
+assert d["grid"] == "FP8 E4M3" and d["fp8"] and not bf16.get("fp8"), (d["grid"], bf16["grid"])
+for r in d["rows"]:
+    m = r["fp8_matrices"]
+    assert 0 < m["fraction_of_weights"] < 1 and 0 <= m["below_one"] <= 1, r
+    assert 0 <= r["probe"]["bf16_rounded"] <= 1, r  # the master rounded to nearest on FP8's grid, evaluated
+print("FP8 drift rows:", [(r["level"], r["step"], round(r["median"], 3), round(r["fp8_matrices"]["median"], 3))
+                          for r in d["rows"]])
+EOF
 echo "compare ok"

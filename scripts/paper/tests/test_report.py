@@ -22,11 +22,12 @@ MODES = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "bf16_lr_k": "bf16", "b
          "fp16_sr": "fp16_sr"}
 
 
-def write_sweep(folder, speed, kl_gain, rng, noise=0.002, kl_offset=None, analog_bits=0):
+def write_sweep(folder, speed, kl_gain, rng, noise=0.002, kl_offset=None, analog_bits=0, modes=None):
     """speed[arm]: accuracy gained per step (one number, or one per seed); kl_gain[arm]: KL per unit
     of accuracy gained; noise: standard deviation of the per-step accuracy noise; kl_offset[arm]: KL
     added from step 2 on, independent of progress (stochastic rounding's own noise); analog_bits: the
-    runs' precision.analog_mantissa_bits (0: the line is absent, as in configs written before the key)."""
+    runs' precision.analog_mantissa_bits (0: the line is absent, as in configs written before the key);
+    modes: precision.mode per arm where it is not MODES' (an FP8 sweep's)."""
     kl_offset = kl_offset or {}
     arms = list(speed)
     with open(os.path.join(folder, "sweep.json"), "w") as f:
@@ -42,7 +43,7 @@ def write_sweep(folder, speed, kl_gain, rng, noise=0.002, kl_offset=None, analog
             os.makedirs(d)
             with open(os.path.join(d, "config.yaml"), "w") as f:
                 grid = f"  analog_mantissa_bits: {analog_bits}\n" if analog_bits else ""
-                f.write(f"run:\n  seed: {s}\nprecision:\n  mode: {MODES[arm]}   # doc\n{grid}"
+                f.write(f"run:\n  seed: {s}\nprecision:\n  mode: {(modes or MODES).get(arm, MODES[arm])}   # doc\n{grid}"
                         f"optim:\n  lr: {LRS[arm]}\n")
             with open(os.path.join(d, "metrics.jsonl"), "w") as f:
                 for t in range(1, STEPS + 1):
@@ -163,17 +164,37 @@ def main():
         run_report(d_analog, "--plots", os.path.join(docs, "results", "quick-analog"),
                    "--results", os.path.join(docs, "RESULTS-quick-analog.md"))
         run_report(d, "--plots", os.path.join(docs, "results", "quick"), "--results", os.path.join(docs, "RESULTS.md"))
-        analog = section(open(os.path.join(docs, "RESULTS.md")).read(), "The claims on the grid-scaled analog")
+        analog = section(open(os.path.join(docs, "RESULTS.md")).read(), "The claims across grids")
         check("| this sweep | BF16 | n/a | 2e-05, k = 2 |" in analog and "| Q per seed |" in analog and "| [RESULTS-quick-analog.md]"
               "(RESULTS-quick-analog.md) | 5-bit analog |" in analog and analog.count("reproduced / reproduced / "
               "reproduced | met / met / met |") == 2, "the real report lists itself and the analog sweep, with outcomes")
-        check("The claims on the grid-scaled analog" not in open(os.path.join(docs, "RESULTS-quick-analog.md")).read(),
-              "an analog report does not list the analog sweeps")
-        summary = os.path.join(docs, "results", "quick-analog", "summary.json")
-        json.dump(dict(json.load(open(summary)), base="another base"), open(summary, "w"))
+        check("The claims across grids" not in open(os.path.join(docs, "RESULTS-quick-analog.md")).read(),
+              "an analog report does not list the other sweeps")
+        # An FP8 sweep of the same base: its report names FP8's arms and lists the BF16 and analog sweeps under
+        # their own names (no FP8 renaming there); the BF16 report gains its FP8 E4M3 row.
+        d_fp8 = os.path.join(tmp, "fp8")
+        os.makedirs(d_fp8)
+        write_sweep(d_fp8, dict(base, bf16=0.002), dict(kl, bf16_lr_k=0.2), np.random.default_rng(7),
+                    modes={"bf16": "fp8_rn", "bf16_lr_k": "fp8_rn", "bf16_sr": "fp8_sr"})
+        r, _ = run_report(d_fp8, "--plots", os.path.join(docs, "results", "fp8"),
+                          "--results", os.path.join(docs, "RESULTS-fp8.md"))
+        fp8_text = open(os.path.join(docs, "RESULTS-fp8.md")).read()
+        grids = section(fp8_text, "The claims across grids")
+        check(r.returncode == 0 and "**FP8 E4M3, a real format**" in fp8_text and "FP8-RN" in verdict(fp8_text, 1)
+              and "This sweep ran without the drift analysis." in fp8_text,
+              "an FP8 report names FP8's arms in its verdicts and says it has no drift analysis")
+        check("| this sweep | FP8 E4M3 |" in grids and "| [RESULTS.md](RESULTS.md) | BF16 |" in grids and
+              "(RESULTS-quick-analog.md) | 5-bit analog |" in grids and "FP8-RN area lag" not in grids and
+              "| RN arm's area lag per seed |" in grids, "the FP8 report lists BF16 and the analog under their names")
         run_report(d, "--plots", os.path.join(docs, "results", "quick"), "--results", os.path.join(docs, "RESULTS.md"))
-        check("The claims on the grid-scaled analog" not in open(os.path.join(docs, "RESULTS.md")).read(),
-              "analog sweeps of another base are not listed")
+        check("| [RESULTS-fp8.md](RESULTS-fp8.md) | FP8 E4M3 |" in section(open(os.path.join(docs, "RESULTS.md")).read(),
+              "The claims across grids"), "the BF16 report gains the FP8 sweep's row")
+        for name in ("quick-analog", "fp8"):
+            summary = os.path.join(docs, "results", name, "summary.json")
+            json.dump(dict(json.load(open(summary)), base="another base"), open(summary, "w"))
+        run_report(d, "--plots", os.path.join(docs, "results", "quick"), "--results", os.path.join(docs, "RESULTS.md"))
+        check("The claims across grids" not in open(os.path.join(docs, "RESULTS.md")).read(),
+              "sweeps of another base are not listed")
         r, text_strict = run_report(d, "--min-gain", "0.5")
         check(r.returncode == 0 and "not testable" in verdict(text_strict, 1) and target(text_strict, 1) ==
               "not testable", "--min-gain above FP16's gain makes the claims and targets not testable")
