@@ -23,6 +23,9 @@ struct AdamWRange {
   bool decay;
 };
 
+// fp8_<isa>: src[0, n) (global index index0 + i), all in one FP8 channel with the powers down = 2^-e
+// and up = 2^e (fp8_fast_exponent(e)), rounded by fp8_e4m3_scaled_fast (fp8.h) into dst; SR takes each
+// element's sr_bits_fp16.
 #define UNSTUCK_DECLARE_CPU_KERNELS(isa)                                                        \
   void round_##isa(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key,      \
                    uint64_t index0);                                                           \
@@ -34,9 +37,6 @@ UNSTUCK_DECLARE_CPU_KERNELS(scalar)
 UNSTUCK_DECLARE_CPU_KERNELS(avx2)
 UNSTUCK_DECLARE_CPU_KERNELS(avx512)
 #undef UNSTUCK_DECLARE_CPU_KERNELS
-// fp8_<isa>: src[0, n) (global index index0 + i), all in one FP8 channel with the powers down = 2^-e
-// and up = 2^e (|e| <= 126), rounded by fp8_e4m3_scaled_fast (fp8.h) into dst; SR takes each
-// element's sr_bits_fp16.
 
 // Scalar per-element helpers shared by every ISA for range heads and tails.
 inline uint32_t sr_bits(RoundMode mode, SrKey key, uint64_t index) {

@@ -71,7 +71,7 @@ __global__ void round_kernel(const float* __restrict__ master, uint16_t* __restr
     const RowPiece p = row_piece(m, s, r);
     const int e = exponent[p.channel];
     const double down = fp8_pow2(-e), up = fp8_pow2(e);
-    const bool fast = e >= -126 && e <= 126;
+    const bool fast = fp8_fast_exponent(e);
     for (uint64_t i = p.lo + threadIdx.x; i < p.hi; i += blockDim.x) {
       const uint32_t r32 = stochastic ? sr_bits_fp16(key.seed, key.step, i) : 0u;
       const float x = master[i - global_offset];

@@ -156,7 +156,7 @@ void materialize_fp8(const float* master, uint16_t* compute, std::size_t n, uint
     const int e = exponent[p.channel];
     const double down = fp8_pow2(-e), up = fp8_pow2(e);
     const std::size_t at = std::size_t(p.first - global_offset);
-    if (e >= -126 && e <= 126)  // powers that are normal floats: the FP32 path, vectorized
+    if (fp8_fast_exponent(e))  // the FP32 path, vectorized
       return cpu::fp8_range(master + at, compute + at, std::size_t(p.end - p.first), p.first, float(down),
                             float(up), stochastic, key, options.simd);
     for (uint64_t i = p.first; i < p.end; ++i)

@@ -123,6 +123,10 @@ UNSTUCK_HD uint16_t fp8_e4m3_scaled_fast(float x, float down, float up, bool sto
   return (b >> 31) ? uint16_t(h | 0x8000u) : h;
 }
 
+// Whether channel exponent e takes fp8_e4m3_scaled_fast: its powers 2^-e and 2^e are normal floats.
+// The CPU and device kernels choose their path by it.
+UNSTUCK_HD bool fp8_fast_exponent(int e) { return e >= -126 && e <= 126; }
+
 // The E4M3FN code of a value this rule produced (its BF16 pattern h and the channel's exponent e):
 // for an FP8 export. NaN -> 0x7F.
 UNSTUCK_HD uint8_t fp8_e4m3_code(uint16_t h, int e) {
