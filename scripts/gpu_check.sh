@@ -6,10 +6,11 @@
 # python's libtorch. Steps, each timed: prefix -> configure + build (UNSTUCK_CUDA=ON, sm_90), or the
 # binaries built here (--prebuilt) -> [first CUDA step] CUDA kernel, model, sampling, SFT,
 # device/pre-flight and NCCL tests -> a tiny SFT base -> 20 GRPO steps with run.device=cuda and
-# run.device=cpu from it, compared step by step -> `bench step --device cuda` -> `bench precision` on
-# the host CPU -> [--paper] the paper's GPU preset (reproduce.sh --gpu; GPU_CHECK_PAPER_PRESETS="paper-gpu
-# paper-gpu-phase" adds its phase diagram, "paper-gpu-pool" runs it on a 64-prompt pool), reports,
-# plots and metrics packed into $OUT/paper_gpu.tar.gz.
+# run.device=cpu from it, compared step by step -> 3 fp8_sr GRPO steps on each -> `bench step
+# --device cuda` -> `bench precision` on the host CPU -> [--paper] the paper's GPU preset
+# (reproduce.sh --gpu; GPU_CHECK_PAPER_PRESETS="paper-gpu paper-gpu-phase" adds its phase diagram,
+# "paper-gpu-pool" runs it on a 64-prompt pool), reports, plots and metrics packed into
+# $OUT/paper_gpu.tar.gz.
 #   scripts/gpu_debs.sh                                   # here: fetch the .deb files (~5 MB)
 #   UNSTUCK_GPU_PYTHON=/work/t211/bin/python3 scripts/gpu_check.sh --build-dir /work/build-t211 \
 #       --no-prefix --pack .gpu/bin                       # here: build against the GPU machine's torch
@@ -285,6 +286,37 @@ sys.exit(1 if bad else 0)
 EOF
 rc=${PIPESTATUS[0]}
 ((rc == 0)) || fail "cuda and cpu runs differ beyond the tolerances$(why $rc)"
+
+# FP8 E4M3 weights on the device (issue 30): the fused update, channel maxima and FP8 rounding run as
+# CUDA kernels (their bits against the CPU's are CudaTrainableWeights.*fp8* above). Three steps on
+# $DEV and on the CPU; both must finish with sane sticking counts. The rollouts of the two compute in
+# BF16 on different devices, so the metrics are printed side by side, not required equal.
+for run in fp8_cuda fp8_cpu; do
+  dev=cpu && [[ $run == fp8_cuda ]] && dev=$DEV
+  step "GRPO 3 steps in precision.mode fp8_sr, run '$run', run.device=$dev"
+  limited 120 "$U" train --config "$W/grpo.yaml" run.name="$run" run.device="$dev" precision.mode=fp8_sr \
+    grpo.steps=3 > "$W/$run.log" 2>&1 || { rc=$?; tail -30 "$W/$run.log"; fail "FP8 GRPO on $dev$(why $rc)"; }
+done
+limited 30 "$PY" - "$W/runs" << 'EOF' 2>&1 | tee "$OUT_DIR/compare_fp8.txt"
+import json, math, sys
+def load(run):
+    return [json.loads(l) for l in open(f"{sys.argv[1]}/{run}/metrics.jsonl") if '"step"' in l]
+g, c = load("fp8_cuda"), load("fp8_cpu")
+keys = ["reward_mean", "entropy", "grad_norm", "sticking_frac", "changed_from_start_frac"]
+print("step " + " ".join(f"{k:>26}" for k in keys) + "   (cuda/cpu)")
+for a, b in zip(g, c):
+    print(f"{a['step']:4d} " + " ".join(f"{a.get(k, float('nan')):12.6g}/{b.get(k, float('nan')):<13.6g}" for k in keys))
+bad = [f"{run}: {len(rows)} steps, not 3" for run, rows in (("fp8_cuda", g), ("fp8_cpu", c)) if len(rows) != 3]
+for run, rows in (("fp8_cuda", g), ("fp8_cpu", c)):
+    for r in rows:
+        s = r.get("sticking_frac", float("nan"))
+        if not (math.isfinite(s) and 0.0 < s < 1.0): bad.append(f"{run} step {r['step']}: sticking_frac {s}")
+print("requires: 3 steps on each device, sticking_frac in (0, 1) at every step")
+print("OK" if not bad else "MISMATCH: " + "; ".join(bad))
+sys.exit(1 if bad else 0)
+EOF
+rc=${PIPESTATUS[0]}
+((rc == 0)) || fail "FP8 on $DEV$(why $rc)"
 
 # ---- 7. bench step on the device -----------------------------------------------------------------
 step "bench step --device $DEV"

@@ -140,9 +140,6 @@ Fp8Channels fp8_channels(const model::ParamLayout& layout, const float* master, 
 }
 
 std::string cpu_only_precision(const precision::PrecisionConfig& precision) {
-  if (precision::is_fp8(precision.mode))
-    return std::string("precision.mode ") + config::enum_name(precision.mode) +
-           " runs on the CPU only so far (no FP8 device kernels)";
   if (precision.analog_mantissa_bits > 0)
     return "precision.analog_mantissa_bits (the grid-scaled analog) runs on the CPU only";
   return "";
@@ -181,7 +178,7 @@ void TrainableWeights::materialize_analog(const float* master_data, int64_t begi
 
 void TrainableWeights::materialize_compute(const torch::Tensor& full_master) {
   if (analog_grid()) return materialize_analog(full_master.data_ptr<float>(), 0, total_);
-  if (fp8()) return materialize_slice(full_master.data_ptr<float>(), 0, total_, compute_all_.data_ptr(), adam_step_);
+  if (fp8()) return materialize_fp8_slice(full_master.data_ptr<float>(), 0, total_, compute_.data_ptr());
   const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
   if (on_device()) {
 #if defined(UNSTUCK_HAVE_CUDA)
@@ -254,7 +251,11 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
   compute_ = compute_all_.narrow(0, 0, total_);
   scratch_ = torch::empty({std::min(kSliceElems, std::max<int64_t>(owned_, 1))}, compute_all_.options());
   if (fp8()) {
-    fp8_ = std::make_unique<Fp8Channels>(fp8_channels(layout, master.data_ptr<float>(), precision_.threads));
+    fp8_ = std::make_unique<Fp8Channels>();
+    fp8_->matrices = layout.fp8_matrices();
+    const torch::Tensor amax = fp8_channel_amax(master.data_ptr<float>(), total_, 0).cpu();
+    set_fp8_exponents(std::vector<float>(amax.data_ptr<float>(), amax.data_ptr<float>() + amax.numel()),
+                      fp8_->exponent);
     fp8_discard_ = torch::empty({scratch_.numel()}, compute_all_.options());
   }
   if (!fp32) materialize_compute(master);
@@ -482,6 +483,7 @@ void TrainableWeights::count_slice_changes(int64_t begin, int64_t n, const std::
                                            const std::vector<std::size_t>& tensor, const torch::Tensor& before,
                                            const torch::Tensor& after, std::vector<int64_t>& changed, double* delta,
                                            double* weight) const {
+  if (on_device()) return count_device_slice_changes(begin, n, segments, tensor, before, after, changed, delta, weight);
   const std::size_t bytes = compute_all_.element_size();
   const char* old_bits = static_cast<const char*>(before.data_ptr());
   const char* new_bits = static_cast<const char*>(after.data_ptr());
@@ -494,17 +496,50 @@ void TrainableWeights::count_slice_changes(int64_t begin, int64_t n, const std::
                                    weight, {precision_.threads});
 }
 
-void TrainableWeights::update_fp8_exponents() {
-  std::vector<float> amax(precision::fp8_channel_count(fp8_->matrices), 0.0f);
-  precision::fp8_channel_amax(master_.data_ptr<float>(), std::size_t(owned_), uint64_t(shard_begin_),
-                              fp8_->matrices, amax.data(), {precision_.threads});
-  if (world_of(comm_) > 1 && !amax.empty()) {  // a row split between shards: the max of the parts
-    std::vector<float> all(amax.size() * std::size_t(comm_->world_size()));
-    comm_->all_gather(amax.data(), all.data(), amax.size(), dist::DataType::f32);
-    for (std::size_t r = 1; r < std::size_t(comm_->world_size()); ++r)
-      for (std::size_t i = 0; i < amax.size(); ++i) amax[i] = std::max(amax[i], all[r * amax.size() + i]);
+torch::Tensor TrainableWeights::fp8_channel_amax(const float* master, int64_t n, int64_t offset) const {
+  const torch::Tensor amax =
+      torch::zeros({int64_t(precision::fp8_channel_count(fp8_->matrices))}, master_.options().dtype(torch::kFloat32));
+  if (on_device()) {
+#if defined(UNSTUCK_HAVE_CUDA)
+    const c10::DeviceGuard on_master(master_.device());
+    precision::fp8_channel_amax_cuda(master, std::size_t(n), uint64_t(offset), fp8_->matrices, amax.data_ptr<float>(),
+                                     nullptr);
+#endif
+  } else {
+    precision::fp8_channel_amax(master, std::size_t(n), uint64_t(offset), fp8_->matrices, amax.data_ptr<float>(),
+                                {precision_.threads});
   }
-  set_fp8_exponents(amax, fp8_->exponent);
+  return amax;
+}
+
+void TrainableWeights::update_fp8_exponents() {
+  torch::Tensor amax = fp8_channel_amax(master_.data_ptr<float>(), owned_, shard_begin_);
+  const int64_t world = world_of(comm_), channels = amax.numel();
+  if (world > 1 && channels > 0) {  // a row split between shards: the max of the parts (exact)
+    const torch::Tensor all = torch::empty({world, channels}, amax.options());
+    comm_->all_gather(amax.data_ptr<float>(), all.data_ptr<float>(), std::size_t(channels), dist::DataType::f32);
+    amax = all.amax(0);
+  }
+  amax = amax.cpu().contiguous();
+  set_fp8_exponents(std::vector<float>(amax.data_ptr<float>(), amax.data_ptr<float>() + channels), fp8_->exponent);
+}
+
+void TrainableWeights::materialize_fp8_slice(const float* master, int64_t begin, int64_t n, void* out) const {
+  const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
+  const bool sr = precision_.mode == precision::PrecisionMode::fp8_sr;
+  if (!on_device())
+    return precision::materialize_fp8(master, static_cast<uint16_t*>(out), std::size_t(n), uint64_t(begin),
+                                      fp8_->matrices, fp8_->exponent.data(), sr, key, {precision_.threads});
+#if defined(UNSTUCK_HAVE_CUDA)
+  const c10::DeviceGuard on_master(master_.device());
+  // The exponents travel with the call (a few hundred KB at a real shape, once per slice): a
+  // synchronous copy from the host vector, freed in stream order after the kernel.
+  std::vector<int32_t>& exponent = fp8_->exponent;
+  const torch::Tensor on_dev =
+      torch::from_blob(exponent.data(), {int64_t(exponent.size())}, torch::kInt).to(master_.device());
+  precision::materialize_fp8_cuda(master, static_cast<uint16_t*>(out), std::size_t(n), uint64_t(begin),
+                                  fp8_->matrices, on_dev.data_ptr<int32_t>(), sr, key, nullptr);
+#endif
 }
 
 void TrainableWeights::fp8_update(const precision::AdamWHyper& hyper, precision::SrKey key,
@@ -519,10 +554,9 @@ void TrainableWeights::fp8_update(const precision::AdamWHyper& hyper, precision:
     const precision::AdamWBuffers slice{master_.data_ptr<float>() + at, grad_shard_.data_ptr<float>() + at,
                                         exp_avg_.data_ptr<float>() + at, exp_avg_sq_.data_ptr<float>() + at,
                                         fp8_discard_.data_ptr(), uint64_t(begin)};
-    precision::fused_adamw_step(slice, segments, hyper, precision::RoundMode::bf16_rn, key, {precision_.threads});
+    fused_adamw(slice, segments, hyper, precision::RoundMode::bf16_rn, key);
   }
   update_fp8_exponents();
-  const bool sr = precision_.mode == precision::PrecisionMode::fp8_sr;
   for (int64_t begin = shard_begin_; begin < end; begin += kSliceElems) {
     const int64_t n = std::min(kSliceElems, end - begin), at = begin - shard_begin_;
     std::vector<precision::Segment> segments;
@@ -530,12 +564,24 @@ void TrainableWeights::fp8_update(const precision::AdamWHyper& hyper, precision:
     slice_segments(begin, n, segments, tensor);
     const torch::Tensor before = scratch_.narrow(0, 0, n), after = compute_all_.narrow(0, begin, n);
     before.copy_(after);
-    precision::materialize_fp8(master_.data_ptr<float>() + at, static_cast<uint16_t*>(after.data_ptr()), std::size_t(n),
-                               uint64_t(begin), fp8_->matrices, fp8_->exponent.data(), sr, key, {precision_.threads});
+    materialize_fp8_slice(master_.data_ptr<float>() + at, begin, n, after.data_ptr());
     const std::size_t block0 = std::size_t(at / kNormBlock);
     count_slice_changes(begin, n, segments, tensor, before, after, changed, delta.data() + block0,
                         weight.data() + block0);
   }
+}
+
+void TrainableWeights::fused_adamw(const precision::AdamWBuffers& buffers, const std::vector<precision::Segment>& segments,
+                                   const precision::AdamWHyper& hyper, precision::RoundMode mode,
+                                   precision::SrKey key) const {
+  if (!on_device()) {
+    precision::fused_adamw_step(buffers, segments, hyper, mode, key, {precision_.threads});
+    return;
+  }
+#if defined(UNSTUCK_HAVE_CUDA)
+  const c10::DeviceGuard on_master(master_.device());
+  precision::fused_adamw_cuda(buffers, segments, hyper, mode, key, nullptr);
+#endif
 }
 
 void TrainableWeights::update_slice(int64_t begin, int64_t n, const precision::AdamWBuffers& buffers,
@@ -546,18 +592,18 @@ void TrainableWeights::update_slice(int64_t begin, int64_t n, const precision::A
   slice_segments(begin, n, segments, tensor);
   const torch::Tensor before = scratch_.narrow(0, 0, n), after = compute_all_.narrow(0, begin, n);
   before.copy_(after);
-  if (on_device()) {
-#if defined(UNSTUCK_HAVE_CUDA)
-    const c10::DeviceGuard on_master(master_.device());
-    precision::fused_adamw_cuda(buffers, segments, hyper, round_mode_, key, nullptr);
-#endif
-  } else {
-    precision::fused_adamw_step(buffers, segments, hyper, round_mode_, key, {precision_.threads});
-  }
+  fused_adamw(buffers, segments, hyper, round_mode_, key);
   // The analog grid: the fused step wrote BF16; the slice is rounded onto the coarser grid.
   if (analog_grid()) materialize_analog(master_.data_ptr<float>() + (begin - shard_begin_), begin, n);
-  if (!on_device()) return count_slice_changes(begin, n, segments, tensor, before, after, changed, delta, weight);
-  // On the device: the same comparisons as tensor operations, one copy of the results to the host.
+  count_slice_changes(begin, n, segments, tensor, before, after, changed, delta, weight);
+}
+
+void TrainableWeights::count_device_slice_changes(int64_t begin, int64_t n,
+                                                  const std::vector<precision::Segment>& segments,
+                                                  const std::vector<std::size_t>& tensor, const torch::Tensor& before,
+                                                  const torch::Tensor& after, std::vector<int64_t>& changed,
+                                                  double* delta, double* weight) const {
+  // The CPU path's comparisons as tensor operations, one copy of the results to the host.
   const torch::ScalarType bits = compute_all_.element_size() == 4 ? torch::kInt : torch::kShort;
   const torch::Tensor differ = before.view(bits).ne(after.view(bits));  // (n) bool
   std::vector<torch::Tensor> counts;

@@ -181,7 +181,8 @@ TEST_P(CudaTrainableWeights, NonFiniteGradientIsFoundOnTheDevice) {
 INSTANTIATE_TEST_SUITE_P(Modes, CudaTrainableWeights,
                          ::testing::Values(precision::PrecisionMode::fp32, precision::PrecisionMode::bf16,
                                            precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16,
-                                           precision::PrecisionMode::fp16_sr),
+                                           precision::PrecisionMode::fp16_sr, precision::PrecisionMode::fp8_rn,
+                                           precision::PrecisionMode::fp8_sr),
                          [](const auto& info) {
                            for (const auto& [m, name] : precision::kPrecisionModeNames)
                              if (m == info.param) return std::string(name);
@@ -381,20 +382,17 @@ TEST(Fp8Weights, BaseRoundingIsFp8NearestOfTheBase) {
   }
 }
 
-// The FP8 modes refuse what they cannot do, naming the key.
-TEST(Fp8Weights, RefusesTheAnalogGridAndDevices) {
-  precision::PrecisionConfig pc = precision_of(precision::PrecisionMode::fp8_sr);
-  std::string why;
-  if (cuda_device_count(&why) > 0) {
-    try {
-      TrainableWeights w(shape(), start_master().cuda(), pc, kSeed);
-      FAIL() << "expected a UserError";
-    } catch (const UserError& e) {
-      EXPECT_NE(std::string(e.what()).find("precision.mode fp8_sr runs on the CPU only"), std::string::npos) << e.what();
-    }
-  }
+// The FP8 modes round their other tensors (embeddings, norms, biases, the head) as the BF16 modes do,
+// and run wherever those do: no setting of theirs is CPU-only (the device bits are
+// CudaTrainableWeights' fp8 cases).
+TEST(Fp8Weights, OtherTensorsFollowTheBf16ModesAndRunOnAnyDevice) {
   EXPECT_EQ(precision::round_mode_for(precision::PrecisionMode::fp8_rn), precision::RoundMode::bf16_rn);
   EXPECT_EQ(precision::round_mode_for(precision::PrecisionMode::fp8_sr), precision::RoundMode::bf16_sr);
+  for (const auto mode : {precision::PrecisionMode::fp8_rn, precision::PrecisionMode::fp8_sr})
+    EXPECT_EQ(cpu_only_precision(precision_of(mode)), "") << config::enum_name(mode);
+  precision::PrecisionConfig analog = precision_of(precision::PrecisionMode::bf16_sr);
+  analog.analog_mantissa_bits = 4;
+  EXPECT_NE(cpu_only_precision(analog).find("precision.analog_mantissa_bits"), std::string::npos);
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ struct PrecisionConfig {
     v("mode", mode,
       "compute-weight format and rounding of the FP32 master (sr = stochastic rounding); fp8_rn / fp8_sr: "
       "the linear layers' weights in FP8 E4M3 with a power-of-two scale per output channel (embeddings, norms, "
-      "biases and the head in BF16; CPU only)");
+      "biases and the head in BF16; on the CPU or a CUDA device, same bits)");
     v("compute", compute,
       "native: compute in the weights' format where the backend has fast kernels; "
       "fp32: compute in FP32 on the rounded weights; auto: whichever of the two a start-up probe "

@@ -61,7 +61,7 @@ struct GrpoConfig {
     v("round_base_to_fp8", round_base_to_fp8,
       "instead, round the base weights to nearest on the FP8 E4M3 grid of precision.mode fp8_rn (per-channel "
       "power-of-two scales of the base; the other tensors to BF16) in every mode, so FP16 and FP8 arms start from "
-      "the same weights; CPU only");
+      "the same weights (rounded on the host as the base loads)");
     v("steps", steps, "rollout batches to train on");
     v("prompts_per_step", prompts_per_step, "prompts per rollout batch");
     v("group_size", group_size, "completions sampled per prompt (the GRPO group, >= 2)");

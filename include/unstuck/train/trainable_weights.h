@@ -43,8 +43,8 @@ Fp8Channels fp8_channels(const model::ParamLayout& layout, const std::function<v
 // The same for a whole master in host memory (layout.total elements).
 Fp8Channels fp8_channels(const model::ParamLayout& layout, const float* master, int threads = 0);
 
-// The setting of `precision` that runs on the CPU only, as errors name it ("precision.mode fp8_sr
-// runs on the CPU only so far (no FP8 device kernels)"), or "" when it runs anywhere.
+// The setting of `precision` that runs on the CPU only, as errors name it ("precision.analog_mantissa_bits
+// (the grid-scaled analog) runs on the CPU only"), or "" when it runs anywhere.
 std::string cpu_only_precision(const precision::PrecisionConfig& precision);
 
 struct OptimizerStepStats {
@@ -143,8 +143,14 @@ class TrainableWeights {
   // precision.analog_mantissa_bits in a BF16 mode: the compute weights sit on the coarser analog grid.
   bool analog_grid() const;
   bool fp8() const { return precision::is_fp8(precision_.mode); }
+  // FP8 modes: the channel maxima of master[0, n) (global index `offset` first; a pointer on this
+  // state's device), a float tensor there, one per channel.
+  torch::Tensor fp8_channel_amax(const float* master, int64_t n, int64_t offset) const;
   // FP8 modes: the channel exponents of this state's master (every rank's part of each row).
   void update_fp8_exponents();
+  // FP8 modes: rounds master[0, n) (global index `begin` first) into out by the FP8 rule at this
+  // optimizer step, on this state's device (the channel exponents of fp8_).
+  void materialize_fp8_slice(const float* master, int64_t begin, int64_t n, void* out) const;
   // FP8 modes, an optimizer step after the reduce: the fused AdamW updates master and moments a
   // slice at a time (its BF16 output discarded), the channel exponents of the new master are
   // taken, then each slice is rounded by the FP8 rule and its changes counted as update_slice does.
@@ -153,16 +159,25 @@ class TrainableWeights {
   // The tensors of the shard overlapping [begin, begin + n), clipped to it, and their layout index.
   void slice_segments(int64_t begin, int64_t n, std::vector<precision::Segment>& segments,
                       std::vector<std::size_t>& tensor) const;
-  // Changed elements per tensor and the per-block update sums of a CPU slice whose compute weights
-  // went from `before` to `after`.
+  // Changed elements per tensor and the per-block update sums of a slice whose compute weights went
+  // from `before` to `after` (on this state's device; one copy of the results to the host).
   void count_slice_changes(int64_t begin, int64_t n, const std::vector<precision::Segment>& segments,
                            const std::vector<std::size_t>& tensor, const torch::Tensor& before,
                            const torch::Tensor& after, std::vector<int64_t>& changed, double* delta,
                            double* weight) const;
+  // The device half of count_slice_changes: the same comparisons as tensor operations.
+  void count_device_slice_changes(int64_t begin, int64_t n, const std::vector<precision::Segment>& segments,
+                                  const std::vector<std::size_t>& tensor, const torch::Tensor& before,
+                                  const torch::Tensor& after, std::vector<int64_t>& changed, double* delta,
+                                  double* weight) const;
   // Rounds the master's [begin, begin + n) (global indices; master_data points at begin) onto the
   // analog grid at this optimizer step.
   void materialize_analog(const float* master_data, int64_t begin, int64_t n);
   double device_grad_sumsq(int64_t blocks) const;
+  // The fused AdamW over `buffers` on this state's device (the CPU kernel or the CUDA one), writing
+  // compute weights rounded by `mode`.
+  void fused_adamw(const precision::AdamWBuffers& buffers, const std::vector<precision::Segment>& segments,
+                   const precision::AdamWHyper& hyper, precision::RoundMode mode, precision::SrKey key) const;
   // One slice [begin, begin + n) of this rank's shard through the fused AdamW: saves its compute
   // weights, updates it, then counts the changed bits per tensor and adds the per-block update sums
   // (blocks of kNormBlock from `begin`, which is block-aligned).
