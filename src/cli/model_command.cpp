@@ -103,7 +103,7 @@ void add_inspect(CLI::App& app) {
 
 void add_export(CLI::App& app) {
   struct Args {
-    std::string run, out, dtype, shard_size = "2GB";
+    std::string run, out, dtype, format = "hf", shard_size = "2GB";
     int64_t step = -1;
   };
   auto a = std::make_shared<Args>();
@@ -115,11 +115,16 @@ void add_export(CLI::App& app) {
   cmd->add_option("--out", a->out, "output directory")->required();
   cmd->add_option("--dtype", a->dtype,
                   "bf16 | fp16 | fp32 (default: the run's compute dtype, whose exact weights are written)");
+  cmd->add_option("--format", a->format,
+                  "hf: the weights in --dtype (default); fp8 (fp8_rn / fp8_sr runs): the FP8 compute weights as "
+                  "compressed-tensors' float-quantized format (E4M3 codes, a BF16 scale per output channel), which "
+                  "vLLM and transformers (with the compressed-tensors package) load");
   cmd->add_option("--shard-size", a->shard_size, "largest safetensors file, e.g. 2GB, 500MB");
   cmd->callback([a] {
     train::ExportOptions opts;
     opts.step = a->step;
     opts.dtype = a->dtype;
+    opts.format = a->format;
     opts.shard_bytes = io::parse_byte_size(a->shard_size, "--shard-size");
     const io::DType d = train::export_run(a->run, a->out, opts);
     std::cout << "exported " << a->run << " to " << a->out << " (" << io::dtype_name(d) << ")\n";

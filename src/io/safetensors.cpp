@@ -183,11 +183,12 @@ const char* dtype_name(DType dtype) {
     case DType::f32: return "F32";
     case DType::bf16: return "BF16";
     case DType::f16: return "F16";
+    case DType::f8_e4m3: return "F8_E4M3";
   }
   return "?";
 }
 
-std::size_t dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+std::size_t dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : dtype == DType::f8_e4m3 ? 1 : 2; }
 
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;

@@ -26,6 +26,7 @@ torch::ScalarType torch_dtype(io::DType d) {
     case io::DType::f32: return torch::kFloat32;
     case io::DType::bf16: return torch::kBFloat16;
     case io::DType::f16: return torch::kHalf;
+    case io::DType::f8_e4m3: return torch::kFloat8_e4m3fn;
   }
   return torch::kFloat32;
 }
@@ -35,6 +36,7 @@ const char* hf_dtype_name(io::DType d) {
     case io::DType::f32: return "float32";
     case io::DType::bf16: return "bfloat16";
     case io::DType::f16: return "float16";
+    case io::DType::f8_e4m3: return "float8_e4m3fn";
   }
   return "float32";
 }

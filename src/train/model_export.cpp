@@ -2,14 +2,20 @@
 // config, special tokens and tokenizer files from the base policy directory).
 #include "unstuck/train/model_export.h"
 
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <vector>
 
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
 #include "unstuck/io/json_file.h"
+#include "unstuck/io/safetensors_dir.h"
 #include "unstuck/model/hf_config.h"
 #include "unstuck/model/model_io.h"
+#include "unstuck/precision/fp8.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/compute_choice.h"
 #include "unstuck/train/run_setup.h"
@@ -41,6 +47,89 @@ bool has_tokenizer(const fs::path& dir) {
   return fs::is_regular_file(dir / "tokenizer.json") || fs::is_regular_file(dir / "tokenizer.model");
 }
 
+// The special tokens of the run's base policy (none without its config.json).
+model::SpecialTokens base_tokens(const RunConfig& config) {
+  const fs::path base = config.grpo.base_model;
+  if (!base.empty() && fs::exists(base / "config.json")) return model::read_hf_config(base / "config.json").tokens;
+  return {};
+}
+
+// Everything of a model directory but its weights and config.json: generation_config.json, the
+// tokenizer files and the run's config.yaml.
+void write_model_extras(const fs::path& out, const RunConfig& config, const model::SpecialTokens& tokens) {
+  nlohmann::json gen = {{"_from_model_config", true}};
+  if (tokens.bos >= 0) gen["bos_token_id"] = tokens.bos;
+  if (tokens.eos_ids.size() > 1)
+    gen["eos_token_id"] = tokens.eos_ids;
+  else if (tokens.eos >= 0)
+    gen["eos_token_id"] = tokens.eos;
+  if (tokens.pad >= 0) gen["pad_token_id"] = tokens.pad;
+  io::write_json_file(out / "generation_config.json", gen);
+  // The base's own tokenizer files when it has them (transformers loads them unchanged), else the
+  // run's tokenizer.
+  const fs::path base = config.grpo.base_model;
+  const fs::path tok = !base.empty() && fs::is_directory(base) && has_tokenizer(base) ? base : fs::path(config.tokenizer.path);
+  if (!tok.empty()) tokenizer::copy_tokenizer_files(tok, out);
+  std::ofstream(out / kRunConfigFile) << resolved_yaml(config);
+}
+
+// --format fp8: compressed-tensors' "float-quantized" format, weight-only FP8 with one scale per
+// output channel (what vLLM and transformers with the compressed-tensors package load): the linear
+// layers' weights as E4M3FN codes, `<name>_scale` (rows, 1) BF16 holding 2^e, every other tensor
+// BF16. code x scale is the run's compute weight bit for bit (the codes are fp8_e4m3_code of it).
+nlohmann::json fp8_quantization_config() {
+  const nlohmann::json weights = {{"num_bits", 8}, {"type", "float"}, {"symmetric", true},
+                                  {"strategy", "channel"}, {"dynamic", false}};
+  const nlohmann::json group = {{"targets", nlohmann::json::array({"Linear"})}, {"weights", weights},
+                                {"input_activations", nullptr}, {"output_activations", nullptr}};
+  return {{"quant_method", "compressed-tensors"}, {"format", "float-quantized"},
+          {"quantization_status", "compressed"}, {"config_groups", {{"group_0", group}}},
+          {"ignore", nlohmann::json::array({"lm_head"})}, {"kv_cache_scheme", nullptr}};
+}
+
+void write_fp8_model_dir(const fs::path& out, const RunConfig& config, const torch::Tensor& compute,
+                         const Fp8Channels& channels, uint64_t shard_bytes) {
+  const model::ParamLayout layout = model::llama_layout(config.model);
+  const auto* h = static_cast<const uint16_t*>(compute.data_ptr());
+  std::map<uint64_t, const precision::Fp8Matrix*> matrix_at;
+  for (const precision::Fp8Matrix& m : channels.matrices) matrix_at[m.offset] = &m;
+  std::vector<std::vector<uint8_t>> codes;    // one per FP8 matrix, kept alive for the views
+  std::vector<std::vector<uint16_t>> scales;
+  codes.reserve(channels.matrices.size());
+  scales.reserve(channels.matrices.size());
+  std::vector<io::TensorView> views;
+  for (const model::ParamEntry& e : layout.entries) {
+    const auto it = matrix_at.find(uint64_t(e.offset));
+    if (it == matrix_at.end()) {
+      views.push_back({e.name, io::DType::bf16, e.shape, h + e.offset, std::size_t(e.numel) * 2});
+      continue;
+    }
+    const precision::Fp8Matrix& m = *it->second;
+    const std::string suffix = ".weight";
+    if (e.name.size() < suffix.size() || e.name.compare(e.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      throw std::logic_error("FP8 export: channel matrix '" + e.name + "' is not a .weight");
+    std::vector<uint8_t>& c = codes.emplace_back(std::size_t(e.numel));
+    std::vector<uint16_t>& s = scales.emplace_back(std::size_t(m.rows));
+    for (uint64_t r = 0; r < m.rows; ++r) {
+      const int exp = channels.exponent[std::size_t(m.first_row + r)];
+      if (exp < -126 || exp > 127)  // 2^exp must be a normal BF16 (the scale's dtype)
+        throw UserError("export --format fp8: row " + std::to_string(r) + " of '" + e.name + "' has the scale 2^" +
+                        std::to_string(exp) + ", outside BF16's normal range (its largest |w| is near 0); use --format hf");
+      s[std::size_t(r)] = uint16_t(precision::float_bits(std::ldexp(1.0f, exp)) >> 16);
+      for (uint64_t k = r * m.cols; k < (r + 1) * m.cols; ++k)
+        c[std::size_t(k)] = precision::fp8_e4m3_code(h[std::size_t(e.offset) + k], exp);
+    }
+    views.push_back({e.name, io::DType::f8_e4m3, e.shape, c.data(), c.size()});
+    views.push_back({e.name + "_scale", io::DType::bf16, {int64_t(m.rows), 1}, s.data(), s.size() * 2});
+  }
+  const model::SpecialTokens tokens = base_tokens(config);
+  io::write_safetensors_dir(out, views, shard_bytes, {{"format", "pt"}});
+  nlohmann::json cfg = model::hf_config_json(config.model, tokens, "bfloat16");
+  cfg["quantization_config"] = fp8_quantization_config();
+  io::write_json_file(out / "config.json", cfg);
+  write_model_extras(out, config, tokens);
+}
+
 }  // namespace
 
 io::DType parse_export_dtype(const std::string& name, const std::string& what) {
@@ -52,23 +141,9 @@ io::DType parse_export_dtype(const std::string& name, const std::string& what) {
 
 void write_model_dir(const fs::path& out, const RunConfig& config, const torch::Tensor& flat, io::DType dtype,
                      uint64_t shard_bytes) {
-  const fs::path base = config.grpo.base_model;
-  model::SpecialTokens tokens;
-  if (!base.empty() && fs::exists(base / "config.json")) tokens = model::read_hf_config(base / "config.json").tokens;
+  const model::SpecialTokens tokens = base_tokens(config);
   model::save_pretrained(out, config.model, flat, dtype, tokens, shard_bytes);
-  nlohmann::json gen = {{"_from_model_config", true}};
-  if (tokens.bos >= 0) gen["bos_token_id"] = tokens.bos;
-  if (tokens.eos_ids.size() > 1)
-    gen["eos_token_id"] = tokens.eos_ids;
-  else if (tokens.eos >= 0)
-    gen["eos_token_id"] = tokens.eos;
-  if (tokens.pad >= 0) gen["pad_token_id"] = tokens.pad;
-  io::write_json_file(out / "generation_config.json", gen);
-  // The base's own tokenizer files when it has them (transformers loads them unchanged), else the
-  // run's tokenizer.
-  const fs::path tok = !base.empty() && fs::is_directory(base) && has_tokenizer(base) ? base : fs::path(config.tokenizer.path);
-  if (!tok.empty()) tokenizer::copy_tokenizer_files(tok, out);
-  std::ofstream(out / kRunConfigFile) << resolved_yaml(config);
+  write_model_extras(out, config, tokens);
 }
 
 void write_final_model(const fs::path& run_dir, const RunConfig& config, const torch::Tensor& compute) {
@@ -91,6 +166,14 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
   // fp32), or the master rounded to nearest into another dtype. Memory: the output and one slice.
   const io::DType compute = dtype_of(compute_dtype(precision::round_mode_for(config.precision.mode)));
   const io::DType dtype = opts.dtype.empty() ? compute : parse_export_dtype(opts.dtype, "--dtype");
+  const bool fp8_coded = opts.format == "fp8";
+  if (!fp8_coded && opts.format != "hf")
+    throw UserError("export: --format must be hf or fp8, got '" + opts.format + "'");
+  if (fp8_coded && !precision::is_fp8(config.precision.mode))
+    throw UserError("export --format fp8: the run's precision.mode is " + std::string(config::enum_name(config.precision.mode)) +
+                    ", not fp8_rn or fp8_sr (its weights are not on an FP8 grid); use --format hf");
+  if (fp8_coded && dtype != compute)
+    throw UserError("export --format fp8 writes the run's FP8 compute weights; drop --dtype " + opts.dtype);
   const uint64_t seed = derive_seeds(config.run.seed).rounding;
   torch::Tensor flat = torch::empty({st.elements}, model::torch_dtype(dtype));
   // FP8 modes: the channel exponents of the checkpoint's master (one pass over it first).
@@ -114,6 +197,10 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
                                 fp8.get());
     else
       flat.narrow(0, b, n).copy_(master.narrow(0, 0, n));
+  }
+  if (fp8_coded) {
+    write_fp8_model_dir(out, config, flat, *fp8, opts.shard_bytes);
+    return io::DType::f8_e4m3;
   }
   write_model_dir(out, config, flat, dtype, opts.shard_bytes);
   return dtype;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "unstuck/common/error.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/io/safetensors_dir.h"
 #include "unstuck/model/llama.h"
@@ -98,6 +99,20 @@ TEST(ModelExport, FinalModelAndExportHoldTheRunsComputeWeights) {
                             "/tests/model/hf_families.py check " + hf_root.string() + " 2>&1";
   EXPECT_EQ(std::system(check.c_str()), 0);
 
+  // An FP8-coded export needs an FP8 run; an unknown format is named.
+  for (const auto& [format, why] : {std::pair<std::string, std::string>{"fp8", "precision.mode is bf16_sr, not fp8_rn"},
+                                    {"gguf", "--format must be hf or fp8, got 'gguf'"}}) {
+    ExportOptions o;
+    o.format = format;
+    try {
+      export_run(r.run_dir, dir / ("refused_" + format), o);
+      ADD_FAILURE() << "--format " << format << " was accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir / ("refused_" + format)));
+  }
+
   // And it is an Unstuck policy directory again.
   const Policy p = load_policy(final_dir, {});
   EXPECT_EQ(p.config.model.vocab_size, sr.config.vocab_size);
@@ -124,6 +139,24 @@ TEST(ModelExport, Fp8RunsExportTheirFp8ComputeWeights) {
   const torch::Tensor qw = m.flat.narrow(0, q->offset, q->numel);
   const torch::Tensor bits = qw.to(torch::kBFloat16).view(torch::kShort).to(torch::kInt);
   EXPECT_EQ((bits & 0xF).ne(0).sum().item<int64_t>(), 0) << "low 4 of BF16's 7 mantissa bits must be zero";
+
+  // --format fp8: the same weights as compressed-tensors' E4M3 codes with a BF16 scale per output
+  // channel; transformers (with the compressed-tensors package) loads them into those exact weights.
+  ExportOptions coded;
+  coded.format = "fp8";
+  EXPECT_EQ(export_run(r.run_dir, dir / "fp8", coded), io::DType::f8_e4m3);
+  const std::string check = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/train/check_fp8_export.py " +
+                            (dir / "fp8").string() + " " + (dir / "exported").string() + " 2>&1";
+  EXPECT_EQ(std::system(check.c_str()), 0) << check;
+  // The coded export is of the compute weights only.
+  coded.dtype = "fp32";
+  try {
+    export_run(r.run_dir, dir / "fp8_fp32", coded);
+    ADD_FAILURE() << "--format fp8 --dtype fp32 was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("drop --dtype fp32"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "fp8_fp32"));
   fs::remove_all(dir);
 }
 

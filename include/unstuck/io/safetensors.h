@@ -14,9 +14,11 @@
 
 namespace unstuck::io {
 
-enum class DType { f32, bf16, f16 };
+// f8_e4m3 (E4M3FN codes) is written only (the FP8 export); reading a file refuses it with the other
+// dtypes unstuck does not load.
+enum class DType { f32, bf16, f16, f8_e4m3 };
 
-const char* dtype_name(DType dtype);  // safetensors spelling: "F32", "BF16", "F16"
+const char* dtype_name(DType dtype);  // safetensors spelling: "F32", "BF16", "F16", "F8_E4M3"
 std::size_t dtype_size(DType dtype);  // bytes per element
 
 // Number of elements of `shape` ([] is a scalar: 1 element).

@@ -20,6 +20,7 @@ inline constexpr uint64_t kDefaultShardBytes = 2'000'000'000;  // transformers' 
 struct ExportOptions {
   int64_t step = -1;                       // checkpoint step; -1 = the newest
   std::string dtype;                       // bf16 | fp16 | fp32; empty = the run's compute dtype
+  std::string format = "hf";               // hf | fp8 (compressed-tensors FP8 codes + scales; FP8 runs)
   uint64_t shard_bytes = kDefaultShardBytes;  // largest safetensors file (0 = one file)
 };
 
@@ -34,7 +35,10 @@ void write_final_model(const std::filesystem::path& run_dir, const RunConfig& co
 // Exports the checkpoint of run_dir (checkpoints/step_N). With opts.dtype equal to the run's
 // compute dtype the exact compute weights of that step are written (regenerated from the master
 // with the run's rounding key: for bf16_sr the stochastically rounded ones); fp32 writes the
-// master; another dtype rounds the master to nearest. Returns the dtype written.
+// master; another dtype rounds the master to nearest. opts.format fp8 (fp8_rn / fp8_sr runs) writes
+// those compute weights losslessly as compressed-tensors' FP8 format: E4M3 codes with a BF16 scale
+// per output channel, config.json's quantization_config saying so; it returns DType::f8_e4m3.
+// Returns the dtype written.
 io::DType export_run(const std::filesystem::path& run_dir, const std::filesystem::path& out,
                      const ExportOptions& opts);
 
