@@ -221,14 +221,48 @@ void LlamaModel::set_requires_grad(bool requires_grad) {
   for (torch::Tensor& p : params_) p.set_requires_grad(requires_grad);
 }
 
+void LlamaModel::set_adapters(const LoraSpec& spec, torch::Tensor flat) {
+  const ParamLayout layout = lora_layout(config_, spec);
+  if (flat.dim() != 1 || flat.numel() != layout.total || flat.scalar_type() != flat_.scalar_type() ||
+      flat.device() != flat_.device() || !flat.is_contiguous())
+    throw std::invalid_argument("set_adapters: expected a contiguous 1-D buffer of lora_layout().total elements "
+                                "in the weights' dtype and device");
+  adapter_flat_ = std::move(flat);
+  lora_scaling_ = spec.scaling();
+  adapters_.assign(std::size_t(config_.n_layers), {});
+  adapter_params_.clear();
+  char* base = static_cast<char*>(adapter_flat_.data_ptr());
+  const auto elem = adapter_flat_.element_size();
+  std::size_t k = 0;
+  for (int64_t i = 0; i < config_.n_layers; ++i)
+    for (int m = 0; m < kLoraModules; ++m) {
+      if (!spec.targets_module(LoraModule(m))) continue;
+      const ParamEntry &a = layout.entries[k], &b = layout.entries[k + 1];
+      k += 2;
+      adapters_[std::size_t(i)][std::size_t(m)] = {
+          torch::from_blob(base + a.offset * elem, a.shape, adapter_flat_.options()),
+          torch::from_blob(base + b.offset * elem, b.shape, adapter_flat_.options())};
+      adapter_params_.push_back(adapters_[std::size_t(i)][std::size_t(m)].first);
+      adapter_params_.push_back(adapters_[std::size_t(i)][std::size_t(m)].second);
+    }
+}
+
 namespace {
 
-// Parameters of one block that take gradients, in a fixed order (the checkpointed block's inputs).
-std::vector<torch::Tensor> trainable(const LayerWeights& w) {
+// Parameters of one block that take gradients, in a fixed order (the checkpointed block's inputs):
+// the base's, then its adapters'.
+std::vector<torch::Tensor> trainable(const LlamaModel& model, int64_t layer) {
+  const LayerWeights& w = model.layer_weights(layer);
   std::vector<torch::Tensor> out;
   for (const torch::Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.bo, &w.q_norm,
                                  &w.k_norm, &w.mlp_norm, &w.w_gate, &w.w_up, &w.w_down})
     if (t->defined() && t->requires_grad()) out.push_back(*t);
+  if (model.has_adapters())
+    for (int m = 0; m < kLoraModules; ++m) {
+      const auto& [a, b] = model.adapter(layer, LoraModule(m));
+      for (const torch::Tensor* t : {&a, &b})
+        if (t->defined() && t->requires_grad()) out.push_back(*t);
+    }
   return out;
 }
 
@@ -311,7 +345,7 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
       grads_of_outputs.push_back(grad_out[i].defined() ? grad_out[i] : torch::zeros_like(outputs[i]));
     torch::autograd::variable_list inputs{x};
     if (has_prompt) inputs.insert(inputs.end(), {prompt_k, prompt_v});
-    for (const torch::Tensor& w : trainable(model->layer_weights(layer))) inputs.push_back(w);
+    for (const torch::Tensor& w : trainable(*model, layer)) inputs.push_back(w);
     TORCH_INTERNAL_ASSERT(int64_t(inputs.size()) == 1 + 2 * has_prompt + ctx->saved_data["weights"].toInt());
     const auto grads = torch::autograd::grad(outputs, inputs, grads_of_outputs, false, false, /*allow_unused=*/true);
     // One entry per forward argument: x, cos, sin, mask, prompt_k, prompt_v, of_row, each weight,
@@ -489,7 +523,14 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
   // layer's sinks), and like inference on the fused q/k/v and gate/up matrices (their gradients are
   // as adjacent as they are).
   const LayerWeights* sink = grad && !layer_sinks_.empty() ? &layer_sinks_[std::size_t(layer)] : nullptr;
-  const bool fused = !grad || sink;
+  const auto* adapters = adapters_.empty() ? nullptr : &adapters_[std::size_t(layer)];
+  const bool fused = (!grad || sink) && !adapters;
+  // LoRA: out + s (in A^T) B^T for an adapted module (PEFT's order: the two products, then the scale).
+  const auto lora = [&](LoraModule m, const torch::Tensor& in, const torch::Tensor& out) {
+    if (!adapters) return out;
+    const auto& [a, b] = (*adapters)[std::size_t(m)];
+    return a.defined() ? out + at::linear(at::linear(in, a), b) * lora_scaling_ : out;
+  };
   const auto opt = [](const torch::Tensor& t) { return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt; };
   const auto proj = [&](const torch::Tensor& in, const torch::Tensor& weight, const torch::Tensor& bias,
                         const torch::Tensor& weight_sink, const torch::Tensor& bias_sink) {
@@ -523,9 +564,12 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
     }
   } else {
     const auto sk = [&](torch::Tensor LayerWeights::*field) { return sink ? (*sink).*field : torch::Tensor(); };
-    q = proj(h, w.wq, w.bq, sk(&LayerWeights::wq), sk(&LayerWeights::bq)).view({B, T, H, hd});  // (B, T, H, hd)
-    k = proj(h, w.wk, w.bk, sk(&LayerWeights::wk), sk(&LayerWeights::bk)).view({B, T, G, hd});  // (B, T, G, hd)
-    v = proj(h, w.wv, w.bv, sk(&LayerWeights::wv), sk(&LayerWeights::bv)).view({B, T, G, hd});
+    q = lora(LoraModule::q_proj, h, proj(h, w.wq, w.bq, sk(&LayerWeights::wq), sk(&LayerWeights::bq)))
+            .view({B, T, H, hd});  // (B, T, H, hd)
+    k = lora(LoraModule::k_proj, h, proj(h, w.wk, w.bk, sk(&LayerWeights::wk), sk(&LayerWeights::bk)))
+            .view({B, T, G, hd});  // (B, T, G, hd)
+    v = lora(LoraModule::v_proj, h, proj(h, w.wv, w.bv, sk(&LayerWeights::wv), sk(&LayerWeights::bv)))
+            .view({B, T, G, hd});
   }
   if (w.q_norm.defined()) {  // Qwen3: RMSNorm over each head's hd values, before RoPE
     q = rms_norm(q, w.q_norm, config_.norm_eps);
@@ -568,8 +612,9 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
   }
   const torch::Tensor none;
   const auto s = [&](torch::Tensor LayerWeights::*field) { return sink ? (*sink).*field : torch::Tensor(); };
+  const torch::Tensor attn_out = attn.transpose(1, 2).reshape({B, T, H * hd});
   const torch::Tensor x =
-      x_in + proj(attn.transpose(1, 2).reshape({B, T, H * hd}), w.wo, w.bo, s(&LayerWeights::wo), s(&LayerWeights::bo));
+      x_in + lora(LoraModule::o_proj, attn_out, proj(attn_out, w.wo, w.bo, s(&LayerWeights::wo), s(&LayerWeights::bo)));
   const torch::Tensor h2 = rms_norm(x, w.mlp_norm, config_.norm_eps);
   if (fused && w.w_gate_up.defined()) {
     const torch::Tensor gate_up = proj(h2, w.w_gate_up, none, s(&LayerWeights::w_gate_up), none);  // (B, T, 2F)
@@ -577,9 +622,10 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
     return x + proj(torch::silu(gate_up.narrow(-1, 0, F)) * gate_up.narrow(-1, F, F), w.w_down, none,
                     s(&LayerWeights::w_down), none);
   }
-  return x + proj(torch::silu(proj(h2, w.w_gate, none, s(&LayerWeights::w_gate), none)) *
-                      proj(h2, w.w_up, none, s(&LayerWeights::w_up), none),
-                  w.w_down, none, s(&LayerWeights::w_down), none);  // (B, T, D)
+  const torch::Tensor act =
+      torch::silu(lora(LoraModule::gate_proj, h2, proj(h2, w.w_gate, none, s(&LayerWeights::w_gate), none))) *
+      lora(LoraModule::up_proj, h2, proj(h2, w.w_up, none, s(&LayerWeights::w_up), none));
+  return x + lora(LoraModule::down_proj, act, proj(act, w.w_down, none, s(&LayerWeights::w_down), none));  // (B, T, D)
 }
 
 torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tensor& positions,
@@ -603,7 +649,7 @@ torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tenso
   const auto opt = [](const torch::Tensor& t) { return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt; };
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
     if (checkpoint) {
-      const std::vector<torch::Tensor> weights = trainable(layers_[std::size_t(layer)]);
+      const std::vector<torch::Tensor> weights = trainable(*this, layer);
       const bool capture = prompt_kv && prompt_kv->capture, prepend = prompt_kv && !capture;
       if (!weights.empty() || x.requires_grad() ||
           (prepend && prompt_kv->k[std::size_t(layer)].requires_grad())) {

@@ -9,11 +9,13 @@
 
 #include <torch/types.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "unstuck/model/lora.h"
 #include "unstuck/model/model_config.h"
 #include "unstuck/model/param_layout.h"
 
@@ -94,6 +96,20 @@ class LlamaModel {
   const std::vector<torch::Tensor>& parameters() const { return params_; }
   void set_requires_grad(bool requires_grad);
 
+  // LoRA (lora.h): adapters on the projections `spec` targets, views of `flat` (lora_layout(config,
+  // spec).total elements in the weights' dtype, on their device; the model keeps it alive). Every path
+  // (forward, completions, cached decoding, checkpointed blocks) then computes a target's output as
+  // x W^T + s (x A^T) B^T, unmerged and without dropout; the fused q/k/v and gate/up products are not
+  // used. adapter_parameters() are the A and B leaves in lora_layout order, for requires_grad (their
+  // gradients arrive in .grad); the base follows set_requires_grad as before.
+  void set_adapters(const LoraSpec& spec, torch::Tensor flat);
+  const std::vector<torch::Tensor>& adapter_parameters() const { return adapter_params_; }
+  bool has_adapters() const { return !adapters_.empty(); }
+  // The A and B of `module` in `layer` (undefined when it is not adapted).
+  const std::pair<torch::Tensor, torch::Tensor>& adapter(int64_t layer, LoraModule module) const {
+    return adapters_[std::size_t(layer)][std::size_t(module)];
+  }
+
   // Full forward. tokens: (B, T) int64 on the weights' device. valid: (B, T) bool marking real
   // tokens, or undefined for "all real". Right padding needs no mask (causal attention never looks
   // right); left padding passes `valid`, and rotary positions then count real tokens only. Rows
@@ -170,6 +186,11 @@ class LlamaModel {
   torch::Tensor embed_sink_, head_sink_;     // its embedding and head ranges
   std::vector<LayerWeights> layer_sinks_;    // per layer: the ranges of its matrices and biases
   std::vector<LayerWeights> layers_;
+  // LoRA: per layer, per LoraModule, (A, B) or undefined; the scaling s; the buffer they view.
+  std::vector<std::array<std::pair<torch::Tensor, torch::Tensor>, kLoraModules>> adapters_;
+  double lora_scaling_ = 0;
+  torch::Tensor adapter_flat_;
+  std::vector<torch::Tensor> adapter_params_;
   torch::Tensor inv_freq_;      // (head_dim / 2) float32, scaled as config.rope_scaling says
   double rope_attention_ = 1;   // cos/sin multiplier (yarn's attention factor, else 1)
 };

@@ -1,0 +1,59 @@
+// LoRA adapters on the Llama-family model (arXiv 2106.09685), in PEFT's conventions: a target
+// module's output becomes x W^T + s (x A^T) B^T with A (r, in) and B (out, r), s = alpha / r
+// (alpha / sqrt(r) with rsLoRA). The adapters of a model are one flat FP32 buffer in
+// lora_layout() order, named as PEFT's adapter_model.safetensors names them, so a PEFT adapter
+// directory loads into it and the buffer writes back out as one.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "unstuck/model/model_config.h"
+#include "unstuck/model/param_layout.h"
+
+namespace unstuck::model {
+
+// The projections an adapter may target, by PEFT's (transformers') module names, in the order the
+// layout holds them within a layer.
+enum class LoraModule { q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj };
+inline constexpr int kLoraModules = 7;
+const char* lora_module_name(LoraModule m);
+// "q_proj" -> LoraModule::q_proj; throws UserError naming `what` for another name.
+LoraModule parse_lora_module(const std::string& name, const std::string& what);
+
+struct LoraSpec {
+  int64_t rank = 0;                   // r
+  double alpha = 0;                   // lora_alpha
+  bool rslora = false;                // use_rslora: s = alpha / sqrt(r)
+  std::vector<LoraModule> targets;    // the adapted projections, in LoraModule order, no repeats
+  double scaling() const;
+  bool targets_module(LoraModule m) const;
+};
+
+// The adapters of `config` under `spec`: for each layer and each target (LoraModule order),
+// `base_model.model.model.layers.<i>.<self_attn|mlp>.<module>.lora_A.weight` (r, in) then `lora_B`
+// (out, r); aligned as llama_layout aligns (kParamAlign), A and B with weight decay.
+ParamLayout lora_layout(const ModelConfig& config, const LoraSpec& spec);
+
+// A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) read for
+// `config`: the spec and the adapters as an FP32 flat buffer in lora_layout order. Refused with a
+// UserError naming the file and key or tensor: another peft_type, a setting this model does not
+// compute (DoRA, bias other than "none", fan_in_fan_out, modules_to_save, rank or alpha patterns,
+// layer selections, or any other key that is set to something but its off value), a target outside
+// the seven projections, a missing, extra or misshapen tensor, an unsupported dtype.
+struct LoadedAdapter {
+  LoraSpec spec;
+  torch::Tensor flat;  // (lora_layout(config, spec).total) float32
+};
+LoadedAdapter load_peft_adapter(const std::filesystem::path& dir, const ModelConfig& config);
+
+// W + s B A for every adapted matrix of `base_flat` (llama_layout(config) order, FP32), the other
+// tensors unchanged: the merged model (what peft's merge_and_unload computes), in FP32.
+torch::Tensor merge_lora(const ModelConfig& config, const torch::Tensor& base_flat, const LoraSpec& spec,
+                         const torch::Tensor& adapter_flat);
+
+}  // namespace unstuck::model

@@ -1,0 +1,214 @@
+// LoRA adapters in PEFT's format: the layout of a model's adapters, reading a PEFT adapter
+// directory into it (every adapter_config.json setting either computed or refused by name), and
+// merging them into the base weights.
+#include "unstuck/model/lora.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "unstuck/common/error.h"
+#include "unstuck/io/json_file.h"
+#include "unstuck/io/safetensors.h"
+
+namespace unstuck::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kModuleNames[kLoraModules] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                    "gate_proj", "up_proj", "down_proj"};
+
+// "self_attn.q_proj" / "mlp.gate_proj": the module's path inside a layer.
+std::string module_path(LoraModule m) {
+  return std::string(int(m) <= int(LoraModule::o_proj) ? "self_attn." : "mlp.") + lora_module_name(m);
+}
+
+// adapter_config.json keys that describe the adapter without changing what it computes (or that
+// only matter with a setting that is refused when on): any value.
+const std::set<std::string> kInformational = {
+    "base_model_name_or_path", "revision", "task_type", "inference_mode", "auto_mapping", "peft_version",
+    "init_lora_weights", "lora_dropout", "megatron_core", "qalora_group_size"};
+
+// Whether `v` is a setting's off value: null, false, "", an empty list or object.
+bool is_off(const nlohmann::json& v) {
+  return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_string() && v.get<std::string>().empty()) ||
+         ((v.is_array() || v.is_object()) && v.empty());
+}
+
+// PEFT's matching of target_modules entries (a module name or a path) against the model's module
+// keys: key == entry or key ends with "." + entry. The adapted modules of every layer must be the
+// same projections (a per-layer selection is not computed); an entry that names something else, or
+// matches nothing, is refused.
+std::vector<LoraModule> match_targets(const std::vector<std::string>& entries, const ModelConfig& config,
+                                      const std::string& what) {
+  std::vector<std::vector<bool>> hit(std::size_t(kLoraModules), std::vector<bool>(std::size_t(config.n_layers)));
+  for (const std::string& e : entries) {
+    const std::size_t dot = e.rfind('.');
+    parse_lora_module(dot == std::string::npos ? e : e.substr(dot + 1), what);  // names a projection
+    bool any = false;
+    for (int m = 0; m < kLoraModules; ++m)
+      for (int64_t i = 0; i < config.n_layers; ++i) {
+        const std::string key = "model.layers." + std::to_string(i) + "." + module_path(LoraModule(m));
+        if (key == e || (key.size() > e.size() && key.compare(key.size() - e.size(), e.size(), e) == 0 &&
+                         key[key.size() - e.size() - 1] == '.')) {
+          hit[std::size_t(m)][std::size_t(i)] = true;
+          any = true;
+        }
+      }
+    if (!any) throw UserError(what + ": '" + e + "' matches no module of this model (" +
+                              std::to_string(config.n_layers) + " layers)");
+  }
+  std::vector<LoraModule> out;
+  for (int m = 0; m < kLoraModules; ++m) {
+    const auto& h = hit[std::size_t(m)];
+    const std::size_t n = std::size_t(std::count(h.begin(), h.end(), true));
+    if (n == 0) continue;
+    if (n != h.size())
+      throw UserError(what + ": " + lora_module_name(LoraModule(m)) + " is adapted in " + std::to_string(n) + " of " +
+                      std::to_string(h.size()) + " layers; unstuck adapts a projection in every layer or none");
+    out.push_back(LoraModule(m));
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* lora_module_name(LoraModule m) { return kModuleNames[int(m)]; }
+
+LoraModule parse_lora_module(const std::string& name, const std::string& what) {
+  for (int i = 0; i < kLoraModules; ++i)
+    if (name == kModuleNames[i]) return LoraModule(i);
+  throw UserError(what + ": '" + name +
+                  "' is not a projection unstuck adapts (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+}
+
+double LoraSpec::scaling() const {
+  return rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank);
+}
+
+bool LoraSpec::targets_module(LoraModule m) const {
+  for (LoraModule t : targets)
+    if (t == m) return true;
+  return false;
+}
+
+ParamLayout lora_layout(const ModelConfig& config, const LoraSpec& spec) {
+  if (spec.rank <= 0) throw UserError("LoRA rank must be positive, got " + std::to_string(spec.rank));
+  const ParamLayout base = llama_layout(config);
+  ParamLayout layout;
+  const auto add = [&](std::string name, std::vector<int64_t> shape) {
+    const int64_t numel = shape[0] * shape[1];
+    layout.entries.push_back({std::move(name), std::move(shape), layout.total, numel, true});
+    layout.total += (numel + kParamAlign - 1) / kParamAlign * kParamAlign;
+  };
+  for (int64_t i = 0; i < config.n_layers; ++i)
+    for (int m = 0; m < kLoraModules; ++m) {
+      if (!spec.targets_module(LoraModule(m))) continue;
+      const std::string path = "model.layers." + std::to_string(i) + "." + module_path(LoraModule(m));
+      const ParamEntry* w = base.find(path + ".weight");
+      if (!w) throw std::logic_error("lora_layout: no base matrix " + path + ".weight");
+      add("base_model.model." + path + ".lora_A.weight", {spec.rank, w->shape[1]});
+      add("base_model.model." + path + ".lora_B.weight", {w->shape[0], spec.rank});
+    }
+  return layout;
+}
+
+LoadedAdapter load_peft_adapter(const fs::path& dir, const ModelConfig& config) {
+  const fs::path cfg_path = dir / "adapter_config.json", weights_path = dir / "adapter_model.safetensors";
+  if (!fs::is_regular_file(cfg_path))
+    throw UserError("LoRA adapter '" + dir.string() + "': no adapter_config.json (a PEFT adapter directory holds it)");
+  const nlohmann::json c = io::read_json_file(cfg_path);
+  const std::string where = cfg_path.string();
+  if (!c.is_object()) throw UserError(where + ": not a JSON object");
+  const auto fail = [&](const std::string& key, const std::string& why) -> void {
+    throw UserError(where + ": key '" + key + "' " + why);
+  };
+  LoadedAdapter out;
+  for (const auto& [key, v] : c.items()) {
+    if (key == "peft_type") {
+      if (!v.is_string() || v.get<std::string>() != "LORA") fail(key, "is " + v.dump() + "; unstuck loads LORA adapters");
+    } else if (key == "r") {
+      if (!v.is_number_integer() || v.get<int64_t>() <= 0) fail(key, "must be a positive integer, got " + v.dump());
+      out.spec.rank = v.get<int64_t>();
+    } else if (key == "lora_alpha") {
+      if (!v.is_number() || v.get<double>() <= 0) fail(key, "must be a positive number, got " + v.dump());
+      out.spec.alpha = v.get<double>();
+    } else if (key == "use_rslora") {
+      if (!v.is_boolean()) fail(key, "must be true or false, got " + v.dump());
+      out.spec.rslora = v.get<bool>();
+    } else if (key == "bias") {
+      if (v != "none") fail(key, "is " + v.dump() + ": adapters with trained biases are not computed (only \"none\")");
+    } else if (key == "target_modules") {
+      std::vector<std::string> names;
+      if (v.is_string() && v.get<std::string>() == "all-linear") {
+        for (const char* n : kModuleNames) names.push_back(n);
+      } else if (v.is_array()) {
+        for (const auto& n : v) {
+          if (!n.is_string()) fail(key, "must list module names, got " + v.dump());
+          names.push_back(n.get<std::string>());
+        }
+      } else {
+        fail(key, "is " + v.dump() + ": a list of module names or \"all-linear\" (a regular expression is not matched)");
+      }
+      out.spec.targets = match_targets(names, config, where + ": target_modules");
+    } else if (!kInformational.count(key) && !is_off(v)) {
+      fail(key, "is " + v.dump() + ", a setting unstuck does not compute (DoRA, layer selections, patterns, saved "
+                "modules and the like); only its off value is accepted");
+    }
+  }
+  if (out.spec.rank <= 0) throw UserError(where + ": no 'r'");
+  if (out.spec.alpha <= 0) throw UserError(where + ": no 'lora_alpha'");
+  if (out.spec.targets.empty()) throw UserError(where + ": no 'target_modules'");
+  if (!fs::is_regular_file(weights_path))
+    throw UserError("LoRA adapter '" + dir.string() + "': no adapter_model.safetensors" +
+                    (fs::exists(dir / "adapter_model.bin") ? " (adapter_model.bin, a pickle, is not read)" : ""));
+  const io::SafetensorsFile file = io::read_safetensors(weights_path);
+  const ParamLayout layout = lora_layout(config, out.spec);
+  out.flat = torch::zeros({layout.total}, torch::kFloat32);
+  std::set<std::string> expected;
+  for (const ParamEntry& e : layout.entries) {
+    expected.insert(e.name);
+    const io::Tensor* t = file.find(e.name);
+    if (!t) throw UserError(weights_path.string() + ": no tensor '" + e.name + "' (r " + std::to_string(out.spec.rank) + ")");
+    if (t->shape != e.shape)
+      throw UserError(weights_path.string() + ": tensor '" + e.name + "' has shape " + nlohmann::json(t->shape).dump() +
+                      ", the model needs " + nlohmann::json(e.shape).dump());
+    const torch::ScalarType st = t->dtype == io::DType::f32 ? torch::kFloat32 : t->dtype == io::DType::bf16 ? torch::kBFloat16 : torch::kHalf;
+    const torch::Tensor src = torch::from_blob(const_cast<uint8_t*>(t->bytes.data()), {e.numel}, st);
+    out.flat.narrow(0, e.offset, e.numel).copy_(src);
+  }
+  for (const io::Tensor& t : file.tensors)
+    if (!expected.count(t.name))
+      throw UserError(weights_path.string() + ": tensor '" + t.name +
+                      "' is not an adapter of the configured targets (unstuck adapts q/k/v/o and gate/up/down only)");
+  return out;
+}
+
+torch::Tensor merge_lora(const ModelConfig& config, const torch::Tensor& base_flat, const LoraSpec& spec,
+                         const torch::Tensor& adapter_flat) {
+  const ParamLayout base = llama_layout(config), layout = lora_layout(config, spec);
+  if (base_flat.numel() != base.total || adapter_flat.numel() != layout.total)
+    throw std::invalid_argument("merge_lora: buffers do not match the layouts");
+  torch::NoGradGuard no_grad;
+  torch::Tensor merged = base_flat.to(torch::kFloat32).clone();
+  const torch::Tensor adapters = adapter_flat.to(torch::kFloat32);
+  const std::string prefix = "base_model.model.";
+  for (std::size_t i = 0; i < layout.entries.size(); i += 2) {
+    const ParamEntry &a = layout.entries[i], &b = layout.entries[i + 1];
+    const std::string name = a.name.substr(prefix.size(), a.name.size() - prefix.size() - std::string(".lora_A.weight").size()) + ".weight";
+    const ParamEntry* w = base.find(name);
+    const torch::Tensor delta = at::matmul(adapters.narrow(0, b.offset, b.numel).view(b.shape),
+                                           adapters.narrow(0, a.offset, a.numel).view(a.shape)) *
+                                spec.scaling();
+    merged.narrow(0, w->offset, w->numel).view(w->shape).add_(delta);
+  }
+  return merged;
+}
+
+}  // namespace unstuck::model
