@@ -190,6 +190,33 @@ LoadedAdapter load_peft_adapter(const fs::path& dir, const ModelConfig& config) 
   return out;
 }
 
+void save_peft_adapter(const fs::path& dir, const ModelConfig& config, const LoraSpec& spec,
+                       const torch::Tensor& flat, const std::string& base_model) {
+  const ParamLayout layout = lora_layout(config, spec);
+  if (flat.numel() != layout.total) throw std::invalid_argument("save_peft_adapter: the buffer is not lora_layout's");
+  const torch::Tensor host = flat.detach().to(torch::kCPU).contiguous();
+  const io::DType dtype = host.scalar_type() == torch::kFloat32    ? io::DType::f32
+                          : host.scalar_type() == torch::kBFloat16 ? io::DType::bf16
+                          : host.scalar_type() == torch::kHalf     ? io::DType::f16
+                                                                   : throw std::invalid_argument("save_peft_adapter: dtype");
+  const auto* base = static_cast<const char*>(host.data_ptr());
+  const std::size_t elem = host.element_size();
+  std::vector<io::TensorView> views;
+  for (const ParamEntry& e : layout.entries)
+    views.push_back({e.name, dtype, e.shape, base + e.offset * elem, std::size_t(e.numel) * elem});
+  fs::create_directories(dir);
+  io::write_safetensors(dir / "adapter_model.safetensors", views, {{"format", "pt"}});
+  nlohmann::json targets = nlohmann::json::array();
+  for (LoraModule m : spec.targets) targets.push_back(lora_module_name(m));
+  const nlohmann::json c = {{"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"r", spec.rank},
+                            {"lora_alpha", spec.alpha}, {"use_rslora", spec.rslora}, {"target_modules", targets},
+                            {"bias", "none"}, {"lora_dropout", 0.0}, {"fan_in_fan_out", false}, {"use_dora", false},
+                            {"modules_to_save", nullptr}, {"layers_to_transform", nullptr},
+                            {"base_model_name_or_path", base_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(base_model)},
+                            {"inference_mode", true}};
+  io::write_json_file(dir / "adapter_config.json", c);
+}
+
 torch::Tensor merge_lora(const ModelConfig& config, const torch::Tensor& base_flat, const LoraSpec& spec,
                          const torch::Tensor& adapter_flat) {
   const ParamLayout base = llama_layout(config), layout = lora_layout(config, spec);

@@ -1,6 +1,7 @@
 """Reference LoRA models for tests/model/test_lora.cpp, built by transformers + peft.
 
 usage: peft_lora.py make ROOT
+       peft_lora.py check ROOT VARIANT ADAPTER_DIR
 
 For each variant (a Llama without biases, a Qwen2 with q/k/v biases and tied embeddings) writes
 ROOT/<variant>/base (the FP32 base model), ROOT/<variant>/adapter (peft's save_pretrained of a
@@ -8,13 +9,16 @@ LoraConfig with gaussian A and, so that the adapters matter, B drawn from N(0, 0
 peft's zeros), ROOT/<variant>/merged (merge_and_unload) and ROOT/<variant>/reference.safetensors:
 the tokens (as F32), a fixed weight R of the logits, peft's FP32 logits and the gradients of
 loss = sum(logits * R) with respect to every lora_A / lora_B (named as in the adapter file).
+
+`check` loads ADAPTER_DIR (one unstuck wrote) with peft's PeftModel.from_pretrained onto the variant's
+base and requires its logits of the reference tokens within 1e-6 x max |logit| of the reference.
 """
 import os
 import sys
 
 import torch
-from peft import LoraConfig, get_peft_model
-from safetensors.torch import save_file
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 VARIANTS = {
@@ -52,7 +56,22 @@ def make(root):
         model.merge_and_unload().save_pretrained(f"{d}/merged")
 
 
+def check(root, name, adapter_dir):
+    cls = VARIANTS[name][0]
+    d = os.path.join(root, name)
+    ref = load_file(f"{d}/reference.safetensors")
+    model = PeftModel.from_pretrained(cls.from_pretrained(f"{d}/base", dtype=torch.float32), adapter_dir).eval()
+    with torch.no_grad():
+        logits = model(ref["tokens"].long()).logits.float()
+    err = ((logits - ref["logits"]).abs().max() / ref["logits"].abs().max()).item()
+    print(f"{name}: peft on the adapter unstuck wrote: logits max |diff| / max |logit| = {err:.2e}")
+    return 0 if err <= 1e-6 else 1
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] != "make":
+    if len(sys.argv) == 3 and sys.argv[1] == "make":
+        make(sys.argv[2])
+    elif len(sys.argv) == 5 and sys.argv[1] == "check":
+        sys.exit(check(*sys.argv[2:5]))
+    else:
         sys.exit(__doc__)
-    make(sys.argv[2])

@@ -3,7 +3,8 @@
 // with it gives peft's FP32 logits (within 1e-5 of max |logit|) and the gradients of every lora_A /
 // lora_B (within 1e-4 of each tensor's max |grad|), with and without activation checkpointing (within
 // 1e-6 / 1e-5 of each other); cached decoding gives the full forward's logits; merge_lora equals merge_and_unload;
-// adapter_config.json settings that are not computed are refused by name.
+// adapter_config.json settings that are not computed are refused by name; save_peft_adapter's
+// directory loads back bit for bit and in peft with the reference logits.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -161,6 +162,26 @@ TEST_P(PeftLora, SettingsThatAreNotComputedAreRefusedByName) {
   io::write_json_file(edited / "adapter_config.json", c);
   EXPECT_NO_THROW(load_peft_adapter(edited, base.config));
   fs::remove_all(edited);
+}
+
+// save_peft_adapter writes what load_peft_adapter reads back bit for bit, and what peft loads onto
+// the base with the reference logits.
+TEST_P(PeftLora, SavedAdapterLoadsBackAndInPeft) {
+  const LoadedModel base = load_pretrained(dir() / "base");
+  const LoadedAdapter adapter = load_peft_adapter(dir() / "adapter", base.config);
+  const fs::path out = dir() / "saved";
+  fs::remove_all(out);
+  save_peft_adapter(out, base.config, adapter.spec, adapter.flat, (dir() / "base").string());
+  const LoadedAdapter again = load_peft_adapter(out, base.config);
+  EXPECT_EQ(again.spec.rank, adapter.spec.rank);
+  EXPECT_EQ(again.spec.alpha, adapter.spec.alpha);
+  EXPECT_EQ(again.spec.rslora, adapter.spec.rslora);
+  EXPECT_EQ(again.spec.targets, adapter.spec.targets);
+  EXPECT_TRUE(torch::equal(again.flat, adapter.flat));
+  const std::string cmd = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/model/peft_lora.py check " +
+                          root_.string() + " " + GetParam() + " " + out.string() + " 2>&1 | grep -v Warn";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  fs::remove_all(out);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, PeftLora, ::testing::Values("llama", "qwen2"),

@@ -51,6 +51,14 @@ struct LoadedAdapter {
 };
 LoadedAdapter load_peft_adapter(const std::filesystem::path& dir, const ModelConfig& config);
 
+// Writes a PEFT adapter directory: adapter_config.json (peft_type LORA, r, lora_alpha, use_rslora,
+// target_modules by module name, bias "none", task_type CAUSAL_LM, base_model_name_or_path =
+// `base_model`, the other settings off) and adapter_model.safetensors holding `flat` (lora_layout
+// order; FP32, BF16 or F16 as it is) under PEFT's tensor names; peft's PeftModel.from_pretrained loads
+// it onto the base. Files are written atomically.
+void save_peft_adapter(const std::filesystem::path& dir, const ModelConfig& config, const LoraSpec& spec,
+                       const torch::Tensor& flat, const std::string& base_model = "");
+
 // W + s B A for every adapted matrix of `base_flat` (llama_layout(config) order, FP32), the other
 // tensors unchanged: the merged model (what peft's merge_and_unload computes), in FP32.
 torch::Tensor merge_lora(const ModelConfig& config, const torch::Tensor& base_flat, const LoraSpec& spec,
