@@ -15,6 +15,7 @@
 #include "unstuck/common/error.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/io/safetensors.h"
+#include "unstuck/model/model_io.h"
 
 namespace unstuck::model {
 namespace {
@@ -27,6 +28,12 @@ constexpr const char* kModuleNames[kLoraModules] = {"q_proj", "k_proj", "v_proj"
 // "self_attn.q_proj" / "mlp.gate_proj": the module's path inside a layer.
 std::string module_path(LoraModule m) {
   return std::string(int(m) <= int(LoraModule::o_proj) ? "self_attn." : "mlp.") + lora_module_name(m);
+}
+
+// "model.layers.<layer>.self_attn.q_proj": the module's key in the base model (PEFT matches targets
+// against it; the base matrix is key + ".weight", the adapters "base_model.model." + key + ".lora_A.weight").
+std::string module_key(int64_t layer, LoraModule m) {
+  return "model.layers." + std::to_string(layer) + "." + module_path(m);
 }
 
 // adapter_config.json keys that describe the adapter without changing what it computes (or that
@@ -54,7 +61,7 @@ std::vector<LoraModule> match_targets(const std::vector<std::string>& entries, c
     bool any = false;
     for (int m = 0; m < kLoraModules; ++m)
       for (int64_t i = 0; i < config.n_layers; ++i) {
-        const std::string key = "model.layers." + std::to_string(i) + "." + module_path(LoraModule(m));
+        const std::string key = module_key(i, LoraModule(m));
         if (key == e || (key.size() > e.size() && key.compare(key.size() - e.size(), e.size(), e) == 0 &&
                          key[key.size() - e.size() - 1] == '.')) {
           hit[std::size_t(m)][std::size_t(i)] = true;
@@ -110,7 +117,7 @@ ParamLayout lora_layout(const ModelConfig& config, const LoraSpec& spec) {
   for (int64_t i = 0; i < config.n_layers; ++i)
     for (int m = 0; m < kLoraModules; ++m) {
       if (!spec.targets_module(LoraModule(m))) continue;
-      const std::string path = "model.layers." + std::to_string(i) + "." + module_path(LoraModule(m));
+      const std::string path = module_key(i, LoraModule(m));
       const ParamEntry* w = base.find(path + ".weight");
       if (!w) throw std::logic_error("lora_layout: no base matrix " + path + ".weight");
       add("base_model.model." + path + ".lora_A.weight", {spec.rank, w->shape[1]});
@@ -179,8 +186,7 @@ LoadedAdapter load_peft_adapter(const fs::path& dir, const ModelConfig& config) 
     if (t->shape != e.shape)
       throw UserError(weights_path.string() + ": tensor '" + e.name + "' has shape " + nlohmann::json(t->shape).dump() +
                       ", the model needs " + nlohmann::json(e.shape).dump());
-    const torch::ScalarType st = t->dtype == io::DType::f32 ? torch::kFloat32 : t->dtype == io::DType::bf16 ? torch::kBFloat16 : torch::kHalf;
-    const torch::Tensor src = torch::from_blob(const_cast<uint8_t*>(t->bytes.data()), {e.numel}, st);
+    const torch::Tensor src = torch::from_blob(const_cast<uint8_t*>(t->bytes.data()), {e.numel}, torch_dtype(t->dtype));
     out.flat.narrow(0, e.offset, e.numel).copy_(src);
   }
   for (const io::Tensor& t : file.tensors)
@@ -195,17 +201,9 @@ void save_peft_adapter(const fs::path& dir, const ModelConfig& config, const Lor
   const ParamLayout layout = lora_layout(config, spec);
   if (flat.numel() != layout.total) throw std::invalid_argument("save_peft_adapter: the buffer is not lora_layout's");
   const torch::Tensor host = flat.detach().to(torch::kCPU).contiguous();
-  const io::DType dtype = host.scalar_type() == torch::kFloat32    ? io::DType::f32
-                          : host.scalar_type() == torch::kBFloat16 ? io::DType::bf16
-                          : host.scalar_type() == torch::kHalf     ? io::DType::f16
-                                                                   : throw std::invalid_argument("save_peft_adapter: dtype");
-  const auto* base = static_cast<const char*>(host.data_ptr());
-  const std::size_t elem = host.element_size();
-  std::vector<io::TensorView> views;
-  for (const ParamEntry& e : layout.entries)
-    views.push_back({e.name, dtype, e.shape, base + e.offset * elem, std::size_t(e.numel) * elem});
   fs::create_directories(dir);
-  io::write_safetensors(dir / "adapter_model.safetensors", views, {{"format", "pt"}});
+  io::write_safetensors(dir / "adapter_model.safetensors", layout_views(layout, host, io_dtype(host.scalar_type())),
+                        {{"format", "pt"}});
   nlohmann::json targets = nlohmann::json::array();
   for (LoraModule m : spec.targets) targets.push_back(lora_module_name(m));
   const nlohmann::json c = {{"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"r", spec.rank},
@@ -225,16 +223,18 @@ torch::Tensor merge_lora(const ModelConfig& config, const torch::Tensor& base_fl
   torch::NoGradGuard no_grad;
   torch::Tensor merged = base_flat.to(torch::kFloat32).clone();
   const torch::Tensor adapters = adapter_flat.to(torch::kFloat32);
-  const std::string prefix = "base_model.model.";
-  for (std::size_t i = 0; i < layout.entries.size(); i += 2) {
-    const ParamEntry &a = layout.entries[i], &b = layout.entries[i + 1];
-    const std::string name = a.name.substr(prefix.size(), a.name.size() - prefix.size() - std::string(".lora_A.weight").size()) + ".weight";
-    const ParamEntry* w = base.find(name);
-    const torch::Tensor delta = at::matmul(adapters.narrow(0, b.offset, b.numel).view(b.shape),
-                                           adapters.narrow(0, a.offset, a.numel).view(a.shape)) *
-                                spec.scaling();
-    merged.narrow(0, w->offset, w->numel).view(w->shape).add_(delta);
-  }
+  std::size_t k = 0;  // the layout's (A, B) pairs, in lora_layout's order
+  for (int64_t i = 0; i < config.n_layers; ++i)
+    for (int m = 0; m < kLoraModules; ++m) {
+      if (!spec.targets_module(LoraModule(m))) continue;
+      const ParamEntry &a = layout.entries[k], &b = layout.entries[k + 1];
+      k += 2;
+      const ParamEntry* w = base.find(module_key(i, LoraModule(m)) + ".weight");
+      const torch::Tensor delta = at::matmul(adapters.narrow(0, b.offset, b.numel).view(b.shape),
+                                             adapters.narrow(0, a.offset, a.numel).view(a.shape)) *
+                                  spec.scaling();
+      merged.narrow(0, w->offset, w->numel).view(w->shape).add_(delta);
+    }
   return merged;
 }
 

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 
 #include "unstuck/common/error.h"
 #include "unstuck/io/json_file.h"
@@ -29,6 +30,24 @@ torch::ScalarType torch_dtype(io::DType d) {
     case io::DType::f8_e4m3: return torch::kFloat8_e4m3fn;
   }
   return torch::kFloat32;
+}
+
+io::DType io_dtype(torch::ScalarType type) {
+  if (type == torch::kFloat32) return io::DType::f32;
+  if (type == torch::kBFloat16) return io::DType::bf16;
+  if (type == torch::kHalf) return io::DType::f16;
+  throw std::invalid_argument(std::string("io_dtype: no safetensors dtype for ") + c10::toString(type));
+}
+
+std::vector<io::TensorView> layout_views(const ParamLayout& layout, const torch::Tensor& flat, io::DType dtype) {
+  if (!flat.is_cpu() || !flat.is_contiguous() || flat.numel() != layout.total || flat.scalar_type() != torch_dtype(dtype))
+    throw std::invalid_argument("layout_views: expected a contiguous host buffer of the layout in its dtype");
+  const auto elem = flat.element_size();
+  const char* base = static_cast<const char*>(flat.data_ptr());
+  std::vector<io::TensorView> views;
+  for (const ParamEntry& e : layout.entries)
+    views.push_back({e.name, dtype, e.shape, base + e.offset * elem, std::size_t(e.numel) * elem});
+  return views;
 }
 
 const char* hf_dtype_name(io::DType d) {
@@ -144,12 +163,7 @@ void save_pretrained(const std::filesystem::path& dir, const ModelConfig& config
     throw UserError("save_pretrained: expected an FP32 or " + std::string(hf_dtype_name(dtype)) + " flat buffer of " +
                     std::to_string(layout.total) + " elements");
   const torch::Tensor converted = flat.detach().to(torch::kCPU).contiguous().to(torch_dtype(dtype));
-  const auto elem = converted.element_size();
-  const char* base = static_cast<const char*>(converted.data_ptr());
-  std::vector<io::TensorView> views;
-  for (const ParamEntry& e : layout.entries)
-    views.push_back({e.name, dtype, e.shape, base + e.offset * elem, std::size_t(e.numel) * elem});
-  io::write_safetensors_dir(dir, views, max_shard_bytes, {{"format", "pt"}});
+  io::write_safetensors_dir(dir, layout_views(layout, converted, dtype), max_shard_bytes, {{"format", "pt"}});
   io::write_json_file(dir / "config.json", hf_config_json(config, tokens, hf_dtype_name(dtype)));
 }
 

@@ -27,10 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-io::DType dtype_of(torch::ScalarType t) {
-  return t == torch::kBFloat16 ? io::DType::bf16 : t == torch::kHalf ? io::DType::f16 : io::DType::f32;
-}
-
 // checkpoints/step_<N, zero-padded> for `step`, or an empty path.
 fs::path checkpoint_of_step(const fs::path& checkpoints, int64_t step) {
   std::error_code ec;
@@ -147,7 +143,7 @@ void write_model_dir(const fs::path& out, const RunConfig& config, const torch::
 }
 
 void write_final_model(const fs::path& run_dir, const RunConfig& config, const torch::Tensor& compute) {
-  write_model_dir(run_dir / "final_model", config, compute, dtype_of(compute.scalar_type()));
+  write_model_dir(run_dir / "final_model", config, compute, model::io_dtype(compute.scalar_type()));
 }
 
 io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportOptions& opts) {
@@ -164,7 +160,7 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
   // The compute weights of that step, regenerated a slice at a time exactly as the run did on resume
   // (the forward's dtype, precision.compute, does not change them); or the FP32 master (--dtype
   // fp32), or the master rounded to nearest into another dtype. Memory: the output and one slice.
-  const io::DType compute = dtype_of(compute_dtype(precision::round_mode_for(config.precision.mode)));
+  const io::DType compute = model::io_dtype(compute_dtype(precision::round_mode_for(config.precision.mode)));
   const io::DType dtype = opts.dtype.empty() ? compute : parse_export_dtype(opts.dtype, "--dtype");
   const bool fp8_coded = opts.format == "fp8";
   if (!fp8_coded && opts.format != "hf")

@@ -13,6 +13,7 @@
 #include "unstuck/io/safetensors.h"
 #include "unstuck/model/hf_config.h"
 #include "unstuck/model/model_config.h"
+#include "unstuck/model/param_layout.h"
 
 namespace unstuck::model {
 
@@ -71,6 +72,12 @@ class FlatWeightsReader {
 };
 
 torch::ScalarType torch_dtype(io::DType dtype);
+// The inverse for F32, BF16 and F16; another scalar type throws std::invalid_argument.
+io::DType io_dtype(torch::ScalarType type);
 const char* hf_dtype_name(io::DType dtype);  // "float32", "bfloat16", "float16"
+
+// One safetensors view per tensor of `layout`, named as the layout names it, into `flat`: a
+// contiguous host buffer of layout.total elements in `dtype` that outlives the views.
+std::vector<io::TensorView> layout_views(const ParamLayout& layout, const torch::Tensor& flat, io::DType dtype);
 
 }  // namespace unstuck::model
