@@ -106,10 +106,18 @@ void round_base_to_grid_(torch::Tensor& master, int analog_mantissa_bits) {
 
 namespace {
 
-// The channels' exponents from their maxima.
+// The channels' exponents from their maxima (n floats in host memory).
+void set_fp8_exponents(const float* amax, std::size_t n, std::vector<int32_t>& exponent) {
+  exponent.resize(n);
+  for (std::size_t i = 0; i < n; ++i) exponent[i] = precision::fp8_scale_exponent(amax[i]);
+}
 void set_fp8_exponents(const std::vector<float>& amax, std::vector<int32_t>& exponent) {
-  exponent.resize(amax.size());
-  for (std::size_t i = 0; i < amax.size(); ++i) exponent[i] = precision::fp8_scale_exponent(amax[i]);
+  set_fp8_exponents(amax.data(), amax.size(), exponent);
+}
+// The same from a float tensor of maxima on any device.
+void set_fp8_exponents(const torch::Tensor& amax, std::vector<int32_t>& exponent) {
+  const torch::Tensor host = amax.cpu().contiguous();
+  set_fp8_exponents(host.data_ptr<float>(), std::size_t(host.numel()), exponent);
 }
 
 }  // namespace
@@ -178,7 +186,7 @@ void TrainableWeights::materialize_analog(const float* master_data, int64_t begi
 
 void TrainableWeights::materialize_compute(const torch::Tensor& full_master) {
   if (analog_grid()) return materialize_analog(full_master.data_ptr<float>(), 0, total_);
-  if (fp8()) return materialize_fp8_slice(full_master.data_ptr<float>(), 0, total_, compute_.data_ptr());
+  if (fp8()) return materialize_fp8_slice(full_master.data_ptr<float>(), 0, total_, compute_.data_ptr(), fp8_exponents());
   const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
   if (on_device()) {
 #if defined(UNSTUCK_HAVE_CUDA)
@@ -253,9 +261,7 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
   if (fp8()) {
     fp8_ = std::make_unique<Fp8Channels>();
     fp8_->matrices = layout.fp8_matrices();
-    const torch::Tensor amax = fp8_channel_amax(master.data_ptr<float>(), total_, 0).cpu();
-    set_fp8_exponents(std::vector<float>(amax.data_ptr<float>(), amax.data_ptr<float>() + amax.numel()),
-                      fp8_->exponent);
+    set_fp8_exponents(fp8_channel_amax(master.data_ptr<float>(), total_, 0), fp8_->exponent);
     fp8_discard_ = torch::empty({scratch_.numel()}, compute_all_.options());
   }
   if (!fp32) materialize_compute(master);
@@ -520,25 +526,27 @@ void TrainableWeights::update_fp8_exponents() {
     comm_->all_gather(amax.data_ptr<float>(), all.data_ptr<float>(), std::size_t(channels), dist::DataType::f32);
     amax = all.amax(0);
   }
-  amax = amax.cpu().contiguous();
-  set_fp8_exponents(std::vector<float>(amax.data_ptr<float>(), amax.data_ptr<float>() + channels), fp8_->exponent);
+  set_fp8_exponents(amax, fp8_->exponent);
 }
 
-void TrainableWeights::materialize_fp8_slice(const float* master, int64_t begin, int64_t n, void* out) const {
+torch::Tensor TrainableWeights::fp8_exponents() const {
+  std::vector<int32_t>& exponent = fp8_->exponent;
+  const torch::Tensor host = torch::from_blob(exponent.data(), {int64_t(exponent.size())}, torch::kInt);
+  // On a device: one synchronous copy of a few hundred KB (a real shape's channels) per call.
+  return on_device() ? host.to(master_.device()) : host;
+}
+
+void TrainableWeights::materialize_fp8_slice(const float* master, int64_t begin, int64_t n, void* out,
+                                             const torch::Tensor& exponent) const {
   const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
   const bool sr = precision_.mode == precision::PrecisionMode::fp8_sr;
   if (!on_device())
     return precision::materialize_fp8(master, static_cast<uint16_t*>(out), std::size_t(n), uint64_t(begin),
-                                      fp8_->matrices, fp8_->exponent.data(), sr, key, {precision_.threads});
+                                      fp8_->matrices, exponent.data_ptr<int32_t>(), sr, key, {precision_.threads});
 #if defined(UNSTUCK_HAVE_CUDA)
   const c10::DeviceGuard on_master(master_.device());
-  // The exponents travel with the call (a few hundred KB at a real shape, once per slice): a
-  // synchronous copy from the host vector, freed in stream order after the kernel.
-  std::vector<int32_t>& exponent = fp8_->exponent;
-  const torch::Tensor on_dev =
-      torch::from_blob(exponent.data(), {int64_t(exponent.size())}, torch::kInt).to(master_.device());
   precision::materialize_fp8_cuda(master, static_cast<uint16_t*>(out), std::size_t(n), uint64_t(begin),
-                                  fp8_->matrices, on_dev.data_ptr<int32_t>(), sr, key, nullptr);
+                                  fp8_->matrices, exponent.data_ptr<int32_t>(), sr, key, nullptr);
 #endif
 }
 
@@ -557,6 +565,7 @@ void TrainableWeights::fp8_update(const precision::AdamWHyper& hyper, precision:
     fused_adamw(slice, segments, hyper, precision::RoundMode::bf16_rn, key);
   }
   update_fp8_exponents();
+  const torch::Tensor exponent = fp8_exponents();  // once per step, for every slice
   for (int64_t begin = shard_begin_; begin < end; begin += kSliceElems) {
     const int64_t n = std::min(kSliceElems, end - begin), at = begin - shard_begin_;
     std::vector<precision::Segment> segments;
@@ -564,7 +573,7 @@ void TrainableWeights::fp8_update(const precision::AdamWHyper& hyper, precision:
     slice_segments(begin, n, segments, tensor);
     const torch::Tensor before = scratch_.narrow(0, 0, n), after = compute_all_.narrow(0, begin, n);
     before.copy_(after);
-    materialize_fp8_slice(master_.data_ptr<float>() + at, begin, n, after.data_ptr());
+    materialize_fp8_slice(master_.data_ptr<float>() + at, begin, n, after.data_ptr(), exponent);
     const std::size_t block0 = std::size_t(at / kNormBlock);
     count_slice_changes(begin, n, segments, tensor, before, after, changed, delta.data() + block0,
                         weight.data() + block0);

@@ -148,9 +148,13 @@ class TrainableWeights {
   torch::Tensor fp8_channel_amax(const float* master, int64_t n, int64_t offset) const;
   // FP8 modes: the channel exponents of this state's master (every rank's part of each row).
   void update_fp8_exponents();
+  // FP8 modes: fp8_'s channel exponents as an int32 tensor on this state's device (a view of them in
+  // host memory on the CPU, a copy on a GPU).
+  torch::Tensor fp8_exponents() const;
   // FP8 modes: rounds master[0, n) (global index `begin` first) into out by the FP8 rule at this
-  // optimizer step, on this state's device (the channel exponents of fp8_).
-  void materialize_fp8_slice(const float* master, int64_t begin, int64_t n, void* out) const;
+  // optimizer step, on this state's device, with `exponent` (fp8_exponents()).
+  void materialize_fp8_slice(const float* master, int64_t begin, int64_t n, void* out,
+                             const torch::Tensor& exponent) const;
   // FP8 modes, an optimizer step after the reduce: the fused AdamW updates master and moments a
   // slice at a time (its BF16 output discarded), the channel exponents of the new master are
   // taken, then each slice is rounded by the FP8 rule and its changes counted as update_slice does.
