@@ -116,7 +116,9 @@ struct HeadLogProbFunction : torch::autograd::Function<HeadLogProbFunction> {
     const torch::Tensor g_logp = grads[0].defined() ? grads[0] : torch::zeros({n, T}, lse.options());
     const torch::Tensor& g_entropy = grads[1];  // undefined without an entropy bonus
     torch::Tensor grad_hidden = torch::empty_like(hidden);
-    torch::Tensor grad_weight = sink.defined() ? sink : torch::zeros({V, D}, lse.options());  // FP32
+    // A frozen head (LoRA) takes no weight gradient: no (V, D) buffer, no products for it.
+    const bool weight_grad = sink.defined() || ctx->needs_input_grad(1);
+    torch::Tensor grad_weight = sink.defined() || !weight_grad ? sink : torch::zeros({V, D}, lse.options());  // FP32
     const bool fp32 = hidden.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32;
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
       const int64_t len = std::min(chunk, T - t0);
@@ -139,7 +141,7 @@ struct HeadLogProbFunction : torch::autograd::Function<HeadLogProbFunction> {
       const torch::Tensor g2 = grad_z.to(hidden.scalar_type()).view({-1, V});  // (n * len, V)
       const torch::Tensor h2 = hidden.narrow(1, t0, len).reshape({-1, D});
       grad_hidden.narrow(1, t0, len).copy_(g2.mm(weight).view({n, len, D}));
-      for (int64_t v0 = 0; v0 < V; v0 += kWeightGradRows) {
+      for (int64_t v0 = 0; weight_grad && v0 < V; v0 += kWeightGradRows) {
         const int64_t rows = std::min(kWeightGradRows, V - v0);
         torch::Tensor dst = grad_weight.narrow(0, v0, rows);
         if (fp32)
@@ -148,7 +150,7 @@ struct HeadLogProbFunction : torch::autograd::Function<HeadLogProbFunction> {
           dst.add_(g2.narrow(1, v0, rows).t().mm(h2));
       }
     }
-    torch::Tensor weight_out = sink.defined() ? torch::Tensor() : grad_weight.to(weight.scalar_type());
+    torch::Tensor weight_out = sink.defined() || !weight_grad ? torch::Tensor() : grad_weight.to(weight.scalar_type());
     return {grad_hidden, weight_out, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };

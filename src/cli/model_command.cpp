@@ -118,7 +118,10 @@ void add_export(CLI::App& app) {
   cmd->add_option("--format", a->format,
                   "hf: the weights in --dtype (default); fp8 (fp8_rn / fp8_sr runs): the FP8 compute weights as "
                   "compressed-tensors' float-quantized format (E4M3 codes, a BF16 scale per output channel), which "
-                  "vLLM and transformers (with the compressed-tensors package) load");
+                  "vLLM and transformers (with the compressed-tensors package) load"
+                  "; LoRA runs (lora.rank > 0): peft: the adapters as a PEFT adapter directory (adapter_config.json, "
+                  "adapter_model.safetensors) for the base model, or merged: a full model with the adapters merged "
+                  "into the run's frozen base");
   cmd->add_option("--shard-size", a->shard_size, "largest safetensors file, e.g. 2GB, 500MB");
   cmd->callback([a] {
     train::ExportOptions opts;

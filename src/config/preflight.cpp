@@ -43,6 +43,21 @@ double param_count(const model::ModelConfig& m) {
   return double(m.vocab_size) * dim * (m.tie_embeddings ? 1 : 2) + double(m.n_layers) * per_layer + dim;
 }
 
+// Elements of the LoRA adapters (model/lora.h's lora_layout): per layer and target an A (r, in) and
+// a B (out, r), each aligned to kParamAlign.
+double lora_param_count(const model::ModelConfig& m, const model::LoraConfig& l) {
+  const double dim = double(m.dim), q = double(m.n_heads) * double(m.head_dim()),
+               kv = double(m.n_kv_heads) * double(m.head_dim()), f = double(m.ffn_dim), r = double(l.rank);
+  const auto aligned = [](double n) { return std::ceil(n / double(model::kParamAlign)) * double(model::kParamAlign); };
+  double per_layer = 0;
+  for (const std::string& t : l.target_modules) {
+    const double in = t == "o_proj" ? q : t == "down_proj" ? f : dim;
+    const double out = t == "q_proj" ? q : t == "k_proj" || t == "v_proj" ? kv : t == "o_proj" || t == "down_proj" ? dim : f;
+    per_layer += aligned(r * in) + aligned(out * r);
+  }
+  return double(m.n_layers) * per_layer;
+}
+
 std::string model_keys(const model::ModelConfig& m) {
   return "model.vocab_size (" + num(m.vocab_size) + "), model.dim (" + num(m.dim) + "), model.n_layers (" +
          num(m.n_layers) + "), model.ffn_dim (" + num(m.ffn_dim) + ")";
@@ -90,28 +105,45 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
                     c.precision.mode == precision::PrecisionMode::fp16_sr;
   // auto may resolve to fp32 at start-up: counted as fp32 (the larger of the two).
   const double fb = c.precision.compute != precision::ComputeMode::native || fp16 ? 4 : cb;  // forward dtype
-  const std::string mk = model_keys(m);
   const std::string shard_knob = "more ranks (WORLD_SIZE) shard them";
+  // The trainable state: every parameter, or with LoRA the adapters (A of them) on a frozen base
+  // held once in the forward dtype, which is also the reference (no copy). Rounding the FP32 base
+  // into it happens as the load ends, the FP32 weights beside their compute-dtype copy: no more
+  // than the load phase's FP32 weights beside the mapped files (BF16 or FP32 files).
+  const bool lora = c.lora.enabled();
+  const double A = lora ? lora_param_count(m, c.lora) : P;
+  const std::string mk = lora ? "lora.rank (" + num(c.lora.rank) + ") x lora.target_modules (" +
+                                    num(int64_t(c.lora.target_modules.size())) + ") x model.n_layers (" +
+                                    num(m.n_layers) + ")"
+                              : model_keys(m);
+  const std::string what = lora ? "adapter " : "";
 
   // Held for the whole run (TrainableWeights, GrpoTrainer).
+  if (lora)
+    parts.push_back({"frozen base weights (forward dtype; also the reference policy)", model_keys(m), P * fb,
+                     fb == 4 && cb != 4 ? "precision.compute: native keeps them in the compute dtype" : "", ""});
   if (fp32 && W == 1)
-    parts.push_back({"FP32 master weights (also the compute weights)", mk, P * 4, "", ""});
+    parts.push_back({"FP32 master " + what + "weights (also the compute weights)", mk, A * 4, "", ""});
   else if (fp32)
-    parts.push_back({"FP32 compute weights (all of them; this rank's master is its shard of them)", mk, P * 4, "", ""});
+    parts.push_back({"FP32 compute " + what + "weights (all of them; this rank's master is its shard of them)", mk,
+                     A * 4, "", ""});
   else
-    parts.push_back({"FP32 master weights (this rank's shard)", mk, P * 4 / W, shard_knob, ""});
-  parts.push_back({"AdamW moments (this rank's shard)", mk, P * 8 / W, shard_knob, ""});
+    parts.push_back({"FP32 master " + what + "weights (this rank's shard)", mk, A * 4 / W, shard_knob, ""});
+  parts.push_back({"AdamW moments (this rank's shard)", mk, A * 8 / W, shard_knob, ""});
   parts.push_back({W > 1 ? "flat FP32 gradient and this rank's reduced shard" : "flat FP32 gradient", mk,
-                   P * 4 * (1 + (W > 1 ? 1 / W : 0)), "", ""});
-  if (!fp32) parts.push_back({"compute weights (" + std::string(cb == 2 ? "16-bit" : "FP32") + ")", mk, P * cb, "", ""});
+                   A * 4 * (1 + (W > 1 ? 1 / W : 0)), "", ""});
+  if (!fp32)
+    parts.push_back({"compute " + what + "weights (" + std::string(cb == 2 ? "16-bit" : "FP32") + ")", mk, A * cb, "", ""});
   if (fb == 4 && cb != 4)
-    parts.push_back({"FP32 forward copy of the compute weights (precision.compute)", mk, P * 4,
+    parts.push_back({"FP32 forward copy of the compute " + what + "weights (precision.compute)", mk, A * 4,
                      "precision.compute: native computes in the compute dtype", ""});
   const bool ref = c.grpo.kl_coef > 0 || c.grpo.ref_metrics_every > 0;
-  if (ref)
+  if (ref && !lora)
     parts.push_back({"frozen reference policy (forward dtype)", mk, P * fb,
                      "grpo.ref_metrics_every: 0 with grpo.kl_coef: 0 keeps no reference", ""});
-  parts.push_back({"optimizer scratch slice", "min(parameters, 2^22)", std::min(P, kSliceElems) * cb, "", ""});
+  if (lora)
+    parts.push_back({"adapters' start compute weights (changed_from_start)", mk, A * cb, "", ""});
+  parts.push_back({"optimizer scratch slice", "min(parameters, 2^22)", std::min(A, kSliceElems) * cb, "", ""});
   if (precision::is_fp8(c.precision.mode)) {
     // The output channels of the linear layers: an amax and an exponent each.
     const double channels = double(precision::fp8_channel_count(model::llama_layout(m).fp8_matrices()));
@@ -157,7 +189,9 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
   const std::string token_keys = row_keys + " x (rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") + " +
                                  prompt_keys +
                                  (shared ? " / grpo.group_size (" + num(c.grpo.group_size) + ")" : std::string()) + ")";
-  const double per_layer = layer_activation_bytes(m, fb);
+  // With LoRA each adapted projection also keeps its x A^T (r per token) for B's gradient, and s B (x A^T).
+  const double lora_out = lora ? double(c.lora.rank) * double(c.lora.target_modules.size()) * 2 * fb : 0;
+  const double per_layer = layer_activation_bytes(m, fb) + lora_out;
   // Activations kept for the backward; with model.activation_checkpointing each layer's input, plus
   // one layer's activations recomputed.
   parts.push_back({"activations kept for the backward",
@@ -186,10 +220,10 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
 
   // Optimizer step and weight statistics: bounded slices of the flat buffers.
   parts.push_back({"optimizer and weight-statistics slices", "min(parameters, 2^22)",
-                   std::min(P, kSliceElems) * (4 * 3 + 8), "", "optimizer"});
+                   std::min(A, kSliceElems) * (4 * 3 + 8), "", "optimizer"});
   // Checkpoints: one rank's shards gathered into the full master and moments on every rank.
   if (W > 1)
-    parts.push_back({"gathered FP32 master and moments (checkpoint)", mk, P * 12, "", "checkpoint"});
+    parts.push_back({"gathered FP32 master and moments (checkpoint)", mk, A * 12, "", "checkpoint"});
   // Greedy evaluation of the test records, 128 at a time (EvalOptions::batch_size).
   const double eval_rows = std::ceil(std::min(128.0, c.grpo.eval_samples > 0 ? double(c.grpo.eval_samples) : 128.0) / W);
   parts.push_back({"evaluation KV cache and logits",

@@ -180,6 +180,33 @@ void validate_grpo(const train::GrpoConfig& g) {
   require(g.logprob_chunk_tokens >= 0, "grpo.logprob_chunk_tokens", ">= 0", std::to_string(g.logprob_chunk_tokens));
 }
 
+void validate_lora(const model::LoraConfig& l, const RunConfig& config) {
+  require(l.rank >= 0 && l.rank <= 65536, "lora.rank", "in [0, 65536] (0 = full-parameter training)",
+          std::to_string(l.rank));
+  if (!l.enabled()) {
+    require(config.grpo.base_adapter.empty(), "grpo.base_adapter", "empty unless lora.rank > 0 (it holds adapters)",
+            "'" + config.grpo.base_adapter + "'");
+    return;
+  }
+  require(l.alpha > 0 && l.alpha <= 1e6, "lora.alpha", "in (0, 1e6]", l.alpha);
+  require(l.dropout == 0, "lora.dropout", "0 (dropout on the adapters' input is not implemented)", l.dropout);
+  static const char* kNames[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  require(!l.target_modules.empty(), "lora.target_modules", "a non-empty list of projections", "[]");
+  for (std::size_t i = 0; i < l.target_modules.size(); ++i) {
+    const std::string& t = l.target_modules[i];
+    bool known = false;
+    for (const char* n : kNames) known = known || t == n;
+    require(known, ("lora.target_modules[" + std::to_string(i) + "]").c_str(),
+            "one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj", "'" + t + "'");
+    for (std::size_t j = 0; j < i; ++j)
+      require(l.target_modules[j] != t, ("lora.target_modules[" + std::to_string(i) + "]").c_str(),
+              "a projection not named before", "'" + t + "' again");
+  }
+  require(!precision::is_fp8(config.precision.mode), "precision.mode",
+          "fp32, fp16, fp16_sr, bf16 or bf16_sr with lora.rank > 0 (FP8 adapters are not supported)",
+          "'" + std::string(config::enum_name(config.precision.mode)) + "'");
+}
+
 void validate_dist(const dist::DistConfig& d) {
   require(std::isfinite(d.timeout_s) && d.timeout_s > 0, "dist.timeout_s", "a finite number of seconds > 0",
           d.timeout_s);
@@ -210,6 +237,7 @@ void validate(const RunConfig& config) {
             std::to_string(g.overlong_buffer));
   require(!g.round_base_to_fp8 || config.precision.analog_mantissa_bits == 0, "grpo.round_base_to_fp8",
           "false with precision.analog_mantissa_bits (one grid for the base)", "true");
+  validate_lora(config.lora, config);
   validate_dist(config.dist);
 }
 

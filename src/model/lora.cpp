@@ -4,6 +4,7 @@
 #include "unstuck/model/lora.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -103,6 +104,39 @@ bool LoraSpec::targets_module(LoraModule m) const {
   for (LoraModule t : targets)
     if (t == m) return true;
   return false;
+}
+
+LoraSpec lora_spec(const LoraConfig& config) {
+  if (config.rank <= 0) throw std::invalid_argument("lora_spec: lora.rank is 0 (full-parameter training)");
+  LoraSpec spec;
+  spec.rank = config.rank;
+  spec.alpha = config.alpha;
+  spec.rslora = config.rslora;
+  for (const std::string& name : config.target_modules) {
+    const LoraModule m = parse_lora_module(name, "lora.target_modules");
+    if (spec.targets_module(m)) throw UserError("lora.target_modules names '" + name + "' twice");
+    spec.targets.push_back(m);
+  }
+  if (spec.targets.empty()) throw UserError("lora.target_modules must name at least one projection");
+  std::sort(spec.targets.begin(), spec.targets.end());
+  return spec;
+}
+
+torch::Tensor init_lora(const ModelConfig& config, const LoraSpec& spec, LoraInit init, uint64_t seed) {
+  const ParamLayout layout = lora_layout(config, spec);
+  torch::Tensor flat = torch::zeros({layout.total}, torch::kFloat32);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (const ParamEntry& e : layout.entries) {
+    if (e.name.find(".lora_A.") == std::string::npos) continue;  // B stays zero
+    torch::Tensor a = flat.narrow(0, e.offset, e.numel).view(e.shape);  // (r, in)
+    if (init == LoraInit::gaussian) {
+      a.normal_(0.0, 1.0 / double(spec.rank), gen);
+    } else {  // kaiming_uniform(a = sqrt(5)) on fan_in = in: bound sqrt(6 / ((1 + 5) in)) = 1 / sqrt(in)
+      const double bound = 1.0 / std::sqrt(double(e.shape[1]));
+      a.uniform_(-bound, bound, gen);
+    }
+  }
+  return flat;
 }
 
 ParamLayout lora_layout(const ModelConfig& config, const LoraSpec& spec) {

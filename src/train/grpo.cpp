@@ -25,6 +25,7 @@
 #include "unstuck/config/preflight.h"
 #include "unstuck/dist/data_parallel.h"
 #include "unstuck/model/model_io.h"
+#include "unstuck/train/base_weights.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/model_export.h"
 #include "unstuck/train/run_plan.h"
@@ -98,19 +99,22 @@ std::string peak_knob(const MemoryPlan& plan) {
 std::unique_ptr<GrpoTrainer> make_trainer(RunPlan& plan, dist::Communicator& comm, const torch::Device& device,
                                           StartupClock& startup) {
   const RunConfig& cfg = plan.config;
-  model::LoadedModel loaded = model::load_pretrained(plan.model_dir, plan.hf);
+  torch::Tensor master = load_base_weights(cfg, plan.model_dir, plan.hf);
   startup.mark("base model");
-  torch::Tensor master = std::move(loaded.flat);
-  if (cfg.grpo.round_base_to_fp8)
-    round_base_to_fp8_(master, model::llama_layout(cfg.model), cfg.precision.threads);
-  else if (cfg.grpo.round_base_to_bf16)
-    round_base_to_grid_(master, cfg.precision.analog_mantissa_bits);
+  // LoRA: the base is frozen and the adapters are the trainable master.
+  FrozenBase base;
+  if (cfg.lora.enabled()) {
+    base.spec = model::lora_spec(cfg.lora);
+    base.weights = std::move(master);
+    master = start_adapters(cfg, plan.ctx.seeds.init);
+  }
   std::vector<data::TaskRecord>& test = plan.test.kept;
   if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples) test.resize(std::size_t(cfg.grpo.eval_samples));
   const auto [test_begin, test_end] = dist::rank_range(int64_t(test.size()), comm.world_size(), comm.rank());
   auto trainer = std::make_unique<GrpoTrainer>(
       cfg, plan.ctx, comm, std::move(master), plan.train.kept,
-      std::vector<data::TaskRecord>(test.begin() + test_begin, test.begin() + test_end), device, plan.compute);
+      std::vector<data::TaskRecord>(test.begin() + test_begin, test.begin() + test_end), device, plan.compute,
+      std::move(base));
   startup.mark("trainer");
   const TrainableWeights& weights = trainer->weights();
   if (comm.rank() == 0)  // the precision actually used
@@ -118,9 +122,10 @@ std::unique_ptr<GrpoTrainer> make_trainer(RunPlan& plan, dist::Communicator& com
                                   {"forward_dtype", c10::toString(weights.forward_dtype())},
                                   {"reference_dtype", trainer->reference_dtype()},
                                   {"dist_backend", comm.backend_name()}});
-  spdlog::info("train: GRPO from {} ({} params), {} x {} rollouts per step, precision {} (forward {}), {} steps, "
+  spdlog::info("train: GRPO from {} ({} {}params), {} x {} rollouts per step, precision {} (forward {}), {} steps, "
                "{} rank(s) ({}), device {}",
-               plan.model_dir.string(), weights.layout().total, cfg.grpo.prompts_per_step, cfg.grpo.group_size,
+               plan.model_dir.string(), weights.layout().total, weights.lora() ? "trainable adapter " : "",
+               cfg.grpo.prompts_per_step, cfg.grpo.group_size,
                config::enum_name(cfg.precision.mode), c10::toString(weights.forward_dtype()), cfg.grpo.steps,
                comm.world_size(), comm.backend_name(), device.str());
   return trainer;

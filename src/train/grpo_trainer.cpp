@@ -133,7 +133,7 @@ int64_t RolloutBatch::forward_positions(int64_t begin, int64_t end) const {
 GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm,
                          torch::Tensor master, const std::vector<data::TaskRecord>& train,
                          std::vector<data::TaskRecord> my_test, torch::Device device,
-                         precision::ComputeMode compute)
+                         precision::ComputeMode compute, FrozenBase base)
     : cfg_(config),
       ctx_(ctx),
       comm_(comm),
@@ -141,7 +141,9 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
       train_(train),
       my_test_(std::move(my_test)),
       weights_(config.model, on_device(std::move(master), device), with_compute(config.precision, compute),
-               ctx.seeds.rounding, &comm),
+               ctx.seeds.rounding, &comm,
+               FrozenBase{std::move(base.spec), base.weights.defined() ? on_device(std::move(base.weights), device)
+                                                                       : torch::Tensor()}),
       verifier_name_(reward::verifier_name(config.reward, config::enum_name(config.data.task))),
       verifier_(reward::make_verifier(verifier_name_, config.reward)),
       order_(train.size(), ctx.seeds.data),
@@ -154,7 +156,12 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
     rows_of_.push_back(dist::rank_rows(g.prompts_per_step, g.minibatches, g.group_size, comm_.world_size(), r));
   // The reference is the starting policy as the trainer computes with it (its forward weights: the
   // compute dtype, or FP32 where the forward runs in FP32), so at step 1 the policy equals it.
-  if (g.kl_coef > 0 || g.ref_metrics_every > 0)
+  // With LoRA it is the frozen base alone: a second model over the same weights, without adapters.
+  if (weights_.lora()) {
+    start_adapters_ = weights_.compute().clone();
+    if (g.kl_coef > 0 || g.ref_metrics_every > 0)
+      reference_ = std::make_unique<model::LlamaModel>(cfg_.model, weights_.model().flat_weights());
+  } else if (g.kl_coef > 0 || g.ref_metrics_every > 0)
     reference_ = std::make_unique<model::LlamaModel>(cfg_.model, weights_.model().flat_weights().clone());
   else
     base_reader_ = std::make_unique<model::FlatWeightsReader>(cfg_.grpo.base_model, cfg_.model);
@@ -742,6 +749,21 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
     per_tensor[e.name] = 1.0 - double(up.last.changed_per_tensor[i]) / double(std::max<int64_t>(1, e.numel));
   }
   m["sticking_frac_per_tensor"] = per_tensor;
+  if (weights_.lora()) {
+    // The adapters by projection and factor ("q_proj.lora_A"), summed over the layers.
+    std::map<std::string, std::pair<double, double>> by_module;  // changed, elements
+    for (std::size_t i = 0; i < weights_.layout().entries.size() && i < up.last.changed_per_tensor.size(); ++i) {
+      const auto& e = weights_.layout().entries[i];
+      const std::string name = e.name.substr(0, e.name.rfind('.'));  // without ".weight"
+      const std::size_t cut = name.rfind('.', name.rfind('.') - 1);
+      auto& [changed, elements] = by_module[name.substr(cut + 1)];
+      changed += double(up.last.changed_per_tensor[i]);
+      elements += double(e.numel);
+    }
+    MetricsLine per_module = MetricsLine::object();
+    for (const auto& [module, ce] : by_module) per_module[module] = 1.0 - ce.first / std::max(1.0, ce.second);
+    m["sticking_frac_per_module"] = per_module;
+  }
   return m;
 }
 
@@ -757,6 +779,10 @@ int64_t GrpoTrainer::changed_from_start() {
     for (int64_t b = begin; b < end; b += kCompareSlice) {
       const int64_t n = std::min(kCompareSlice, end - b);
       const torch::Tensor cur = now.narrow(0, b, n);
+      if (start_adapters_.defined()) {  // LoRA: against the adapters' start bits
+        count += cur.view(bits).ne(start_adapters_.narrow(0, b, n).view(bits)).sum();
+        continue;
+      }
       if (reference_) {
         // The reference holds the start compute weights, widened to FP32 when the forward runs in
         // FP32: widening is exact and one-to-one on the bits, so comparing widened bits is the same.

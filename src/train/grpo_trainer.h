@@ -63,9 +63,11 @@ class GrpoTrainer {
   // training records (outlive the trainer); `my_test`: this rank's share of the test records.
   // `compute`: precision.compute resolved (native or fp32; see train::resolve_compute), which the
   // checkpoints record. Moving `master` in lets the weights adopt its buffer (no copy).
+  // LoRA (`base` given): `master` is the adapters' FP32 start, `base` the frozen base's FP32 weights
+  // (moved to `device`); the reference is the base without the adapters (no copy of it).
   GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm, torch::Tensor master,
               const std::vector<data::TaskRecord>& train, std::vector<data::TaskRecord> my_test,
-              torch::Device device, precision::ComputeMode compute);
+              torch::Device device, precision::ComputeMode compute, FrozenBase base = {});
 
   // One rollout batch: sample, score, update; returns its metrics line, reduced across ranks.
   MetricsLine step(int64_t step);
@@ -180,7 +182,10 @@ class GrpoTrainer {
   std::vector<data::TaskRecord> my_test_;
   std::vector<std::vector<int64_t>> rows_of_;  // global rows (prompt x completion) of each rank
   TrainableWeights weights_;
-  std::unique_ptr<model::LlamaModel> reference_;  // frozen start policy in the forward dtype
+  // Frozen start policy in the forward dtype; with LoRA the base without adapters, on the policy's
+  // own base weights.
+  std::unique_ptr<model::LlamaModel> reference_;
+  torch::Tensor start_adapters_;  // LoRA: the adapters' start compute weights (changed_from_start)
   std::unique_ptr<model::FlatWeightsReader> base_reader_;  // without a reference: the start policy's files
   bool changed_lost_ = false;                              // changed_from_start() gave up (warned)
   std::unique_ptr<Fp8Channels> start_fp8_;                 // FP8 modes: the start weights' channels

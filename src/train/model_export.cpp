@@ -16,6 +16,7 @@
 #include "unstuck/model/hf_config.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/precision/fp8.h"
+#include "unstuck/train/base_weights.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/compute_choice.h"
 #include "unstuck/train/run_setup.h"
@@ -143,6 +144,11 @@ void write_model_dir(const fs::path& out, const RunConfig& config, const torch::
 }
 
 void write_final_model(const fs::path& run_dir, const RunConfig& config, const torch::Tensor& compute) {
+  if (config.lora.enabled()) {
+    model::save_peft_adapter(run_dir / "final_adapter", config.model, model::lora_spec(config.lora), compute,
+                             config.grpo.base_model);
+    return;
+  }
   write_model_dir(run_dir / "final_model", config, compute, model::io_dtype(compute.scalar_type()));
 }
 
@@ -162,16 +168,26 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
   // fp32), or the master rounded to nearest into another dtype. Memory: the output and one slice.
   const io::DType compute = model::io_dtype(compute_dtype(precision::round_mode_for(config.precision.mode)));
   const io::DType dtype = opts.dtype.empty() ? compute : parse_export_dtype(opts.dtype, "--dtype");
-  const bool fp8_coded = opts.format == "fp8";
-  if (!fp8_coded && opts.format != "hf")
-    throw UserError("export: --format must be hf or fp8, got '" + opts.format + "'");
+  const bool fp8_coded = opts.format == "fp8", lora = config.lora.enabled();
+  const bool peft = opts.format == "peft", merged = opts.format == "merged";
+  if (!fp8_coded && !peft && !merged && opts.format != "hf")
+    throw UserError("export: --format must be hf, fp8, peft or merged, got '" + opts.format + "'");
+  if (lora && !peft && !merged)
+    throw UserError("export: run '" + run_dir.string() + "' trained LoRA adapters (lora.rank " +
+                    std::to_string(config.lora.rank) + "): use --format peft (the adapters, for peft) or --format "
+                    "merged (a full model with them merged in), not --format " + opts.format);
+  if (!lora && (peft || merged))
+    throw UserError("export --format " + opts.format + ": run '" + run_dir.string() +
+                    "' trained every parameter (lora.rank 0), it has no adapters; use --format hf");
   if (fp8_coded && !precision::is_fp8(config.precision.mode))
     throw UserError("export --format fp8: the run's precision.mode is " + std::string(config::enum_name(config.precision.mode)) +
                     ", not fp8_rn or fp8_sr (its weights are not on an FP8 grid); use --format hf");
   if (fp8_coded && dtype != compute)
     throw UserError("export --format fp8 writes the run's FP8 compute weights; drop --dtype " + opts.dtype);
   const uint64_t seed = derive_seeds(config.run.seed).rounding;
-  torch::Tensor flat = torch::empty({st.elements}, model::torch_dtype(dtype));
+  // merged: the adapters' compute weights (what the run computed with) whatever the output dtype.
+  const io::DType flat_dtype = merged ? compute : dtype;
+  torch::Tensor flat = torch::empty({st.elements}, model::torch_dtype(flat_dtype));
   // FP8 modes: the channel exponents of the checkpoint's master (one pass over it first).
   std::unique_ptr<Fp8Channels> fp8;
   if (dtype == compute && precision::is_fp8(config.precision.mode))
@@ -182,12 +198,12 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
   torch::Tensor master = torch::empty({std::min(kSlice, st.elements)}, torch::kFloat32);
   for (int64_t b = 0; b < st.elements; b += kSlice) {
     const int64_t n = std::min(kSlice, st.elements - b);
-    if (dtype == io::DType::f32) {
+    if (flat_dtype == io::DType::f32) {  // the master (in fp32 mode also the compute weights)
       read_checkpoint_buffer(st, "master", b, n, flat.data_ptr<float>() + b);
       continue;
     }
     read_checkpoint_buffer(st, "master", b, n, master.data_ptr<float>());
-    if (dtype == compute)
+    if (flat_dtype == compute)
       materialize_compute_slice(config.precision, seed, master.data_ptr<float>(), b, n,
                                 static_cast<char*>(flat.data_ptr()) + b * flat.element_size(), st.optimizer_steps,
                                 fp8.get());
@@ -197,6 +213,19 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
   if (fp8_coded) {
     write_fp8_model_dir(out, config, flat, *fp8, opts.shard_bytes);
     return io::DType::f8_e4m3;
+  }
+  if (peft) {
+    model::save_peft_adapter(out, config.model, model::lora_spec(config.lora), flat, config.grpo.base_model);
+    std::ofstream(out / kRunConfigFile) << resolved_yaml(config);
+    return dtype;
+  }
+  if (merged) {
+    const fs::path base = config.grpo.base_model;
+    const torch::Tensor frozen = frozen_base_weights(
+        load_base_weights(config, base, model::read_hf_config(base / "config.json")), config.precision, torch::kFloat32);
+    write_model_dir(out, config, model::merge_lora(config.model, frozen, model::lora_spec(config.lora), flat), dtype,
+                    opts.shard_bytes);
+    return dtype;
   }
   write_model_dir(out, config, flat, dtype, opts.shard_bytes);
   return dtype;

@@ -19,8 +19,10 @@
 #include "unstuck/io/json_file.h"
 #include "unstuck/io/safetensors_dir.h"
 #include "unstuck/log/logging.h"
+#include "unstuck/model/lora.h"
 #include "unstuck/model/param_layout.h"
 #include "unstuck/reward/verifier.h"
+#include "unstuck/train/base_weights.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/compute_choice.h"
 #include "unstuck/train/grpo.h"
@@ -136,6 +138,12 @@ void plan_compute(RunPlan& plan, dist::Communicator& comm) {
   plan.compute_choice = choice.to_json(plan.config.precision.compute);
 }
 
+// Elements of the trainable state (the checkpoint's buffers): the model's, or with LoRA the adapters'.
+int64_t trainable_params(const RunConfig& config) {
+  return config.lora.enabled() ? model::lora_layout(config.model, model::lora_spec(config.lora)).total
+                               : model::llama_layout(config.model).total;
+}
+
 RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator& comm, StartupClock* clock) {
   const auto mark = [&](const char* stage) {
     if (clock) clock->mark(stage);
@@ -153,6 +161,11 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   plan.hf = std::move(hf);
   plan.ctx.stop_ids = stop_token_ids(base, plan.hf.tokens.eos_ids, plan.ctx.tokenizer, plan.config.model.vocab_size);
   check_weight_files(plan);
+  // LoRA: the targets and a starting adapter checked against this model before anything loads.
+  if (plan.config.lora.enabled()) {
+    model::lora_spec(plan.config.lora);
+    if (!plan.config.grpo.base_adapter.empty()) read_base_adapter(plan.config);
+  }
   mark("tokenizer and config");
   if (const std::string cpu_only = cpu_only_precision(plan.config.precision);
       !cpu_only.empty() && plan.device.kind != DeviceKind::cpu)
@@ -190,8 +203,7 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   if (!request.resume.empty()) {
     plan.resume_checkpoint = resolve_resume_checkpoint(request.resume);
     auto state = std::make_shared<TrainerState>(load_checkpoint(plan.resume_checkpoint, CheckpointBuffers::defer));
-    check_checkpoint_fits(*state, model::llama_layout(plan.config.model).total, plan.train.kept.size(),
-                          plan.resume_checkpoint);
+    check_checkpoint_fits(*state, trainable_params(plan.config), plan.train.kept.size(), plan.resume_checkpoint);
     plan.resumed = std::move(state);
     mark("checkpoint");
   } else if (!latest_checkpoint(plan.ctx.run_dir / "checkpoints").empty()) {
@@ -204,6 +216,9 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
 }
 
 RunPlan plan_sft(RunConfig cfg) {
+  if (cfg.lora.enabled())
+    throw UserError("lora.rank is " + std::to_string(cfg.lora.rank) +
+                    ": LoRA trains with `unstuck train` (GRPO); `unstuck sft` trains every parameter (set lora.rank: 0)");
   RunContext ctx = resolve_tokenizer(cfg, /*model_from_checkpoint=*/false, {});
   RunPlan plan("sft", std::move(cfg), std::move(ctx));
   const RunConfig& c = plan.config;
@@ -334,6 +349,14 @@ nlohmann::json RunPlan::to_json() const {
                    {"memory", memory_json(memory, limit)}};
   if (command != "eval") j["compute"] = compute_choice;
   if (!resume_checkpoint.empty()) j["resume_checkpoint"] = resume_checkpoint.string();
+  if (command == "train" && config.lora.enabled())
+    j["lora"] = {{"rank", config.lora.rank},
+                 {"alpha", config.lora.alpha},
+                 {"rslora", config.lora.rslora},
+                 {"target_modules", config.lora.target_modules},
+                 {"trainable_params", trainable_params(config)},
+                 {"start", config.grpo.base_adapter.empty() ? std::string(config::enum_name(config.lora.init))
+                                                            : config.grpo.base_adapter}};
   if (command == "sft") j["model_output"] = sft_model_dir.string();
   return j;
 }
@@ -359,6 +382,18 @@ std::string RunPlan::describe() const {
   const Seeds& s = ctx.seeds;
   line("seeds", fmt::format("run.seed {}: data {}, init {}, sampling {}, rounding {}", config.run.seed, s.data, s.init,
                             s.sampling, s.rounding));
+  if (command == "train" && config.lora.enabled()) {
+    const model::LoraConfig& l = config.lora;
+    std::string targets;
+    for (const std::string& t : l.target_modules) targets += (targets.empty() ? "" : ", ") + t;
+    const int64_t n = trainable_params(config), all = model::llama_layout(m).total;
+    line("lora", fmt::format("rank {}, alpha {}{} on [{}]: {} trainable adapter params ({:.2f}% of the model), the "
+                             "base frozen in the compute dtype and the reference; start: {}",
+                             l.rank, config::format_double(l.alpha), l.rslora ? " (rsLoRA)" : "", targets, n,
+                             100.0 * double(n) / double(all),
+                             config.grpo.base_adapter.empty() ? std::string(config::enum_name(l.init)) + " A, B = 0"
+                                                              : config.grpo.base_adapter));
+  }
   if (!resume_checkpoint.empty()) line("resume", resume_checkpoint.string());
   if (command == "sft") line("output", sft_model_dir.string());
   if (command != "eval") line("run dir", ctx.run_dir.string());

@@ -204,17 +204,25 @@ void TrainableWeights::materialize_compute(const torch::Tensor& full_master) {
 
 TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
                                    const precision::PrecisionConfig& precision,
-                                   uint64_t rounding_seed, dist::Communicator* comm)
+                                   uint64_t rounding_seed, dist::Communicator* comm, FrozenBase base)
     : precision_(precision),
       round_mode_(precision::round_mode_for(precision.mode)),
       rounding_seed_(rounding_seed),
       comm_(comm) {
   if (precision.compute == precision::ComputeMode::auto_)
     throw std::invalid_argument("TrainableWeights: resolve precision.compute auto first (train::resolve_compute)");
-  const model::ParamLayout layout = model::llama_layout(config);
+  const bool lora = base.weights.defined();
+  if (lora && fp8())
+    throw UserError(std::string("precision.mode ") + config::enum_name(precision.mode) +
+                    " with lora.rank > 0: FP8 adapters are not supported");
+  layout_ = lora ? model::lora_layout(config, base.spec) : model::llama_layout(config);
+  const model::ParamLayout& layout = layout_;
   if (master.scalar_type() != torch::kFloat32 || master.numel() != layout.total)
     throw UserError("trainable weights: expected an FP32 master of " + std::to_string(layout.total) +
-                    " elements");
+                    (lora ? " elements (the adapters)" : " elements"));
+  if (lora && (base.weights.scalar_type() != torch::kFloat32 || base.weights.numel() != model::llama_layout(config).total ||
+               base.weights.device() != master.device()))
+    throw std::invalid_argument("TrainableWeights: the frozen base must be the model's FP32 weights on the master's device");
   master = master.contiguous();
   const int64_t world = world_of(comm_), rank = comm_ ? comm_->rank() : 0;
   if (master.is_cuda()) {
@@ -272,13 +280,22 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
                             (compute_.scalar_type() == torch::kHalf && !master_.is_cuda());
   forward_ = fp32_forward && compute_.scalar_type() != torch::kFloat32 ? compute_.to(torch::kFloat32)
                                                                        : compute_;
-  model_ = std::make_unique<model::LlamaModel>(config, forward_);
-  model_->set_requires_grad(true);
-  for (std::size_t i = 0; i < model_->parameters().size(); ++i)
-    torch::autograd::impl::set_post_acc_grad_hooks(model_->parameters()[i], std::make_unique<FlatGradHook>(this, i));
+  if (lora) {
+    // The base is frozen (no gradient is taken for it); the adapters' gradients arrive in their
+    // .grad and the hooks move them into the flat gradient.
+    model_ = std::make_unique<model::LlamaModel>(
+        config, frozen_base_weights(std::move(base.weights), precision_, forward_.scalar_type()));
+    model_->set_adapters(base.spec, forward_);
+    for (const torch::Tensor& p : model_->adapter_parameters()) p.requires_grad_(true);
+  } else {
+    model_ = std::make_unique<model::LlamaModel>(config, forward_);
+    model_->set_requires_grad(true);
+  }
+  for (std::size_t i = 0; i < trainable_params().size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(trainable_params()[i], std::make_unique<FlatGradHook>(this, i));
   // The backward adds the matrices', biases' and the embedding's gradients straight into the flat
   // gradient (no per-parameter gradient of their size exists); the norms arrive through the hooks.
-  model_->set_gradient_buffer(grad_.narrow(0, 0, total_));
+  if (!lora) model_->set_gradient_buffer(grad_.narrow(0, 0, total_));
   if (precision::uses_loss_scaling(precision_.mode))
     scaler_ = std::make_unique<precision::DynamicLossScaler>(precision_.loss_scale);
   else
@@ -287,7 +304,18 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
 
 TrainableWeights::~TrainableWeights() {
   if (!model_) return;
-  for (const torch::Tensor& p : model_->parameters()) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  for (const torch::Tensor& p : trainable_params()) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+torch::Tensor frozen_base_weights(torch::Tensor base, const precision::PrecisionConfig& precision,
+                                  torch::ScalarType forward) {
+  torch::NoGradGuard no_grad;
+  const torch::ScalarType dtype = compute_dtype(precision::round_mode_for(precision.mode));
+  if (dtype == torch::kBFloat16 && precision.analog_mantissa_bits > 0)
+    round_base_to_grid_(base, precision.analog_mantissa_bits);
+  torch::Tensor rounded = dtype == base.scalar_type() ? std::move(base) : base.to(dtype);  // to nearest
+  base = torch::Tensor();  // the FP32 base is released before a widened copy is made
+  return rounded.scalar_type() == forward ? rounded : rounded.to(forward);
 }
 
 void materialize_compute_slice(const precision::PrecisionConfig& precision, uint64_t rounding_seed, const float* master,
@@ -385,7 +413,7 @@ void TrainableWeights::refresh_forward_weights() {
 
 void TrainableWeights::take_grad(std::size_t i) {
   torch::NoGradGuard no_grad;
-  const torch::Tensor& p = model_->parameters()[i];
+  const torch::Tensor& p = trainable_params()[i];
   const torch::Tensor g = p.grad();
   if (!g.defined()) return;
   const model::ParamEntry& e = layout().entries[i];
@@ -398,7 +426,7 @@ void TrainableWeights::take_grad(std::size_t i) {
 }
 
 void TrainableWeights::accumulate_grads() {
-  for (std::size_t i = 0; i < model_->parameters().size(); ++i) take_grad(i);
+  for (std::size_t i = 0; i < trainable_params().size(); ++i) take_grad(i);
 }
 
 void TrainableWeights::add_flat_grad(const torch::Tensor& grad) {

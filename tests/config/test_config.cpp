@@ -131,7 +131,7 @@ TEST_F(ConfigTest, WrongTypeNamesFileLineAndDottedKey) {
                 "precision: expected a mapping with keys mode, compute, threads, loss_scale, "
                 "analog_mantissa_bits, got '3'");
   EXPECT_EQ(load_error("- 1\n- 2\n"),
-            at(1) + "top level: expected a mapping with keys run, precision, optim, model, tokenizer, data, reward, rollout, sft, grpo, dist, got a list");
+            at(1) + "top level: expected a mapping with keys run, precision, optim, model, lora, tokenizer, data, reward, rollout, sft, grpo, dist, got a list");
 }
 
 TEST_F(ConfigTest, QuotedNumbersAndOutOfRangeIntegersAreRejected) {

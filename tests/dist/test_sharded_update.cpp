@@ -1,7 +1,8 @@
 // ZeRO-1: two ranks that each own half of the FP32 master and AdamW moments, fed the same
 // gradients (each adds half, the reduce-scatter sums them back exactly), produce bit for bit the master,
 // moments, rounded compute weights, gradient norm (clipping active) and sticking counts of the
-// unsharded single-process step, in every precision mode.
+// unsharded single-process step, in every precision mode; so do LoRA adapters on a frozen base in
+// every mode but FP8.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,6 +12,7 @@
 #include "dist/dist_workers.h"
 #include "unstuck/common/cuda_info.h"
 #include "unstuck/config/config.h"
+#include "unstuck/model/lora.h"
 #include "unstuck/train/trainable_weights.h"
 #include "common/model_shape.h"
 
@@ -32,11 +34,20 @@ struct Result {
   torch::Tensor master, exp_avg, exp_avg_sq, compute_bits, grad_norms, changed;
 };
 
+// LoRA: rank-24 adapters on all seven projections (53K elements, four norm blocks: two per rank)
+// on a frozen base.
+model::LoraSpec lora_spec() {
+  model::LoraConfig l;
+  l.rank = 24;
+  return model::lora_spec(l);
+}
+
 // kSteps AdamW steps from a fixed master; each step's gradient is randn * 1e-2 (seeded by the step),
 // of which this process adds `share` (1 alone, 0.5 on each of two ranks: halves sum back exactly).
-Result run_steps(precision::PrecisionMode mode, Communicator* comm, float share) {
+// With `lora` the master is the adapters' and the model's weights are a frozen base.
+Result run_steps(precision::PrecisionMode mode, Communicator* comm, float share, bool lora = false) {
   const model::ModelConfig mc = model_config();
-  const int64_t total = model::llama_layout(mc).total;
+  const int64_t total = lora ? model::lora_layout(mc, lora_spec()).total : model::llama_layout(mc).total;
   precision::PrecisionConfig pc;
   pc.mode = mode;
   pc.threads = 1;
@@ -44,7 +55,12 @@ Result run_steps(precision::PrecisionMode mode, Communicator* comm, float share)
   oc.grad_clip = 0.5;  // the randn gradient's norm is ~2.9: clipping is active
   oc.weight_decay = 0.1;
   torch::Tensor master = torch::randn({total}, at::make_generator<at::CPUGeneratorImpl>(7)) * 0.05;
-  train::TrainableWeights w(mc, master, pc, /*rounding_seed=*/11, comm);
+  train::FrozenBase base;
+  if (lora) {
+    base.spec = lora_spec();
+    base.weights = torch::randn({model::llama_layout(mc).total}, at::make_generator<at::CPUGeneratorImpl>(5)) * 0.05;
+  }
+  train::TrainableWeights w(mc, master, pc, /*rounding_seed=*/11, comm, std::move(base));
   std::vector<double> norms;
   std::vector<int64_t> changed;
   for (int k = 1; k <= kSteps; ++k) {
@@ -82,17 +98,20 @@ int sharded_adamw_worker() {
   const char* backend = std::getenv("UNSTUCK_TEST_BACKEND");
   const auto comm = backend && std::string(backend) == "nccl" ? make_nccl_communicator(env, 60)
                                                                 : make_gloo_communicator(env, 30);
-  for (auto mode : kModes) {
-    // 1/W of the gradient on each rank sums back exactly for W a power of two; otherwise rank 0
-    // contributes all of it.
-    const int W = comm->world_size();
-    const float share = (W & (W - 1)) == 0 ? 1.0f / float(W) : (comm->rank() == 0 ? 1.0f : 0.0f);
-    Result r = run_steps(mode, comm.get(), share);
-    if (comm->rank() != 0) continue;
-    const auto f = fields(r);
-    for (std::size_t i = 0; i < f.size(); ++i)
-      write(testing::worker_dir() / (std::string(config::enum_name(mode)) + "." + kFields[i]), *f[i]);
-  }
+  for (bool lora : {false, true})
+    for (auto mode : kModes) {
+      if (lora && precision::is_fp8(mode)) continue;
+      // 1/W of the gradient on each rank sums back exactly for W a power of two; otherwise rank 0
+      // contributes all of it.
+      const int W = comm->world_size();
+      const float share = (W & (W - 1)) == 0 ? 1.0f / float(W) : (comm->rank() == 0 ? 1.0f : 0.0f);
+      Result r = run_steps(mode, comm.get(), share, lora);
+      if (comm->rank() != 0) continue;
+      const auto f = fields(r);
+      for (std::size_t i = 0; i < f.size(); ++i)
+        write(testing::worker_dir() / (std::string(lora ? "lora_" : "") + config::enum_name(mode) + "." + kFields[i]),
+              *f[i]);
+    }
   return 0;
 }
 const bool kShardedAdamw = testing::register_worker("sharded_adamw", sharded_adamw_worker);
@@ -103,16 +122,19 @@ void expect_sharded_equals_unsharded(const std::string& backend, int world) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   ASSERT_EQ(testing::run_workers("sharded_adamw", world, dir, {{"UNSTUCK_TEST_BACKEND", backend}}), 0);
-  for (auto mode : kModes) {
-    Result ref = run_steps(mode, nullptr, 1.0f);
-    const auto f = fields(ref);
-    for (std::size_t i = 0; i < f.size(); ++i) {
-      const torch::Tensor got = read(dir / (std::string(config::enum_name(mode)) + "." + kFields[i]), *f[i]);
-      ASSERT_TRUE(got.defined()) << kFields[i];
-      EXPECT_TRUE(torch::equal(got, *f[i])) << config::enum_name(mode) << " " << kFields[i];
+  for (bool lora : {false, true})
+    for (auto mode : kModes) {
+      if (lora && precision::is_fp8(mode)) continue;
+      const std::string tag = std::string(lora ? "lora_" : "") + config::enum_name(mode);
+      Result ref = run_steps(mode, nullptr, 1.0f, lora);
+      const auto f = fields(ref);
+      for (std::size_t i = 0; i < f.size(); ++i) {
+        const torch::Tensor got = read(dir / (tag + "." + kFields[i]), *f[i]);
+        ASSERT_TRUE(got.defined()) << tag << " " << kFields[i];
+        EXPECT_TRUE(torch::equal(got, *f[i])) << tag << " " << kFields[i];
+      }
+      EXPECT_GT(ref.changed.sum().item<int64_t>(), 0) << tag;
     }
-    EXPECT_GT(ref.changed.sum().item<int64_t>(), 0) << config::enum_name(mode);
-  }
   fs::remove_all(dir);
 }
 
@@ -126,6 +148,7 @@ TEST(ShardedUpdate, TwoRanksAreBitIdenticalToOneProcess) {
     split = split || (int64_t(m.offset) < shard && shard < int64_t(m.offset + m.rows * m.cols) &&
                       (shard - int64_t(m.offset)) % int64_t(m.cols) != 0);
   EXPECT_TRUE(split) << "no FP8 row crosses the shard boundary at " << shard;
+  EXPECT_GT(model::lora_layout(model_config(), lora_spec()).total, 3 * kNormBlock);  // two blocks per rank
   expect_sharded_equals_unsharded("gloo", 2);
 }
 

@@ -22,6 +22,7 @@
 #include "unstuck/train/grpo.h"
 #include "unstuck/train/sft.h"
 #include "unstuck/train/trainable_weights.h"
+#include "unstuck/model/lora.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/model/param_layout.h"
 
@@ -577,6 +578,12 @@ TEST_F(GrpoTest, ResumeContinuesBitExactly) {
   runs.push_back(grpo_config("straight_dynamic", precision::PrecisionMode::bf16_sr));
   runs.back().grpo.filter_groups = algo::GroupFilter::zero_variance;
   runs.back().grpo.oversample = 2;
+  // LoRA: the checkpoint holds the adapters' state; the frozen base is reloaded and rounded again.
+  for (auto mode : {precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16}) {
+    runs.push_back(grpo_config(std::string("straight_lora_") + config::enum_name(mode), mode));
+    runs.back().lora.rank = 4;
+    runs.back().optim.lr = 1e-3;
+  }
   for (RunConfig straight : runs) {
     const std::string tag = straight.run.name.substr(9);
     straight.grpo.steps = 4;
@@ -597,6 +604,69 @@ TEST_F(GrpoTest, ResumeContinuesBitExactly) {
     EXPECT_EQ(sa.sampling_rng, sb.sampling_rng);
     EXPECT_EQ(sa.cursor, sb.cursor) << tag;
   }
+}
+
+// LoRA (rank 4 on all seven projections): the base stays frozen and only the adapters train. The
+// adapters start with B = 0, so step 1 samples exactly what the full-parameter run samples from the
+// same base (reward, entropy, lengths equal) and its KL to the reference, the base without adapters,
+// is 0; later steps move the adapters (changed_from_start_frac > 0 of the adapter elements, KL > 0).
+// Sticking is logged per projection and factor; the checkpoint holds lora_layout's elements, and
+// final_adapter/ is a PEFT adapter directory holding the last compute weights.
+TEST_F(GrpoTest, LoraTrainsAdaptersOnAFrozenBase) {
+  RunConfig full = grpo_config("lora_full", precision::PrecisionMode::bf16_sr);
+  full.optim.lr = 1e-3;
+  full.grpo.kl_coef = 0.01;
+  RunConfig lora = full;
+  lora.run.name = "lora";
+  lora.lora.rank = 4;
+  lora.lora.alpha = 8;
+  const auto mf = read_metrics(run_grpo(full).run_dir);
+  const GrpoResult r = run_grpo(lora);
+  const auto ml = read_metrics(r.run_dir);
+  ASSERT_EQ(ml.size(), 3u);
+  for (const char* key : {"reward_mean", "entropy", "response_len_mean"}) EXPECT_EQ(ml[0][key], mf[0][key]) << key;
+  EXPECT_EQ(ml[0]["kl_ref_exact"].get<double>(), 0.0);
+  EXPECT_GT(ml[2]["kl_ref_exact"].get<double>(), 0.0);
+  EXPECT_GT(ml[2]["changed_from_start_frac"].get<double>(), 0.0);
+  const nlohmann::json& per_module = ml[2]["sticking_frac_per_module"];
+  EXPECT_EQ(per_module.size(), 14u) << per_module.dump();
+  for (const char* key : {"q_proj.lora_A", "q_proj.lora_B", "down_proj.lora_A", "down_proj.lora_B"}) {
+    ASSERT_TRUE(per_module.contains(key)) << key;
+    const double f = per_module[key].get<double>();
+    EXPECT_TRUE(f >= 0 && f <= 1) << key << " " << f;
+  }
+  const model::ParamLayout adapters = model::lora_layout(
+      model::load_pretrained(base_.sft.output).config, model::lora_spec(lora.lora));
+  const TrainerState st = load_checkpoint(latest_checkpoint(r.run_dir / "checkpoints"));
+  EXPECT_EQ(st.master.numel(), adapters.total);
+  EXPECT_FALSE(fs::exists(r.run_dir / "final_model"));
+  const model::LoadedAdapter final_adapter =
+      model::load_peft_adapter(r.run_dir / "final_adapter", model::load_pretrained(base_.sft.output).config);
+  EXPECT_EQ(final_adapter.spec.rank, 4);
+  EXPECT_EQ(final_adapter.flat.numel(), adapters.total);
+  // BF16 compute weights of the FP32 master: within BF16's rounding of it, and B moved off zero.
+  EXPECT_LE((final_adapter.flat - st.master).abs().max().item<double>(),
+            st.master.abs().max().item<double>() * std::ldexp(1.0, -7));
+  const model::ParamEntry* b = adapters.find("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
+  ASSERT_NE(b, nullptr);
+  EXPECT_GT(final_adapter.flat.narrow(0, b->offset, b->numel).abs().max().item<double>(), 0.0);
+
+  // grpo.base_adapter: the run continues from that adapter (its step 1 is the first run's adapters'
+  // policy: KL to the base > 0 from the start); a spec that differs is refused before training.
+  RunConfig cont = lora;
+  cont.run.name = "lora_from_adapter";
+  cont.grpo.steps = 1;
+  cont.grpo.base_adapter = (r.run_dir / "final_adapter").string();
+  EXPECT_GT(read_metrics(run_grpo(cont).run_dir)[0]["kl_ref_exact"].get<double>(), 0.0);
+  cont.run.name = "lora_mismatch";
+  cont.lora.rank = 8;
+  try {
+    run_grpo(cont);
+    ADD_FAILURE() << "a rank-4 base_adapter was accepted for lora.rank 8";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("has r 4, lora.rank is 8"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "runs" / "lora_mismatch"));
 }
 
 // FP8 modes train end to end; changed_from_start_frac from the start policy's files (no reference

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include "unstuck/io/json_file.h"
 #include "unstuck/io/safetensors_dir.h"
 #include "unstuck/model/llama.h"
+#include "unstuck/model/lora.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/grpo.h"
@@ -101,7 +103,7 @@ TEST(ModelExport, FinalModelAndExportHoldTheRunsComputeWeights) {
 
   // An FP8-coded export needs an FP8 run; an unknown format is named.
   for (const auto& [format, why] : {std::pair<std::string, std::string>{"fp8", "precision.mode is bf16_sr, not fp8_rn"},
-                                    {"gguf", "--format must be hf or fp8, got 'gguf'"}}) {
+                                    {"gguf", "--format must be hf, fp8, peft or merged, got 'gguf'"}}) {
     ExportOptions o;
     o.format = format;
     try {
@@ -157,6 +159,73 @@ TEST(ModelExport, Fp8RunsExportTheirFp8ComputeWeights) {
     EXPECT_NE(std::string(e.what()).find("drop --dtype fp32"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(dir / "fp8_fp32"));
+  fs::remove_all(dir);
+}
+
+// LoRA runs: --format peft writes the adapters (their compute weights: final_adapter/'s exactly)
+// as a PEFT adapter directory and --format merged a full model; peft on the base and transformers on
+// the merged model give Unstuck's logits (check_lora_export.py states the tolerances). --format hf
+// is refused for a LoRA run and peft / merged for a full-parameter run, by name.
+TEST(ModelExport, LoraRunsExportPeftAdaptersAndMergedModels) {
+  const fs::path dir = fs::temp_directory_path() / ("unstuck_export_lora_" + std::to_string(::getpid()));
+  const RunConfig base = tiny_sft_base(dir);
+  RunConfig c = tiny_grpo_config(base, "lora_fp32");
+  c.lora.rank = 4;
+  c.lora.target_modules = {"q_proj", "v_proj", "up_proj", "down_proj"};
+  c.grpo.steps = 2;
+  c.optim.lr = 1e-2;
+  const GrpoResult r = run_grpo(c);
+  ExportOptions peft;
+  peft.format = "peft";
+  EXPECT_EQ(export_run(r.run_dir, dir / "peft", peft), io::DType::f32);
+  ExportOptions merged;
+  merged.format = "merged";
+  EXPECT_EQ(export_run(r.run_dir, dir / "merged", merged), io::DType::f32);
+
+  // Unstuck's forward of the base plus the checkpoint's adapters, unmerged.
+  const model::LoadedModel m = model::load_pretrained(base.sft.output);
+  const TrainerState st = load_checkpoint(latest_checkpoint(r.run_dir / "checkpoints"));
+  model::LlamaModel ours(m.config, m.flat);
+  ours.set_adapters(model::lora_spec(c.lora), st.master.clone());
+  const std::vector<int64_t> tokens = {1, 5, 9, 3, 7, 2, 8, 4, 6, 5, 11, 3};
+  const torch::Tensor logits = [&] {
+    torch::NoGradGuard g;
+    return ours.forward(torch::tensor(tokens).unsqueeze(0))[0].contiguous();
+  }();
+  {
+    std::ofstream(dir / "ours.bin", std::ios::binary)
+        .write(static_cast<const char*>(logits.data_ptr()), std::streamsize(logits.numel() * 4));
+    io::write_json_file(dir / "ours.json", {{"tokens", tokens}, {"logits_file", (dir / "ours.bin").string()}});
+  }
+  const std::string check = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR +
+                            "/tests/train/check_lora_export.py " + base.sft.output + " " + (dir / "peft").string() +
+                            " " + (dir / "merged").string() + " " + (dir / "ours.json").string() + " 2>&1";
+  EXPECT_EQ(std::system(check.c_str()), 0) << check;
+
+  // A BF16-SR LoRA run: the export's adapters are final_adapter/'s compute weights bit for bit.
+  RunConfig sr = c;
+  sr.run.name = "lora_sr";
+  sr.precision.mode = precision::PrecisionMode::bf16_sr;
+  const GrpoResult rs = run_grpo(sr);
+  EXPECT_EQ(export_run(rs.run_dir, dir / "peft_sr", peft), io::DType::bf16);
+  const torch::Tensor exported = model::load_peft_adapter(dir / "peft_sr", m.config).flat;
+  EXPECT_TRUE(torch::equal(exported, model::load_peft_adapter(rs.run_dir / "final_adapter", m.config).flat));
+  EXPECT_FALSE(torch::equal(exported, load_checkpoint(latest_checkpoint(rs.run_dir / "checkpoints")).master));
+
+  const auto refused = [&](const fs::path& run, const std::string& format, const std::string& says) {
+    ExportOptions o;
+    o.format = format;
+    try {
+      export_run(run, dir / ("refused_" + format), o);
+      ADD_FAILURE() << "--format " << format << " was accepted for " << run;
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused(r.run_dir, "hf", "trained LoRA adapters (lora.rank 4): use --format peft");
+  RunConfig full = tiny_grpo_config(base, "full");
+  full.grpo.steps = 1;
+  refused(run_grpo(full).run_dir, "peft", "trained every parameter (lora.rank 0)");
   fs::remove_all(dir);
 }
 

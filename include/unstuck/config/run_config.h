@@ -14,6 +14,7 @@
 #include "unstuck/data/data_config.h"
 #include "unstuck/dist/dist_config.h"
 #include "unstuck/log/logging.h"
+#include "unstuck/model/lora_config.h"
 #include "unstuck/model/model_config.h"
 #include "unstuck/precision/optim_config.h"
 #include "unstuck/precision/precision_config.h"
@@ -60,6 +61,7 @@ struct RunConfig {
   precision::PrecisionConfig precision;
   precision::OptimConfig optim;
   model::ModelConfig model;
+  model::LoraConfig lora;
   tokenizer::TokenizerConfig tokenizer;
   data::DataConfig data;
   reward::RewardConfig reward;
@@ -74,6 +76,7 @@ struct RunConfig {
     v("precision", precision, "compute-weight precision and loss scaling");
     v("optim", optim, "AdamW on the FP32 master weights");
     v("model", model, "Llama-style policy model (ignored when a model directory is loaded)");
+    v("lora", lora, "LoRA adapters on a frozen base (rank 0: full-parameter training)");
     v("tokenizer", tokenizer, "SentencePiece tokenizer");
     v("data", data, "task, dataset files and prompt/completion templates");
     v("reward", reward, "verifier options: answer extraction and format credit");

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "unstuck/model/lora_config.h"
 #include "unstuck/model/model_config.h"
 #include "unstuck/model/param_layout.h"
 
@@ -33,6 +34,14 @@ struct LoraSpec {
   double scaling() const;
   bool targets_module(LoraModule m) const;
 };
+
+// The spec of a `lora:` config (lora.rank > 0): its targets parsed, in LoraModule order; an unknown or
+// repeated name is refused naming lora.target_modules.
+LoraSpec lora_spec(const LoraConfig& config);
+
+// Fresh adapters for `spec` (FP32, lora_layout order): every B zero, so the adapted model starts as
+// the base, and every A drawn by `init` (PEFT's distributions) from a CPU generator seeded by `seed`.
+torch::Tensor init_lora(const ModelConfig& config, const LoraSpec& spec, LoraInit init, uint64_t seed);
 
 // The adapters of `config` under `spec`: for each layer and each target (LoraModule order),
 // `base_model.model.model.layers.<i>.<self_attn|mlp>.<module>.lora_A.weight` (r, in) then `lora_B`

@@ -18,6 +18,7 @@ namespace unstuck::train {
 
 struct GrpoConfig {
   std::string base_model = "runs/sft-countdown/model";  // policy directory (an SFT output)
+  std::string base_adapter;         // a PEFT LoRA adapter directory to start from (lora.rank > 0)
   bool round_base_to_bf16 = false;  // put the base weights on the BF16 grid before training
   bool round_base_to_fp8 = false;   // or on fp8_rn's grid (E4M3, the base's channel scales) in every mode
   int64_t steps = 100;              // rollout batches (policy updates when minibatches = 1)
@@ -55,6 +56,10 @@ struct GrpoConfig {
   template <class V>
   void visit(V& v) {
     v("base_model", base_model, "policy directory to start from (an `unstuck sft` output)");
+    v("base_adapter", base_adapter,
+      "with lora.rank > 0: a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors, e.g. an "
+      "SFT-LoRA) whose adapters start the run instead of lora.init; its r, lora_alpha, use_rslora and "
+      "target_modules must equal the lora: keys");
     v("round_base_to_bf16", round_base_to_bf16,
       "round the base weights to BF16 (nearest) first, so the FP32 master starts on the BF16 grid "
       "as released checkpoints do");
@@ -115,7 +120,8 @@ struct GrpoConfig {
       "rollout batches between checkpoints (and one at the end); 0 = at the end only");
     v("keep_checkpoints", keep_checkpoints, "newest checkpoints kept in <run dir>/checkpoints");
     v("final_model", final_model,
-      "at the end, write <run dir>/final_model/: a Hugging Face model directory of the final compute weights");
+      "at the end, write <run dir>/final_model/: a Hugging Face model directory of the final compute weights (with "
+      "LoRA, <run dir>/final_adapter/: a PEFT adapter directory of the adapters' final compute weights)");
     v("ref_metrics_every", ref_metrics_every,
       "rollout batches between the KL-to-reference metrics (kl_ref_k3, kl_ref_exact), also at the last step; "
       "steps without them log ref_metrics: false; 0 = never; kl_coef > 0 computes them every step");

@@ -20,7 +20,8 @@ inline constexpr uint64_t kDefaultShardBytes = 2'000'000'000;  // transformers' 
 struct ExportOptions {
   int64_t step = -1;                       // checkpoint step; -1 = the newest
   std::string dtype;                       // bf16 | fp16 | fp32; empty = the run's compute dtype
-  std::string format = "hf";               // hf | fp8 (compressed-tensors FP8 codes + scales; FP8 runs)
+  // hf | fp8 (compressed-tensors FP8 codes + scales; FP8 runs) | peft | merged (LoRA runs)
+  std::string format = "hf";
   uint64_t shard_bytes = kDefaultShardBytes;  // largest safetensors file (0 = one file)
 };
 
@@ -29,7 +30,8 @@ struct ExportOptions {
 void write_model_dir(const std::filesystem::path& out, const RunConfig& config, const torch::Tensor& flat,
                      io::DType dtype, uint64_t shard_bytes = kDefaultShardBytes);
 
-// <run_dir>/final_model/ from the run's compute weights (in their own dtype, bit for bit).
+// <run_dir>/final_model/ from the run's compute weights (in their own dtype, bit for bit); with
+// LoRA, <run_dir>/final_adapter/, the adapters' compute weights as a PEFT adapter directory.
 void write_final_model(const std::filesystem::path& run_dir, const RunConfig& config, const torch::Tensor& compute);
 
 // Exports the checkpoint of run_dir (checkpoints/step_N). With opts.dtype equal to the run's
@@ -38,6 +40,12 @@ void write_final_model(const std::filesystem::path& run_dir, const RunConfig& co
 // master; another dtype rounds the master to nearest. opts.format fp8 (fp8_rn / fp8_sr runs) writes
 // those compute weights losslessly as compressed-tensors' FP8 format: E4M3 codes with a BF16 scale
 // per output channel, config.json's quantization_config saying so; it returns DType::f8_e4m3.
+// A LoRA run's checkpoint holds the adapters: opts.format peft writes them (compute weights, or
+// the FP32 master with --dtype fp32) as a PEFT adapter directory for grpo.base_model; merged
+// writes a full model, W + s B A in FP32 from the run's frozen base (the base rounded to nearest
+// into the compute dtype, as the run computed with it) and the adapters' compute weights, rounded
+// to nearest into opts.dtype (default: the compute dtype). hf and fp8 are refused for LoRA runs,
+// peft and merged for the others.
 // Returns the dtype written.
 io::DType export_run(const std::filesystem::path& run_dir, const std::filesystem::path& out,
                      const ExportOptions& opts);

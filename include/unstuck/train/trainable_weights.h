@@ -64,6 +64,19 @@ struct FullOptimizerState {
   torch::Tensor master, exp_avg, exp_avg_sq;
 };
 
+// LoRA (lora.rank > 0): what the trainable adapters sit on. The state then trains the adapters of
+// `spec` (lora_layout order) and the model is the frozen base plus them (LlamaModel::set_adapters).
+struct FrozenBase {
+  model::LoraSpec spec;
+  torch::Tensor weights;  // the FP32 base (llama_layout total elements) on the master's device; moved in
+};
+
+// The frozen base a LoRA run computes with: `base` (FP32, moved in) rounded to nearest into the
+// compute dtype of precision.mode (onto precision.analog_mantissa_bits' grid first in a BF16 mode;
+// left as it is in fp32), then held in `forward` (widened to FP32 when the forward runs in FP32).
+torch::Tensor frozen_base_weights(torch::Tensor base, const precision::PrecisionConfig& precision,
+                                  torch::ScalarType forward);
+
 class TrainableWeights {
  public:
   // `master` (FP32, layout.total elements, the same on every rank) becomes the master copy; this
@@ -74,16 +87,22 @@ class TrainableWeights {
   // stochastic rounding. `comm` (optional, outlives this object): the ranks sharing the state;
   // without one the state is not sharded. precision.compute is native or fp32 (auto is resolved
   // before, by train::resolve_compute).
+  // With `base` (LoRA) the master is the adapters' (lora_layout(config, base.spec).total elements):
+  // they are the trainable state, and the base becomes frozen_base_weights() of it, the model's
+  // weights, with no master, moments or gradient of its own; the forward dtype is the adapters'.
   TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
                    const precision::PrecisionConfig& precision, uint64_t rounding_seed,
-                   dist::Communicator* comm = nullptr);
+                   dist::Communicator* comm = nullptr, FrozenBase base = {});
   // The parameters' gradient hooks point at this object: it stays where it was built.
   TrainableWeights(const TrainableWeights&) = delete;
   TrainableWeights& operator=(const TrainableWeights&) = delete;
   ~TrainableWeights();
 
   const model::LlamaModel& model() const { return *model_; }
-  const model::ParamLayout& layout() const { return model_->layout(); }
+  // The trainable tensors: the model's (llama_layout), or with LoRA the adapters' (lora_layout).
+  const model::ParamLayout& layout() const { return layout_; }
+  // LoRA: the model is a frozen base (model().flat_weights()) plus the trainable adapters.
+  bool lora() const { return model_->has_adapters(); }
   // This rank's shard of the master and moments: global elements [shard_begin(), shard_begin() +
   // master().numel()). At world size 1, the whole buffers.
   const torch::Tensor& master() const { return master_; }
@@ -137,6 +156,10 @@ class TrainableWeights {
 
  private:
   void refresh_forward_weights();
+  // The model's leaves whose gradients this state takes: every parameter, or with LoRA the adapters.
+  const std::vector<torch::Tensor>& trainable_params() const {
+    return model_->has_adapters() ? model_->adapter_parameters() : model_->parameters();
+  }
   // Rounds the full master (layout.total elements, on this state's device) into the compute
   // weights with the key of the current optimizer step.
   void materialize_compute(const torch::Tensor& full_master);
@@ -214,6 +237,7 @@ class TrainableWeights {
   torch::Tensor scratch_;      // (kSliceElems) the old compute weights of the slice being updated
   std::unique_ptr<struct Fp8Channels> fp8_;  // FP8 modes: the channels and their current exponents
   torch::Tensor fp8_discard_;  // FP8 modes: (kSliceElems) where the fused AdamW's BF16 output goes
+  model::ParamLayout layout_;  // of the trainable tensors
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<precision::LossScaler> scaler_;
   int64_t adam_step_ = 0;

@@ -1,0 +1,54 @@
+// Options of LoRA training (`lora:`): rank 0 trains every parameter; rank > 0 freezes the base
+// model in the compute dtype and trains low-rank adapters on the named projections (PEFT's
+// conventions, model/lora.h), their FP32 master rounded by precision.mode like a full model's.
+// Header-only; the generic config code loads and dumps it via visit().
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace unstuck::model {
+
+// How the adapters start: B = 0 always (the adapted model starts as the base), A as PEFT draws it.
+enum class LoraInit {
+  kaiming,   // PEFT's default (init_lora_weights: true): kaiming_uniform(a = sqrt(5)), U(-1/sqrt(in), 1/sqrt(in))
+  gaussian,  // init_lora_weights: "gaussian": N(0, (1/r)^2)
+};
+inline constexpr std::array<std::pair<LoraInit, const char*>, 2> kLoraInitNames{{
+    {LoraInit::kaiming, "kaiming"},
+    {LoraInit::gaussian, "gaussian"},
+}};
+constexpr const auto& enum_names(LoraInit) { return kLoraInitNames; }
+
+struct LoraConfig {
+  int64_t rank = 0;     // r; 0 = full-parameter training
+  double alpha = 16;    // lora_alpha: the adapters' output is scaled by alpha / r
+  bool rslora = false;  // scale by alpha / sqrt(r) instead (rsLoRA)
+  double dropout = 0;   // lora_dropout: only 0 is computed (refused otherwise)
+  std::vector<std::string> target_modules{"q_proj", "k_proj", "v_proj", "o_proj",
+                                          "gate_proj", "up_proj", "down_proj"};
+  LoraInit init = LoraInit::kaiming;
+
+  bool enabled() const { return rank > 0; }
+
+  template <class V>
+  void visit(V& v) {
+    v("rank", rank,
+      "adapter rank r; 0 trains every parameter, > 0 freezes the base model in the compute dtype and trains LoRA "
+      "adapters (their FP32 master rounded by precision.mode)");
+    v("alpha", alpha, "lora_alpha: the adapters' output is scaled by alpha / rank");
+    v("rslora", rslora, "rsLoRA: scale by alpha / sqrt(rank) instead");
+    v("dropout", dropout, "lora_dropout on the adapters' input; only 0 is supported");
+    v("target_modules", target_modules,
+      "projections that get adapters, by PEFT's module names: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+      "down_proj");
+    v("init", init,
+      "initialization of A (B starts at 0): kaiming (PEFT's default, U(-1/sqrt(in), 1/sqrt(in))) or gaussian "
+      "(N(0, 1/rank^2), PEFT's \"gaussian\")");
+  }
+};
+
+}  // namespace unstuck::model
