@@ -29,6 +29,7 @@ memory (< 1: Unstuck smaller), medians over the rounds. Installs nothing: TRL co
   scripts/bench_scale.py --work large                      # 8 prompts x 8 x 256 tokens
   scripts/bench_scale.py --shape qwen2.5-1.5b --device cuda   # on a GPU machine
   scripts/bench_scale.py --layers 2 --rounds 1 --no-trl    # the CI-sized shape, Unstuck only
+  scripts/bench_scale.py --lora 16                         # LoRA on both sides (TRL with peft's LoraConfig)
   scripts/bench_scale.py --table report.json               # the table of a saved --json report
 """
 import argparse
@@ -49,6 +50,7 @@ import bench_peers  # noqa: E402
 import scale_standin  # noqa: E402
 
 MISSING_PEERS = 77
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 WORK = {"small": dict(prompts=2, group=4, new_tokens=64, steps=2),
         "large": dict(prompts=8, group=8, new_tokens=256, steps=2)}
 
@@ -109,8 +111,13 @@ def trl_worker(a):
         epsilon_high=0.2, loss_type="dapo", num_iterations=1, max_steps=a.steps, bf16=a.mode != "fp32",
         use_cpu=device == "cpu", report_to="none", save_strategy="no", logging_steps=1, seed=1, disable_tqdm=True,
         dataloader_num_workers=0)
+    peft_config = None
+    if a.lora:  # peft's LoRA on the same projections, rank and alpha as unstuck's lora: keys
+        from peft import LoraConfig
+        peft_config = LoraConfig(r=a.lora, lora_alpha=2 * a.lora, lora_dropout=0.0, target_modules=LORA_TARGETS,
+                                 task_type="CAUSAL_LM")
     trainer = GRPOTrainer(model=model, reward_funcs=gsm8k_reward, args=cfg, train_dataset=ds, processing_class=tok,
-                          callbacks=[Timer()])
+                          callbacks=[Timer()], peft_config=peft_config)
     trainer.train()
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
     print(json.dumps({"step_seconds": steps, "generate_seconds": gen, "completion_len": lengths,
@@ -231,6 +238,8 @@ class Bench:
                "grpo.eval_samples=1", "grpo.checkpoint_every=0", "rollout.temperature=1.0",
                # TRL's GRPOConfig checkpoints activations by default (gradient_checkpointing=True).
                "model.activation_checkpointing=true"] + a.unstuck_args
+        if a.lora:
+            cmd += [f"lora.rank={a.lora}", f"lora.alpha={2 * a.lora}"]
         warm(self.s["model"])
         log = self.work / f"{name}.log"
         rc, peak, wall = run_measured(cmd, log, env=self.env)
@@ -238,8 +247,9 @@ class Bench:
         run_dir = self.work / "runs" / name
         metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
         run = json.loads((run_dir / "run.json").read_text())
-        if not (run_dir / "final_model" / "config.json").exists() or not list((run_dir / "checkpoints").iterdir()):
-            sys.exit(f"bench_scale: {run_dir} has no final_model/ or checkpoint")
+        final = run_dir / ("final_adapter/adapter_config.json" if a.lora else "final_model/config.json")
+        if not final.exists() or not list((run_dir / "checkpoints").iterdir()):
+            sys.exit(f"bench_scale: {run_dir} has no {final.parent.name}/ or checkpoint")
         timed = metrics[1:] or metrics
         res = {"peak_bytes": peak, "wall_s": wall, "step_s": [m["step_seconds"] for m in timed],
                "rollout_s": [m["rollout_seconds"] for m in timed],
@@ -259,7 +269,8 @@ class Bench:
         """`unstuck export` of the run loads in transformers and has the run's parameter count."""
         out = self.work / "export"
         shutil.rmtree(out, ignore_errors=True)
-        cmd = [self.unstuck, "export", "--run", str(run_dir), "--out", str(out)]
+        cmd = [self.unstuck, "export", "--run", str(run_dir), "--out", str(out)] + \
+            (["--format", "merged"] if self.a.lora else [])
         log = self.work / "export.log"
         rc, peak, _ = run_measured(cmd, log, env=self.env)
         check(rc, cmd, log)
@@ -277,7 +288,7 @@ class Bench:
         cmd = [sys.executable, __file__, "--worker", "trl", "--model", self.s["model"], "--data", self.s["data"],
                "--mode", mode, "--threads", str(self.a.threads), "--out", str(out), "--device", self.a.device,
                "--steps", str(w["steps"]), "--prompts", str(w["prompts"]), "--group", str(w["group"]),
-               "--new-tokens", str(w["new_tokens"])]
+               "--new-tokens", str(w["new_tokens"]), "--lora", str(self.a.lora)]
         warm(self.s["model"])
         log = self.work / f"trl_{mode}_{tag}.log"
         rc, peak, wall = run_measured(cmd, log, env=self.env)
@@ -346,6 +357,8 @@ def main():
     ap.add_argument("--model-dir", help="reuse a stand-in built by scale_standin.py (its OUT directory)")
     ap.add_argument("--unstuck", default=str(ROOT / "build/unstuck"))
     ap.add_argument("--no-trl", action="store_true", help="Unstuck only (no peer runs)")
+    ap.add_argument("--lora", type=int, default=0,
+                    help="LoRA of this rank (alpha 2 x rank) on all seven projections on both sides (TRL: peft)")
     ap.add_argument("--no-generate", action="store_true")
     ap.add_argument("--no-startup", action="store_true")
     ap.add_argument("--check-export", action="store_true", help="export each run and load it in transformers")

@@ -4,7 +4,7 @@ heads, FFN 4864) with 2 layers, built by transformers (scripts/scale_standin.py)
 runs two GRPO steps of 2 prompts x 4 completions x 64 tokens plus its checkpoint and final model
 (two: the moments and the gradient are zeros whose pages fault in at their first use, so the peak
 the plan describes, every buffer resident, is reached from the second step on);
-the process's measured peak (ru_maxrss) must lie within [0.75, 1.10] x the plan's peak that the
+LoRA runs keep the frozen base once and the adapters' state. The process's measured peak (ru_maxrss) must lie within [0.75, 1.10] x the plan's peak that the
 run printed and wrote to run.json (issue 25: never above the plan by more than 10%, never below it
 by more than 25%), and each step's peak_memory_bytes must be the RSS high-water it reports.
 
@@ -37,6 +37,12 @@ CONFIGS = [
     ("bf16_sr_whole", ["precision.mode=bf16_sr", "grpo.logprob_chunk_tokens=0", "model.activation_checkpointing=false"]),
     ("bf16_sr_reference", ["precision.mode=bf16_sr", "grpo.logprob_chunk_tokens=16", "grpo.ref_metrics_every=1",
                            "grpo.kl_coef=0.01", "precision.compute=native"]),
+    # LoRA (rank 16 on all seven projections): the frozen base once, which is also the reference.
+    ("lora_bf16_sr_reference", ["precision.mode=bf16_sr", "lora.rank=16", "grpo.logprob_chunk_tokens=16",
+                                "grpo.ref_metrics_every=1", "grpo.kl_coef=0.01", "precision.compute=native",
+                                "model.activation_checkpointing=true"]),
+    ("lora_fp32", ["precision.mode=fp32", "lora.rank=16", "grpo.logprob_chunk_tokens=16",
+                   "model.activation_checkpointing=false"]),
 ]
 
 
@@ -70,6 +76,7 @@ def main():
     ap.add_argument("--unstuck", required=True)
     ap.add_argument("--work")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--only", help="comma-separated config names (default: all)")
     a = ap.parse_args()
     try:
         import scale_standin  # noqa: needs torch, transformers, tokenizers
@@ -85,6 +92,8 @@ def main():
     print(f"{'config':24s} {'plan':>10s} {'measured':>10s} {'ratio':>6s}  plan's peak phase")
     try:
         for name, overrides in CONFIGS:
+            if a.only and name not in a.only.split(","):
+                continue
             measured, plan, metrics = run(a.unstuck, standin, work, name, overrides)
             ratio = measured / plan["peak_bytes"]
             print(f"{name:24s} {plan['peak_bytes'] / 2**30:9.3f}G {measured / 2**30:9.3f}G {ratio:6.3f}  "
