@@ -6,7 +6,7 @@
 # python's libtorch. Steps, each timed: prefix -> configure + build (UNSTUCK_CUDA=ON, sm_90), or the
 # binaries built here (--prebuilt) -> [first CUDA step] CUDA kernel, model, sampling, SFT,
 # device/pre-flight and NCCL tests -> a tiny SFT base -> 20 GRPO steps with run.device=cuda and
-# run.device=cpu from it, compared step by step -> 3 fp8_sr GRPO steps on each -> `bench step
+# run.device=cpu from it, compared step by step -> 3 fp8_sr and 3 LoRA GRPO steps on each -> `bench step
 # --device cuda` -> `bench precision` on the host CPU -> [--paper] the paper's GPU preset
 # (reproduce.sh --gpu; GPU_CHECK_PAPER_PRESETS="paper-gpu paper-gpu-phase" adds its phase diagram,
 # "paper-gpu-pool" runs it on a 64-prompt pool), reports, plots and metrics packed into
@@ -288,35 +288,46 @@ rc=${PIPESTATUS[0]}
 ((rc == 0)) || fail "cuda and cpu runs differ beyond the tolerances$(why $rc)"
 
 # FP8 E4M3 weights on the device (issue 30): the fused update, channel maxima and FP8 rounding run as
-# CUDA kernels (their bits against the CPU's are CudaTrainableWeights.*fp8* above). Three steps on
-# $DEV and on the CPU; both must finish with sane sticking counts. The rollouts of the two compute in
-# BF16 on different devices, so the metrics are printed side by side, not required equal.
-for run in fp8_cuda fp8_cpu; do
-  dev=cpu && [[ $run == fp8_cuda ]] && dev=$DEV
-  step "GRPO 3 steps in precision.mode fp8_sr, run '$run', run.device=$dev"
-  limited 120 "$U" train --config "$W/grpo.yaml" run.name="$run" run.device="$dev" precision.mode=fp8_sr \
-    grpo.steps=3 > "$W/$run.log" 2>&1 || { rc=$?; tail -30 "$W/$run.log"; fail "FP8 GRPO on $dev$(why $rc)"; }
-done
-limited 30 "$PY" - "$W/runs" << 'EOF' 2>&1 | tee "$OUT_DIR/compare_fp8.txt"
+# CUDA kernels (their bits against the CPU's are CudaTrainableWeights.*fp8* above). LoRA (issue 28):
+# rank-8 adapters on a frozen BF16 base, their master rounded by bf16_sr on the device, a KL penalty to
+# the base. Three steps of each on $DEV and on the CPU; both must finish with sane sticking counts (and
+# LoRA with a KL of 0 at step 1, up to summation order: B = 0). The rollouts of the two compute in BF16 on different
+# devices, so the metrics are printed side by side, not required equal.
+for arm in fp8 lora; do
+  extra=(precision.mode=fp8_sr)
+  [[ $arm == lora ]] && extra=(precision.mode=bf16_sr lora.rank=8 lora.alpha=16 grpo.kl_coef=0.01 optim.lr=1e-3)
+  for run in ${arm}_cuda ${arm}_cpu; do
+    dev=cpu && [[ $run == *_cuda ]] && dev=$DEV
+    step "GRPO 3 steps, ${extra[*]}, run '$run', run.device=$dev"
+    limited 120 "$U" train --config "$W/grpo.yaml" run.name="$run" run.device="$dev" "${extra[@]}" \
+      grpo.steps=3 > "$W/$run.log" 2>&1 || { rc=$?; tail -30 "$W/$run.log"; fail "$arm GRPO on $dev$(why $rc)"; }
+  done
+  limited 30 "$PY" - "$W/runs" "$arm" << 'EOF' 2>&1 | tee "$OUT_DIR/compare_$arm.txt"
 import json, math, sys
 def load(run):
     return [json.loads(l) for l in open(f"{sys.argv[1]}/{run}/metrics.jsonl") if '"step"' in l]
-g, c = load("fp8_cuda"), load("fp8_cpu")
-keys = ["reward_mean", "entropy", "grad_norm", "sticking_frac", "changed_from_start_frac"]
+arm = sys.argv[2]
+g, c = load(f"{arm}_cuda"), load(f"{arm}_cpu")
+keys = ["reward_mean", "entropy", "grad_norm", "sticking_frac", "changed_from_start_frac"] + \
+    (["kl_ref_exact"] if arm == "lora" else [])
 print("step " + " ".join(f"{k:>26}" for k in keys) + "   (cuda/cpu)")
 for a, b in zip(g, c):
     print(f"{a['step']:4d} " + " ".join(f"{a.get(k, float('nan')):12.6g}/{b.get(k, float('nan')):<13.6g}" for k in keys))
-bad = [f"{run}: {len(rows)} steps, not 3" for run, rows in (("fp8_cuda", g), ("fp8_cpu", c)) if len(rows) != 3]
-for run, rows in (("fp8_cuda", g), ("fp8_cpu", c)):
+bad = [f"{run}: {len(rows)} steps, not 3" for run, rows in ((f"{arm}_cuda", g), (f"{arm}_cpu", c)) if len(rows) != 3]
+for run, rows in ((f"{arm}_cuda", g), (f"{arm}_cpu", c)):
     for r in rows:
         s = r.get("sticking_frac", float("nan"))
         if not (math.isfinite(s) and 0.0 < s < 1.0): bad.append(f"{run} step {r['step']}: sticking_frac {s}")
-print("requires: 3 steps on each device, sticking_frac in (0, 1) at every step")
+    if arm == "lora" and rows and not abs(rows[0].get("kl_ref_exact", float("nan"))) <= 1e-6:
+        bad.append(f"{run} step 1: kl_ref_exact {rows[0].get('kl_ref_exact')}, not 0 (B starts at 0)")
+print("requires: 3 steps on each device, sticking_frac in (0, 1) at every step" +
+      ("; LoRA: |kl_ref_exact| <= 1e-6 at step 1 (0 up to summation order)" if arm == "lora" else ""))
 print("OK" if not bad else "MISMATCH: " + "; ".join(bad))
 sys.exit(1 if bad else 0)
 EOF
-rc=${PIPESTATUS[0]}
-((rc == 0)) || fail "FP8 on $DEV$(why $rc)"
+  rc=${PIPESTATUS[0]}
+  ((rc == 0)) || fail "$arm on $DEV$(why $rc)"
+done
 
 # ---- 7. bench step on the device -----------------------------------------------------------------
 step "bench step --device $DEV"

@@ -195,7 +195,10 @@ class Sweep:
             self.out = a.out or f"runs/compare-{name}"
             self.arms = mode_arms(a.modes, a.config, self.lr)
             self.verdicts = self.phase = False
-            self.drift = not a.no_drift  # with FP8 arms: on fp8_rn's grid (paper/drift.py)
+            # with FP8 arms: on fp8_rn's grid (paper/drift.py). Not for LoRA: the drift is measured on the full
+            # model's weights against the base, and a LoRA run's checkpoints hold its adapters.
+            self.lora = int(yaml_scalar(cfg, "lora", "rank")) > 0
+            self.drift = not a.no_drift and not self.lora
             self.device = self.jobs = self.probe_samples = None
             self.preset_overrides = []
             self.pool_spec = self.pool = self.pool_full = None
@@ -553,6 +556,9 @@ def main(argv=None):
                            + ["--results", sweep.results, "--plots", sweep.plots, "--timing", timing], check=True)
             say(f"done: {sweep.results}")
             return 0
+        if getattr(sweep, "lora", False) and not a.no_drift:
+            say("LoRA arms: no drift histogram (it measures full-model weights; sticking per adapter is in metrics.jsonl, "
+                "scripts/lora_sticking.py tabulates it)")
         if sweep.drift:
             probe = (["--no-probe"] if sweep.probe_samples == 0 else
                      ["--eval-samples", str(sweep.probe_samples)] if sweep.probe_samples else [])

@@ -609,7 +609,7 @@ TEST_F(GrpoTest, ResumeContinuesBitExactly) {
 // LoRA (rank 4 on all seven projections): the base stays frozen and only the adapters train. The
 // adapters start with B = 0, so step 1 samples exactly what the full-parameter run samples from the
 // same base (reward, entropy, lengths equal) and its KL to the reference, the base without adapters,
-// is 0; later steps move the adapters (changed_from_start_frac > 0 of the adapter elements, KL > 0).
+// is 0 (within 1e-6: sums in another order); later steps move the adapters (changed_from_start_frac > 0 of the adapter elements, KL > 0).
 // Sticking is logged per projection and factor; the checkpoint holds lora_layout's elements, and
 // final_adapter/ is a PEFT adapter directory holding the last compute weights.
 TEST_F(GrpoTest, LoraTrainsAdaptersOnAFrozenBase) {
@@ -625,8 +625,10 @@ TEST_F(GrpoTest, LoraTrainsAdaptersOnAFrozenBase) {
   const auto ml = read_metrics(r.run_dir);
   ASSERT_EQ(ml.size(), 3u);
   for (const char* key : {"reward_mean", "entropy", "response_len_mean"}) EXPECT_EQ(ml[0][key], mf[0][key]) << key;
-  EXPECT_EQ(ml[0]["kl_ref_exact"].get<double>(), 0.0);
-  EXPECT_GT(ml[2]["kl_ref_exact"].get<double>(), 0.0);
+  // 0 up to the order of sums: the reference computes q/k/v (gate/up) as one product, the adapted
+  // policy as separate ones.
+  EXPECT_LE(std::abs(ml[0]["kl_ref_exact"].get<double>()), 1e-6);
+  EXPECT_GT(ml[2]["kl_ref_exact"].get<double>(), 1e-5);
   EXPECT_GT(ml[2]["changed_from_start_frac"].get<double>(), 0.0);
   const nlohmann::json& per_module = ml[2]["sticking_frac_per_module"];
   EXPECT_EQ(per_module.size(), 14u) << per_module.dump();
@@ -657,7 +659,7 @@ TEST_F(GrpoTest, LoraTrainsAdaptersOnAFrozenBase) {
   cont.run.name = "lora_from_adapter";
   cont.grpo.steps = 1;
   cont.grpo.base_adapter = (r.run_dir / "final_adapter").string();
-  EXPECT_GT(read_metrics(run_grpo(cont).run_dir)[0]["kl_ref_exact"].get<double>(), 0.0);
+  EXPECT_GT(read_metrics(run_grpo(cont).run_dir)[0]["kl_ref_exact"].get<double>(), 1e-5);
   cont.run.name = "lora_mismatch";
   cont.lora.rank = 8;
   try {
