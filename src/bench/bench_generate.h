@@ -20,6 +20,7 @@ struct GenerateBenchOptions {
   bool recompute = true;           // also time the full-recompute baseline (kv_speedup)
   std::string model;               // a model directory (Hugging Face layout); empty: the default shape, random
   std::string device = "cpu";      // cpu, cuda or cuda:N
+  std::string decode = "auto";     // rollout.decode modes to time, comma-separated (the first is kv_*)
 };
 
 void run_generate_bench(const GenerateBenchOptions& options, std::ostream& out);

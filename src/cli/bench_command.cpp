@@ -61,6 +61,10 @@ void add_bench_command(CLI::App& app) {
   generate->add_option("--model", gen->model,
                        "a model directory (config.json, safetensors) to time instead of the default shape");
   generate->add_option("--device", gen->device, "cpu, cuda or cuda:N")->capture_default_str();
+  generate->add_option("--decode", gen->decode,
+                       "rollout.decode modes to time, comma-separated: auto, dynamic, fixed, graphs (the first is the "
+                       "kv_* figure)")
+      ->capture_default_str();
   generate->callback([gen] { bench::run_generate_bench(*gen, std::cout); });
 
   auto step = std::make_shared<bench::StepBenchOptions>();

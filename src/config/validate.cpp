@@ -224,6 +224,8 @@ void validate(const RunConfig& config) {
   data::validate(config.data, "data");
   reward::validate(config.reward, "reward");
   validate_rollout(config.rollout);
+  require(!(config.rollout.decode == rollout::DecodeMode::graphs && config.run.device == DeviceKind::cpu),
+          "rollout.decode", "auto, dynamic or fixed with run.device: cpu (CUDA graphs need a GPU)", "graphs");
   validate_sft(config.sft);
   validate_grpo(config.grpo);
   const train::GrpoConfig& g = config.grpo;

@@ -589,16 +589,28 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
     k = torch::cat({prompt_kv->k[std::size_t(layer)].index_select(0, prompt_kv->of_row), k}, 2);
     v = torch::cat({prompt_kv->v[std::size_t(layer)].index_select(0, prompt_kv->of_row), v}, 2);
   }
-  if (cache) {
+  if (cache && cache->slot.defined()) {  // a fixed-shape step: the slot is a device index
+    cache->k[layer].index_copy_(2, cache->slot, k);
+    cache->v[layer].index_copy_(2, cache->slot, v);
+    k = cache->k[layer].narrow(2, 0, cache->attend_slots);  // (B, G, attend_slots, hd)
+    v = cache->v[layer].narrow(2, 0, cache->attend_slots);
+  } else if (cache) {
     cache->k[layer].narrow(2, cache->length, T).copy_(k);
     cache->v[layer].narrow(2, cache->length, T).copy_(v);
     k = cache->k[layer].narrow(2, 0, cache->length + T);  // (B, G, Tk, hd)
     v = cache->v[layer].narrow(2, 0, cache->length + T);
   }
   torch::Tensor attn;  // (B, H, T, hd)
-  if (cache && decodes_over_capacity(*cache, T)) {
+  if (cache && !cache->slot.defined() && decodes_over_capacity(*cache, T)) {
     // CPU decoding attends over the whole (contiguous) cache; `mask` hides unfilled slots.
     attn = decode_attention(q, cache->k[layer], cache->v[layer], mask, cache->length + T);
+  } else if (T == 1 && mask.defined() && x_in.is_cuda() && G != H) {
+    // One query per row with a key mask on CUDA (padded prompts, a sliding window): the
+    // memory-efficient kernel takes masks but not GQA, so the H/G query heads of each KV group are
+    // stacked as H/G query rows of that group, (B, G, H/G, hd) against its (B, G, Tk, hd) keys: the
+    // scores of grouped-query attention (head h reads group h / (H/G)) without copying the keys.
+    attn = at::scaled_dot_product_attention(q.reshape({B, G, H / G, hd}), k, v, mask, 0.0, false)
+               .reshape({B, H, 1, hd});  // (B, H, 1, hd); the kernel's output is laid out (B, H/G, G, hd)
   } else {
     // Grouped-query attention without copying keys/values, except where a mask is needed on CUDA:
     // there the memory-efficient kernel takes masks but not enable_gqa (flash takes GQA, not masks).
@@ -782,7 +794,9 @@ KVCache LlamaModel::new_cache(int64_t batch, int64_t capacity) const {
   cache.capacity = capacity;
   const auto dtype = flat_.scalar_type();
   const bool kernel_decodes = flat_.device().is_cpu() && (dtype == torch::kFloat32 || dtype == torch::kBFloat16);
-  cache.grow_slots = kernel_decodes ? std::max<int64_t>(capacity, 1) : KVCache::kGrowSlots;
+  // On a GPU the cache is allocated at capacity at once (the memory plan counts it so): growing it
+  // would copy every filled slot of every layer each kGrowSlots tokens.
+  cache.grow_slots = kernel_decodes || flat_.is_cuda() ? std::max<int64_t>(capacity, 1) : KVCache::kGrowSlots;
   return cache;
 }
 
@@ -817,6 +831,43 @@ void KVCache::keep_rows(const torch::Tensor& rows) {
   key_valid = key_valid.index_select(0, rows);
   key_position = key_position.index_select(0, rows);
   next_position = next_position.index_select(0, rows);
+}
+
+void KVCache::move_rows_to_front(const torch::Tensor& rows) {
+  const int64_t n = rows.size(0);
+  // index_select first: a row may move onto a row that another one is read from.
+  for (std::vector<torch::Tensor>* kv : {&k, &v})
+    for (torch::Tensor& t : *kv) t.narrow(0, 0, n).narrow(2, 0, length).copy_(t.narrow(2, 0, length).index_select(0, rows));
+  for (torch::Tensor* t : {&key_valid, &key_position}) t->narrow(0, 0, n).copy_(t->index_select(0, rows));
+  next_position.narrow(0, 0, n).copy_(next_position.index_select(0, rows));
+}
+
+KVCache KVCache::first_rows(int64_t n) const {
+  KVCache c = *this;
+  for (std::vector<torch::Tensor>* kv : {&c.k, &c.v})
+    for (torch::Tensor& t : *kv) t = t.narrow(0, 0, n);
+  c.key_valid = key_valid.narrow(0, 0, n);
+  c.key_position = key_position.narrow(0, 0, n);
+  c.next_position = next_position.narrow(0, 0, n);
+  return c;
+}
+
+torch::Tensor LlamaModel::decode_step(const torch::Tensor& tokens, KVCache& cache) const {
+  const int64_t A = tokens.size(0), S = cache.attend_slots, W = config_.sliding_window;
+  if (!cache.slot.defined() || tokens.size(1) != 1 || A != cache.batch() || S > cache.allocated() ||
+      cache.allocated() != cache.capacity || cache.length < 1 || cache.length >= S)
+    throw std::invalid_argument("decode_step: needs a cache with a slot tensor, all of its capacity allocated, "
+                                "one token per row and attend_slots in (length, capacity]");
+  const torch::Tensor positions = cache.next_position.unsqueeze(1);  // (A, 1)
+  cache.key_valid.index_fill_(1, cache.slot, true);
+  cache.key_position.index_copy_(1, cache.slot, positions);
+  // Every filled key is at or before the query; unfilled slots (and padding) are masked.
+  torch::Tensor mask = cache.key_valid.narrow(1, 0, S).view({A, 1, 1, S});
+  if (W > 0) mask = mask & ((positions - cache.key_position.narrow(1, 0, S)) < W).view({A, 1, 1, S});
+  const torch::Tensor x = hidden(tokens, positions, mask, /*causal=*/false, &cache);  // (A, 1, D)
+  cache.next_position.add_(1);
+  cache.slot.add_(1);
+  return head(x);
 }
 
 void KVCache::copy_rows_from(const KVCache& from, const torch::Tensor& rows) {

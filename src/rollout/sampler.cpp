@@ -8,8 +8,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 
+#include "rollout/decode_graphs.h"
 #include "unstuck/common/error.h"
 #include "unstuck/rollout/sampling_uniform.h"
 
@@ -48,7 +52,77 @@ std::pair<torch::Tensor, torch::Tensor> sample(const torch::Tensor& logits, cons
   return {next, scaled.gather(1, next.unsqueeze(1)).squeeze(1) - lse.squeeze(1)};
 }
 
+// Fixed-shape decode steps (DecodeMode fixed and graphs) over a cache whose buffers stay where they
+// are: the step for A unfinished rows computes decode_bucket(A, rows) rows (those after the first A
+// are stale: finished or moved rows, never read) and attends over the filled slots rounded up to a
+// multiple of kAttendSlots, so a run meets a handful of shapes. Each step writes its inputs into
+// buffers of its own and runs the forward and the sampling as one unit: eagerly, or as a CUDA graph
+// captured the first time its (rows, slots) shape comes up (decode_graphs.h).
+class FixedDecoder {
+ public:
+  static constexpr int64_t kAttendSlots = 128;
+
+  FixedDecoder(const model::LlamaModel& model, model::KVCache& cache, int64_t rows, bool graphs)
+      : model_(model),
+        cache_(cache),
+        graphs_(graphs ? std::make_unique<DecodeGraphs>(model.flat_weights().device().index()) : nullptr) {
+    cache_.reserve(cache_.capacity);  // every slot allocated: the buffers never move
+    const auto opts = cache_.next_position.options();
+    cache_.slot = torch::full({1}, cache_.length, opts);
+    tokens_ = torch::zeros({rows, 1}, opts);                         // (rows, 1) each row's last token
+    uniforms_ = torch::zeros({rows}, opts.dtype(torch::kFloat32));  // (rows) this step's uniforms
+  }
+
+  // The next tokens and log-probs (A) of the first A rows, whose last tokens are `prev` (A); `u` (A)
+  // their uniforms, undefined when greedy.
+  std::pair<torch::Tensor, torch::Tensor> step(const torch::Tensor& prev, const torch::Tensor& u, int64_t A,
+                                               const SamplingConfig& s) {
+    const int64_t R = decode_bucket(A, tokens_.size(0));
+    const int64_t S = std::min(cache_.capacity, (cache_.length + kAttendSlots) / kAttendSlots * kAttendSlots);
+    tokens_.narrow(0, 0, A).copy_(prev.unsqueeze(1));
+    if (u.defined()) uniforms_.narrow(0, 0, A).copy_(u);
+    const bool sampled = u.defined();
+    const auto run = [this, R, S, sampled, &s] {
+      model::KVCache view = cache_.first_rows(R);
+      view.attend_slots = S;
+      const torch::Tensor logits = model_.decode_step(tokens_.narrow(0, 0, R), view).select(1, 0);  // (R, V)
+      auto [next, logp] = sample(logits, s, sampled ? uniforms_.narrow(0, 0, R) : torch::Tensor());
+      return std::vector<torch::Tensor>{next, logp};
+    };
+    const std::vector<torch::Tensor> out = graphs_ ? graphs_->run(R * (cache_.capacity + 1) + S, run) : run();
+    cache_.length += 1;  // the host's count of the slot the step advanced on the device
+    return {out[0].narrow(0, 0, A), out[1].narrow(0, 0, A)};
+  }
+
+ private:
+  const model::LlamaModel& model_;
+  model::KVCache& cache_;
+  std::unique_ptr<DecodeGraphs> graphs_;
+  torch::Tensor tokens_, uniforms_;
+};
+
+DecodeMode resolve_decode_mode(DecodeMode mode, const torch::Device& device, bool use_cache) {
+  if (mode == DecodeMode::graphs && !device.is_cuda())
+    throw UserError("rollout.decode: graphs needs a CUDA device, the model is on " + device.str() +
+                    " (use auto, dynamic or fixed)");
+  if (mode == DecodeMode::graphs && !decode_graphs_compiled())
+    throw UserError("rollout.decode: graphs needs a build with CUDA kernels (UNSTUCK_CUDA=ON); use auto, dynamic "
+                    "or fixed");
+  if (!use_cache) return DecodeMode::dynamic;  // the recompute path has no cache to fix
+  if (mode == DecodeMode::automatic)
+    return device.is_cuda() && decode_graphs_compiled() ? DecodeMode::graphs : DecodeMode::dynamic;
+  return mode;
+}
+
 }  // namespace
+
+int64_t decode_bucket(int64_t rows, int64_t max_rows) {
+  if (rows <= 8) return std::min<int64_t>(8, max_rows);
+  int64_t p = 8;  // the power of two with p < rows <= 2p
+  while (2 * p < rows) p *= 2;
+  const int64_t step = std::max<int64_t>(8, p / 4);
+  return std::min(max_rows, (rows + step - 1) / step * step);
+}
 
 void validate_sampling(const SamplingConfig& s) {
   if (!(s.temperature >= 0)) throw UserError("rollout.temperature must be >= 0, got " + std::to_string(s.temperature));
@@ -166,13 +240,22 @@ std::vector<Completion> generate(const model::LlamaModel& model,
       seq_valid = torch::cat({prompt_valid, torch::ones({B, N}, prompt_valid.options())}, 1);
     logits = model.forward(prompt, prompt_valid).select(1, P - 1);
   }
-  // Rows that sampled a stop token but are still in the decode batch (they are dropped in batches, see below).
-  torch::Tensor done = torch::zeros({A}, long_opts.dtype(torch::kBool));
   if (o.stop_check_every < 0) throw std::invalid_argument("generate: stop_check_every must be >= 0");
   const int64_t check_every = o.stop_check_every > 0 ? o.stop_check_every : (device.is_cuda() ? 8 : 1);
+  const DecodeMode mode = resolve_decode_mode(o.sampling.decode, device, o.use_cache);
+  // Fixed-shape steps (fixed, graphs) keep the cache's buffers in place and compute a bucket of rows.
+  std::optional<FixedDecoder> fixed;
+  if (mode != DecodeMode::dynamic) fixed.emplace(model, cache, B, mode == DecodeMode::graphs);
+  // Rows that sampled a stop token but are still in the decode batch (they leave at bucket boundaries).
+  torch::Tensor done = torch::zeros({A}, long_opts.dtype(torch::kBool));
   GenerateProgress progress{0, N, B, 0, 0};
+  torch::Tensor next, logp;  // (A) the tokens sampled at step t and their log-probs
   for (int64_t t = 0; t < N; ++t) {
-    auto [next, logp] = sample(logits, o.sampling, uniforms.defined() ? uniforms.select(1, t).index_select(0, active) : torch::Tensor());
+    const torch::Tensor u = uniforms.defined() ? uniforms.select(1, t).index_select(0, active) : torch::Tensor();
+    if (t == 0 || !fixed)
+      std::tie(next, logp) = sample(logits, o.sampling, u);
+    else
+      std::tie(next, logp) = fixed->step(next, u, A, o.sampling);
     // Rows already finished keep sampling until dropped; what they sample after their stop is never read.
     gen_tokens.select(1, t).index_copy_(0, active, next);
     gen_logp.select(1, t).index_copy_(0, active, logp);
@@ -189,13 +272,17 @@ std::vector<Completion> generate(const model::LlamaModel& model,
       const int64_t finished = done.sum().item<int64_t>();  // the decode loop's one host read
       progress.finished = B - A + finished;
       if (finished == A) break;
-      // Compacting the cache costs about one step's attention reads: do it once an eighth of the
-      // batch has finished, not for every single row.
-      if (o.drop_finished && finished > 0 && finished * 8 >= A) {
+      // Compacting the cache costs about one step's attention reads: dynamic steps drop rows once an
+      // eighth of the batch has finished; fixed-shape steps when the unfinished rows fit a smaller
+      // bucket (decode_bucket: the rows they compute), at the same points on every device.
+      const bool compact = fixed ? decode_bucket(A - finished, B) < decode_bucket(A, B) : finished * 8 >= A;
+      if (o.drop_finished && finished > 0 && compact) {
         const torch::Tensor keep = done.logical_not().nonzero().squeeze(1);  // (A') ascending
         active = active.index_select(0, keep);
         next = next.index_select(0, keep);
-        if (o.use_cache) {
+        if (fixed) {
+          cache.move_rows_to_front(keep);
+        } else if (o.use_cache) {
           cache.keep_rows(keep);
         } else {
           seq = seq.index_select(0, keep);
@@ -205,6 +292,7 @@ std::vector<Completion> generate(const model::LlamaModel& model,
         done = torch::zeros({A}, done.options());
       }
     }
+    if (fixed) continue;  // its next step runs at the top of the loop (the forward and the sampling together)
     if (o.use_cache) {
       logits = model.forward_cached(next.unsqueeze(1), cache, {}, /*last_only=*/true).select(1, 0);
     } else {

@@ -23,10 +23,10 @@ namespace unstuck::model {
 
 // Keys and values of every layer for incremental decoding, plus which cache slots hold real tokens
 // (padded prompts leave holes) and the rotary position each row continues from. The buffers grow
-// with the filled slots in steps of `grow_slots` up to `capacity`: kGrowSlots in general (CPU
-// decoding in BF16 / FP16 attends over the whole buffer, so a buffer sized to the fill reads less; on
-// a GPU it holds memory to what is filled), the whole capacity at once for FP32 on the CPU, whose
-// decode kernel reads only the filled slots (growing would only copy the cache). Dropping rows
+// with the filled slots in steps of `grow_slots` up to `capacity`: kGrowSlots for FP16 on the CPU
+// (its decoding attends over the whole buffer, so a buffer sized to the fill reads less), the whole
+// capacity at once for FP32 and BF16 on the CPU, whose decode kernel reads only the filled slots, and
+// on a GPU, whose attention reads only the filled slots too (growing would only copy the cache). Dropping rows
 // compacts them into the first rows of the same buffers.
 struct KVCache {
   static constexpr int64_t kGrowSlots = 16;
@@ -38,6 +38,11 @@ struct KVCache {
   int64_t length = 0;               // slots filled so far
   int64_t capacity = 0;             // the most slots it may hold
   bool has_holes = false;           // some filled slot is padding (decoding then needs a key mask)
+  // Fixed-shape decode steps (LlamaModel::decode_step, what CUDA graphs replay): the slot the next
+  // token goes to as a 1-element int64 tensor on the cache's device (the step advances it), and how
+  // many slots attention reads (a bucket >= the filled ones; a key mask hides the rest).
+  torch::Tensor slot;
+  int64_t attend_slots = 0;
 
   int64_t batch() const { return next_position.size(0); }
   int64_t allocated() const { return key_valid.size(1); }  // slots the buffers hold now
@@ -49,6 +54,12 @@ struct KVCache {
   // Fills this cache (batch() == rows.size(0), capacity >= from.length) with rows `rows` of `from`:
   // row i continues as from's row rows[i] (a shared prefill copied to the rows that share it).
   void copy_rows_from(const KVCache& from, const torch::Tensor& rows);
+  // Fixed-shape decoding keeps its buffers where they are (graphs hold their addresses): rows `rows`
+  // (ascending int64 indices) are copied to rows 0..rows.size(0)-1 of the same buffers; the rows
+  // after them keep stale contents, and batch() does not change.
+  void move_rows_to_front(const torch::Tensor& rows);
+  // The first `n` rows as a cache that shares these buffers (and the slot tensor).
+  KVCache first_rows(int64_t n) const;
 };
 
 // One transformer block's weights, by name; optional parts are undefined tensors when the family
@@ -157,6 +168,13 @@ class LlamaModel {
   // whole sequence.
   torch::Tensor forward_cached(const torch::Tensor& tokens, KVCache& cache, const torch::Tensor& valid = {},
                                bool last_only = false) const;
+  // One fixed-shape decode step: tokens (A, 1) int64 written at slot cache.slot of every row (a cache
+  // with a slot tensor, all of its capacity allocated), attention over the first cache.attend_slots
+  // slots with the filled ones unmasked; returns the logits (A, 1, V) float32 and advances the slot
+  // and the rows' positions on the device (the caller advances cache.length, the host's count). No
+  // host synchronization and no shape that depends on the fill, so a CUDA graph can capture it. Equal
+  // to forward_cached() on the same token up to the attention kernel's summation order.
+  torch::Tensor decode_step(const torch::Tensor& tokens, KVCache& cache) const;
 
   // One transformer block (public for the activation-checkpointing backward): x (B, T, D), rotary
   // tables cos/sin (B, 1, T, hd), attention mask (B|1, 1, T, Tk) bool or undefined with `causal`.

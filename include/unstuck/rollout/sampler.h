@@ -93,6 +93,13 @@ std::pair<torch::Tensor, torch::Tensor> pad_prompts(const std::vector<std::vecto
 torch::Tensor sampling_uniforms(uint64_t seed, int64_t step, const std::vector<int64_t>& global_rows,
                                 int64_t tokens, const torch::Device& device);
 
+// The rows a fixed-shape decode step computes for `rows` unfinished ones (of at most `max_rows`):
+// `rows` rounded up to a multiple of a quarter of the power of two below it (at least 8), at most
+// max_rows. A batch shrinking from 256 meets 256, 224, 192, 160, 128, 112, ..., 16, 8: few shapes
+// (one CUDA graph each), with at most a quarter of the rows stale above 32 rows and at most 7 below.
+// Example: decode_bucket(200, 256) == 224.
+int64_t decode_bucket(int64_t rows, int64_t max_rows);
+
 // Throws UserError naming rollout.<field> for out-of-range sampling options.
 void validate_sampling(const SamplingConfig& config);
 
