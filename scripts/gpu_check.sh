@@ -10,17 +10,25 @@
 # --device cuda` -> `bench precision` on the host CPU -> [--paper] the paper's GPU preset
 # (reproduce.sh --gpu; GPU_CHECK_PAPER_PRESETS="paper-gpu paper-gpu-phase" adds its phase diagram,
 # "paper-gpu-pool" runs it on a 64-prompt pool), reports, plots and metrics packed into
-# $OUT/paper_gpu.tar.gz.
+# $OUT/paper_gpu.tar.gz -> [--scale] at the size people train (scripts/gpu_scale.py: Qwen2.5-0.5B and
+# 1.5B shapes, rollout against transformers' generate and the bandwidth limit, a GRPO step against
+# TRL, training MFU, a 7B-shaped memory plan; $OUT/scale.json).
 #   scripts/gpu_debs.sh                                   # here: fetch the .deb files (~5 MB)
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux2014_x86_64 -d .gpu/whl trl==1.16.0 datasets dill multiprocess  # here: TRL for --scale
 #   UNSTUCK_GPU_PYTHON=/work/t211/bin/python3 scripts/gpu_check.sh --build-dir /work/build-t211 \
 #       --no-prefix --pack .gpu/bin                       # here: build against the GPU machine's torch
 #   scripts/gpu_check.sh --prebuilt .gpu/bin [--paper]    # there (carry [".gpu"]): no build, minutes saved
 #   scripts/gpu_check.sh --prebuilt .gpu/bin --paper-only # there: the device check, then the preset(s)
+#   scripts/gpu_check.sh --prebuilt .gpu/bin --scale      # there: the checks, then the scale measurements
+#   scripts/gpu_check.sh --prebuilt .gpu/bin --scale-only # there: the device check, then the scale measurements
 #   scripts/gpu_check.sh                                  # there: configure and build from source
 #   scripts/gpu_check.sh --build-dir build --no-prefix    # dry run on a machine with the packages
 #   scripts/gpu_check.sh --build-dir /tmp/x --configure-only  # checks the prefix alone, here too
 #   scripts/gpu_check.sh --build-dir build --no-prefix --rehearse  # here: the steps after the CUDA
 #       tests with run.device=cpu standing in for cuda (checks the script's own logic, not the GPU)
+#   scripts/gpu_check.sh --build-dir build --no-prefix --rehearse --scale-only  # here: gpu_scale.py on
+#       the CPU at 2 layers and a tiny work (checks its logic down to the first CUDA step)
 # Everything it prints goes to $OUT/gpu_check.log too ($OUT: the device tool's; else
 # BUILD_DIR/gpu_check); $OUT gets at most 8 files. Each step has a time limit inside one overall
 # budget (GPU_CHECK_BUDGET_S, default 570 s: the device tool's 600 s per command less a margin), so a
@@ -30,7 +38,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-BUILD_DIR=build-gpu PREFIX_MODE=auto STEPS=20 CONFIGURE_ONLY=0 REHEARSE=0 PACK="" PREBUILT="" PAPER=0
+BUILD_DIR=build-gpu PREFIX_MODE=auto STEPS=20 CONFIGURE_ONLY=0 REHEARSE=0 PACK="" PREBUILT="" PAPER=0 SCALE=0
 while (($#)); do
   case $1 in
     --build-dir) BUILD_DIR=$2; shift 2 ;;
@@ -42,7 +50,9 @@ while (($#)); do
     --prebuilt) PREBUILT=$2; shift 2 ;;
     --paper) PAPER=1; shift ;;
     --paper-only) PAPER=2; shift ;;
-    *) echo "gpu_check: unknown argument '$1' (--build-dir DIR, --no-prefix, --steps N, --configure-only, --rehearse, --pack DIR, --prebuilt DIR, --paper, --paper-only)" >&2; exit 2 ;;
+    --scale) SCALE=1; shift ;;
+    --scale-only) SCALE=2; shift ;;
+    *) echo "gpu_check: unknown argument '$1' (--build-dir DIR, --no-prefix, --steps N, --configure-only, --rehearse, --pack DIR, --prebuilt DIR, --paper, --paper-only, --scale, --scale-only)" >&2; exit 2 ;;
   esac
 done
 [[ -n $PREBUILT ]] && BUILD_DIR=$PREBUILT
@@ -179,6 +189,30 @@ run_paper() {
   step "paper GPU presets done"
 }
 
+# ---- 9. at the size people train (--scale, --scale-only; issue 27), in what is left of the budget ---
+# scripts/gpu_scale.py: Qwen2.5-0.5B- and 1.5B-shaped models built on the device by transformers;
+# rollout tokens/s against transformers' generate and the HBM-bandwidth limit, a GRPO step against
+# TRL's GRPOTrainer with the training MFU, a 7B-shaped memory plan. TRL and the datasets package are
+# not on the GPU machine: their wheels travel in .gpu/whl (here: pip download, docs/BUILD.md) and are
+# installed into a private directory first. $OUT/scale.json holds every figure.
+run_scale() {
+  local left=$((BUDGET - ($(date +%s) - T0) - 15)) extra=()
+  step "at the size people train: scripts/gpu_scale.py (${left} s of the budget)"
+  if ((REHEARSE)); then
+    extra=(--rehearse)
+  elif compgen -G ".gpu/whl/*.whl" > /dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/unstuck_site \
+      .gpu/whl/*.whl > "$LOGS/whl.log" 2>&1 && export PYTHONPATH=/tmp/unstuck_site${PYTHONPATH:+:$PYTHONPATH} ||
+      { tail -5 "$LOGS/whl.log"; echo "gpu_check: the wheels in .gpu/whl did not install; TRL is left out"; }
+  fi
+  # GPU_SCALE_ARGS: more options of gpu_scale.py (e.g. --skip-hf qwen2.5-0.5b on a second lease).
+  PYTHONUNBUFFERED=1 limited $((left + 10)) "$PY" scripts/gpu_scale.py --unstuck "$U" --out "$OUT_DIR" \
+    --budget "$left" "${extra[@]}" ${GPU_SCALE_ARGS:-}
+  local rc=$?
+  ((rc == 0)) || fail "scripts/gpu_scale.py$(why $rc) (the figures so far are in $OUT_DIR/scale.json)"
+  step "scale done"
+}
+
 # ---- 4. the first CUDA step: is there a device? --------------------------------------------------
 # gtest_run LOG FILTER BINARY: runs the filtered tests; fails when one fails, none ran, or any skipped.
 # Their logs stay in $LOGS ($OUT takes 8 files at most): gpu_check.log has their output.
@@ -194,6 +228,7 @@ gtest_run() {
 }
 if ((REHEARSE)); then
   step "--rehearse: no CUDA device check and no CUDA tests; run.device=cpu stands in for cuda below"
+  ((SCALE == 2)) && { run_scale; echo "gpu_check: OK (rehearsal of --scale-only on the CPU: no CUDA step ran)"; exit 0; }
 else
   step "CUDA device"
   WHY=$("$PY" -c 'import torch; n = torch.cuda.device_count(); print(torch.cuda.get_device_name(0) if n else "torch.cuda.device_count() == 0")' 2>&1 | tail -1)
@@ -205,6 +240,7 @@ else
   nvidia-smi -L 2> /dev/null || true
   echo "device: $WHY"
   ((PAPER == 2)) && { run_paper; echo "gpu_check: OK (--paper-only)"; exit 0; }
+  ((SCALE == 2)) && { run_scale; echo "gpu_check: OK (--scale-only)"; exit 0; }
 
   # ---- 5. CUDA kernel and NCCL tests -------------------------------------------------------------
   step "CUDA kernel tests (bits vs the CPU reference, TrainableWeights on the device)"
@@ -302,7 +338,7 @@ for arm in fp8 lora; do
     limited 120 "$U" train --config "$W/grpo.yaml" run.name="$run" run.device="$dev" "${extra[@]}" \
       grpo.steps=3 > "$W/$run.log" 2>&1 || { rc=$?; tail -30 "$W/$run.log"; fail "$arm GRPO on $dev$(why $rc)"; }
   done
-  limited 30 "$PY" - "$W/runs" "$arm" << 'EOF' 2>&1 | tee "$OUT_DIR/compare_$arm.txt"
+  limited 30 "$PY" - "$W/runs" "$arm" << 'EOF' 2>&1 | tee "$LOGS/compare_$arm.txt"
 import json, math, sys
 def load(run):
     return [json.loads(l) for l in open(f"{sys.argv[1]}/{run}/metrics.jsonl") if '"step"' in l]
@@ -345,5 +381,6 @@ limited 60 "$U" bench precision --threads 2 --json 2> "$W/bench_precision.log" |
   { tail -5 "$W/bench_precision.log"; echo "gpu_check: bench precision failed (informational)"; }
 echo
 step "all checks passed"
+((SCALE == 1)) && run_scale
 ((PAPER == 1)) && run_paper
 ((REHEARSE)) && echo "gpu_check: OK (rehearsal on the CPU: no CUDA step ran)" || echo "gpu_check: OK"
