@@ -156,6 +156,19 @@ else
     > "$OUT_DIR/build.log" 2>&1 ||
     { rc=$?; grep -E "error|FAILED" "$OUT_DIR/build.log" | head -40; tail -3 "$OUT_DIR/build.log"; fail "build$(why $rc)" 2; }
   if [[ -n $PACK ]]; then  # binaries for --prebuilt on the GPU machine (its libraries come from there)
+    # A smoke run on this machine's CPU first: objects built while a header was being edited can keep
+    # an old struct layout that ninja takes as up to date (it happened: `unstuck sft` crashed on exit and
+    # `config check` aborted in ~RunConfig on the GPU machine, and here too).
+    step "smoke test of $BUILD_DIR/unstuck on the CPU (a 4-step SFT, its config check)"
+    SMOKE=$(mktemp -d)
+    limited 120 "$BUILD_DIR/unstuck" sft --config configs/sft/arithmetic.yaml run.output_dir="$SMOKE" run.name=smoke \
+      sft.output="$SMOKE/base" model.dim=32 model.n_layers=1 model.n_heads=2 model.n_kv_heads=1 model.ffn_dim=64 \
+      sft.steps=4 sft.batch_size=4 sft.warmup_steps=1 sft.eval_every=0 sft.eval_samples=2 sft.log_every=4 \
+      run.device=cpu > "$SMOKE/sft.log" 2>&1 &&
+      limited 60 "$BUILD_DIR/unstuck" config check --config configs/sft/arithmetic.yaml run.output_dir="$SMOKE" \
+        run.name=check run.device=cpu >> "$SMOKE/sft.log" 2>&1 ||
+      { rc=$?; tail -5 "$SMOKE/sft.log"; rm -rf "$SMOKE"; fail "the built binaries fail a CPU smoke test (exit $rc): rebuild after touching the headers edited during the build" 2; }
+    rm -rf "$SMOKE"
     rm -rf "$PACK" && mkdir -p "$PACK/tests"
     strip -o "$PACK/unstuck" "$BUILD_DIR/unstuck"
     for t in "${TARGETS[@]:1}"; do strip -o "$PACK/tests/$t" "$BUILD_DIR/tests/$t"; done
