@@ -153,7 +153,7 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
   }
 
   // Loading the base model: its files mapped while the FP32 buffer fills (before anything else).
-  parts.push_back({"FP32 weights being loaded", mk, P * 4, "", "load"});
+  parts.push_back({"FP32 weights being loaded", model_keys(m), P * 4, "", "load"});  // the whole model, LoRA too
   parts.push_back({"base model files, mapped while converted", "the weight files of grpo.base_model",
                    in.weight_file_bytes > 0 ? in.weight_file_bytes : P * 4, "", "load"});
 

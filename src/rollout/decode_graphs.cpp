@@ -11,6 +11,8 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <spdlog/spdlog.h>
 #endif
 
 namespace unstuck::rollout {
@@ -25,6 +27,7 @@ struct DecodeGraphs::Impl {
   c10::cuda::CUDAStream side;
   at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();  // shared: the graphs run one at a time
   std::map<int64_t, std::pair<std::unique_ptr<at::cuda::CUDAGraph>, std::vector<torch::Tensor>>> graphs;
+  bool failed = false;  // a capture failed: every step runs eagerly
 };
 
 DecodeGraphs::DecodeGraphs(int device_index) : impl_(std::make_unique<Impl>(device_index)) {}
@@ -34,6 +37,7 @@ int64_t DecodeGraphs::captured() const { return int64_t(impl_->graphs.size()); }
 
 std::vector<torch::Tensor> DecodeGraphs::run(int64_t key, const std::function<std::vector<torch::Tensor>()>& step) {
   const c10::cuda::CUDAGuard on_device(impl_->device);
+  if (impl_->failed) return step();
   const auto it = impl_->graphs.find(key);
   if (it != impl_->graphs.end()) {
     it->second.first->replay();
@@ -47,11 +51,26 @@ std::vector<torch::Tensor> DecodeGraphs::run(int64_t key, const std::function<st
   {
     c10::cuda::CUDAStreamGuard on_side(impl_->side);
     eager = step();
-    auto graph = std::make_unique<at::cuda::CUDAGraph>();
-    graph->capture_begin(impl_->pool);
-    std::vector<torch::Tensor> outputs = step();  // recorded, not run
-    graph->capture_end();
-    impl_->graphs.emplace(key, std::make_pair(std::move(graph), std::move(outputs)));
+    if (!impl_->failed) {
+      auto graph = std::make_unique<at::cuda::CUDAGraph>();
+      try {
+        graph->capture_begin(impl_->pool);
+        std::vector<torch::Tensor> outputs = step();  // recorded, not run
+        graph->capture_end();
+        impl_->graphs.emplace(key, std::make_pair(std::move(graph), std::move(outputs)));
+      } catch (const std::exception& e) {
+        // A step this device or driver cannot capture: the capture is ended and dropped, and every
+        // later step of the call runs eagerly (the same kernels, so the same bits).
+        try {
+          graph->capture_end();
+        } catch (const std::exception&) {
+        }
+        (void)cudaGetLastError();
+        impl_->failed = true;
+        spdlog::warn("rollout: CUDA graph capture failed, decoding op by op for the rest of this call: {}",
+                     std::string(e.what()).substr(0, 300));
+      }
+    }
   }
   at::cuda::CUDAEvent done;
   done.record(impl_->side);

@@ -24,7 +24,9 @@ class DecodeGraphs {
   // (the step's real work for this token, which also warms libtorch's lazy state for that stream),
   // then captured there as a graph and the eager outputs returned; later calls replay the graph and
   // return the tensors it writes. `step` must read its inputs from, and return, tensors whose
-  // addresses stay the same from call to call, and must not synchronize with the host.
+  // addresses stay the same from call to call, and must not synchronize with the host. A capture
+  // that fails (an op this device or driver cannot capture) is dropped with a warning and every later
+  // call runs `step` eagerly: the same kernels, so the same bits.
   std::vector<torch::Tensor> run(int64_t key, const std::function<std::vector<torch::Tensor>()>& step);
   int64_t captured() const;  // graphs captured so far
 
