@@ -211,6 +211,11 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
   EXPECT_EQ(error_of([] { load_run_config("", {"grpo.overlong=soft_penalty", "rollout.max_new_tokens=16"}); }),
             "grpo.overlong_buffer must be in [1, rollout.max_new_tokens = 16] with grpo.overlong: soft_penalty, got 0");
   EXPECT_EQ(error("grpo.overlong_buffer=4"), "grpo.overlong_buffer must be 0 unless grpo.overlong is soft_penalty, got 4");
+  EXPECT_EQ(error_of([] { load_run_config("", {"rollout.decode=graphs", "run.device=cpu"}); }),
+            "rollout.decode must be auto, dynamic or fixed with run.device: cpu (CUDA graphs need a GPU), got graphs");
+  EXPECT_EQ(error("rollout.decode=graph"),
+            "override 'rollout.decode=graph': rollout.decode: expected one of auto | dynamic | fixed | graphs, got "
+            "'graph' (did you mean 'graphs'?)");
   EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.function.workers=0"}); }),
             "reward.function.workers must be in [1, 64], got 0");
   EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.verifier=math"}); }),
