@@ -105,6 +105,15 @@ std::vector<std::pair<int64_t, int64_t>> row_chunks(int64_t begin, int64_t end, 
   return out;
 }
 
+// A row chunk's measurements (n, width) padded with zeros to the batch's T columns (the positions
+// past every row's completion, masked wherever they are read).
+Measurement full_width(const Measurement& m, int64_t T) {
+  const auto pad = [&](const torch::Tensor& t) {
+    return !t.defined() || t.size(1) == T ? t : torch::constant_pad_nd(t, {0, T - t.size(1)});
+  };
+  return {pad(m.logp), pad(m.entropy), pad(m.kl_exact), pad(m.ref_logp)};
+}
+
 // Row chunks' measurements joined along rows; the reference's stay undefined where the chunks
 // have none.
 Measurement cat_rows(const std::vector<Measurement>& parts) {
@@ -120,14 +129,20 @@ Measurement cat_rows(const std::vector<Measurement>& parts) {
 
 }  // namespace
 
-torch::Tensor RolloutBatch::targets(const torch::Tensor& rows) const {
-  return tokens.index_select(0, rows).narrow(1, prompt_len, tokens.size(1) - prompt_len);
+torch::Tensor RolloutBatch::targets(const torch::Tensor& rows, int64_t width) const {
+  return tokens.index_select(0, rows).narrow(1, prompt_len, width);
+}
+
+int64_t RolloutBatch::width(int64_t begin, int64_t end) const {
+  int64_t w = 1;
+  for (int64_t r = begin; r < end; ++r) w = std::max(w, lengths_host[std::size_t(r)]);
+  return w;
 }
 
 int64_t RolloutBatch::forward_positions(int64_t begin, int64_t end) const {
   if (begin >= end) return 0;
   const int64_t distinct = prompt_of_row_host[std::size_t(end - 1)] - prompt_of_row_host[std::size_t(begin)] + 1;
-  return distinct * prompt_len + (end - begin) * (tokens.size(1) - prompt_len - 1);
+  return distinct * prompt_len + (end - begin) * (width(begin, end) - 1);
 }
 
 GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm,
@@ -455,10 +470,12 @@ torch::Tensor GrpoTrainer::reward_kl(const RolloutBatch& batch) const {
   for (const auto& [b, e] : chunks) {
     progress_.chunk("reward KL", int64_t(parts.size()) + 1, int64_t(chunks.size()));
     const torch::Tensor rows = torch::arange(b, e, torch::TensorOptions(torch::kLong).device(device_));
+    const int64_t w = batch.width(b, e);
     const torch::Tensor ref_logp = algo::head_log_probs(completion_head(*reference_, batch, b, e), {},
-                                                        batch.targets(rows), cfg_.grpo.logprob_chunk_tokens).logp;
-    const torch::Tensor sampled = positions < batch.lengths.index_select(0, rows).unsqueeze(1);  // (n, T)
-    parts.push_back(algo::sequence_kl(batch.old_logp.index_select(0, rows), ref_logp, sampled, cfg_.grpo.kl_estimator));
+                                                        batch.targets(rows, w), cfg_.grpo.logprob_chunk_tokens).logp;
+    const torch::Tensor sampled = positions.narrow(1, 0, w) < batch.lengths.index_select(0, rows).unsqueeze(1);  // (n, w)
+    parts.push_back(algo::sequence_kl(batch.old_logp.index_select(0, rows).narrow(1, 0, w), ref_logp, sampled,
+                                      cfg_.grpo.kl_estimator));
   }
   return cfg_.grpo.kl_coef * torch::cat(parts);
 }
@@ -477,6 +494,7 @@ RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
   b.mask = torch::zeros({N, T});
   b.old_logp = torch::zeros({N, T});
   b.lengths = torch::zeros({N}, torch::kLong);
+  b.lengths_host.resize(std::size_t(N));
   auto tok = b.tokens.accessor<int64_t, 2>();
   auto msk = b.mask.accessor<float, 2>();
   auto olp = b.old_logp.accessor<float, 2>();
@@ -489,6 +507,7 @@ RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
     const bool in_loss = (cfg_.grpo.overlong != algo::Overlong::filter || outs[n].finish != rollout::FinishReason::length) &&
                          (ro.in_loss.empty() || ro.in_loss[std::size_t(n)]);
     len[n] = int64_t(outs[n].tokens.size());
+    b.lengths_host[std::size_t(n)] = len[n];
     for (std::size_t t = 0; t < outs[n].tokens.size(); ++t) {
       tok[n][P + int64_t(t)] = outs[n].tokens[t];
       msk[n][int64_t(t)] = in_loss ? 1.0f : 0.0f;
@@ -518,8 +537,8 @@ algo::HeadInput GrpoTrainer::completion_head(const model::LlamaModel& m, const R
       b.prompt_valid.defined() ? b.prompt_valid.narrow(0, first, distinct) : torch::Tensor(),
       b.prompt_of_row.narrow(0, begin, end - begin) - first};
   const int64_t P = b.prompt_len;
-  const torch::Tensor completions = b.tokens.narrow(0, begin, end - begin).narrow(1, P, b.tokens.size(1) - P);
-  return {m.forward_completions_hidden(sp, completions), m.head_weight()};  // (n, T, D), (V, D)
+  const torch::Tensor completions = b.tokens.narrow(0, begin, end - begin).narrow(1, P, b.width(begin, end));
+  return {m.forward_completions_hidden(sp, completions), m.head_weight()};  // (n, width, D), (V, D)
 }
 
 Measurement GrpoTrainer::measure(const RolloutBatch& batch, bool with_ref) const {
@@ -530,8 +549,10 @@ Measurement GrpoTrainer::measure(const RolloutBatch& batch, bool with_ref) const
     progress_.chunk("measure", int64_t(parts.size()) + 1, int64_t(chunks.size()));
     const torch::Tensor rows = torch::arange(b, e, torch::TensorOptions(torch::kLong).device(device_));
     const algo::HeadInput ref = with_ref ? completion_head(*reference_, batch, b, e) : algo::HeadInput{};
-    parts.push_back(algo::head_log_probs(completion_head(weights_.model(), batch, b, e), ref, batch.targets(rows),
-                                         cfg_.grpo.logprob_chunk_tokens).stats);
+    parts.push_back(full_width(algo::head_log_probs(completion_head(weights_.model(), batch, b, e), ref,
+                                                    batch.targets(rows, batch.width(b, e)),
+                                                    cfg_.grpo.logprob_chunk_tokens).stats,
+                               batch.mask.size(1)));
   }
   return cat_rows(parts);
 }
@@ -564,10 +585,13 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
       for (const auto& [cb, ce] : chunks) {
         progress_.chunk("update", ++chunk_no, int64_t(chunks.size()), updates + 1, passes);
         const torch::Tensor rows = torch::arange(cb, ce, torch::TensorOptions(torch::kLong).device(device_));
-        const torch::Tensor targets = batch.targets(rows);                            // (n, T)
+        const int64_t w = batch.width(cb, ce);  // the chunk's longest completion: no padding past it
+        const torch::Tensor targets = batch.targets(rows, w);                         // (n, w)
         trace_memory("update: chunk start");
         const algo::HeadInput policy = completion_head(weights_.model(), batch, cb, ce);  // (n, T, D)
         up.forward_positions += double(batch.forward_positions(cb, ce));
+        up.completion_positions += double((ce - cb) * w);
+        for (int64_t r = cb; r < ce; ++r) up.completion_tokens += double(batch.lengths_host[std::size_t(r)]);
         algo::HeadInput ref_in;
         if (need_ref_logits) {
           torch::NoGradGuard no_grad;
@@ -583,16 +607,17 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
         if (measure_here) {
           Measurement m = head.stats;
           if (!with_ref) m.kl_exact = m.ref_logp = torch::Tensor();
-          measured_parts.push_back(m);
+          measured_parts.push_back(full_width(m, batch.mask.size(1)));
         }
         trace_memory("update: log-probs and measurement");
-        const torch::Tensor mask = batch.mask.index_select(0, rows);
+        const torch::Tensor mask = batch.mask.index_select(0, rows).narrow(1, 0, w);
         // grpo.tis_cap: the ratio against the trainer's own log-probs before the update (this
         // forward's, detached, on one epoch of one minibatch), each token weighted by the truncated
         // trainer / sampler probability ratio.
-        torch::Tensor old = batch.old_logp.index_select(0, rows), tis;
+        torch::Tensor old = batch.old_logp.index_select(0, rows).narrow(1, 0, w), tis;
         if (g.tis_cap > 0) {
-          const torch::Tensor proximal = measure_here ? lp.detach() : (*measured)->logp.index_select(0, rows);
+          const torch::Tensor proximal =
+              measure_here ? lp.detach() : (*measured)->logp.index_select(0, rows).narrow(1, 0, w);
           tis = algo::tis_weights(proximal, old, g.tis_cap);
           old = proximal;
         }
@@ -666,10 +691,12 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
   v.insert(v.end(), up.tokens.begin(), up.tokens.end());
   for (const std::vector<double>* part : {&up.clipped_low, &up.clipped_high, &up.dual_clipped})
     v.insert(v.end(), part->begin(), part->end());
-  // Positions through the training forwards and backwards: each distinct prompt once per row chunk,
-  // plus the completions, per optimizer pass.
+  v.push_back(up.completion_positions);  // the completion padding the training forwards computed
+  v.push_back(up.completion_tokens);
   v.push_back(changed_here < 0 ? 1.0 : 0.0);  // ranks that could not compare
   v.push_back(double(std::max<int64_t>(changed_here, 0)));
+  // Positions through the training forwards and backwards: each distinct prompt once per row chunk,
+  // plus the completions, per optimizer pass.
   v.push_back(up.forward_positions);
   comm_.all_reduce_sum(v.data(), v.size());
   const std::size_t updates = up.clipped.size();
@@ -743,6 +770,8 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
   // Every rank counted its shard; left out once any rank could not.
   if (v[v.size() - 3] == 0) m["changed_from_start_frac"] = v[v.size() - 2] / double(weights_.layout().total);
   m["train_tokens"] = v.back();
+  // The padding the training forwards computed: each row chunk runs to its longest completion.
+  m["completion_padding_frac"] = 1.0 - v[v.size() - 4] / std::max(v[v.size() - 5], 1.0);
   MetricsLine per_tensor = MetricsLine::object();
   for (std::size_t i = 0; i < weights_.layout().entries.size() && i < up.last.changed_per_tensor.size(); ++i) {
     const auto& e = weights_.layout().entries[i];

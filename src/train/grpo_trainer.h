@@ -46,10 +46,15 @@ struct RolloutBatch {
   torch::Tensor prompt_valid;  // (U, P) bool, or undefined when no prompt is padded
   torch::Tensor prompt_of_row;              // (N) int64 on the device
   std::vector<int64_t> prompt_of_row_host;  // the same, ascending
+  std::vector<int64_t> lengths_host;        // (N) the lengths on the host
   int64_t rows() const { return tokens.size(0); }
-  torch::Tensor targets(const torch::Tensor& rows) const;  // (n, T) completion tokens of `rows`
+  // The training forwards of rows [begin, end) compute their completions up to the longest of them,
+  // not the batch's T: the padding computed is bounded by each row chunk's own spread of lengths.
+  int64_t width(int64_t begin, int64_t end) const;
+  // (n, width) completion tokens of rows [begin, end) (`rows` = arange(begin, end) on the device).
+  torch::Tensor targets(const torch::Tensor& rows, int64_t width) const;
   // Positions one forward over rows [begin, end) computes: their distinct prompts once, plus each
-  // row's completion tokens but the last.
+  // row's completion tokens up to width(begin, end), but the last.
   int64_t forward_positions(int64_t begin, int64_t end) const;
 };
 
@@ -131,6 +136,9 @@ class GrpoTrainer {
     std::vector<double> clipped, tokens;  // per optimizer step: clipped tokens, tokens (this rank)
     std::vector<double> clipped_low, clipped_high, dual_clipped;  // per optimizer step, by kind
     double forward_positions = 0;         // positions through the training forwards (this rank)
+    // Completion positions the training forwards computed (each row chunk to its longest row) and
+    // the sampled tokens among them (this rank): completion_padding_frac.
+    double completion_positions = 0, completion_tokens = 0;
     OptimizerStepStats last;
   };
   struct Timings {

@@ -729,14 +729,29 @@ TEST_F(GrpoTest, RowChunkedLogProbsTrainLikeTheWholeMinibatch) {
   chunked.run.name = "chunk_rows";
   chunked.grpo.logprob_chunk_rows = 3;  // minibatches of 16 rows: chunks of 3, 3, 3, 3, 3, 1
   chunked.grpo.logprob_chunk_tokens = 2;
+  RunConfig single = whole;  // chunks of one row: each runs to its own length, no padding at all
+  single.run.name = "chunk_single";
+  single.grpo.logprob_chunk_rows = 1;
   const auto a = read_metrics(run_grpo(whole).run_dir), b = read_metrics(run_grpo(chunked).run_dir);
+  const auto c = read_metrics(run_grpo(single).run_dir);
   ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), c.size());
   EXPECT_EQ(a[0]["reward_mean"], b[0]["reward_mean"]);
-  for (std::size_t i = 0; i < a.size(); ++i)
+  for (std::size_t i = 0; i < a.size(); ++i) {
     for (const char* key : {"grad_norm", "kl_ref_k3", "kl_ref_exact", "entropy", "logprob_mismatch", "clip_frac"}) {
       const double x = a[i][key].get<double>(), y = b[i][key].get<double>();
       EXPECT_NEAR(x, y, 1e-5 * std::abs(x) + 1e-7) << "step " << i + 1 << " " << key;
     }
+    // Each row chunk computes its completions up to its own longest row: smaller chunks pad less,
+    // chunks of one row not at all (the fixture's completions differ in length, so the whole
+    // minibatch pads some).
+    const double pad_whole = a[i]["completion_padding_frac"], pad_3 = b[i]["completion_padding_frac"];
+    EXPECT_GT(pad_whole, 0.0) << "step " << i + 1;
+    EXPECT_LE(pad_3, pad_whole) << "step " << i + 1;
+    EXPECT_EQ(c[i]["completion_padding_frac"].get<double>(), 0.0) << "step " << i + 1;
+  }
+  EXPECT_NEAR(a[0]["grad_norm"].get<double>(), c[0]["grad_norm"].get<double>(),
+              1e-5 * a[0]["grad_norm"].get<double>());
   const auto wa = load_checkpoint(latest_checkpoint(dir_ / "runs" / "chunk_whole" / "checkpoints")).master;
   const auto wb = load_checkpoint(latest_checkpoint(dir_ / "runs" / "chunk_rows" / "checkpoints")).master;
   EXPECT_LT((wa - wb).abs().max().item<float>(), 1e-5f);
