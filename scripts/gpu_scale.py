@@ -16,8 +16,9 @@ runs out still leaves the first parts' figures:
             (transformers generation, BF16 autocast) on the same directory, data and work (16 prompts
             x 8 completions x 256 new tokens, one optimizer step per batch, no KL; scripts/bench_scale.py's
             settings): seconds per step after the first and its rollout / update split, the device's
-            peak allocated memory on both sides, and the training phase's MFU: 6 x params per trained
-            token over the forward+backward seconds, against the device's dense BF16 peak.
+            peak allocated memory on both sides, and the training phase's MFU: 6 x params per useful
+            trained token (no padding) over the forward+backward seconds, against the device's dense
+            BF16 peak.
   plan7b    the memory plan of a Qwen2.5-7B-shaped full-parameter GRPO run on this device
             (`unstuck config check`, on a model directory whose weight file has the real header and
             no data: a sparse file), and the same with LoRA rank 16; refused or not, with the plan.
@@ -205,7 +206,8 @@ class Scale:
         metrics = [json.loads(l) for l in Path(ours["run_dir"], "metrics.jsonl").read_text().splitlines()]
         timed = metrics[1:] or metrics
         fb = sum(m["forward_backward_seconds"] for m in timed) / len(timed)
-        train_tokens = sum(m["train_tokens"] for m in timed) / len(timed)
+        # Useful trained tokens: the positions the forwards computed less their padding.
+        train_tokens = sum(m["train_tokens"] - m.get("train_padding_tokens", 0) for m in timed) / len(timed)
         res.update({"unstuck": {k: ours[k] for k in ("step_s", "rollout_s", "update_s", "completion_len", "plan_bytes")},
                     "unstuck_device_peak_bytes": max(p or 0 for p in ours["step_peaks"]),
                     "unstuck_forward_backward_s": fb, "unstuck_train_tokens": train_tokens,

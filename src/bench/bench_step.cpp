@@ -1,7 +1,8 @@
 // `unstuck bench step`: runs a few GRPO steps of the default config in each precision mode
 // (interleaved, best of `repeats`) and reports seconds per phase, rollout and training tokens/s, the
 // model FLOP utilization (6 x params per trained token + 2 x params per generated token, over the
-// step time, against the device's peak) and sr_overhead = bf16_sr / bf16.
+// step time, against the device's peak; trained tokens without the padding the forwards computed),
+// the training phase's alone (training_mfu) and sr_overhead = bf16_sr / bf16.
 #include "bench/bench_step.h"
 
 #include <torch/torch.h>
@@ -45,7 +46,7 @@ E enum_of(const std::string& name, const char* option) {
 }
 
 // Averaged with the phases, for the throughput keys.
-const char* kCounts[] = {"tokens_per_s", "response_len_mean", "train_tokens"};
+const char* kCounts[] = {"tokens_per_s", "response_len_mean", "train_tokens", "train_padding_tokens"};
 
 // A CPU's FP32 peak: threads x clock x FLOPs per cycle (two FMA units of 8 lanes with AVX2, 16 with
 // AVX-512). A rough estimate; --peak-tflops replaces it.
@@ -155,9 +156,12 @@ void run_step_bench(const StepBenchOptions& opt, std::ostream& out) {
     auto& b = best[config::enum_name(mode)];
     const double N = double(base.grpo.prompts_per_step * base.grpo.group_size), generated = b["response_len_mean"] * N;
     b["rollout_tokens_per_s"] = b["tokens_per_s"];
-    b["training_tokens_per_s"] = b["train_tokens"] / std::max(b["forward_backward_seconds"], 1e-12);
-    b["model_flop_utilization"] = (6 * params * b["train_tokens"] + 2 * params * generated) /
+    // Useful tokens only: the positions the training forwards computed less their padding.
+    const double useful = b["train_tokens"] - b["train_padding_tokens"];
+    b["training_tokens_per_s"] = useful / std::max(b["forward_backward_seconds"], 1e-12);
+    b["model_flop_utilization"] = (6 * params * useful + 2 * params * generated) /
                                   std::max(b["step_seconds"], 1e-12) / peak;
+    b["training_mfu"] = 6 * params * useful / std::max(b["forward_backward_seconds"], 1e-12) / peak;
     result[config::enum_name(mode)] = b;
   }
   if (best.count("bf16_sr") && best.count("bf16")) {

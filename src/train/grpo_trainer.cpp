@@ -772,6 +772,7 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
   m["train_tokens"] = v.back();
   // The padding the training forwards computed: each row chunk runs to its longest completion.
   m["completion_padding_frac"] = 1.0 - v[v.size() - 4] / std::max(v[v.size() - 5], 1.0);
+  m["train_padding_tokens"] = v[v.size() - 5] - v[v.size() - 4];  // of train_tokens: padding positions
   MetricsLine per_tensor = MetricsLine::object();
   for (std::size_t i = 0; i < weights_.layout().entries.size() && i < up.last.changed_per_tensor.size(); ++i) {
     const auto& e = weights_.layout().entries[i];

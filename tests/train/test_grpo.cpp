@@ -749,6 +749,9 @@ TEST_F(GrpoTest, RowChunkedLogProbsTrainLikeTheWholeMinibatch) {
     EXPECT_GT(pad_whole, 0.0) << "step " << i + 1;
     EXPECT_LE(pad_3, pad_whole) << "step " << i + 1;
     EXPECT_EQ(c[i]["completion_padding_frac"].get<double>(), 0.0) << "step " << i + 1;
+    EXPECT_EQ(c[i]["train_padding_tokens"].get<double>(), 0.0) << "step " << i + 1;
+    EXPECT_GT(a[i]["train_padding_tokens"].get<double>(), 0.0) << "step " << i + 1;
+    EXPECT_LT(a[i]["train_padding_tokens"].get<double>(), a[i]["train_tokens"].get<double>()) << "step " << i + 1;
   }
   EXPECT_NEAR(a[0]["grad_norm"].get<double>(), c[0]["grad_norm"].get<double>(),
               1e-5 * a[0]["grad_norm"].get<double>());
