@@ -393,9 +393,18 @@ def main():
     ap.add_argument("--generate-modes", default="auto,dynamic", help="rollout.decode modes bench generate times")
     ap.add_argument("--skip-hf", default="", help="shapes whose transformers generate is not run (measured before)")
     ap.add_argument("--skip", default="", help="parts not run, e.g. qwen2.5-0.5b/grpo")
+    ap.add_argument("--require-all", action="store_true",
+                    help="exit 1 unless every part ran (the CPU rehearsal as a test: none may be skipped for time)")
     ap.add_argument("--rehearse", action="store_true",
                     help="on this machine's CPU: 2 layers, 4 x 8 tokens generated, 2 x 2 x 8 GRPO")
     a = ap.parse_args()
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+        import tokenizers  # noqa: F401
+    except ImportError as e:
+        print(f"gpu_scale: {e}: the stand-ins need torch, transformers and tokenizers", file=sys.stderr)
+        return 77
     a.unstuck = str(Path(a.unstuck).resolve())
     a.shapes = a.shapes.split(",")
     a.generate_modes = a.generate_modes.split(",")
@@ -411,6 +420,10 @@ def main():
     s = Scale(a)
     rc = s.run()
     print(summary(s.report), flush=True)
+    if a.require_all and (s.report["skipped"] or rc):
+        print(f"gpu_scale: --require-all: failed {[f['part'] for f in s.report['failed']]}, skipped "
+              f"{s.report['skipped']}", file=sys.stderr)
+        return 1
     return rc
 
 
