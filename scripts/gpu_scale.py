@@ -85,10 +85,10 @@ def run_json(cmd, logfile, timeout, env=None):
     cmd = [str(c) for c in cmd]
     with open(logfile, "w") as out:
         p = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, env=env)
-    text = Path(logfile).read_text()
     if p.returncode != 0:  # the message is at the top of a libtorch error, its stack after it
+        text = Path(logfile).read_text()
         raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{text[:1500]}\n...\n{text[-800:]}")
-    return json.loads([l for l in text.splitlines() if l.startswith("{")][-1])
+    return bench_scale.last_json(logfile)
 
 
 class Scale:

@@ -3,6 +3,8 @@
 // medians and ranges over repeated runs after a warm-up.
 #include "bench/bench_generate.h"
 
+#include "bench/bench_options.h"
+
 #include <torch/torch.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -16,6 +18,7 @@
 
 #include "unstuck/common/error.h"
 #include "unstuck/common/parallel.h"
+#include "unstuck/config/config.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/model/llama.h"
 #include "unstuck/rollout/sampler.h"
@@ -102,14 +105,9 @@ void run_generate_bench(const GenerateBenchOptions& opt, std::ostream& out) {
   if (!opt.model.empty()) result["model"]["path"] = opt.model;
   result["device"] = device.str();
   result["threads"] = at::get_num_threads();
-  std::vector<std::pair<std::string, rollout::DecodeMode>> modes;  // --decode, by config name
-  std::stringstream list(opt.decode);
-  for (std::string name; std::getline(list, name, ',');) {
-    const auto& names = rollout::kDecodeModeNames;
-    const auto it = std::find_if(names.begin(), names.end(), [&](const auto& e) { return name == e.second; });
-    if (it == names.end()) throw UserError("bench generate --decode: unknown mode '" + name + "' (auto, dynamic, fixed, graphs)");
-    modes.emplace_back(name, it->first);
-  }
+  std::vector<std::pair<std::string, rollout::DecodeMode>> modes;  // --decode: config name, mode
+  for (rollout::DecodeMode m : enum_list<rollout::DecodeMode>(opt.decode, "--decode"))
+    modes.emplace_back(config::enum_name(m), m);
   if (modes.empty()) throw UserError("bench generate --decode: no mode given");
   result["decode"] = opt.decode;
   for (auto [name, dtype] : {std::pair{"fp32", torch::kFloat32}, std::pair{"bf16", torch::kBFloat16}}) {

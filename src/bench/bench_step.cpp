@@ -5,6 +5,8 @@
 // the training phase's alone (training_mfu) and sr_overhead = bf16_sr / bf16.
 #include "bench/bench_step.h"
 
+#include "bench/bench_options.h"
+
 #include <torch/torch.h>
 
 #include <ATen/Parallel.h>
@@ -34,16 +36,6 @@ using Json = nlohmann::ordered_json;
 
 const char* kPhases[] = {"step_seconds", "rollout_seconds", "reward_seconds", "forward_backward_seconds",
                          "optimizer_seconds"};
-// The value of an enum by its config name; UserError naming the option otherwise.
-template <class E>
-E enum_of(const std::string& name, const char* option) {
-  std::string names;
-  for (const auto& [v, n] : enum_names(E{})) {
-    if (name == n) return v;
-    names += std::string(names.empty() ? "" : ", ") + n;
-  }
-  throw UserError(std::string(option) + ": unknown '" + name + "' (expected one of " + names + ")");
-}
 
 // Averaged with the phases, for the throughput keys.
 const char* kCounts[] = {"tokens_per_s", "response_len_mean", "train_tokens", "train_padding_tokens"};
@@ -110,12 +102,7 @@ void run_step_bench(const StepBenchOptions& opt, std::ostream& out) {
   std::vector<precision::PrecisionMode> modes = {
       precision::PrecisionMode::fp32, precision::PrecisionMode::fp16, precision::PrecisionMode::bf16,
       precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16_sr};
-  if (!opt.modes.empty()) {
-    modes.clear();
-    std::stringstream list(opt.modes);
-    for (std::string name; std::getline(list, name, ',');)
-      modes.push_back(enum_of<precision::PrecisionMode>(name, "--modes"));
-  }
+  if (!opt.modes.empty()) modes = enum_list<precision::PrecisionMode>(opt.modes, "--modes");
   std::map<std::string, std::map<std::string, double>> best;
   double params = 0;
   std::string device;

@@ -820,17 +820,8 @@ void KVCache::reserve(int64_t slots) {
 }
 
 void KVCache::keep_rows(const torch::Tensor& rows) {
-  const int64_t n = rows.size(0);
-  for (std::vector<torch::Tensor>* kv : {&k, &v}) {
-    for (torch::Tensor& t : *kv) {
-      const torch::Tensor kept = t.narrow(2, 0, length).index_select(0, rows);  // (n, G, length, hd)
-      t = t.narrow(0, 0, n);  // the first n rows of the same buffer
-      t.narrow(2, 0, length).copy_(kept);
-    }
-  }
-  key_valid = key_valid.index_select(0, rows);
-  key_position = key_position.index_select(0, rows);
-  next_position = next_position.index_select(0, rows);
+  move_rows_to_front(rows);
+  *this = first_rows(rows.size(0));  // the first n rows of the same buffers
 }
 
 void KVCache::move_rows_to_front(const torch::Tensor& rows) {

@@ -33,8 +33,6 @@ struct DecodeGraphs::Impl {
 DecodeGraphs::DecodeGraphs(int device_index) : impl_(std::make_unique<Impl>(device_index)) {}
 DecodeGraphs::~DecodeGraphs() = default;
 
-int64_t DecodeGraphs::captured() const { return int64_t(impl_->graphs.size()); }
-
 std::vector<torch::Tensor> DecodeGraphs::run(int64_t key, const std::function<std::vector<torch::Tensor>()>& step) {
   const c10::cuda::CUDAGuard on_device(impl_->device);
   if (impl_->failed) return step();
@@ -88,7 +86,6 @@ DecodeGraphs::DecodeGraphs(int) {
   throw std::logic_error("DecodeGraphs: this build has no CUDA kernels (decode_graphs_compiled() is false)");
 }
 DecodeGraphs::~DecodeGraphs() = default;
-int64_t DecodeGraphs::captured() const { return 0; }
 std::vector<torch::Tensor> DecodeGraphs::run(int64_t, const std::function<std::vector<torch::Tensor>()>&) {
   throw std::logic_error("DecodeGraphs: this build has no CUDA kernels");
 }

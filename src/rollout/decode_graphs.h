@@ -28,7 +28,6 @@ class DecodeGraphs {
   // that fails (an op this device or driver cannot capture) is dropped with a warning and every later
   // call runs `step` eagerly: the same kernels, so the same bits.
   std::vector<torch::Tensor> run(int64_t key, const std::function<std::vector<torch::Tensor>()>& step);
-  int64_t captured() const;  // graphs captured so far
 
  private:
   struct Impl;
