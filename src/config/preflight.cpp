@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
@@ -143,6 +145,11 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
                      "grpo.ref_metrics_every: 0 with grpo.kl_coef: 0 keeps no reference", ""});
   if (lora)
     parts.push_back({"adapters' start compute weights (changed_from_start)", mk, A * cb, "", ""});
+  const bool pissa = lora && c.lora.init == model::LoraInit::pissa && c.grpo.base_adapter.empty();
+  if (pissa)
+    parts.push_back({ref ? "PiSSA start adapters (FP32, for the export) and the reference's copy (forward dtype)"
+                         : "PiSSA start adapters (FP32, for the export)",
+                     mk, A * (4 + (ref ? fb : 0)), "", ""});
   parts.push_back({"optimizer scratch slice", "min(parameters, 2^22)", std::min(A, kSliceElems) * cb, "", ""});
   if (precision::is_fp8(c.precision.mode)) {
     // The output channels of the linear layers: an amax and an exponent each.
@@ -156,6 +163,22 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
   parts.push_back({"FP32 weights being loaded", model_keys(m), P * 4, "", "load"});  // the whole model, LoRA too
   parts.push_back({"base model files, mapped while converted", "the weight files of grpo.base_model",
                    in.weight_file_bytes > 0 ? in.weight_file_bytes : P * 4, "", "load"});
+  // The input width of the widest adapted projection's and its (out, in) shape.
+  double widest_in = 0, svd_out = 0, svd_in = 0;
+  if (lora)
+    for (const std::string& t : c.lora.target_modules) {
+      const double q = double(m.n_heads * m.head_dim()), kv = double(m.n_kv_heads * m.head_dim()), F = double(m.ffn_dim);
+      const double out = t == "q_proj" ? q : t == "k_proj" || t == "v_proj" ? kv : t == "o_proj" ? D
+                         : t == "down_proj" ? D : F;
+      const double in_f = t == "o_proj" ? q : t == "down_proj" ? F : D;
+      widest_in = std::max(widest_in, in_f);
+      if (out * in_f > svd_out * svd_in) std::tie(svd_out, svd_in) = std::pair(out, in_f);
+    }
+  if (pissa) {  // one matrix at a time: U, S, V^T, B A, LAPACK's workspace (about 5 k^2)
+    const double k = std::min(svd_out, svd_in);
+    parts.push_back({"PiSSA: the SVD of the largest adapted matrix", model_keys(m),
+                     (2 * svd_out * svd_in + svd_out * k + k * svd_in + 5 * k * k) * 4, "", "load"});
+  }
 
   const double N = double(c.grpo.prompts_per_step) * double(c.grpo.group_size), N_rank = std::ceil(N / W);
   const double prompts_rank = std::ceil(double(c.grpo.prompts_per_step) / W);
@@ -200,6 +223,11 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
                    m.activation_checkpointing ? tokens * (L * D * fb + per_layer) : tokens * L * per_layer,
                    m.activation_checkpointing ? knob : knob + ", or set model.activation_checkpointing: true",
                    "update"});
+  // lora.dropout: one module's keep bits (a byte each) and its dropped input at a time, in the
+  // forward and again in the backward (regenerated, never kept).
+  if (lora && c.lora.dropout > 0)
+    parts.push_back({"lora.dropout: one adapted module's mask and dropped input", token_keys, tokens * widest_in * (1 + 2 * fb),
+                     knob, "update"});
   // The fused head: grpo.logprob_chunk_tokens positions of each row at a time, its logits in the
   // forward dtype, their FP32 log-softmax and, in the backward, the recomputed logits and their
   // gradient (the head's weight gradient goes into the flat gradient).

@@ -189,7 +189,10 @@ void validate_lora(const model::LoraConfig& l, const RunConfig& config) {
     return;
   }
   require(l.alpha > 0 && l.alpha <= 1e6, "lora.alpha", "in (0, 1e6]", l.alpha);
-  require(l.dropout == 0, "lora.dropout", "0 (dropout on the adapters' input is not implemented)", l.dropout);
+  require(l.dropout >= 0 && l.dropout < 1, "lora.dropout", "in [0, 1)", l.dropout);
+  require(l.init != model::LoraInit::pissa || config.grpo.base_adapter.empty(), "lora.init",
+          "kaiming or gaussian with grpo.base_adapter (the adapter is the start; PiSSA derives its own from the base)",
+          "pissa");
   static const char* kNames[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   require(!l.target_modules.empty(), "lora.target_modules", "a non-empty list of projections", "[]");
   for (std::size_t i = 0; i < l.target_modules.size(); ++i) {

@@ -7,6 +7,9 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/autograd.h>
+#if defined(UNSTUCK_HAVE_CUDA)
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +20,7 @@
 
 #include "unstuck/common/error.h"
 #include "unstuck/model/cpu_kernels.h"
+#include "unstuck/model/lora_dropout.h"
 
 namespace unstuck::model {
 namespace {
@@ -229,6 +233,9 @@ void LlamaModel::set_adapters(const LoraSpec& spec, torch::Tensor flat) {
                                 "in the weights' dtype and device");
   adapter_flat_ = std::move(flat);
   lora_scaling_ = spec.scaling();
+  if (!(spec.dropout >= 0 && spec.dropout < 1))
+    throw std::invalid_argument("set_adapters: dropout must be in [0, 1)");
+  lora_dropout_ = spec.dropout;
   adapters_.assign(std::size_t(config_.n_layers), {});
   adapter_params_.clear();
   char* base = static_cast<char*>(adapter_flat_.data_ptr());
@@ -281,7 +288,7 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
                                             const torch::Tensor& cos, const torch::Tensor& sin,
                                             const torch::Tensor& mask, bool causal, bool capture,
                                             const torch::Tensor& prompt_k, const torch::Tensor& prompt_v,
-                                            const torch::Tensor& of_row) {
+                                            const torch::Tensor& of_row, const DropoutPass* dropout) {
     PromptKV kv;
     PromptKV* io = nullptr;
     if (capture) {
@@ -295,7 +302,7 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
       kv.of_row = of_row;
       io = &kv;
     }
-    torch::Tensor y = model->block(layer, x, cos, sin, mask, causal, nullptr, io);
+    torch::Tensor y = model->block(layer, x, cos, sin, mask, causal, nullptr, io, dropout);
     if (capture) return {y, kv.k[0], kv.v[0]};
     return {y};
   }
@@ -304,7 +311,7 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
                                                 const torch::Tensor& cos, const torch::Tensor& sin, const Opt& mask,
                                                 const Opt& prompt_k, const Opt& prompt_v, const Opt& of_row,
                                                 at::TensorList weights, const LlamaModel* model, int64_t layer,
-                                                bool causal, bool capture) {
+                                                bool causal, bool capture, const DropoutPass* dropout) {
     const bool has_mask = given(mask), has_prompt = given(prompt_k);
     ctx->saved_data["model"] = int64_t(reinterpret_cast<intptr_t>(model));
     ctx->saved_data["layer"] = layer;
@@ -313,12 +320,19 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     ctx->saved_data["has_mask"] = has_mask;
     ctx->saved_data["has_prompt"] = has_prompt;
     ctx->saved_data["weights"] = int64_t(weights.size());
+    ctx->saved_data["dropout"] = dropout != nullptr;
+    if (dropout) {  // the recompute regenerates the same masks from these
+      ctx->saved_data["drop_key"] = int64_t(dropout->key);
+      ctx->saved_data["drop_prompts"] = dropout->prompts;
+      ctx->saved_data["drop_ids"] = dropout->ids;
+      ctx->saved_data["drop_positions"] = dropout->positions;
+    }
     torch::autograd::variable_list saved{x, cos, sin, has_mask ? *mask : torch::Tensor()};
     if (has_prompt) saved.insert(saved.end(), {*prompt_k, *prompt_v, *of_row});
     ctx->save_for_backward(saved);
     return run(model, layer, x, cos, sin, has_mask ? *mask : torch::Tensor(), causal, capture,
                has_prompt ? *prompt_k : torch::Tensor(), has_prompt ? *prompt_v : torch::Tensor(),
-               has_prompt ? *of_row : torch::Tensor());
+               has_prompt ? *of_row : torch::Tensor(), dropout);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -334,11 +348,16 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
       prompt_k = saved[4].detach().requires_grad_(true);
       prompt_v = saved[5].detach().requires_grad_(true);
     }
+    DropoutPass dropout;
+    const bool dropped = ctx->saved_data["dropout"].toBool();
+    if (dropped)
+      dropout = {uint64_t(ctx->saved_data["drop_key"].toInt()), ctx->saved_data["drop_prompts"].toBool(),
+                 ctx->saved_data["drop_ids"].toTensor(), ctx->saved_data["drop_positions"].toTensor()};
     torch::autograd::variable_list outputs;
     {
       torch::AutoGradMode grad_on(true);
       outputs = run(model, layer, x, saved[1], saved[2], mask, ctx->saved_data["causal"].toBool(), capture,
-                    prompt_k, prompt_v, has_prompt ? saved[6] : torch::Tensor());
+                    prompt_k, prompt_v, has_prompt ? saved[6] : torch::Tensor(), dropped ? &dropout : nullptr);
     }
     torch::autograd::variable_list grads_of_outputs;
     for (std::size_t i = 0; i < outputs.size(); ++i)  // a captured key/value no later layer used: zero
@@ -349,14 +368,78 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     TORCH_INTERNAL_ASSERT(int64_t(inputs.size()) == 1 + 2 * has_prompt + ctx->saved_data["weights"].toInt());
     const auto grads = torch::autograd::grad(outputs, inputs, grads_of_outputs, false, false, /*allow_unused=*/true);
     // One entry per forward argument: x, cos, sin, mask, prompt_k, prompt_v, of_row, each weight,
-    // model, layer, causal, capture.
+    // model, layer, causal, capture, dropout.
     torch::autograd::variable_list out{grads[0], {}, {}, {}};
     out.push_back(has_prompt ? grads[1] : torch::Tensor());
     out.push_back(has_prompt ? grads[2] : torch::Tensor());
     out.push_back(torch::Tensor());
     out.insert(out.end(), grads.begin() + 1 + 2 * has_prompt, grads.end());
-    out.insert(out.end(), 4, torch::Tensor());
+    out.insert(out.end(), 5, torch::Tensor());
     return out;
+  }
+};
+
+// lora.dropout's keep bits (B, T, features) uint8 of one module in a pass (model/lora_dropout.h),
+// on the pass's device.
+torch::Tensor dropout_keep(const torch::Tensor& ids, const torch::Tensor& positions, int64_t features,
+                           DropoutStream stream, uint32_t threshold) {
+  const int64_t B = positions.size(0), T = positions.size(1);
+  torch::Tensor keep = torch::empty({B, T, features}, positions.options().dtype(torch::kUInt8));
+  if (keep.is_cuda()) {
+#if defined(UNSTUCK_HAVE_CUDA)
+    const torch::Tensor i = ids.contiguous(), p = positions.contiguous();
+    dropout_keep_cuda(keep.data_ptr<uint8_t>(), i.data_ptr<int64_t>(), p.data_ptr<int64_t>(), B, T, features, stream,
+                      threshold, c10::cuda::getCurrentCUDAStream().stream());
+    return keep;
+#else
+    throw std::logic_error("lora.dropout on CUDA needs a build with CUDA kernels");
+#endif
+  }
+  const torch::Tensor i = ids.contiguous(), p = positions.contiguous();
+  const int64_t *ip = i.data_ptr<int64_t>(), *pp = p.data_ptr<int64_t>();
+  uint8_t* out = keep.data_ptr<uint8_t>();
+  at::parallel_for(0, B * T, std::max<int64_t>(1, 16384 / std::max<int64_t>(features, 1)), [&](int64_t first, int64_t last) {
+    for (int64_t bt = first; bt < last; ++bt)
+      dropout_keep_row(stream, threshold, uint32_t(ip[bt / T]), uint32_t(pp[bt]), features, out + bt * features);
+  });
+  return keep;
+}
+
+// x A^T of an adapter with lora.dropout on its input: (x * keep / (1 - p)) A^T. The keep bits are
+// regenerated in the backward from (key, tag, ids, positions) instead of being kept, so the pass
+// holds x (which the adapter's product keeps anyway) and no mask.
+struct DroppedLinear : public torch::autograd::Function<DroppedLinear> {
+  static torch::Tensor dropped(const torch::Tensor& x, const torch::Tensor& ids, const torch::Tensor& positions,
+                               int64_t key, int64_t tag, double p) {
+    const torch::Tensor keep = dropout_keep(ids, positions, x.size(-1), DropoutStream{uint64_t(key), uint32_t(tag)},
+                                            dropout_threshold(p));
+    return x.mul(keep).mul_(1.0 / (1.0 - p));
+  }
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& a,
+                               const torch::Tensor& ids, const torch::Tensor& positions, int64_t key, int64_t tag,
+                               double p) {
+    ctx->save_for_backward({x, a});
+    ctx->saved_data["ids"] = ids;
+    ctx->saved_data["positions"] = positions;
+    ctx->saved_data["key"] = key;
+    ctx->saved_data["tag"] = tag;
+    ctx->saved_data["p"] = p;
+    return at::linear(dropped(x, ids, positions, key, tag, p), a);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &a = saved[1];
+    const torch::Tensor ids = ctx->saved_data["ids"].toTensor(), positions = ctx->saved_data["positions"].toTensor();
+    const int64_t key = ctx->saved_data["key"].toInt(), tag = ctx->saved_data["tag"].toInt();
+    const double p = ctx->saved_data["p"].toDouble();
+    const torch::Tensor keep = dropout_keep(ids, positions, x.size(-1), DropoutStream{uint64_t(key), uint32_t(tag)},
+                                            dropout_threshold(p));
+    const double scale = 1.0 / (1.0 - p);
+    const torch::Tensor g = grad_out[0].reshape({-1, a.size(0)});  // (N, r)
+    const torch::Tensor grad_a = g.t().mm(x.mul(keep).mul_(scale).reshape({-1, a.size(1)}));  // (r, in)
+    const torch::Tensor grad_x = g.mm(a).view(x.sizes()).mul_(keep).mul_(scale);
+    return {grad_x, grad_a, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -512,9 +595,20 @@ torch::Tensor decode_attention(const torch::Tensor& q_in, const torch::Tensor& k
 
 }  // namespace
 
+torch::Tensor lora_dropout_keep(const DropoutPass& pass, int64_t layer, LoraModule m, int64_t features, double p) {
+  return dropout_keep(pass.ids, pass.positions, features,
+                      DropoutStream{pass.key, dropout_tag(layer, int(m), pass.prompts)}, dropout_threshold(p));
+}
+
+torch::Tensor lora_dropout_linear(const torch::Tensor& x, const torch::Tensor& a, const DropoutPass& pass,
+                                  int64_t layer, LoraModule m, double p) {
+  return DroppedLinear::apply(x, a, pass.ids, pass.positions, int64_t(pass.key),
+                              int64_t(dropout_tag(layer, int(m), pass.prompts)), p);
+}
+
 torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const torch::Tensor& cos,
                                 const torch::Tensor& sin, const torch::Tensor& mask, bool causal,
-                                KVCache* cache, PromptKV* prompt_kv) const {
+                                KVCache* cache, PromptKV* prompt_kv, const DropoutPass* dropout) const {
   const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t H = config_.n_heads, G = config_.n_kv_heads, hd = config_.head_dim();
   const LayerWeights& w = layers_[std::size_t(layer)];
@@ -525,11 +619,15 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
   const LayerWeights* sink = grad && !layer_sinks_.empty() ? &layer_sinks_[std::size_t(layer)] : nullptr;
   const auto* adapters = adapters_.empty() ? nullptr : &adapters_[std::size_t(layer)];
   const bool fused = (!grad || sink) && !adapters;
-  // LoRA: out + s (in A^T) B^T for an adapted module (PEFT's order: the two products, then the scale).
+  // LoRA: out + s (in A^T) B^T for an adapted module (PEFT's order: the two products, then the
+  // scale); with lora.dropout in this pass, in is dropped out first.
+  const bool drop = dropout && lora_dropout_ > 0;
   const auto lora = [&](LoraModule m, const torch::Tensor& in, const torch::Tensor& out) {
     if (!adapters) return out;
     const auto& [a, b] = (*adapters)[std::size_t(m)];
-    return a.defined() ? out + at::linear(at::linear(in, a), b) * lora_scaling_ : out;
+    if (!a.defined()) return out;
+    const torch::Tensor xa = drop ? lora_dropout_linear(in, a, *dropout, layer, m, lora_dropout_) : at::linear(in, a);
+    return out + at::linear(xa, b) * lora_scaling_;
   };
   const auto opt = [](const torch::Tensor& t) { return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt; };
   const auto proj = [&](const torch::Tensor& in, const torch::Tensor& weight, const torch::Tensor& bias,
@@ -641,7 +739,8 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
 }
 
 torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                 const torch::Tensor& mask, bool causal, KVCache* cache, PromptKV* prompt_kv) const {
+                                 const torch::Tensor& mask, bool causal, KVCache* cache, PromptKV* prompt_kv,
+                                 const DropoutPass* dropout_rows) const {
   const auto dtype = flat_.scalar_type();
   const bool into_sink = embed_sink_.defined() && torch::GradMode::is_enabled() && embed_.requires_grad();
   torch::Tensor x = into_sink ? EmbeddingIntoSink::apply(embed_, tokens, embed_sink_)
@@ -658,6 +757,12 @@ torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tenso
   cos = cos.to(dtype);
   sin = sin.to(dtype);
   const bool checkpoint = config_.activation_checkpointing && !cache && torch::GradMode::is_enabled();
+  std::optional<DropoutPass> dropout;
+  if (dropout_rows && lora_dropout_ > 0 && !adapters_.empty()) {
+    dropout = *dropout_rows;
+    dropout->positions = positions;
+  }
+  const DropoutPass* drop = dropout ? &*dropout : nullptr;
   const auto opt = [](const torch::Tensor& t) { return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt; };
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
     if (checkpoint) {
@@ -669,7 +774,7 @@ torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tenso
         const auto outs = CheckpointedBlock::apply(
             x, cos, sin, opt(mask), opt(prepend ? prompt_kv->k[std::size_t(layer)] : none),
             opt(prepend ? prompt_kv->v[std::size_t(layer)] : none), opt(prepend ? prompt_kv->of_row : none),
-            at::TensorList(weights), this, layer, causal, capture);
+            at::TensorList(weights), this, layer, causal, capture, drop);
         x = outs[0];
         if (capture) {
           prompt_kv->k.push_back(outs[1]);
@@ -678,7 +783,7 @@ torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tenso
         continue;
       }
     }
-    x = block(layer, x, cos, sin, mask, causal, cache, prompt_kv);
+    x = block(layer, x, cos, sin, mask, causal, cache, prompt_kv, drop);
   }
   return x;
 }
@@ -696,7 +801,7 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, const torch::Tens
 }
 
 torch::Tensor LlamaModel::forward_hidden(const torch::Tensor& tokens, const torch::Tensor& valid,
-                                         int64_t logits_from) const {
+                                         int64_t logits_from, const DropoutRows* dropout) const {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   if (T > config_.max_seq_len)
     throw UserError("sequence of " + std::to_string(T) + " tokens exceeds model.max_seq_len (" +
@@ -707,6 +812,9 @@ torch::Tensor LlamaModel::forward_hidden(const torch::Tensor& tokens, const torc
   const auto tail = [&](const torch::Tensor& x) { return logits_from == 0 ? x : x.narrow(1, logits_from, T - logits_from); };
   const int64_t W = config_.sliding_window;
   const RowRotation rot = valid.defined() ? row_rotation(valid) : RowRotation{true, true, true, {}, {}};
+  std::optional<DropoutPass> drop;
+  if (dropout) drop = DropoutPass{dropout->key, false, dropout->rows, {}};
+  const DropoutPass* d = drop ? &*drop : nullptr;
   if (rot.one_run) {
     // Real tokens at 0..n-1 of each (rotated) row, padding after: plain causal attention, rotary
     // position = index. Mistral's window needs a mask only when the sequence is longer than it.
@@ -714,7 +822,7 @@ torch::Tensor LlamaModel::forward_hidden(const torch::Tensor& tokens, const torc
     const torch::Tensor window = W > 0 && T > W ? window_mask(T, W, tokens.options()) : torch::Tensor();
     const bool rotate = !rot.no_lead;
     const torch::Tensor x = hidden(rotate ? tokens.gather(1, rot.to_front) : tokens, positions, window,
-                                   !window.defined(), nullptr);  // (B, T, D)
+                                   !window.defined(), nullptr, nullptr, d);  // (B, T, D)
     return final_norm(tail(rotate ? gather_rows(x, rot.to_back) : x));
   }
   // Padding inside rows: a dense mask. Padded keys are hidden; every query may still see itself so
@@ -724,14 +832,15 @@ torch::Tensor LlamaModel::forward_hidden(const torch::Tensor& tokens, const torc
   const torch::Tensor causal = torch::ones({T, T}, bool_opts).tril();  // (T, T)
   torch::Tensor mask = (causal.unsqueeze(0) & valid.unsqueeze(1)) | torch::eye(T, bool_opts).unsqueeze(0);  // (B, T, T)
   if (W > 0) mask = mask & ((positions.unsqueeze(2) - positions.unsqueeze(1)) < W);
-  return final_norm(tail(hidden(tokens, positions, mask.unsqueeze(1), false, nullptr)));
+  return final_norm(tail(hidden(tokens, positions, mask.unsqueeze(1), false, nullptr, nullptr, d)));
 }
 
 torch::Tensor LlamaModel::forward_completions(const SharedPrompts& sp, const torch::Tensor& completions) const {
   return logits_of(forward_completions_hidden(sp, completions));
 }
 
-torch::Tensor LlamaModel::forward_completions_hidden(const SharedPrompts& sp, const torch::Tensor& completions) const {
+torch::Tensor LlamaModel::forward_completions_hidden(const SharedPrompts& sp, const torch::Tensor& completions,
+                                                    const DropoutRows* dropout) const {
   const int64_t U = sp.tokens.size(0), P = sp.tokens.size(1), n = completions.size(0), T = completions.size(1);
   if (sp.of_row.dim() != 1 || sp.of_row.size(0) != n || T < 1 || P < 1 ||
       (sp.valid.defined() && sp.valid.sizes() != sp.tokens.sizes()))
@@ -749,7 +858,7 @@ torch::Tensor LlamaModel::forward_completions_hidden(const SharedPrompts& sp, co
     const torch::Tensor valid =
         sp.valid.defined() ? torch::cat({sp.valid.index_select(0, sp.of_row), torch::ones_like(rest, torch::kBool)}, 1)
                            : torch::Tensor();
-    return forward_hidden(tokens, valid, P - 1);
+    return forward_hidden(tokens, valid, P - 1, dropout);
   }
   // Prompt pass: each distinct prompt once, real tokens rotated to the front, plain causal
   // attention; every layer's keys and values are kept (with their autograd history).
@@ -757,9 +866,14 @@ torch::Tensor LlamaModel::forward_completions_hidden(const SharedPrompts& sp, co
   const bool rotate = !rot.no_lead;
   PromptKV kv;
   kv.capture = true;
+  std::optional<DropoutPass> drop_prompts, drop_rows;
+  if (dropout) {
+    drop_prompts = DropoutPass{dropout->key, true, dropout->prompts, {}};
+    drop_rows = DropoutPass{dropout->key, false, dropout->rows, {}};
+  }
   const torch::Tensor x_prompt = hidden(rotate ? sp.tokens.gather(1, rot.to_front) : sp.tokens,
                                         torch::arange(P, long_opts).unsqueeze(0).expand({U, P}), {}, true, nullptr,
-                                        &kv);  // (U, P, D)
+                                        &kv, drop_prompts ? &*drop_prompts : nullptr);  // (U, P, D)
   const torch::Tensor length = sp.valid.defined() ? sp.valid.sum(1, false, torch::kLong) : torch::full({U}, P, long_opts);
   const torch::Tensor last = gather_rows(x_prompt, (length - 1).unsqueeze(1)).index_select(0, sp.of_row);  // (n, 1, D)
   if (T == 1) return final_norm(last);
@@ -774,7 +888,8 @@ torch::Tensor LlamaModel::forward_completions_hidden(const SharedPrompts& sp, co
   const torch::Tensor mask = torch::cat({prompt_keys, own_keys}, 2).unsqueeze(1);  // (n, 1, S, P + S)
   kv.capture = false;
   kv.of_row = sp.of_row;
-  const torch::Tensor x = hidden(completions.narrow(1, 0, S), positions, mask, false, nullptr, &kv);  // (n, S, D)
+  const torch::Tensor x = hidden(completions.narrow(1, 0, S), positions, mask, false, nullptr, &kv,
+                                 drop_rows ? &*drop_rows : nullptr);  // (n, S, D)
   return final_norm(torch::cat({last, x}, 1));
 }
 

@@ -85,6 +85,20 @@ std::vector<LoraModule> match_targets(const std::vector<std::string>& entries, c
   return out;
 }
 
+// Calls fn(a, b, w) for every adapted matrix, in lora_layout's order: its A and B entries in
+// `layout` (lora_layout(config, spec)) and its base matrix's in `base` (llama_layout(config)).
+template <class Fn>
+void for_each_adapted(const ModelConfig& config, const LoraSpec& spec, const ParamLayout& layout,
+                      const ParamLayout& base, Fn&& fn) {
+  std::size_t k = 0;
+  for (int64_t i = 0; i < config.n_layers; ++i)
+    for (int m = 0; m < kLoraModules; ++m) {
+      if (!spec.targets_module(LoraModule(m))) continue;
+      fn(layout.entries[k], layout.entries[k + 1], *base.find(module_key(i, LoraModule(m)) + ".weight"));
+      k += 2;
+    }
+}
+
 }  // namespace
 
 const char* lora_module_name(LoraModule m) { return kModuleNames[int(m)]; }
@@ -112,6 +126,7 @@ LoraSpec lora_spec(const LoraConfig& config) {
   spec.rank = config.rank;
   spec.alpha = config.alpha;
   spec.rslora = config.rslora;
+  spec.dropout = config.dropout;
   for (const std::string& name : config.target_modules) {
     const LoraModule m = parse_lora_module(name, "lora.target_modules");
     if (spec.targets_module(m)) throw UserError("lora.target_modules names '" + name + "' twice");
@@ -129,6 +144,7 @@ torch::Tensor init_lora(const ModelConfig& config, const LoraSpec& spec, LoraIni
   for (const ParamEntry& e : layout.entries) {
     if (e.name.find(".lora_A.") == std::string::npos) continue;  // B stays zero
     torch::Tensor a = flat.narrow(0, e.offset, e.numel).view(e.shape);  // (r, in)
+    if (init == LoraInit::pissa) throw std::invalid_argument("init_lora: PiSSA adapters come from pissa_init");
     if (init == LoraInit::gaussian) {
       a.normal_(0.0, 1.0 / double(spec.rank), gen);
     } else {  // kaiming_uniform(a = sqrt(5)) on fan_in = in: bound sqrt(6 / ((1 + 5) in)) = 1 / sqrt(in)
@@ -137,6 +153,51 @@ torch::Tensor init_lora(const ModelConfig& config, const LoraSpec& spec, LoraIni
     }
   }
   return flat;
+}
+
+torch::Tensor pissa_init(const ModelConfig& config, const LoraSpec& spec, torch::Tensor& base) {
+  const ParamLayout layout = lora_layout(config, spec), base_layout = llama_layout(config);
+  if (base.scalar_type() != torch::kFloat32 || base.numel() != base_layout.total || !base.is_contiguous())
+    throw std::invalid_argument("pissa_init: expected the FP32 base in llama_layout order");
+  torch::NoGradGuard no_grad;
+  torch::Tensor flat = torch::zeros({layout.total}, base.options());
+  const double s = spec.scaling();
+  for_each_adapted(config, spec, layout, base_layout, [&](const ParamEntry& a, const ParamEntry& b, const ParamEntry& w) {
+    torch::Tensor W = base.narrow(0, w.offset, w.numel).view(w.shape);  // (out, in)
+    const auto [U, S, Vh] = at::linalg_svd(W, /*full_matrices=*/false);
+    const int64_t r = spec.rank;
+    if (r > S.size(0))
+      throw UserError("lora.init pissa: lora.rank " + std::to_string(r) + " exceeds the rank bound " +
+                      std::to_string(S.size(0)) + " of " + w.name);
+    const torch::Tensor root = (S.narrow(0, 0, r) / s).sqrt();               // (r)
+    const torch::Tensor A = at::matmul(at::diag(root), Vh.narrow(0, 0, r));  // (r, in)
+    const torch::Tensor B = at::matmul(U.narrow(1, 0, r), at::diag(root));   // (out, r)
+    flat.narrow(0, a.offset, a.numel).view(a.shape).copy_(A);
+    flat.narrow(0, b.offset, b.numel).view(b.shape).copy_(B);
+    W.sub_(at::matmul(B, A) * s);
+  });
+  return flat;
+}
+
+LoadedAdapter pissa_as_lora(const ModelConfig& config, const LoraSpec& spec, const torch::Tensor& adapters,
+                            const torch::Tensor& initial) {
+  const ParamLayout layout = lora_layout(config, spec);
+  if (adapters.numel() != layout.total || initial.numel() != layout.total)
+    throw std::invalid_argument("pissa_as_lora: buffers do not match lora_layout");
+  LoadedAdapter out;
+  out.spec = spec;
+  out.spec.rank = 2 * spec.rank;
+  out.spec.alpha = spec.rslora ? spec.alpha * std::sqrt(2.0) : 2 * spec.alpha;
+  const ParamLayout wide = lora_layout(config, out.spec);
+  const torch::Tensor now = adapters.detach().to(torch::kCPU), start = initial.detach().to(torch::kCPU, now.scalar_type());
+  out.flat = torch::zeros({wide.total}, now.options());
+  const auto view = [](const torch::Tensor& t, const ParamEntry& e) { return t.narrow(0, e.offset, e.numel).view(e.shape); };
+  for (std::size_t k = 0; k < layout.entries.size(); k += 2) {
+    const ParamEntry &a = layout.entries[k], &b = layout.entries[k + 1];
+    view(out.flat, wide.entries[k]).copy_(at::cat({view(now, a), view(start, a)}, 0));     // (2r, in)
+    view(out.flat, wide.entries[k + 1]).copy_(at::cat({view(now, b), -view(start, b)}, 1));  // (out, 2r)
+  }
+  return out;
 }
 
 ParamLayout lora_layout(const ModelConfig& config, const LoraSpec& spec) {
@@ -242,7 +303,7 @@ void save_peft_adapter(const fs::path& dir, const ModelConfig& config, const Lor
   for (LoraModule m : spec.targets) targets.push_back(lora_module_name(m));
   const nlohmann::json c = {{"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"r", spec.rank},
                             {"lora_alpha", spec.alpha}, {"use_rslora", spec.rslora}, {"target_modules", targets},
-                            {"bias", "none"}, {"lora_dropout", 0.0}, {"fan_in_fan_out", false}, {"use_dora", false},
+                            {"bias", "none"}, {"lora_dropout", spec.dropout}, {"fan_in_fan_out", false}, {"use_dora", false},
                             {"modules_to_save", nullptr}, {"layers_to_transform", nullptr},
                             {"base_model_name_or_path", base_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(base_model)},
                             {"inference_mode", true}};
@@ -257,18 +318,12 @@ torch::Tensor merge_lora(const ModelConfig& config, const torch::Tensor& base_fl
   torch::NoGradGuard no_grad;
   torch::Tensor merged = base_flat.to(torch::kFloat32).clone();
   const torch::Tensor adapters = adapter_flat.to(torch::kFloat32);
-  std::size_t k = 0;  // the layout's (A, B) pairs, in lora_layout's order
-  for (int64_t i = 0; i < config.n_layers; ++i)
-    for (int m = 0; m < kLoraModules; ++m) {
-      if (!spec.targets_module(LoraModule(m))) continue;
-      const ParamEntry &a = layout.entries[k], &b = layout.entries[k + 1];
-      k += 2;
-      const ParamEntry* w = base.find(module_key(i, LoraModule(m)) + ".weight");
-      const torch::Tensor delta = at::matmul(adapters.narrow(0, b.offset, b.numel).view(b.shape),
-                                             adapters.narrow(0, a.offset, a.numel).view(a.shape)) *
-                                  spec.scaling();
-      merged.narrow(0, w->offset, w->numel).view(w->shape).add_(delta);
-    }
+  for_each_adapted(config, spec, layout, base, [&](const ParamEntry& a, const ParamEntry& b, const ParamEntry& w) {
+    const torch::Tensor delta = at::matmul(adapters.narrow(0, b.offset, b.numel).view(b.shape),
+                                           adapters.narrow(0, a.offset, a.numel).view(a.shape)) *
+                                spec.scaling();
+    merged.narrow(0, w.offset, w.numel).view(w.shape).add_(delta);
+  });
   return merged;
 }
 

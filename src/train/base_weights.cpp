@@ -40,8 +40,9 @@ model::LoadedAdapter read_base_adapter(const RunConfig& config) {
   return a;
 }
 
-torch::Tensor start_adapters(const RunConfig& config, uint64_t init_seed) {
+torch::Tensor start_adapters(const RunConfig& config, uint64_t init_seed, torch::Tensor& base) {
   if (!config.grpo.base_adapter.empty()) return read_base_adapter(config).flat;
+  if (config.lora.init == model::LoraInit::pissa) return model::pissa_init(config.model, model::lora_spec(config.lora), base);
   return model::init_lora(config.model, model::lora_spec(config.lora), config.lora.init, init_seed);
 }
 

@@ -106,7 +106,8 @@ std::unique_ptr<GrpoTrainer> make_trainer(RunPlan& plan, dist::Communicator& com
   if (cfg.lora.enabled()) {
     base.spec = model::lora_spec(cfg.lora);
     base.weights = std::move(master);
-    master = start_adapters(cfg, plan.ctx.seeds.init);
+    master = start_adapters(cfg, plan.ctx.seeds.init, base.weights);  // PiSSA: the base becomes the residual
+    if (cfg.lora.init == model::LoraInit::pissa) base.start = master.clone();
   }
   std::vector<data::TaskRecord>& test = plan.test.kept;
   if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples) test.resize(std::size_t(cfg.grpo.eval_samples));
@@ -215,7 +216,7 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
       return finish(step);
     }
   }
-  if (lead && cfg.grpo.final_model) write_final_model(ctx.run_dir, cfg, trainer.weights().compute().cpu());
+  if (lead && cfg.grpo.final_model) write_final_model(ctx.run_dir, cfg, trainer.weights().compute().cpu(), trainer.pissa_start());
   return finish(cfg.grpo.steps);
 }
 

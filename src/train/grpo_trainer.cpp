@@ -24,6 +24,7 @@
 #include "unstuck/common/memory_usage.h"
 #include "unstuck/config/config.h"
 #include "unstuck/dist/data_parallel.h"
+#include "unstuck/precision/philox.h"
 #include "unstuck/train/compute_choice.h"
 #include "unstuck/train/lr_schedule.h"
 
@@ -158,7 +159,8 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
       weights_(config.model, on_device(std::move(master), device), with_compute(config.precision, compute),
                ctx.seeds.rounding, &comm,
                FrozenBase{std::move(base.spec), base.weights.defined() ? on_device(std::move(base.weights), device)
-                                                                       : torch::Tensor()}),
+                                                                       : torch::Tensor(),
+                          torch::Tensor()}),
       verifier_name_(reward::verifier_name(config.reward, config::enum_name(config.data.task))),
       verifier_(reward::make_verifier(verifier_name_, config.reward)),
       order_(train.size(), ctx.seeds.data),
@@ -172,10 +174,15 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
   // The reference is the starting policy as the trainer computes with it (its forward weights: the
   // compute dtype, or FP32 where the forward runs in FP32), so at step 1 the policy equals it.
   // With LoRA it is the frozen base alone: a second model over the same weights, without adapters.
+  // PiSSA: the start policy is the residual base plus the start adapters, and so is the reference.
+  if (base.start.defined()) pissa_start_ = base.start.to(torch::kCPU);
   if (weights_.lora()) {
     start_adapters_ = weights_.compute().clone();
-    if (g.kl_coef > 0 || g.ref_metrics_every > 0)
+    if (g.kl_coef > 0 || g.ref_metrics_every > 0) {
       reference_ = std::make_unique<model::LlamaModel>(cfg_.model, weights_.model().flat_weights());
+      if (pissa_start_.defined())
+        reference_->set_adapters(model::lora_spec(cfg_.lora), weights_.model().adapter_flat().clone());
+    }
   } else if (g.kl_coef > 0 || g.ref_metrics_every > 0)
     reference_ = std::make_unique<model::LlamaModel>(cfg_.model, weights_.model().flat_weights().clone());
   else
@@ -193,6 +200,14 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
   loss_opts_.kl_estimator = g.kl_estimator;
   loss_opts_.entropy_coef = g.entropy_coef;
   total_opt_steps_ = g.steps * g.minibatches * g.ppo_epochs;
+}
+
+std::optional<uint64_t> GrpoTrainer::dropout_key(int64_t step, int64_t epoch) const {
+  if (!weights_.lora() || cfg_.lora.dropout <= 0) return std::nullopt;
+  const precision::Philox4x32 k =
+      precision::philox4x32_10(precision::Philox4x32{{uint32_t(step), uint32_t(uint64_t(step) >> 32), uint32_t(epoch), 0}},
+                               uint32_t(ctx_.seeds.dropout), uint32_t(ctx_.seeds.dropout >> 32));
+  return uint64_t(k.v[0]) | (uint64_t(k.v[1]) << 32);
 }
 
 std::string GrpoTrainer::reference_dtype() const {
@@ -230,7 +245,9 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   sample(step, &ro, &sc, &smp, &time);
   trace_memory("rollout");
   if (reward::scorer_can_fail(cfg_.reward, verifier_name_)) check_reward_errors(step, sc, smp);
-  const RolloutBatch batch = make_batch(ro);
+  RolloutBatch batch = make_batch(ro);
+  batch.global_rows_host = rows_of_[std::size_t(comm_.rank())];
+  batch.global_rows = torch::tensor(batch.global_rows_host, torch::kLong).to(device_);
   std::vector<float> rewards = sc.rewards;
   if (cfg_.grpo.kl_in == algo::KlIn::reward) {
     const torch::Tensor penalty = reward_kl(batch).to(torch::kDouble).cpu();
@@ -245,7 +262,8 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   const bool with_ref = reference_due(step);
   // One epoch of one minibatch: the training forward measures too (same weights as sampling).
   std::optional<Measurement> meas;
-  if (cfg_.grpo.ppo_epochs != 1 || cfg_.grpo.minibatches != 1) meas = measure(batch, with_ref);
+  // lora.dropout: the update's forwards drop adapter inputs, so the policy is measured on its own.
+  if (cfg_.grpo.ppo_epochs != 1 || cfg_.grpo.minibatches != 1 || cfg_.lora.dropout > 0) meas = measure(batch, with_ref);
   const auto t_update = std::chrono::steady_clock::now();
   const UpdateStats up = update(step, batch, advantages, with_ref, &meas);
   time.update = seconds_since(t_update);
@@ -528,7 +546,7 @@ RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
 }
 
 algo::HeadInput GrpoTrainer::completion_head(const model::LlamaModel& m, const RolloutBatch& b, int64_t begin,
-                                             int64_t end) const {
+                                             int64_t end, std::optional<uint64_t> dropout_key) const {
   // The rows' distinct prompts are a contiguous range (consecutive rows share them).
   const int64_t first = b.prompt_of_row_host[std::size_t(begin)];
   const int64_t distinct = b.prompt_of_row_host[std::size_t(end - 1)] - first + 1;
@@ -538,7 +556,15 @@ algo::HeadInput GrpoTrainer::completion_head(const model::LlamaModel& m, const R
       b.prompt_of_row.narrow(0, begin, end - begin) - first};
   const int64_t P = b.prompt_len;
   const torch::Tensor completions = b.tokens.narrow(0, begin, end - begin).narrow(1, P, b.width(begin, end));
-  return {m.forward_completions_hidden(sp, completions), m.head_weight()};  // (n, width, D), (V, D)
+  if (!dropout_key) return {m.forward_completions_hidden(sp, completions), m.head_weight()};  // (n, width, D), (V, D)
+  // lora.dropout: rows keyed by their index in the step's batch, prompts by the group's index.
+  const int64_t G = cfg_.grpo.group_size;
+  std::vector<int64_t> prompt_ids(static_cast<std::size_t>(distinct));
+  for (int64_t r = end - 1; r >= begin; --r)  // the first row of each prompt, ascending rows
+    prompt_ids[std::size_t(b.prompt_of_row_host[std::size_t(r)] - first)] = b.global_rows_host[std::size_t(r)] / G;
+  const model::DropoutRows rows{*dropout_key, b.global_rows.narrow(0, begin, end - begin),
+                                torch::tensor(prompt_ids, torch::kLong).to(device_)};
+  return {m.forward_completions_hidden(sp, completions, &rows), m.head_weight()};
 }
 
 Measurement GrpoTrainer::measure(const RolloutBatch& batch, bool with_ref) const {
@@ -588,7 +614,7 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
         const int64_t w = batch.width(cb, ce);  // the chunk's longest completion: no padding past it
         const torch::Tensor targets = batch.targets(rows, w);                         // (n, w)
         trace_memory("update: chunk start");
-        const algo::HeadInput policy = completion_head(weights_.model(), batch, cb, ce);  // (n, T, D)
+        const algo::HeadInput policy = completion_head(weights_.model(), batch, cb, ce, dropout_key(step, epoch));  // (n, T, D)
         up.forward_positions += double(batch.forward_positions(cb, ce));
         up.completion_positions += double((ce - cb) * w);
         for (int64_t r = cb; r < ce; ++r) up.completion_tokens += double(batch.lengths_host[std::size_t(r)]);

@@ -47,6 +47,10 @@ struct RolloutBatch {
   torch::Tensor prompt_of_row;              // (N) int64 on the device
   std::vector<int64_t> prompt_of_row_host;  // the same, ascending
   std::vector<int64_t> lengths_host;        // (N) the lengths on the host
+  // Each row's index in the step's whole batch (prompts_per_step x group_size rows, the same whatever
+  // the world size): lora.dropout keys its masks by it.
+  torch::Tensor global_rows;                // (N) int64 on the device
+  std::vector<int64_t> global_rows_host;
   int64_t rows() const { return tokens.size(0); }
   // The training forwards of rows [begin, end) compute their completions up to the longest of them,
   // not the batch's T: the padding computed is bounded by each row chunk's own spread of lengths.
@@ -177,10 +181,19 @@ class GrpoTrainer {
   int64_t changed_from_start();
   // The LM head's input (final-normed hidden states, (n, T, D)) and weight at the positions
   // predicting the completion tokens of rows [begin, end), for algo::head_log_probs.
+  // `dropout_key`: the training forward of the update, with lora.dropout's masks under that key.
   algo::HeadInput completion_head(const model::LlamaModel& m, const RolloutBatch& batch, int64_t begin,
-                                  int64_t end) const;
+                                  int64_t end, std::optional<uint64_t> dropout_key = std::nullopt) const;
   RolloutBatch make_batch(const Rollouts& rollouts) const;
   bool reference_due(int64_t step) const;
+ public:
+  // lora.init pissa: the adapters' FP32 start (write_final_model converts the PEFT adapter with it);
+  // undefined otherwise.
+  const torch::Tensor& pissa_start() const { return pissa_start_; }
+ private:
+  // lora.dropout > 0: the key of the masks of an update forward of `step`, PPO epoch `epoch` (each
+  // row is in one minibatch of an epoch); else none.
+  std::optional<uint64_t> dropout_key(int64_t step, int64_t epoch) const;
 
   const RunConfig& cfg_;
   const RunContext& ctx_;
@@ -194,6 +207,7 @@ class GrpoTrainer {
   // own base weights.
   std::unique_ptr<model::LlamaModel> reference_;
   torch::Tensor start_adapters_;  // LoRA: the adapters' start compute weights (changed_from_start)
+  torch::Tensor pissa_start_;     // lora.init pissa: the adapters' FP32 start (FrozenBase::start), on the host
   std::unique_ptr<model::FlatWeightsReader> base_reader_;  // without a reference: the start policy's files
   bool changed_lost_ = false;                              // changed_from_start() gave up (warned)
   std::unique_ptr<Fp8Channels> start_fp8_;                 // FP8 modes: the start weights' channels

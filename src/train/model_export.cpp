@@ -143,10 +143,16 @@ void write_model_dir(const fs::path& out, const RunConfig& config, const torch::
   write_model_extras(out, config, tokens);
 }
 
-void write_final_model(const fs::path& run_dir, const RunConfig& config, const torch::Tensor& compute) {
+void write_final_model(const fs::path& run_dir, const RunConfig& config, const torch::Tensor& compute,
+                       const torch::Tensor& pissa_start) {
   if (config.lora.enabled()) {
-    model::save_peft_adapter(run_dir / "final_adapter", config.model, model::lora_spec(config.lora), compute,
-                             config.grpo.base_model);
+    const model::LoraSpec spec = model::lora_spec(config.lora);
+    if (pissa_start.defined()) {  // rank 2r on the original base (model::pissa_as_lora)
+      const model::LoadedAdapter a = model::pissa_as_lora(config.model, spec, compute, pissa_start);
+      model::save_peft_adapter(run_dir / "final_adapter", config.model, a.spec, a.flat, config.grpo.base_model);
+      return;
+    }
+    model::save_peft_adapter(run_dir / "final_adapter", config.model, spec, compute, config.grpo.base_model);
     return;
   }
   write_model_dir(run_dir / "final_model", config, compute, model::io_dtype(compute.scalar_type()));
@@ -214,15 +220,28 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
     write_fp8_model_dir(out, config, flat, *fp8, opts.shard_bytes);
     return io::DType::f8_e4m3;
   }
+  const bool pissa = lora && config.lora.init == model::LoraInit::pissa && config.grpo.base_adapter.empty();
+  const auto base_weights = [&] {
+    const fs::path base = config.grpo.base_model;
+    return load_base_weights(config, base, model::read_hf_config(base / "config.json"));
+  };
   if (peft) {
-    model::save_peft_adapter(out, config.model, model::lora_spec(config.lora), flat, config.grpo.base_model);
+    const model::LoraSpec spec = model::lora_spec(config.lora);
+    if (pissa) {  // the start adapters again (the SVD of the base), then rank 2r on the original base
+      torch::Tensor base = base_weights();
+      const model::LoadedAdapter a =
+          model::pissa_as_lora(config.model, spec, flat, model::pissa_init(config.model, spec, base));
+      model::save_peft_adapter(out, config.model, a.spec, a.flat, config.grpo.base_model);
+    } else {
+      model::save_peft_adapter(out, config.model, spec, flat, config.grpo.base_model);
+    }
     std::ofstream(out / kRunConfigFile) << resolved_yaml(config);
     return dtype;
   }
   if (merged) {
-    const fs::path base = config.grpo.base_model;
-    const torch::Tensor frozen = frozen_base_weights(
-        load_base_weights(config, base, model::read_hf_config(base / "config.json")), config.precision, torch::kFloat32);
+    torch::Tensor base = base_weights();
+    if (pissa) model::pissa_init(config.model, model::lora_spec(config.lora), base);  // the residual the run trained on
+    const torch::Tensor frozen = frozen_base_weights(std::move(base), config.precision, torch::kFloat32);
     write_model_dir(out, config, model::merge_lora(config.model, frozen, model::lora_spec(config.lora), flat), dtype,
                     opts.shard_bytes);
     return dtype;

@@ -345,7 +345,7 @@ nlohmann::json RunPlan::to_json() const {
                    {"data", data},
                    {"stop_token_ids", ctx.stop_ids},
                    {"seeds", {{"run", config.run.seed}, {"data", s.data}, {"init", s.init}, {"sampling", s.sampling},
-                              {"rounding", s.rounding}}},
+                              {"rounding", s.rounding}, {"dropout", s.dropout}}},
                    {"memory", memory_json(memory, limit)}};
   if (command != "eval") j["compute"] = compute_choice;
   if (!resume_checkpoint.empty()) j["resume_checkpoint"] = resume_checkpoint.string();
@@ -353,6 +353,7 @@ nlohmann::json RunPlan::to_json() const {
     j["lora"] = {{"rank", config.lora.rank},
                  {"alpha", config.lora.alpha},
                  {"rslora", config.lora.rslora},
+                 {"dropout", config.lora.dropout},
                  {"target_modules", config.lora.target_modules},
                  {"trainable_params", trainable_params(config)},
                  {"start", config.grpo.base_adapter.empty() ? std::string(config::enum_name(config.lora.init))
@@ -387,12 +388,17 @@ std::string RunPlan::describe() const {
     std::string targets;
     for (const std::string& t : l.target_modules) targets += (targets.empty() ? "" : ", ") + t;
     const int64_t n = trainable_params(config), all = model::llama_layout(m).total;
-    line("lora", fmt::format("rank {}, alpha {}{} on [{}]: {} trainable adapter params ({:.2f}% of the model), the "
+    const std::string start =
+        !config.grpo.base_adapter.empty() ? config.grpo.base_adapter
+        : l.init == model::LoraInit::pissa
+            ? "pissa (A, B from each adapted matrix's top-" + std::to_string(l.rank) +
+                  " singular vectors by a full SVD; the frozen base is the residual, the reference the start policy)"
+            : std::string(config::enum_name(l.init)) + " A, B = 0";
+    line("lora", fmt::format("rank {}, alpha {}{}{} on [{}]: {} trainable adapter params ({:.2f}% of the model), the "
                              "base frozen in the compute dtype and the reference; start: {}",
-                             l.rank, config::format_double(l.alpha), l.rslora ? " (rsLoRA)" : "", targets, n,
-                             100.0 * double(n) / double(all),
-                             config.grpo.base_adapter.empty() ? std::string(config::enum_name(l.init)) + " A, B = 0"
-                                                              : config.grpo.base_adapter));
+                             l.rank, config::format_double(l.alpha), l.rslora ? " (rsLoRA)" : "",
+                             l.dropout > 0 ? ", dropout " + config::format_double(l.dropout) : std::string(), targets,
+                             n, 100.0 * double(n) / double(all), start));
   }
   if (!resume_checkpoint.empty()) line("resume", resume_checkpoint.string());
   if (command == "sft") line("output", sft_model_dir.string());

@@ -47,7 +47,7 @@ nlohmann::json StartupClock::to_json() const {
 }
 
 Seeds derive_seeds(uint64_t s) {
-  return {mix(s * 4 + 1), mix(s * 4 + 2), mix(s * 4 + 3), mix(s * 4 + 4)};
+  return {mix(s * 4 + 1), mix(s * 4 + 2), mix(s * 4 + 3), mix(s * 4 + 4), mix(mix(s) ^ 0x6c6f7261645f6f75ULL)};
 }
 
 std::filesystem::path tokenizer_file(const RunConfig& config) {

@@ -213,6 +213,11 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
   EXPECT_EQ(error("grpo.overlong_buffer=4"), "grpo.overlong_buffer must be 0 unless grpo.overlong is soft_penalty, got 4");
   EXPECT_EQ(error_of([] { load_run_config("", {"rollout.decode=graphs", "run.device=cpu"}); }),
             "rollout.decode must be auto, dynamic or fixed with run.device: cpu (CUDA graphs need a GPU), got graphs");
+  EXPECT_EQ(error_of([] { load_run_config("", {"lora.rank=4", "lora.dropout=1"}); }),
+            "lora.dropout must be in [0, 1), got 1");
+  EXPECT_EQ(error_of([] { load_run_config("", {"lora.rank=4", "lora.init=pissa", "grpo.base_adapter=sft_adapter"}); }),
+            "lora.init must be kaiming or gaussian with grpo.base_adapter (the adapter is the start; PiSSA derives its "
+            "own from the base), got pissa");
   EXPECT_EQ(error("rollout.decode=graph"),
             "override 'rollout.decode=graph': rollout.decode: expected one of auto | dynamic | fixed | graphs, got "
             "'graph' (did you mean 'graphs'?)");

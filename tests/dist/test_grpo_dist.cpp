@@ -199,14 +199,19 @@ TEST_F(GrpoDistTest, BatchWideVariantsAgreeAcrossWorldSizes) {
   }
 }
 
-// LoRA (rank 4, a KL penalty to the frozen base) in two processes agrees with one as the
-// full-parameter run does: identical rewards, grad norm, KL and entropy within 1e-5 relative
-// (+ 1e-7), the adapters' FP32 master within 1e-6 after 4 steps; resumed at world size 2 from step
-// 2 it continues bit-exactly.
+// LoRA (rank 4, PiSSA's start, lora.dropout 0.1, a KL penalty to the start policy) in two processes
+// agrees with one as the full-parameter run does: identical rewards, grad norm, KL and entropy within
+// 1e-5 relative (+ 1e-7; the dropout masks are keyed by the rows' places in the whole batch), the
+// adapters' FP32 master within 1e-6 after 4 steps but for at most 0.1% of its elements, those within
+// 1e-5 (AdamW divides each element's gradient, summed in another order at world size 2, by its own
+// scale: an element whose gradient is near 0 moves by up to lr x its relative difference; measured:
+// 1 of 4352 off by 3.8e-6); resumed at world size 2 from step 2 it continues bit-exactly.
 TEST_F(GrpoDistTest, LoraAgreesAcrossWorldSizesAndResumes) {
   const auto lora = [](const std::string& name) {
     RunConfig c = grpo_config(name);
     c.lora.rank = 4;
+    c.lora.init = model::LoraInit::pissa;
+    c.lora.dropout = 0.1;
     c.grpo.kl_coef = 0.01;
     c.optim.lr = 1e-3;
     return c;
@@ -228,8 +233,11 @@ TEST_F(GrpoDistTest, LoraAgreesAcrossWorldSizesAndResumes) {
   const TrainerState s2 = load_checkpoint(latest_checkpoint(dir_ / "runs" / "lora_ws2" / "checkpoints"));
   EXPECT_EQ(s1.master.numel(), s2.master.numel());
   const double diff = (s1.master - s2.master).abs().max().item<double>();
-  std::cout << "LoRA: max |adapter master(ws1) - master(ws2)| after 4 steps: " << diff << "\n";
-  EXPECT_LT(diff, 1e-6);
+  std::cout << "LoRA: max |adapter master(ws1) - master(ws2)| after 4 steps: " << diff << " (max |master| "
+            << s1.master.abs().max().item<double>() << "), elements off by > 1e-6: "
+            << (s1.master - s2.master).abs().gt(1e-6).sum().item<int64_t>() << " of " << s1.master.numel() << "\n";
+  EXPECT_LT(diff, 1e-5);
+  EXPECT_LE((s1.master - s2.master).abs().gt(1e-6).sum().item<int64_t>(), s1.master.numel() / 1000);
 
   fs::copy(dir_ / "runs" / "lora_ws2", dir_ / "runs" / "lora_ws2_resumed", fs::copy_options::recursive);
   fs::remove_all(dir_ / "runs" / "lora_ws2_resumed" / "checkpoints" / "step_00000004");

@@ -2,6 +2,7 @@
 
 usage: peft_lora.py make ROOT
        peft_lora.py check ROOT VARIANT ADAPTER_DIR
+       peft_lora.py check_logits ROOT VARIANT ADAPTER_DIR LOGITS_FILE
 
 For each variant (a Llama without biases, a Qwen2 with q/k/v biases and tied embeddings) writes
 ROOT/<variant>/base (the FP32 base model), ROOT/<variant>/adapter (peft's save_pretrained of a
@@ -12,7 +13,13 @@ loss = sum(logits * R) with respect to every lora_A / lora_B (named as in the ad
 
 `check` loads ADAPTER_DIR (one unstuck wrote) with peft's PeftModel.from_pretrained onto the variant's
 base and requires its logits of the reference tokens within 1e-6 x max |logit| of the reference.
+
+PiSSA: ROOT/<variant>/pissa_adapter is peft's init_lora_weights="pissa" adapter of the same base (A0,
+B0), ROOT/<variant>/pissa_residual the base it leaves (W - s B0 A0). `check_logits` loads ADAPTER_DIR
+onto the variant's original base and requires its logits of LOGITS_FILE's tokens within 1e-5 x max
+|logit| of LOGITS_FILE's logits (ours).
 """
+import copy
 import os
 import sys
 
@@ -36,6 +43,7 @@ def make(root):
         d = os.path.join(root, name)
         torch.manual_seed(1234)
         base = cls(cfg).float().eval()
+        pissa_base = copy.deepcopy(base)
         base.save_pretrained(f"{d}/base")
         model = get_peft_model(base, LoraConfig(lora_dropout=0.0, init_lora_weights="gaussian", **lora))
         g = torch.Generator().manual_seed(99)
@@ -54,18 +62,29 @@ def make(root):
                 ref[n.replace(".default", "")] = p.grad.detach().contiguous()
         save_file(ref, f"{d}/reference.safetensors")
         model.merge_and_unload().save_pretrained(f"{d}/merged")
+        pissa = get_peft_model(pissa_base, LoraConfig(lora_dropout=0.0, init_lora_weights="pissa", **lora))
+        pissa.save_pretrained(f"{d}/pissa_adapter")
+        pissa.unload().save_pretrained(f"{d}/pissa_residual")
+
+
+def compare(root, name, adapter_dir, want_file, what, tolerance):
+    """peft's logits of want_file's tokens with ADAPTER_DIR on the variant's base against its logits."""
+    cls = VARIANTS[name][0]
+    want = load_file(want_file)
+    model = PeftModel.from_pretrained(cls.from_pretrained(f"{root}/{name}/base", dtype=torch.float32), adapter_dir).eval()
+    with torch.no_grad():
+        logits = model(want["tokens"].long()).logits.float()
+    err = ((logits - want["logits"]).abs().max() / want["logits"].abs().max()).item()
+    print(f"{name}: peft on {what}: logits max |diff| / max |logit| = {err:.2e}")
+    return 0 if err <= tolerance else 1
 
 
 def check(root, name, adapter_dir):
-    cls = VARIANTS[name][0]
-    d = os.path.join(root, name)
-    ref = load_file(f"{d}/reference.safetensors")
-    model = PeftModel.from_pretrained(cls.from_pretrained(f"{d}/base", dtype=torch.float32), adapter_dir).eval()
-    with torch.no_grad():
-        logits = model(ref["tokens"].long()).logits.float()
-    err = ((logits - ref["logits"]).abs().max() / ref["logits"].abs().max()).item()
-    print(f"{name}: peft on the adapter unstuck wrote: logits max |diff| / max |logit| = {err:.2e}")
-    return 0 if err <= 1e-6 else 1
+    return compare(root, name, adapter_dir, f"{root}/{name}/reference.safetensors", "the adapter unstuck wrote", 1e-6)
+
+
+def check_logits(root, name, adapter_dir, logits_file):
+    return compare(root, name, adapter_dir, logits_file, "the original base with the converted adapter", 1e-5)
 
 
 if __name__ == "__main__":
@@ -73,5 +92,7 @@ if __name__ == "__main__":
         make(sys.argv[2])
     elif len(sys.argv) == 5 and sys.argv[1] == "check":
         sys.exit(check(*sys.argv[2:5]))
+    elif len(sys.argv) == 6 and sys.argv[1] == "check_logits":
+        sys.exit(check_logits(*sys.argv[2:6]))
     else:
         sys.exit(__doc__)

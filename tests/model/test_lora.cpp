@@ -20,6 +20,7 @@
 #include "unstuck/model/llama.h"
 #include "unstuck/model/lora.h"
 #include "unstuck/model/model_io.h"
+#include "common/model_shape.h"
 
 namespace unstuck::model {
 namespace {
@@ -184,8 +185,200 @@ TEST_P(PeftLora, SavedAdapterLoadsBackAndInPeft) {
   fs::remove_all(out);
 }
 
+// lora.init pissa is peft's init_lora_weights "pissa": the same adapters (each singular pair up to
+// its sign, which an SVD leaves open: within 1e-4 of max |A| / max |B|; B A within 1e-5 of its max)
+// and the same residual base (within 1e-5 of max |W|); the residual plus the adapters computes the
+// base's logits (1e-5). Trained PiSSA adapters exported as a rank-2r adapter of the original base
+// (pissa_as_lora, what final_adapter/ and `export --format peft` write) give, in peft, the logits of
+// our residual plus them (1e-5 of max |logit|).
+TEST_P(PeftLora, PissaIsPeftsAndExportsOntoTheOriginalBase) {
+  const LoadedModel base = load_pretrained(dir() / "base");
+  const LoadedAdapter peft = load_peft_adapter(dir() / "pissa_adapter", base.config);
+  const LoadedModel peft_residual = load_pretrained(dir() / "pissa_residual");
+  torch::Tensor residual = base.flat.clone();
+  const torch::Tensor ours = pissa_init(base.config, peft.spec, residual);
+  const ParamLayout layout = lora_layout(base.config, peft.spec);
+  const auto view = [](const torch::Tensor& t, const ParamEntry& e) { return t.narrow(0, e.offset, e.numel).view(e.shape); };
+  double pair_err = 0, product_err = 0;
+  for (std::size_t k = 0; k < layout.entries.size(); k += 2) {
+    const ParamEntry &a = layout.entries[k], &b = layout.entries[k + 1];
+    const torch::Tensor ao = view(ours, a), bo = view(ours, b), ap = view(peft.flat, a), bp = view(peft.flat, b);
+    const torch::Tensor sign = (ao * ap).sum(1).sign();  // (r)
+    pair_err = std::max({pair_err, max_abs(ao * sign.unsqueeze(1) - ap) / max_abs(ap),
+                         max_abs(bo * sign.unsqueeze(0) - bp) / max_abs(bp)});
+    const torch::Tensor po = bo.mm(ao), pp = bp.mm(ap);
+    product_err = std::max(product_err, max_abs(po - pp) / max_abs(pp));
+  }
+  const double residual_err = max_abs(residual - peft_residual.flat) / max_abs(base.flat);
+  std::printf("%s: PiSSA vs peft: A, B max |diff| (signs aligned) %.2e, B A %.2e, residual base %.2e\n",
+              GetParam().c_str(), pair_err, product_err, residual_err);
+  EXPECT_LT(pair_err, 1e-4);
+  EXPECT_LT(product_err, 1e-5);
+  EXPECT_LT(residual_err, 1e-5);
+
+  const io::SafetensorsFile r = io::read_safetensors(dir() / "reference.safetensors");
+  const torch::Tensor tokens = ref(r, "tokens").to(torch::kLong);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor base_logits = LlamaModel(base.config, base.flat.clone()).forward(tokens);
+  const auto adapted_logits = [&](const torch::Tensor& adapters) {
+    LlamaModel m(base.config, residual.clone());
+    m.set_adapters(peft.spec, adapters.clone());
+    return m.forward(tokens);
+  };
+  EXPECT_LT(max_abs(adapted_logits(ours) - base_logits) / max_abs(base_logits), 1e-5);
+  torch::manual_seed(7);
+  const torch::Tensor trained = ours + torch::randn_like(ours) * (0.05 * max_abs(ours));
+  const torch::Tensor logits = adapted_logits(trained);
+  const LoadedAdapter converted = pissa_as_lora(base.config, peft.spec, trained, ours);
+  EXPECT_EQ(converted.spec.rank, 2 * peft.spec.rank);
+  EXPECT_DOUBLE_EQ(converted.spec.scaling(), peft.spec.scaling());
+  const fs::path out = dir() / "pissa_converted";
+  fs::remove_all(out);
+  save_peft_adapter(out, base.config, converted.spec, converted.flat);
+  // Our own forward of the original base with the converted adapter agrees too.
+  LlamaModel on_base(base.config, base.flat.clone());
+  on_base.set_adapters(converted.spec, load_peft_adapter(out, base.config).flat);
+  EXPECT_LT(max_abs(on_base.forward(tokens) - logits) / max_abs(logits), 1e-5);
+  const torch::Tensor tokens_f = tokens.to(torch::kFloat32).contiguous(), logits_c = logits.contiguous();
+  io::write_safetensors(out / "ours.safetensors",
+                        {{"tokens", io::DType::f32, tokens_f.sizes().vec(), tokens_f.data_ptr(), size_t(tokens_f.numel()) * 4},
+                         {"logits", io::DType::f32, logits_c.sizes().vec(), logits_c.data_ptr(), size_t(logits_c.numel()) * 4}});
+  const std::string cmd = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/model/peft_lora.py check_logits " +
+                          root_.string() + " " + GetParam() + " " + out.string() + " " + (out / "ours.safetensors").string() +
+                          " 2>&1 | grep -v Warn";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  fs::remove_all(out);
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, PeftLora, ::testing::Values("llama", "qwen2"),
                          [](const auto& info) { return info.param; });
+
+// lora.dropout's masks: each element dropped with probability p (2048 x 128 elements at p = 0.1:
+// within 0.003, 5 standard deviations), a pure function of (key, layer, module, row id, position,
+// feature): the same bits again, for a row computed alone, and other bits for another key, layer
+// or a prompt pass; p = 0 keeps everything.
+TEST(LoraDropout, MasksAreCounterBasedAndDropAtTheRate) {
+  const torch::Tensor positions = torch::arange(64, torch::kLong).repeat({2, 1});  // (2, 64)
+  const DropoutPass pass{12345, false, torch::tensor({3, 8}, torch::kLong), positions};
+  const torch::Tensor keep = lora_dropout_keep(pass, 1, LoraModule::v_proj, 2048, 0.1);
+  ASSERT_EQ(keep.sizes(), (std::vector<int64_t>{2, 64, 2048}));
+  const double dropped = 1.0 - keep.to(torch::kFloat64).mean().item<double>();
+  std::printf("lora.dropout 0.1: dropped fraction %.5f of %lld elements\n", dropped, static_cast<long long>(keep.numel()));
+  EXPECT_NEAR(dropped, 0.1, 0.003);
+  EXPECT_TRUE(torch::equal(keep, lora_dropout_keep(pass, 1, LoraModule::v_proj, 2048, 0.1)));
+  const DropoutPass alone{12345, false, torch::tensor({8}, torch::kLong), positions.narrow(0, 1, 1)};
+  EXPECT_TRUE(torch::equal(keep.narrow(0, 1, 1), lora_dropout_keep(alone, 1, LoraModule::v_proj, 2048, 0.1)));
+  const auto same_frac = [&](const torch::Tensor& other) { return keep.eq(other).to(torch::kFloat64).mean().item<double>(); };
+  const DropoutPass other_key{12346, false, pass.ids, positions}, prompts{12345, true, pass.ids, positions};
+  // Independent masks agree on 0.9^2 + 0.1^2 = 82% of the elements.
+  EXPECT_LT(same_frac(lora_dropout_keep(other_key, 1, LoraModule::v_proj, 2048, 0.1)), 0.9);
+  EXPECT_LT(same_frac(lora_dropout_keep(pass, 0, LoraModule::v_proj, 2048, 0.1)), 0.9);
+  EXPECT_LT(same_frac(lora_dropout_keep(pass, 1, LoraModule::k_proj, 2048, 0.1)), 0.9);
+  EXPECT_LT(same_frac(lora_dropout_keep(prompts, 1, LoraModule::v_proj, 2048, 0.1)), 0.9);
+  EXPECT_TRUE(lora_dropout_keep(pass, 1, LoraModule::v_proj, 2048, 0.0).all().item<bool>());
+}
+
+// On CUDA (skipped without a device) the kernel draws the CPU's bits, and the adapter product with
+// dropout is the CPU's (FP32, within 1e-5 relative).
+TEST(LoraDropout, CudaMasksAreTheCpus) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Tensor positions = torch::arange(37, torch::kLong).repeat({3, 1}) + 5;  // (3, 37)
+  const DropoutPass cpu{4242, true, torch::tensor({0, 7, 1000000}, torch::kLong), positions};
+  const DropoutPass gpu{4242, true, cpu.ids.cuda(), positions.cuda()};
+  for (int64_t features : {1, 5, 896, 4867})
+    EXPECT_TRUE(torch::equal(lora_dropout_keep(cpu, 3, LoraModule::o_proj, features, 0.05),
+                             lora_dropout_keep(gpu, 3, LoraModule::o_proj, features, 0.05).cpu()))
+        << features;
+  torch::manual_seed(4);
+  const torch::Tensor x = torch::randn({3, 37, 64}), a = torch::randn({8, 64});
+  const torch::Tensor want = lora_dropout_linear(x, a, cpu, 2, LoraModule::up_proj, 0.2);
+  const torch::Tensor got = lora_dropout_linear(x.cuda(), a.cuda(), gpu, 2, LoraModule::up_proj, 0.2).cpu();
+  EXPECT_LT(max_abs(got - want) / max_abs(want), 1e-5);
+}
+
+// The adapter's first product with dropout is PEFT's lora_A(nn.Dropout(x)) = (x * keep / (1 - p)) A^T
+// for the pass's bits, and its gradients (which regenerate the bits) are autograd's of that formula
+// (FP32, within 1e-6 relative).
+TEST(LoraDropout, LinearIsDropoutThenA) {
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({2, 5, 16}).requires_grad_(true), a = torch::randn({4, 16}).requires_grad_(true);
+  const DropoutPass pass{99, false, torch::tensor({0, 1}, torch::kLong), torch::arange(5, torch::kLong).repeat({2, 1})};
+  const torch::Tensor y = lora_dropout_linear(x, a, pass, 1, LoraModule::down_proj, 0.25);
+  const torch::Tensor g = torch::randn_like(y);
+  const auto [dx, da] = [&] {
+    const auto grads = torch::autograd::grad({y}, {x, a}, {g});
+    return std::make_pair(grads[0], grads[1]);
+  }();
+  const torch::Tensor keep = lora_dropout_keep(pass, 1, LoraModule::down_proj, 16, 0.25);
+  const torch::Tensor want = at::linear(x * keep / 0.75, a);
+  const auto grads = torch::autograd::grad({want}, {x, a}, {g});
+  EXPECT_LT(max_abs(y - want) / max_abs(want), 1e-6);
+  EXPECT_LT(max_abs(dx - grads[0]) / max_abs(grads[0]), 1e-6);
+  EXPECT_LT(max_abs(da - grads[1]) / max_abs(grads[1]), 1e-6);
+  EXPECT_GT(keep.eq(0).sum().item<int64_t>(), 0);  // some of the 160 elements were dropped
+}
+
+// A training forward with lora.dropout (shared prompts: 2 prompts x 2 rows): the same hidden states
+// again (bit for bit), others than without dropout, rows 2-3 computed alone equal to their part of
+// the whole (within 1e-6: the masks are keyed by row ids, not batch places); activation
+// checkpointing regenerates the masks, so its adapter gradients are the plain pass's (within 1e-5).
+// With lora.dropout 0 the rows change nothing.
+TEST(LoraDropout, TrainingForwardIsReproducibleAndRowLocal) {
+  ModelConfig config = testing::model_shape(50, 64, 2, 4, 2, 96, 64);
+  const ParamLayout layout = llama_layout(config);
+  torch::Tensor base = torch::empty({layout.total}, torch::kFloat32);
+  init_llama_weights(layout, config, base, 1);
+  LoraConfig lc;
+  lc.rank = 4;
+  lc.alpha = 8;
+  lc.dropout = 0.3;
+  const LoraSpec spec = lora_spec(lc);
+  torch::Tensor adapters = init_lora(config, spec, LoraInit::gaussian, 5);
+  torch::manual_seed(11);
+  adapters += torch::randn_like(adapters) * 0.05;  // B off zero, so the adapters matter
+  torch::manual_seed(12);
+  const SharedPrompts sp{torch::randint(50, {2, 6}, torch::kLong), {}, torch::tensor({0, 0, 1, 1}, torch::kLong)};
+  const torch::Tensor completions = torch::randint(50, {4, 5}, torch::kLong);
+  const DropoutRows rows{777, torch::tensor({0, 1, 2, 3}, torch::kLong), torch::tensor({0, 1}, torch::kLong)};
+  struct Out {
+    torch::Tensor hidden;
+    std::vector<torch::Tensor> grads;
+  };
+  const auto run = [&](const LoraSpec& s, bool checkpointing, const DropoutRows* d) {
+    ModelConfig c = config;
+    c.activation_checkpointing = checkpointing;
+    LlamaModel model(c, base.clone());
+    model.set_adapters(s, adapters.clone());
+    for (const torch::Tensor& p : model.adapter_parameters()) p.set_requires_grad(true);
+    Out out;
+    out.hidden = model.forward_completions_hidden(sp, completions, d);
+    out.hidden.sum().backward();
+    for (const torch::Tensor& p : model.adapter_parameters()) out.grads.push_back(p.grad().clone());
+    out.hidden = out.hidden.detach();
+    return out;
+  };
+  const Out plain = run(spec, false, &rows);
+  EXPECT_TRUE(torch::equal(plain.hidden, run(spec, false, &rows).hidden));
+  const Out none = run(spec, false, nullptr);
+  EXPECT_GT(max_abs(plain.hidden - none.hidden), 1e-4);
+  LoraSpec off = spec;
+  off.dropout = 0;
+  EXPECT_TRUE(torch::equal(run(off, false, &rows).hidden, run(off, false, nullptr).hidden));
+  {
+    LlamaModel model(config, base.clone());
+    model.set_adapters(spec, adapters.clone());
+    torch::NoGradGuard no_grad;
+    const SharedPrompts second{sp.tokens.narrow(0, 1, 1), {}, torch::tensor({0, 0}, torch::kLong)};
+    const DropoutRows part{777, torch::tensor({2, 3}, torch::kLong), torch::tensor({1}, torch::kLong)};
+    const torch::Tensor alone = model.forward_completions_hidden(second, completions.narrow(0, 2, 2), &part);
+    EXPECT_LT(max_abs(alone - plain.hidden.narrow(0, 2, 2)) / max_abs(alone), 1e-6);
+  }
+  const Out ckpt = run(spec, true, &rows);
+  EXPECT_LT(max_abs(ckpt.hidden - plain.hidden) / max_abs(plain.hidden), 1e-6);
+  ASSERT_EQ(ckpt.grads.size(), plain.grads.size());
+  for (std::size_t i = 0; i < plain.grads.size(); ++i)
+    EXPECT_LT(max_abs(ckpt.grads[i] - plain.grads[i]) / max_abs(plain.grads[i]), 1e-5) << i;
+}
 
 }  // namespace
 }  // namespace unstuck::model

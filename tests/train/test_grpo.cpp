@@ -22,8 +22,10 @@
 #include "unstuck/train/grpo.h"
 #include "unstuck/train/sft.h"
 #include "unstuck/train/trainable_weights.h"
+#include "unstuck/model/llama.h"
 #include "unstuck/model/lora.h"
 #include "unstuck/model/model_io.h"
+#include "unstuck/train/model_export.h"
 #include "unstuck/model/param_layout.h"
 
 namespace unstuck::train {
@@ -584,6 +586,12 @@ TEST_F(GrpoTest, ResumeContinuesBitExactly) {
     runs.back().lora.rank = 4;
     runs.back().optim.lr = 1e-3;
   }
+  // PiSSA's residual base is derived again from the base; lora.dropout's masks are keyed by the step.
+  runs.push_back(grpo_config("straight_lora_pissa_dropout", precision::PrecisionMode::bf16_sr));
+  runs.back().lora.rank = 4;
+  runs.back().lora.init = model::LoraInit::pissa;
+  runs.back().lora.dropout = 0.1;
+  runs.back().optim.lr = 1e-3;
   for (RunConfig straight : runs) {
     const std::string tag = straight.run.name.substr(9);
     straight.grpo.steps = 4;
@@ -669,6 +677,74 @@ TEST_F(GrpoTest, LoraTrainsAdaptersOnAFrozenBase) {
     EXPECT_NE(std::string(e.what()).find("has r 4, lora.rank is 8"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(dir_ / "runs" / "lora_mismatch"));
+}
+
+// lora.init pissa with lora.dropout 0.1 (FP32, rank 4): the reference is the start policy (the
+// residual base plus the start adapters), so step 1's KL is 0 (within 1e-6) and later steps' > 0;
+// final_adapter/ (and `export --format peft`, bit for bit) is a rank-8 adapter of the original base
+// (lora_alpha doubled) whose logits, on the original base, are the run's residual plus its final
+// adapters' (within 1e-5 of max |logit|), as are the merged export's.
+// Dropout acts in the update only: without it step 1 samples the same (reward and lengths equal),
+// measures the same (entropy within 1e-6 relative, KL within 1e-6) and its gradient differs.
+TEST_F(GrpoTest, LoraPissaAndDropoutTrain) {
+  RunConfig c = grpo_config("lora_pissa", precision::PrecisionMode::fp32);
+  c.optim.lr = 1e-3;
+  c.grpo.kl_coef = 0.01;
+  c.lora.rank = 4;
+  c.lora.alpha = 8;
+  c.lora.init = model::LoraInit::pissa;
+  c.lora.dropout = 0.1;
+  const GrpoResult r = run_grpo(c);
+  const auto m = read_metrics(r.run_dir);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_LE(std::abs(m[0]["kl_ref_exact"].get<double>()), 1e-6);
+  EXPECT_GT(m[2]["kl_ref_exact"].get<double>(), 1e-6);
+  EXPECT_GT(m[2]["changed_from_start_frac"].get<double>(), 0.0);
+
+  {
+    model::LoadedModel base = model::load_pretrained(base_.sft.output);
+    round_base_to_grid_(base.flat, 0);  // grpo.round_base_to_bf16: the base as the run loads it
+    const model::LoadedAdapter exported = model::load_peft_adapter(r.run_dir / "final_adapter", base.config);
+    EXPECT_EQ(exported.spec.rank, 8);
+    EXPECT_EQ(exported.spec.alpha, 16);
+    torch::Tensor residual = base.flat.clone();
+    const model::LoraSpec spec = model::lora_spec(c.lora);
+    model::pissa_init(base.config, spec, residual);
+    const TrainerState st = load_checkpoint(latest_checkpoint(r.run_dir / "checkpoints"));
+    EXPECT_EQ(st.step, 3);
+    torch::NoGradGuard no_grad;
+    model::LlamaModel trained(base.config, residual);
+    trained.set_adapters(spec, st.master.clone());
+    model::LlamaModel on_base(base.config, base.flat.clone());
+    on_base.set_adapters(exported.spec, exported.flat.clone());
+    const torch::Tensor tokens = torch::randint(base.config.vocab_size, {2, 12}, torch::kLong);
+    const torch::Tensor want = trained.forward(tokens);
+    EXPECT_LT((on_base.forward(tokens) - want).abs().max().item<double>() / want.abs().max().item<double>(), 1e-5);
+    // `unstuck export`: --format peft writes final_adapter/'s conversion again (from the checkpoint,
+    // the SVD recomputed: the same bits), --format merged the residual plus the adapters.
+    ExportOptions opts;
+    opts.format = "peft";
+    export_run(r.run_dir, r.run_dir / "export_peft", opts);
+    EXPECT_TRUE(torch::equal(model::load_peft_adapter(r.run_dir / "export_peft", base.config).flat, exported.flat));
+    opts.format = "merged";
+    export_run(r.run_dir, r.run_dir / "export_merged", opts);
+    const torch::Tensor merged = model::LlamaModel(base.config, model::load_pretrained(r.run_dir / "export_merged").flat)
+                                     .forward(tokens);
+    EXPECT_LT((merged - want).abs().max().item<double>() / want.abs().max().item<double>(), 1e-5);
+  }
+
+  RunConfig no_dropout = c;
+  no_dropout.run.name = "lora_pissa_no_dropout";
+  no_dropout.grpo.steps = 1;
+  no_dropout.lora.dropout = 0;
+  const auto m0 = read_metrics(run_grpo(no_dropout).run_dir);
+  for (const char* key : {"reward_mean", "response_len_mean"}) EXPECT_EQ(m0[0][key], m[0][key]) << key;
+  // Measured by the update's forward without dropout, by a forward of its own with it: the same up
+  // to the order of sums.
+  EXPECT_NEAR(m0[0]["entropy"].get<double>(), m[0]["entropy"].get<double>(), 1e-6 * m[0]["entropy"].get<double>());
+  EXPECT_NEAR(m0[0]["kl_ref_exact"].get<double>(), m[0]["kl_ref_exact"].get<double>(), 1e-6);
+  const double g = m[0]["grad_norm"].get<double>(), g0 = m0[0]["grad_norm"].get<double>();
+  EXPECT_GT(std::abs(g - g0), 1e-6 * g0) << g << " " << g0;
 }
 
 // FP8 modes train end to end; changed_from_start_frac from the start policy's files (no reference

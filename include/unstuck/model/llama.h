@@ -93,6 +93,32 @@ struct PromptKV {
   torch::Tensor of_row;             // (n) int64
 };
 
+// lora.dropout in a training forward (forward_completions_hidden's / forward_hidden's `dropout`): the
+// pass's key and the ids that key each row's masks (model/lora_dropout.h), so a row's masks do not
+// depend on the chunk, rank or world size it is computed in. A model without adapters, or with
+// lora.dropout 0, computes as without it.
+struct DropoutRows {
+  uint64_t key = 0;
+  torch::Tensor rows;     // (n) int64 on the weights' device: the id of each row (< 2^31)
+  torch::Tensor prompts;  // (U) int64: the id of each distinct prompt of a shared-prompt pass
+};
+
+// One pass's dropout inputs as its blocks take them (filled by the forward passes).
+struct DropoutPass {
+  uint64_t key = 0;
+  bool prompts = false;     // the rows are a shared-prompt pass's distinct prompts (keyed apart)
+  torch::Tensor ids;        // (B) int64
+  torch::Tensor positions;  // (B, T) int64: the tokens' rotary positions
+};
+
+// lora.dropout's keep bits (B, T, features) uint8, 1 = kept, of module `m` of `layer` in `pass`
+// (model/lora_dropout.h), on the pass's device: each element is dropped with probability p.
+torch::Tensor lora_dropout_keep(const DropoutPass& pass, int64_t layer, LoraModule m, int64_t features, double p);
+// (x * keep / (1 - p)) A^T with those bits (PEFT's nn.Dropout on the adapter's input, then lora_A),
+// differentiable in x (B, T, in) and A (r, in); the backward regenerates the bits instead of keeping them.
+torch::Tensor lora_dropout_linear(const torch::Tensor& x, const torch::Tensor& a, const DropoutPass& pass,
+                                  int64_t layer, LoraModule m, double p);
+
 class LlamaModel {
  public:
   // `flat_weights`: 1-D float tensor of layout.total elements. The parameters are tensors that share
@@ -110,8 +136,10 @@ class LlamaModel {
   // LoRA (lora.h): adapters on the projections `spec` targets, views of `flat` (lora_layout(config,
   // spec).total elements in the weights' dtype, on their device; the model keeps it alive). Every path
   // (forward, completions, cached decoding, checkpointed blocks) then computes a target's output as
-  // x W^T + s (x A^T) B^T, unmerged and without dropout; the fused q/k/v and gate/up products are not
-  // used. adapter_parameters() are the A and B leaves in lora_layout order, for requires_grad (their
+  // x W^T + s (x A^T) B^T, unmerged; the fused q/k/v and gate/up products are not used. With
+  // spec.dropout > 0 a pass given DropoutRows computes s (dropout(x) A^T) B^T, dropout(x) = x * keep /
+  // (1 - p) with counter-based keep bits (regenerated in the backward, never stored); other passes
+  // (rollouts, measurements) compute without it. adapter_parameters() are the A and B leaves in lora_layout order, for requires_grad (their
   // gradients arrive in .grad); the base follows set_requires_grad as before.
   void set_adapters(const LoraSpec& spec, torch::Tensor flat);
   const std::vector<torch::Tensor>& adapter_parameters() const { return adapter_params_; }
@@ -145,9 +173,13 @@ class LlamaModel {
   torch::Tensor forward_completions(const SharedPrompts& prompts, const torch::Tensor& completions) const;
   // The same before the LM head: the final-normed hidden states (n, T, D) in the weights' dtype,
   // whose logits_of() are forward_completions()'s (a fused head takes them a chunk at a time).
-  torch::Tensor forward_completions_hidden(const SharedPrompts& prompts, const torch::Tensor& completions) const;
-  // forward() before the LM head (see forward_completions_hidden).
-  torch::Tensor forward_hidden(const torch::Tensor& tokens, const torch::Tensor& valid = {}, int64_t logits_from = 0) const;
+  // `dropout`: lora.dropout's rows (the prompt pass keyed by dropout->prompts, the completion pass by
+  // dropout->rows).
+  torch::Tensor forward_completions_hidden(const SharedPrompts& prompts, const torch::Tensor& completions,
+                                           const DropoutRows* dropout = nullptr) const;
+  // forward() before the LM head (see forward_completions_hidden); `dropout` keys row b by dropout->rows[b].
+  torch::Tensor forward_hidden(const torch::Tensor& tokens, const torch::Tensor& valid = {}, int64_t logits_from = 0,
+                               const DropoutRows* dropout = nullptr) const;
   // The LM head on final-normed hidden states: (..., D) -> (..., V) float32.
   torch::Tensor logits_of(const torch::Tensor& normed) const;
   const torch::Tensor& head_weight() const { return head_; }  // (V, D): the embedding when tied
@@ -179,14 +211,20 @@ class LlamaModel {
   // One transformer block (public for the activation-checkpointing backward): x (B, T, D), rotary
   // tables cos/sin (B, 1, T, hd), attention mask (B|1, 1, T, Tk) bool or undefined with `causal`.
   // `prompt_kv`: capture this block's keys/values, or prepend the rows' prompt keys/values.
+  // `dropout`: lora.dropout's masks of this pass (see set_adapters).
   torch::Tensor block(int64_t layer, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                      const torch::Tensor& mask, bool causal, KVCache* cache, PromptKV* prompt_kv = nullptr) const;
+                      const torch::Tensor& mask, bool causal, KVCache* cache, PromptKV* prompt_kv = nullptr,
+                      const DropoutPass* dropout = nullptr) const;
+  // The adapters' buffer (set_adapters), or undefined.
+  const torch::Tensor& adapter_flat() const { return adapter_flat_; }
   const LayerWeights& layer_weights(int64_t layer) const { return layers_[std::size_t(layer)]; }
 
  private:
   // Hidden states after the last block (B, T, D) for tokens at rotary `positions` (B, T).
+  // `dropout` (its positions unset) applies lora.dropout to this pass.
   torch::Tensor hidden(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& mask,
-                       bool causal, KVCache* cache, PromptKV* prompt_kv = nullptr) const;
+                       bool causal, KVCache* cache, PromptKV* prompt_kv = nullptr,
+                       const DropoutPass* dropout = nullptr) const;
   torch::Tensor head(const torch::Tensor& x) const;  // final norm + LM head -> (B, T, V) float32
   torch::Tensor final_norm(const torch::Tensor& x) const;
   const torch::Tensor& param(const std::string& name) const;  // by layout name; must exist
@@ -207,6 +245,7 @@ class LlamaModel {
   // LoRA: per layer, per LoraModule, (A, B) or undefined; the scaling s; the buffer they view.
   std::vector<std::array<std::pair<torch::Tensor, torch::Tensor>, kLoraModules>> adapters_;
   double lora_scaling_ = 0;
+  double lora_dropout_ = 0;
   torch::Tensor adapter_flat_;
   std::vector<torch::Tensor> adapter_params_;
   torch::Tensor inv_freq_;      // (head_dim / 2) float32, scaled as config.rope_scaling says

@@ -31,6 +31,7 @@ struct LoraSpec {
   double alpha = 0;                   // lora_alpha
   bool rslora = false;                // use_rslora: s = alpha / sqrt(r)
   std::vector<LoraModule> targets;    // the adapted projections, in LoraModule order, no repeats
+  double dropout = 0;                 // lora_dropout: the training forwards' dropout on the adapters' input
   double scaling() const;
   bool targets_module(LoraModule m) const;
 };
@@ -40,8 +41,16 @@ struct LoraSpec {
 LoraSpec lora_spec(const LoraConfig& config);
 
 // Fresh adapters for `spec` (FP32, lora_layout order): every B zero, so the adapted model starts as
-// the base, and every A drawn by `init` (PEFT's distributions) from a CPU generator seeded by `seed`.
+// the base, and every A drawn by `init` (kaiming or gaussian: PEFT's distributions) from a CPU
+// generator seeded by `seed`. LoraInit::pissa is pissa_init's (it changes the base).
 torch::Tensor init_lora(const ModelConfig& config, const LoraSpec& spec, LoraInit init, uint64_t seed);
+
+// PiSSA (arXiv 2404.02948; peft's init_lora_weights "pissa"): every adapted matrix W (out, in) of
+// `base` (FP32, llama_layout(config) order) is decomposed by a full SVD, W = U S V^T; with the r
+// largest singular values, A = diag(sqrt(S_r / s)) V_r^T and B = U_r diag(sqrt(S_r / s)) (s =
+// spec.scaling()), and W becomes the residual W - s B A in place, so the adapted model starts as
+// the base up to rounding. Returns the adapters (FP32, lora_layout order).
+torch::Tensor pissa_init(const ModelConfig& config, const LoraSpec& spec, torch::Tensor& base);
 
 // The adapters of `config` under `spec`: for each layer and each target (LoraModule order),
 // `base_model.model.model.layers.<i>.<self_attn|mlp>.<module>.lora_A.weight` (r, in) then `lora_B`
@@ -67,6 +76,14 @@ LoadedAdapter load_peft_adapter(const std::filesystem::path& dir, const ModelCon
 // it onto the base. Files are written atomically.
 void save_peft_adapter(const std::filesystem::path& dir, const ModelConfig& config, const LoraSpec& spec,
                        const torch::Tensor& flat, const std::string& base_model = "");
+
+// PiSSA adapters as a plain LoRA adapter of the original base (peft's
+// path_initial_model_for_weight_conversion): rank 2r, A' = [A; A0] and B' = [B, -B0] with lora_alpha
+// 2 alpha (sqrt(2) alpha with rsLoRA, the same scaling s), so W + s B' A' = (W - s B0 A0) + s B A:
+// the residual base plus the trained adapters. `adapters` (any float dtype, kept) and `initial`
+// (pissa_init's A0, B0) in lora_layout(config, spec) order.
+LoadedAdapter pissa_as_lora(const ModelConfig& config, const LoraSpec& spec, const torch::Tensor& adapters,
+                            const torch::Tensor& initial);
 
 // W + s B A for every adapted matrix of `base_flat` (llama_layout(config) order, FP32), the other
 // tensors unchanged: the merged model (what peft's merge_and_unload computes), in FP32.

@@ -12,14 +12,18 @@
 
 namespace unstuck::model {
 
-// How the adapters start: B = 0 always (the adapted model starts as the base), A as PEFT draws it.
+// How the adapters start. kaiming and gaussian: B = 0 (the adapted model starts as the base), A as
+// PEFT draws it. pissa: A and B from the base matrix's principal singular vectors, the base replaced
+// by the residual (model/lora.h, pissa_init).
 enum class LoraInit {
   kaiming,   // PEFT's default (init_lora_weights: true): kaiming_uniform(a = sqrt(5)), U(-1/sqrt(in), 1/sqrt(in))
   gaussian,  // init_lora_weights: "gaussian": N(0, (1/r)^2)
+  pissa,     // init_lora_weights: "pissa" (arXiv 2404.02948), a full SVD of each adapted matrix
 };
-inline constexpr std::array<std::pair<LoraInit, const char*>, 2> kLoraInitNames{{
+inline constexpr std::array<std::pair<LoraInit, const char*>, 3> kLoraInitNames{{
     {LoraInit::kaiming, "kaiming"},
     {LoraInit::gaussian, "gaussian"},
+    {LoraInit::pissa, "pissa"},
 }};
 constexpr const auto& enum_names(LoraInit) { return kLoraInitNames; }
 
@@ -27,7 +31,7 @@ struct LoraConfig {
   int64_t rank = 0;     // r; 0 = full-parameter training
   double alpha = 16;    // lora_alpha: the adapters' output is scaled by alpha / r
   bool rslora = false;  // scale by alpha / sqrt(r) instead (rsLoRA)
-  double dropout = 0;   // lora_dropout: only 0 is computed (refused otherwise)
+  double dropout = 0;   // lora_dropout: dropout on the adapters' input in the training forwards
   std::vector<std::string> target_modules{"q_proj", "k_proj", "v_proj", "o_proj",
                                           "gate_proj", "up_proj", "down_proj"};
   LoraInit init = LoraInit::kaiming;
@@ -41,13 +45,16 @@ struct LoraConfig {
       "adapters (their FP32 master rounded by precision.mode)");
     v("alpha", alpha, "lora_alpha: the adapters' output is scaled by alpha / rank");
     v("rslora", rslora, "rsLoRA: scale by alpha / sqrt(rank) instead");
-    v("dropout", dropout, "lora_dropout on the adapters' input; only 0 is supported");
+    v("dropout", dropout,
+      "lora_dropout: probability of zeroing an element of an adapter's input in the training forwards (the update's "
+      "backward passes), from counter-based masks; rollouts, measurements and evaluation compute without it; [0, 1)");
     v("target_modules", target_modules,
       "projections that get adapters, by PEFT's module names: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
       "down_proj");
     v("init", init,
-      "initialization of A (B starts at 0): kaiming (PEFT's default, U(-1/sqrt(in), 1/sqrt(in))) or gaussian "
-      "(N(0, 1/rank^2), PEFT's \"gaussian\")");
+      "how the adapters start: kaiming (PEFT's default: A ~ U(-1/sqrt(in), 1/sqrt(in)), B = 0), gaussian (A ~ "
+      "N(0, 1/rank^2), B = 0) or pissa (A and B from each base matrix's top-rank singular vectors, the base "
+      "replaced by the residual; PEFT's \"pissa\")");
   }
 };
 

@@ -23,7 +23,8 @@ torch::Tensor load_base_weights(const RunConfig& config, const std::filesystem::
 model::LoadedAdapter read_base_adapter(const RunConfig& config);
 
 // LoRA: the FP32 adapters a run starts from (lora_layout order): grpo.base_adapter's, or fresh ones
-// drawn by lora.init from `init_seed` (the run's seeds.init).
-torch::Tensor start_adapters(const RunConfig& config, uint64_t init_seed);
+// drawn by lora.init from `init_seed` (the run's seeds.init). lora.init pissa takes them from
+// `base` (load_base_weights', FP32), which becomes the residual (model::pissa_init).
+torch::Tensor start_adapters(const RunConfig& config, uint64_t init_seed, torch::Tensor& base);
 
 }  // namespace unstuck::train

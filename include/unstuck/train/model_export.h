@@ -32,7 +32,10 @@ void write_model_dir(const std::filesystem::path& out, const RunConfig& config, 
 
 // <run_dir>/final_model/ from the run's compute weights (in their own dtype, bit for bit); with
 // LoRA, <run_dir>/final_adapter/, the adapters' compute weights as a PEFT adapter directory.
-void write_final_model(const std::filesystem::path& run_dir, const RunConfig& config, const torch::Tensor& compute);
+// lora.init pissa: `pissa_start` (the adapters' FP32 start) converts final_adapter/ to a rank-2r
+// adapter of the original base (model::pissa_as_lora).
+void write_final_model(const std::filesystem::path& run_dir, const RunConfig& config, const torch::Tensor& compute,
+                       const torch::Tensor& pissa_start = {});
 
 // Exports the checkpoint of run_dir (checkpoints/step_N). With opts.dtype equal to the run's
 // compute dtype the exact compute weights of that step are written (regenerated from the master

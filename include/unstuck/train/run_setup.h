@@ -43,6 +43,7 @@ struct Seeds {
   uint64_t init = 0;      // weight initialization
   uint64_t sampling = 0;  // rollouts / evaluation samples
   uint64_t rounding = 0;  // stochastic rounding of the compute weights
+  uint64_t dropout = 0;   // lora.dropout's masks
 };
 Seeds derive_seeds(uint64_t run_seed);
 

@@ -69,6 +69,9 @@ struct FullOptimizerState {
 struct FrozenBase {
   model::LoraSpec spec;
   torch::Tensor weights;  // the FP32 base (llama_layout total elements) on the master's device; moved in
+  // lora.init pissa: the adapters' FP32 start (pissa_init's; `weights` is then the residual), which
+  // the reference adds to the base and the PEFT export converts with. Undefined otherwise.
+  torch::Tensor start;
 };
 
 // The frozen base a LoRA run computes with: `base` (FP32, moved in) rounded to nearest into the
