@@ -170,6 +170,10 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   if (const std::string cpu_only = cpu_only_precision(plan.config.precision);
       !cpu_only.empty() && plan.device.kind != DeviceKind::cpu)
     throw UserError(cpu_only + ", and run.device resolves to " + plan.device.name() + ": set run.device: cpu");
+  if (plan.config.rollout.decode == rollout::DecodeMode::graphs && plan.device.kind == DeviceKind::cpu)
+    throw UserError("rollout.decode: graphs needs a GPU, and run.device " +
+                    std::string(config::enum_name(plan.config.run.device)) + " resolves to the CPU here; use "
+                    "rollout.decode: auto (graphs on a GPU, dynamic steps on the CPU)");
   // The data: prompts longer than max_seq_len - max_new_tokens are dropped and counted.
   plan_train_data(plan);
   mark("data");

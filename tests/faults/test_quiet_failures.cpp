@@ -14,6 +14,7 @@
 
 #include "faults/fault_util.h"
 #include "train/tiny_task.h"
+#include "unstuck/common/cuda_info.h"
 #include "unstuck/dist/launcher.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/grpo.h"
@@ -75,13 +76,16 @@ TEST_F(QuietFailures, ConfigCheckRunsEveryCheckOfTheRun) {
   struct Case {
     std::string name, overrides, needle;
   };
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {"memory", "grpo.prompts_per_step=100000000 grpo.minibatches=1", "exceeds this machine's"},
       {"no_data", "data.train_path=" + (dir_ / "missing.jsonl").string(), "missing.jsonl"},
       {"fit", "rollout.max_new_tokens=20", "every prompt is longer than 4 tokens"},
       {"no_base", "grpo.base_model=" + (dir_ / "nowhere").string(), "grpo.base_model must be a policy directory"},
       {"bad_tokenizer", "tokenizer.path=" + (dir_ / "nothing.model").string(), "nothing.model"},
   };
+  // rollout.decode: graphs where run.device: auto resolves to the CPU (machines without a GPU).
+  if (cuda_device_count() == 0)
+    cases.push_back({"graphs_on_cpu", "run.device=auto rollout.decode=graphs", "rollout.decode: graphs needs a GPU"});
   const fs::path file = config("check");
   for (const Case& c : cases) {
     const fs::path log = dir_ / ("check_" + c.name + ".log");
