@@ -21,7 +21,13 @@ runs out still leaves the first parts' figures:
             BF16 peak.
   plan7b    the memory plan of a Qwen2.5-7B-shaped full-parameter GRPO run on this device
             (`unstuck config check`, on a model directory whose weight file has the real header and
-            no data: a sparse file), and the same with LoRA rank 16; refused or not, with the plan.
+            no data: a sparse file), the same with precision.offload: optimizer and with LoRA rank
+            16; refused or not, with the plan.
+  offload   one Qwen2.5-7B-shaped full-parameter GRPO run with precision.offload: optimizer (random
+            weights drawn on the device; 4 prompts x 4 completions x 128 new tokens, 2 steps): the
+            seconds per step and its rollout / forward+backward / optimizer split, the device's peak
+            and the plan's device and host bytes. Last, as the longest part (the rehearsal runs it on
+            the 0.5B shape at 2 layers).
 
 Writes OUT/scale.json (updated after every part) and prints a summary; exits 0 when every part ran
 (a part that did not fit the budget is named in the JSON's "skipped"), 1 when one failed.
@@ -234,7 +240,8 @@ class Scale:
     def plan7b(self):
         s = header_only_standin(self.work / "qwen2.5-7b", "qwen2.5-7b")
         out = {"params": s["params"]}
-        for name, extra in (("full", []), ("lora16", ["lora.rank=16", "lora.alpha=32"])):
+        for name, extra in (("full", []), ("offload", ["precision.offload=optimizer"]),
+                            ("lora16", ["lora.rank=16", "lora.alpha=32"])):
             cmd = [self.a.unstuck, "config", "check", "--json", "--config",
                    str(ROOT / "configs/examples/gsm8k_qwen2.5.yaml"), f"grpo.base_model={s['model']}",
                    f"data.train_path={s['data']}/train.jsonl", f"data.test_path={s['data']}/test.jsonl",
@@ -248,6 +255,25 @@ class Scale:
                 out[name] = {"fits": False, "rc": p.returncode, "refusal": p.stderr.strip()[-2500:],
                              "stdout": p.stdout.strip()[-1500:]}
         return out
+
+    def offload_step(self, shape):
+        a = self.a
+        s = self.standin(shape)
+        args = argparse.Namespace(unstuck=a.unstuck, threads=0, device=a.device, work=a.offload_work, lora=0,
+                                  unstuck_args=["precision.offload=optimizer"], check_export=False, keep=False)
+        ours = bench_scale.Bench(args, self.work, s).unstuck_train("bf16_sr", shape + "_offload")
+        run_dir = Path(ours["run_dir"])
+        metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        plan = json.loads((run_dir / "run.json").read_text()).get("memory_plan", {})
+        shutil.rmtree(Path(s["model"]).parent, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        pick = lambda key: [m.get(key) for m in metrics]  # noqa: E731
+        return {"shape": shape, "params": s["params"], "work": bench_scale.WORK[a.offload_work],
+                "step_s": pick("step_seconds"), "rollout_s": pick("rollout_seconds"),
+                "forward_backward_s": pick("forward_backward_seconds"), "optimizer_s": pick("optimizer_seconds"),
+                "device_peak_bytes": max(p or 0 for p in ours["step_peaks"]),
+                "plan_device_peak_bytes": plan.get("peak_bytes"), "plan_host_bytes": plan.get("host_bytes"),
+                "process_peak_rss_bytes": ours["peak_bytes"]}
 
     def run(self):
         a = self.a
@@ -268,6 +294,7 @@ class Scale:
             if shape in standins:
                 self.part(f"{shape}/grpo", a.need_grpo * (1 + i), lambda: self.grpo(shape, standins[shape]))
                 shutil.rmtree(Path(standins[shape]["model"]).parent, ignore_errors=True)
+        self.part(f"{a.offload_shape}/offload", a.need_offload, lambda: self.offload_step(a.offload_shape))
         self.save()
         shutil.rmtree(self.work, ignore_errors=True)
         return 1 if self.report["failed"] else 0
@@ -369,11 +396,20 @@ def summary(rep):
                 line += f"; TRL {r['trl']}"
             lines.append(line)
         elif name.endswith("/plan"):
-            for k in ("full", "lora16"):
+            for k in ("full", "offload", "lora16"):
                 v = r[k]
+                host = v["memory"].get("host_bytes", 0) if v["fits"] else 0
                 lines.append(f"{name} {k} ({r['params'] / 1e9:.2f}B params): " +
-                             (f"fits, planned peak {v['memory'].get('peak_bytes', 0) / 2**30:.1f} GiB" if v["fits"]
+                             (f"fits, planned peak {v['memory'].get('peak_bytes', 0) / 2**30:.1f} GiB" +
+                              (f" on the device, {host / 2**30:.1f} GiB on the host" if host else "") if v["fits"]
                               else "refused: " + v["refusal"].splitlines()[0][:400]))
+        elif name.endswith("/offload"):
+            med = lambda xs: sorted(x for x in xs if x is not None)[len(xs) // 2] if xs else float("nan")  # noqa: E731
+            lines.append(f"{name} ({r['params'] / 1e9:.2f}B params, {r['work']}): precision.offload optimizer, bf16_sr: "
+                         f"steps {', '.join(f'{x:.1f}' for x in r['step_s'])} s (last: rollout {r['rollout_s'][-1]:.1f}, "
+                         f"forward+backward {r['forward_backward_s'][-1]:.1f}, optimizer {r['optimizer_s'][-1]:.1f}), "
+                         f"device peak {r['device_peak_bytes'] / 2**30:.1f} GiB (plan {(r['plan_device_peak_bytes'] or 0) / 2**30:.1f}"
+                         f" + host {(r['plan_host_bytes'] or 0) / 2**30:.1f})")
     for f in rep["failed"]:
         lines.append(f"FAILED {f['part']}: {f['error'].splitlines()[-1] if f['error'] else ''}")
     if rep["skipped"]:
@@ -413,10 +449,13 @@ def main():
         a.device, a.layers, a.gen_batch, a.gen_prompt, a.gen_tokens, a.gen_repeats = "cpu", 2, 4, 16, 8, 1
         bench_scale.WORK["rehearse"] = dict(prompts=2, group=2, new_tokens=8, steps=2)
         a.grpo_work, a.need_generate, a.need_grpo = "rehearse", 10, 10
+        a.offload_work, a.offload_shape, a.need_offload = "rehearse", "qwen2.5-0.5b", 10
     else:
         a.device, a.layers, a.gen_batch, a.gen_prompt, a.gen_tokens, a.gen_repeats = "cuda", None, 256, 64, 512, 1
         bench_scale.WORK["gpu"] = dict(prompts=16, group=8, new_tokens=256, steps=3)
         a.grpo_work, a.need_generate, a.need_grpo = "gpu", 60, 60
+        bench_scale.WORK["offload"] = dict(prompts=4, group=4, new_tokens=128, steps=2)
+        a.offload_work, a.offload_shape, a.need_offload = "offload", "qwen2.5-7b", 240
     s = Scale(a)
     rc = s.run()
     print(summary(s.report), flush=True)

@@ -113,6 +113,7 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
   // into it happens as the load ends, the FP32 weights beside their compute-dtype copy: no more
   // than the load phase's FP32 weights beside the mapped files (BF16 or FP32 files).
   const bool lora = c.lora.enabled();
+  const bool offload = c.precision.offload == precision::Offload::optimizer;  // validate(): 16-bit, world size 1
   const double A = lora ? lora_param_count(m, c.lora) : P;
   const std::string mk = lora ? "lora.rank (" + num(c.lora.rank) + ") x lora.target_modules (" +
                                     num(int64_t(c.lora.target_modules.size())) + ") x model.n_layers (" +
@@ -129,9 +130,17 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
   else if (fp32)
     parts.push_back({"FP32 compute " + what + "weights (all of them; this rank's master is its shard of them)", mk,
                      A * 4, "", ""});
+  else if (offload)
+    parts.push_back({"FP32 master weights (host: precision.offload)", mk, A * 4, "", "", true});
   else
     parts.push_back({"FP32 master " + what + "weights (this rank's shard)", mk, A * 4 / W, shard_knob, ""});
-  parts.push_back({"AdamW moments (this rank's shard)", mk, A * 8 / W, shard_knob, ""});
+  if (offload) {
+    parts.push_back({"AdamW moments (host: precision.offload)", mk, A * 8, "", "", true});
+    parts.push_back({"offload staging slices of the gradient and compute weights (pinned host)", "min(parameters, 2^22)",
+                     std::min(A, kSliceElems) * (4 + cb), "", "", true});
+  } else {
+    parts.push_back({"AdamW moments (this rank's shard)", mk, A * 8 / W, shard_knob, ""});
+  }
   parts.push_back({W > 1 ? "flat FP32 gradient and this rank's reduced shard" : "flat FP32 gradient", mk,
                    A * 4 * (1 + (W > 1 ? 1 / W : 0)), "", ""});
   if (!fp32)
@@ -160,9 +169,10 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
   }
 
   // Loading the base model: its files mapped while the FP32 buffer fills (before anything else).
-  parts.push_back({"FP32 weights being loaded", model_keys(m), P * 4, "", "load"});  // the whole model, LoRA too
+  // Offloaded, the loaded buffer is the host master (held above) and the files are read on the host.
+  if (!offload) parts.push_back({"FP32 weights being loaded", model_keys(m), P * 4, "", "load"});  // the whole model, LoRA too
   parts.push_back({"base model files, mapped while converted", "the weight files of grpo.base_model",
-                   in.weight_file_bytes > 0 ? in.weight_file_bytes : P * 4, "", "load"});
+                   in.weight_file_bytes > 0 ? in.weight_file_bytes : P * 4, "", "load", offload});
   // The input width of the widest adapted projection's and its (out, in) shape.
   double widest_in = 0, svd_out = 0, svd_in = 0;
   if (lora)
@@ -266,14 +276,21 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
 double MemoryPlan::held() const {
   double t = baseline;
   for (const MemoryPart& p : parts)
-    if (p.phase.empty()) t += p.bytes;
+    if (p.phase.empty() && on_device(p)) t += p.bytes;
   return t;
 }
 
 double MemoryPlan::phase_bytes(const std::string& phase) const {
   double t = 0;
   for (const MemoryPart& p : parts)
-    if (p.phase == phase) t += p.bytes;
+    if (p.phase == phase && on_device(p)) t += p.bytes;
+  return t;
+}
+
+double MemoryPlan::host_bytes() const {
+  double t = 0;
+  for (const MemoryPart& p : parts)
+    if (!on_device(p)) t += p.bytes;
   return t;
 }
 
@@ -311,6 +328,7 @@ MemoryPlan plan_memory(const RunConfig& c, const std::string& command, const Mem
   MemoryPlan plan;
   plan.command = command;
   plan.baseline = in.baseline_bytes;
+  plan.gpu = in.gpu;
   std::vector<MemoryPart>& parts = plan.parts;
   if (command == "train") {
     train_parts(c, in, parts);
@@ -341,12 +359,17 @@ std::string memory_report(const MemoryPlan& plan) {
                     (at.empty() ? std::string() : " (" + at + ")") + "; held all run " + format_bytes(plan.held());
   if (plan.baseline > 0) out += "\n  " + format_bytes(plan.baseline) + "  process baseline (libtorch, tokenizer, data; measured)";
   for (const MemoryPart& p : plan.parts)
-    if (p.phase.empty()) out += "\n  " + format_bytes(p.bytes) + "  " + p.what;
+    if (p.phase.empty() && plan.on_device(p)) out += "\n  " + format_bytes(p.bytes) + "  " + p.what;
   for (const std::string& ph : plan.phases()) {
     out += "\n  " + ph + ": peak " + format_bytes(plan.phase_peak(ph)) +
            (ph == "load" ? " (before the optimizer state exists)" : "");
     for (const MemoryPart& p : plan.parts)
-      if (p.phase == ph) out += "\n    " + format_bytes(p.bytes) + "  " + p.what;
+      if (p.phase == ph && plan.on_device(p)) out += "\n    " + format_bytes(p.bytes) + "  " + p.what;
+  }
+  if (plan.host_bytes() > 0) {
+    out += "\n  host memory (precision.offload): " + format_bytes(plan.host_bytes());
+    for (const MemoryPart& p : plan.parts)
+      if (!plan.on_device(p)) out += "\n    " + format_bytes(p.bytes) + "  " + p.what;
   }
   return out;
 }
@@ -401,6 +424,13 @@ MemoryLimit gpu_memory_limit(int device) {
 }
 
 void check_memory(const MemoryPlan& plan, const MemoryLimit& limit) {
+  if (plan.host_bytes() > 0) {  // the offloaded optimizer state against this machine's memory
+    const MemoryLimit host = host_memory_limit(available_memory_bytes());
+    if (host.bytes > 0 && plan.host_bytes() * double(host.ranks) > host.bytes)
+      throw UserError(plan.command + ": the host memory of precision.offload: optimizer, " +
+                      format_bytes(plan.host_bytes() * double(host.ranks)) + ", exceeds " + host.where +
+                      " (the FP32 master and AdamW moments: 12 bytes per parameter)\n" + memory_report(plan));
+  }
   if (limit.bytes <= 0 || plan.parts.empty()) return;  // unknown size: nothing to compare against
   const double peak = plan.peak();
   if (peak * double(limit.ranks) <= limit.bytes) return;
@@ -408,7 +438,7 @@ void check_memory(const MemoryPlan& plan, const MemoryLimit& limit) {
   const std::string at = plan.peak_phase();
   std::vector<const MemoryPart*> in_peak;
   for (const MemoryPart& p : plan.parts)
-    if (at == "load" ? p.phase == "load" : (p.phase.empty() || p.phase == at)) in_peak.push_back(&p);
+    if (plan.on_device(p) && (at == "load" ? p.phase == "load" : (p.phase.empty() || p.phase == at))) in_peak.push_back(&p);
   std::stable_sort(in_peak.begin(), in_peak.end(), [](const MemoryPart* a, const MemoryPart* b) { return a->bytes > b->bytes; });
   const MemoryPart& big = *in_peak.front();
   std::string others;

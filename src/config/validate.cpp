@@ -180,6 +180,20 @@ void validate_grpo(const train::GrpoConfig& g) {
   require(g.logprob_chunk_tokens >= 0, "grpo.logprob_chunk_tokens", ">= 0", std::to_string(g.logprob_chunk_tokens));
 }
 
+void validate_offload(const RunConfig& config) {
+  const precision::PrecisionConfig& p = config.precision;
+  if (p.offload == precision::Offload::none) return;
+  const precision::RoundMode mode = precision::round_mode_for(p.mode);
+  require(!precision::is_fp8(p.mode) && mode != precision::RoundMode::fp32, "precision.mode",
+          "fp16, bf16, bf16_sr or fp16_sr with precision.offload: optimizer (fp32 keeps one buffer for master and "
+          "compute weights; FP8 channel scales are not offloaded)",
+          std::string(config::enum_name(p.mode)));
+  require(config.lora.rank == 0, "lora.rank", "0 with precision.offload: optimizer (the adapters' state is small)",
+          std::to_string(config.lora.rank));
+  require(p.analog_mantissa_bits == 0, "precision.analog_mantissa_bits", "0 with precision.offload: optimizer",
+          std::to_string(p.analog_mantissa_bits));
+}
+
 void validate_lora(const model::LoraConfig& l, const RunConfig& config) {
   require(l.rank >= 0 && l.rank <= 65536, "lora.rank", "in [0, 65536] (0 = full-parameter training)",
           std::to_string(l.rank));
@@ -243,6 +257,7 @@ void validate(const RunConfig& config) {
   require(!g.round_base_to_fp8 || config.precision.analog_mantissa_bits == 0, "grpo.round_base_to_fp8",
           "false with precision.analog_mantissa_bits (one grid for the base)", "true");
   validate_lora(config.lora, config);
+  validate_offload(config);
   validate_dist(config.dist);
 }
 

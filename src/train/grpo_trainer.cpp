@@ -156,11 +156,15 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
       device_(device),
       train_(train),
       my_test_(std::move(my_test)),
-      weights_(config.model, on_device(std::move(master), device), with_compute(config.precision, compute),
-               ctx.seeds.rounding, &comm,
+      // precision.offload: optimizer keeps the master (and moments) on the host.
+      weights_(config.model,
+               on_device(std::move(master),
+                         config.precision.offload == precision::Offload::optimizer ? torch::Device(torch::kCPU) : device),
+               with_compute(config.precision, compute), ctx.seeds.rounding, &comm,
                FrozenBase{std::move(base.spec), base.weights.defined() ? on_device(std::move(base.weights), device)
                                                                        : torch::Tensor(),
-                          torch::Tensor()}),
+                          torch::Tensor()},
+               device),
       verifier_name_(reward::verifier_name(config.reward, config::enum_name(config.data.task))),
       verifier_(reward::make_verifier(verifier_name_, config.reward)),
       order_(train.size(), ctx.seeds.data),

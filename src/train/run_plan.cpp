@@ -103,7 +103,9 @@ PromptFit read_and_fit(const std::filesystem::path& file, const RunPlan& plan) {
 
 // The memory plan against this rank's limit (its GPU's free memory, or the machine's available
 // memory and the cgroup's free part, which already leave out this process's baseline).
-void plan_memory_of(RunPlan& plan, const MemoryPlanInputs& in) {
+void plan_memory_of(RunPlan& plan, const MemoryPlanInputs& inputs) {
+  MemoryPlanInputs in = inputs;
+  in.gpu = plan.device.kind == DeviceKind::cuda;
   plan.limit = device_memory_limit(plan.device);
   if (plan.limit.bytes > 0) plan.limit.bytes += in.baseline_bytes;
   plan.memory = plan_memory(plan.config, plan.command, in);
@@ -287,9 +289,10 @@ nlohmann::json memory_json(const MemoryPlan& plan, const MemoryLimit& limit) {
   nlohmann::json parts = nlohmann::json::array(), phases = nlohmann::json::object();
   for (const MemoryPart& p : plan.parts)
     parts.push_back({{"what", p.what}, {"phase", p.phase.empty() ? "held" : p.phase}, {"bytes", p.bytes},
-                     {"keys", p.keys}, {"knob", p.knob}});
+                     {"keys", p.keys}, {"knob", p.knob}, {"host", !plan.on_device(p)}});
   for (const std::string& ph : plan.phases()) phases[ph] = plan.phase_peak(ph);
   return {{"peak_bytes", plan.peak()}, {"peak_phase", plan.peak_phase()}, {"held_bytes", plan.held()},
+          {"host_bytes", plan.host_bytes()},
           {"baseline_bytes", plan.baseline}, {"phase_peak_bytes", phases}, {"parts", parts},
           {"limit_bytes", limit.bytes}, {"limit", limit.where}, {"ranks_sharing_limit", limit.ranks}};
 }

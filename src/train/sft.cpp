@@ -84,8 +84,9 @@ SftResult run_sft(RunConfig config) {
   const model::ParamLayout layout = model::llama_layout(cfg.model);
   torch::Tensor master = torch::empty({layout.total});
   model::init_llama_weights(layout, cfg.model, master, ctx.seeds.init);  // on the CPU: the same start anywhere
-  master = master.to(device);
-  TrainableWeights weights(cfg.model, master, with_compute(cfg.precision, plan.compute), ctx.seeds.rounding);
+  if (cfg.precision.offload == precision::Offload::none) master = master.to(device);  // offloaded: stays on the host
+  TrainableWeights weights(cfg.model, master, with_compute(cfg.precision, plan.compute), ctx.seeds.rounding, nullptr,
+                           {}, device);
   record_in_run_json(ctx, {{"forward_dtype", c10::toString(weights.forward_dtype())}});
   const auto verifier = reward::make_verifier(reward::verifier_name(cfg.reward, config::enum_name(cfg.data.task)), cfg.reward);
   EvalOptions eval_opts;

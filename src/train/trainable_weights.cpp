@@ -170,7 +170,7 @@ void round_base_to_fp8_(torch::Tensor& master, const model::ParamLayout& layout,
   round_base_to_fp8(x, 0, master.numel(), fp8_channels(layout, x, threads), threads);
 }
 
-bool TrainableWeights::on_device() const { return master_.is_cuda(); }
+bool TrainableWeights::on_device() const { return device_.is_cuda(); }
 
 bool TrainableWeights::analog_grid() const {
   return precision_.analog_mantissa_bits > 0 &&
@@ -188,11 +188,20 @@ void TrainableWeights::materialize_compute(const torch::Tensor& full_master) {
   if (analog_grid()) return materialize_analog(full_master.data_ptr<float>(), 0, total_);
   if (fp8()) return materialize_fp8_slice(full_master.data_ptr<float>(), 0, total_, compute_.data_ptr(), fp8_exponents());
   const precision::SrKey key{rounding_seed_, uint64_t(adam_step_)};
+  if (offload_) {  // rounded on the host a slice at a time, then copied to the device
+    for (int64_t b = 0; b < total_; b += stage_compute_.numel()) {
+      const int64_t n = std::min(stage_compute_.numel(), total_ - b);
+      precision::materialize(full_master.data_ptr<float>() + b, stage_compute_.data_ptr(), std::size_t(n), round_mode_,
+                             key, uint64_t(b), {precision_.threads});
+      compute_.narrow(0, b, n).copy_(stage_compute_.narrow(0, 0, n));
+    }
+    return;
+  }
   if (on_device()) {
 #if defined(UNSTUCK_HAVE_CUDA)
     // Our kernels run on the current device: make it the master's. The legacy default stream is
     // libtorch's current stream unless a caller set another.
-    const c10::DeviceGuard on_master(master_.device());
+    const c10::DeviceGuard on_master(device_);
     precision::materialize_cuda(full_master.data_ptr<float>(), compute_.data_ptr(), std::size_t(total_),
                                 round_mode_, key, 0, nullptr);
 #endif
@@ -204,11 +213,14 @@ void TrainableWeights::materialize_compute(const torch::Tensor& full_master) {
 
 TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
                                    const precision::PrecisionConfig& precision,
-                                   uint64_t rounding_seed, dist::Communicator* comm, FrozenBase base)
+                                   uint64_t rounding_seed, dist::Communicator* comm, FrozenBase base,
+                                   std::optional<torch::Device> device)
     : precision_(precision),
       round_mode_(precision::round_mode_for(precision.mode)),
       rounding_seed_(rounding_seed),
-      comm_(comm) {
+      comm_(comm),
+      device_(device.value_or(master.device())),
+      offload_(precision.offload == precision::Offload::optimizer) {
   if (precision.compute == precision::ComputeMode::auto_)
     throw std::invalid_argument("TrainableWeights: resolve precision.compute auto first (train::resolve_compute)");
   const bool lora = base.weights.defined();
@@ -225,18 +237,29 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
     throw std::invalid_argument("TrainableWeights: the frozen base must be the model's FP32 weights on the master's device");
   master = master.contiguous();
   const int64_t world = world_of(comm_), rank = comm_ ? comm_->rank() : 0;
-  if (master.is_cuda()) {
+  if (offload_) {
+    // validate() refuses these configs by key; this guards direct use.
+    if (lora || fp8() || round_mode_ == precision::RoundMode::fp32 || precision.analog_mantissa_bits > 0)
+      throw UserError("precision.offload: optimizer trains every parameter in fp16, bf16, bf16_sr or fp16_sr");
+    if (world > 1)
+      throw UserError("precision.offload: optimizer runs at world size 1 (WORLD_SIZE is " + std::to_string(world) +
+                      "); sharding the state over ranks (ZeRO-1) is the multi-GPU way to shrink it");
+    if (!master.is_cpu()) throw std::invalid_argument("TrainableWeights: an offloaded master must be on the CPU");
+  } else if (master.device() != device_) {
+    throw std::invalid_argument("TrainableWeights: the master must be on the model's device unless offloaded");
+  }
+  if (device_.is_cuda()) {
     if (!cuda_compiled())
-      throw UserError("trainable weights: the master is on " + master.device().str() +
+      throw UserError("trainable weights: the model is on " + device_.str() +
                       " but this build has no CUDA kernels (configure with UNSTUCK_CUDA=ON)");
     if (world > 1 && std::string(comm_->backend_name()) != "nccl")
-      throw UserError(std::string("trainable weights on ") + master.device().str() + " need dist.backend nccl, not " +
+      throw UserError(std::string("trainable weights on ") + device_.str() + " need dist.backend nccl, not " +
                       comm_->backend_name() + " (Gloo moves host buffers only)");
-  } else if (!master.is_cpu()) {
-    throw UserError("trainable weights: unsupported device " + master.device().str() + " (cpu or cuda)");
+  } else if (!device_.is_cpu()) {
+    throw UserError("trainable weights: unsupported device " + device_.str() + " (cpu or cuda)");
   }
-  if (const std::string cpu_only = cpu_only_precision(precision); !cpu_only.empty() && !master.is_cpu())
-    throw UserError(cpu_only + ", and the master is on " + master.device().str() + ": set run.device: cpu");
+  if (const std::string cpu_only = cpu_only_precision(precision); !cpu_only.empty() && !device_.is_cpu())
+    throw UserError(cpu_only + ", and the model is on " + device_.str() + ": set run.device: cpu");
   total_ = layout.total;
   const int64_t blocks = (total_ + kNormBlock - 1) / kNormBlock;
   shard_size_ = (blocks + world - 1) / world * kNormBlock;
@@ -256,16 +279,21 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
     master_ = compute_all_.narrow(0, shard_begin_, owned_);
   } else {
     master_ = adopt ? master : master.narrow(0, shard_begin_, owned_).clone();
-    compute_all_ = model::lazy_zeros(world * shard_size_, compute_dtype(round_mode_), master.device());
+    compute_all_ = model::lazy_zeros(world * shard_size_, compute_dtype(round_mode_), device_);
   }
   // Zeros whose pages are touched when first used (the first backward and optimizer step), not
   // here: gigabytes at a real model's size that would otherwise delay the first rollout token.
   exp_avg_ = model::lazy_zeros(master_.numel(), torch::kFloat32, master_.device());
   exp_avg_sq_ = model::lazy_zeros(master_.numel(), torch::kFloat32, master_.device());
-  grad_ = model::lazy_zeros(world * shard_size_, torch::kFloat32, master_.device());
-  grad_shard_ = world == 1 ? grad_ : model::lazy_zeros(shard_size_, torch::kFloat32, master_.device());
+  grad_ = model::lazy_zeros(world * shard_size_, torch::kFloat32, device_);
+  grad_shard_ = world == 1 ? grad_ : model::lazy_zeros(shard_size_, torch::kFloat32, device_);
   compute_ = compute_all_.narrow(0, 0, total_);
   scratch_ = torch::empty({std::min(kSliceElems, std::max<int64_t>(owned_, 1))}, compute_all_.options());
+  if (offload_) {  // pinned on a GPU, so the copies run at the link's speed
+    const auto host = torch::TensorOptions().device(torch::kCPU).pinned_memory(device_.is_cuda());
+    stage_grad_ = torch::empty({scratch_.numel()}, host.dtype(torch::kFloat32));
+    stage_compute_ = torch::empty({scratch_.numel()}, host.dtype(compute_all_.scalar_type()));
+  }
   if (fp8()) {
     fp8_ = std::make_unique<Fp8Channels>();
     fp8_->matrices = layout.fp8_matrices();
@@ -277,7 +305,7 @@ TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tens
   // FP16 has no fast CPU kernels: compute in FP32 on the FP16-rounded weights (DESIGN.md). CUDA
   // computes in FP16 natively.
   const bool fp32_forward = precision_.compute == precision::ComputeMode::fp32 ||
-                            (compute_.scalar_type() == torch::kHalf && !master_.is_cuda());
+                            (compute_.scalar_type() == torch::kHalf && !device_.is_cuda());
   forward_ = fp32_forward && compute_.scalar_type() != torch::kFloat32 ? compute_.to(torch::kFloat32)
                                                                        : compute_;
   if (lora) {
@@ -461,7 +489,7 @@ double TrainableWeights::reduced_grad_norm() const {
 double TrainableWeights::device_grad_sumsq(int64_t blocks) const {
   torch::Tensor partial = torch::empty({blocks}, grad_shard_.options().dtype(torch::kFloat64));
 #if defined(UNSTUCK_HAVE_CUDA)
-  const c10::DeviceGuard on_master(master_.device());
+  const c10::DeviceGuard on_master(device_);
   precision::block_sumsq_cuda(grad_shard_.data_ptr<float>(), std::size_t(blocks), std::size_t(kNormBlock),
                               partial.data_ptr<double>(), nullptr);
 #endif
@@ -481,7 +509,7 @@ bool TrainableWeights::any_nonfinite_grad() const {
   bool mine = false;
   if (on_device()) {
 #if defined(UNSTUCK_HAVE_CUDA)
-    const c10::DeviceGuard on_master(master_.device());
+    const c10::DeviceGuard on_master(device_);
     mine = precision::count_nonfinite_cuda(grad_shard_.data_ptr<float>(), std::size_t(owned_), nullptr) > 0;
 #endif
   } else {
@@ -535,7 +563,7 @@ torch::Tensor TrainableWeights::fp8_channel_amax(const float* master, int64_t n,
       torch::zeros({int64_t(precision::fp8_channel_count(fp8_->matrices))}, master_.options().dtype(torch::kFloat32));
   if (on_device()) {
 #if defined(UNSTUCK_HAVE_CUDA)
-    const c10::DeviceGuard on_master(master_.device());
+    const c10::DeviceGuard on_master(device_);
     precision::fp8_channel_amax_cuda(master, std::size_t(n), uint64_t(offset), fp8_->matrices, amax.data_ptr<float>(),
                                      nullptr);
 #endif
@@ -572,7 +600,7 @@ void TrainableWeights::materialize_fp8_slice(const float* master, int64_t begin,
     return precision::materialize_fp8(master, static_cast<uint16_t*>(out), std::size_t(n), uint64_t(begin),
                                       fp8_->matrices, exponent.data_ptr<int32_t>(), sr, key, {precision_.threads});
 #if defined(UNSTUCK_HAVE_CUDA)
-  const c10::DeviceGuard on_master(master_.device());
+  const c10::DeviceGuard on_master(device_);
   precision::materialize_fp8_cuda(master, static_cast<uint16_t*>(out), std::size_t(n), uint64_t(begin),
                                   fp8_->matrices, exponent.data_ptr<int32_t>(), sr, key, nullptr);
 #endif
@@ -611,12 +639,12 @@ void TrainableWeights::fp8_update(const precision::AdamWHyper& hyper, precision:
 void TrainableWeights::fused_adamw(const precision::AdamWBuffers& buffers, const std::vector<precision::Segment>& segments,
                                    const precision::AdamWHyper& hyper, precision::RoundMode mode,
                                    precision::SrKey key) const {
-  if (!on_device()) {
+  if (!master_.is_cuda()) {  // the CPU, or host buffers of an offloaded state
     precision::fused_adamw_step(buffers, segments, hyper, mode, key, {precision_.threads});
     return;
   }
 #if defined(UNSTUCK_HAVE_CUDA)
-  const c10::DeviceGuard on_master(master_.device());
+  const c10::DeviceGuard on_master(device_);
   precision::fused_adamw_cuda(buffers, segments, hyper, mode, key, nullptr);
 #endif
 }
@@ -629,6 +657,19 @@ void TrainableWeights::update_slice(int64_t begin, int64_t n, const precision::A
   slice_segments(begin, n, segments, tensor);
   const torch::Tensor before = scratch_.narrow(0, 0, n), after = compute_all_.narrow(0, begin, n);
   before.copy_(after);
+  if (offload_) {
+    // The slice's gradient to the host, the update on the host buffers (pointers addressing global
+    // element `begin`), its compute weights back to the device; the counts on the device as without.
+    const int64_t at = begin - shard_begin_;
+    stage_grad_.narrow(0, 0, n).copy_(grad_shard_.narrow(0, at, n));
+    const precision::AdamWBuffers host{master_.data_ptr<float>() + at, stage_grad_.data_ptr<float>(),
+                                       exp_avg_.data_ptr<float>() + at, exp_avg_sq_.data_ptr<float>() + at,
+                                       stage_compute_.data_ptr(), uint64_t(begin)};
+    fused_adamw(host, segments, hyper, round_mode_, key);
+    after.copy_(stage_compute_.narrow(0, 0, n));
+    count_slice_changes(begin, n, segments, tensor, before, after, changed, delta, weight);
+    return;
+  }
   fused_adamw(buffers, segments, hyper, round_mode_, key);
   // The analog grid: the fused step wrote BF16; the slice is rounded onto the coarser grid.
   if (analog_grid()) materialize_analog(master_.data_ptr<float>() + (begin - shard_begin_), begin, n);

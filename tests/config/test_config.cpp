@@ -218,6 +218,11 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
   EXPECT_EQ(error_of([] { load_run_config("", {"lora.rank=4", "lora.init=pissa", "grpo.base_adapter=sft_adapter"}); }),
             "lora.init must be kaiming or gaussian with grpo.base_adapter (the adapter is the start; PiSSA derives its "
             "own from the base), got pissa");
+  EXPECT_EQ(error_of([] { load_run_config("", {"precision.offload=optimizer", "precision.mode=fp32"}); }),
+            "precision.mode must be fp16, bf16, bf16_sr or fp16_sr with precision.offload: optimizer (fp32 keeps one "
+            "buffer for master and compute weights; FP8 channel scales are not offloaded), got fp32");
+  EXPECT_EQ(error_of([] { load_run_config("", {"precision.offload=optimizer", "lora.rank=8"}); }),
+            "lora.rank must be 0 with precision.offload: optimizer (the adapters' state is small), got 8");
   EXPECT_EQ(error("rollout.decode=graph"),
             "override 'rollout.decode=graph': rollout.decode: expected one of auto | dynamic | fixed | graphs, got "
             "'graph' (did you mean 'graphs'?)");

@@ -229,6 +229,33 @@ TEST(TrainMemory, PhasesAndPrecisions) {
   EXPECT_DOUBLE_EQ(two.phase_bytes("checkpoint"), P * 12);
 }
 
+// precision.offload: optimizer on a GPU moves the FP32 master and the AdamW moments (12 bytes per
+// parameter) and the loaded FP32 weights out of the device's plan into host memory, which is
+// planned and reported apart; on the CPU the same parts stay in the one plan.
+TEST(TrainMemory, OffloadMovesTheOptimizerStateToTheHost) {
+  ::unsetenv("WORLD_SIZE");
+  RunConfig c = big_vocab_run();
+  c.grpo.logprob_chunk_rows = 4;
+  c.precision.mode = precision::PrecisionMode::bf16_sr;
+  MemoryPlanInputs in;
+  in.longest_prompt = 100;
+  in.gpu = true;
+  const MemoryPlan none = plan_memory(c, "train", in);
+  c.precision.offload = precision::Offload::optimizer;
+  const MemoryPlan off = plan_memory(c, "train", in);
+  const double P = part_bytes(none, "FP32 master weights") / 4;
+  EXPECT_EQ(none.host_bytes(), 0);
+  EXPECT_DOUBLE_EQ(none.held() - off.held(), P * 12);
+  EXPECT_GE(off.host_bytes(), P * 12);
+  EXPECT_LT(off.phase_peak("load"), none.phase_peak("load"));
+  const std::string report = memory_report(off);
+  EXPECT_TRUE(has(report, "host memory (precision.offload): ") && has(report, "AdamW moments (host")) << report;
+  in.gpu = false;
+  const MemoryPlan cpu = plan_memory(c, "train", in);
+  EXPECT_EQ(cpu.host_bytes(), 0);
+  EXPECT_GE(cpu.held(), none.held());  // the same parts plus the staging slices
+}
+
 TEST(TrainMemory, GpuFreeMemoryOnThisMachine) {
   if (cuda_device_count() == 0) {
     EXPECT_EQ(gpu_memory_limit(0).bytes, 0.0);  // unknown: preflight checks nothing

@@ -118,10 +118,14 @@ struct DeviceRun {
 
 // Three AdamW steps from the same master and gradients on `device`. Clipping is off (grad_clip 0)
 // so the update's inputs are identical on both devices; the norm is compared with a tolerance.
-DeviceRun run_on(torch::Device device, precision::PrecisionMode mode) {
-  TrainableWeights w(shape(), start_master().to(device), precision_of(mode), kSeed);
+// `offload`: precision.offload optimizer (the master and moments on the host); `clip` sets grad_clip.
+DeviceRun run_on(torch::Device device, precision::PrecisionMode mode, bool offload = false, double clip = 0) {
+  precision::PrecisionConfig pc = precision_of(mode);
+  if (offload) pc.offload = precision::Offload::optimizer;
+  TrainableWeights w(shape(), offload ? start_master() : start_master().to(device), pc, kSeed, nullptr, {}, device);
+  EXPECT_EQ(w.offloaded(), offload);
   precision::OptimConfig oc;
-  oc.grad_clip = 0;
+  oc.grad_clip = clip;
   oc.weight_decay = 0.1;
   DeviceRun r;
   for (int k = 1; k <= 3; ++k) {
@@ -131,6 +135,7 @@ DeviceRun run_on(torch::Device device, precision::PrecisionMode mode) {
     r.changed.push_back(s.changed);
   }
   const FullOptimizerState st = w.gather_state();
+  if (offload) EXPECT_TRUE(st.master.is_cpu() && st.exp_avg.is_cpu() && w.compute().device() == device);
   r.master = st.master.cpu();
   r.exp_avg = st.exp_avg.cpu();
   r.exp_avg_sq = st.exp_avg_sq.cpu();
@@ -138,7 +143,46 @@ DeviceRun run_on(torch::Device device, precision::PrecisionMode mode) {
   return r;
 }
 
+bool same_bits(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.element_size() == 2 ? torch::equal(a.view(torch::kShort), b.view(torch::kShort))
+                               : torch::equal(a.view(torch::kInt), b.view(torch::kInt));
+}
+
+void expect_same_run(const DeviceRun& a, const DeviceRun& b, double norm_tolerance, const std::string& what) {
+  EXPECT_TRUE(same_bits(a.master, b.master)) << what;
+  EXPECT_TRUE(same_bits(a.exp_avg, b.exp_avg)) << what;
+  EXPECT_TRUE(same_bits(a.exp_avg_sq, b.exp_avg_sq)) << what;
+  EXPECT_TRUE(same_bits(a.compute, b.compute)) << what;
+  EXPECT_EQ(a.changed, b.changed) << what;
+  for (std::size_t k = 0; k < a.norms.size(); ++k)
+    EXPECT_NEAR(b.norms[k], a.norms[k], norm_tolerance * a.norms[k]) << what << " step " << k + 1;
+}
+
+// precision.offload: optimizer on the CPU (the staged path: the gradient copied out and the compute
+// weights back a slice at a time, the update on the host buffers) gives the bits of the plain run:
+// master, moments, compute weights, per-step changes and gradient norms (with clipping on, so the
+// norm feeds the update). Configurations it does not cover are refused.
+TEST(Offload, OptimizerOnTheHostGivesThePlainBits) {
+  for (const auto mode : {precision::PrecisionMode::bf16_sr, precision::PrecisionMode::bf16,
+                          precision::PrecisionMode::fp16, precision::PrecisionMode::fp16_sr})
+    expect_same_run(run_on(torch::kCPU, mode, false, 0.5), run_on(torch::kCPU, mode, true, 0.5), 0,
+                    std::string("offload, ") + config::enum_name(mode));
+  precision::PrecisionConfig pc = precision_of(precision::PrecisionMode::fp32);
+  pc.offload = precision::Offload::optimizer;
+  EXPECT_THROW(TrainableWeights(shape(), start_master(), pc, kSeed), UserError);
+}
+
 class CudaTrainableWeights : public ::testing::TestWithParam<precision::PrecisionMode> {};
+
+// The offloaded update on the host with the model on a CUDA device: the CPU's bits (norms within
+// 1e-12 relative, as the device sums them by blocks).
+TEST(Offload, CudaOffloadedGivesTheCpuBits) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
+  for (const auto mode : {precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16})
+    expect_same_run(run_on(torch::kCPU, mode), run_on(torch::Device(torch::kCUDA, 0), mode, true), 1e-12,
+                    std::string("cuda offload, ") + config::enum_name(mode));
+}
 
 TEST_P(CudaTrainableWeights, GivesTheCpuBitsForTheSameInputs) {
   std::string why;

@@ -43,6 +43,9 @@ CONFIGS = [
                                 "model.activation_checkpointing=true"]),
     ("lora_fp32", ["precision.mode=fp32", "lora.rank=16", "grpo.logprob_chunk_tokens=16",
                    "model.activation_checkpointing=false"]),
+    # precision.offload: optimizer on the CPU: the same buffers plus the two staging slices.
+    ("bf16_sr_offload", ["precision.mode=bf16_sr", "precision.offload=optimizer", "grpo.logprob_chunk_tokens=16",
+                         "model.activation_checkpointing=true"]),
     # PiSSA (the SVDs at load, the start adapters and the reference's copy) with lora.dropout's masks.
     ("lora_pissa_dropout", ["precision.mode=bf16_sr", "lora.rank=16", "lora.init=pissa", "lora.dropout=0.05",
                             "grpo.logprob_chunk_tokens=16", "grpo.ref_metrics_every=1", "grpo.kl_coef=0.01",

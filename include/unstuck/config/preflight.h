@@ -21,6 +21,7 @@ struct MemoryPart {
   double bytes = 0;
   std::string knob;  // what to change when this part does not fit ("raise grpo.minibatches ..."); may be empty
   std::string phase;  // "" (held all run), "load", "rollout", "update", "log-probs", "optimizer", "checkpoint", "evaluation"
+  bool host = false;  // in host memory even when the run computes on a GPU (precision.offload: optimizer)
 };
 
 // What the plan is built from beyond the config.
@@ -35,6 +36,8 @@ struct MemoryPlanInputs {
   // Bytes of the base model's weight files, mapped while they are converted (0: unknown, taken as
   // the FP32 size).
   double weight_file_bytes = 0;
+  // The run computes on a GPU: its parts marked `host` are host memory, planned apart.
+  bool gpu = false;
 };
 
 // A run's memory per rank: what it holds all along plus, at each moment, the parts of one phase.
@@ -44,13 +47,17 @@ struct MemoryPlan {
   std::string command;
   double baseline = 0;
   std::vector<MemoryPart> parts;  // held first, then by phase; largest first within each
+  bool gpu = false;  // MemoryPlanInputs::gpu: the `host` parts are not device memory
 
+  // These (held, phases, peak) are the device's: on a GPU they leave out the `host` parts.
   double held() const;                                 // the parts with no phase
   double phase_bytes(const std::string& phase) const;  // the parts of `phase`
   double phase_peak(const std::string& phase) const;   // the process's memory while `phase` runs
   std::vector<std::string> phases() const;             // in order of first appearance
   double peak() const;
   std::string peak_phase() const;  // the phase that sets the peak ("" when none)
+  double host_bytes() const;       // on a GPU: the `host` parts (held all run); else 0
+  bool on_device(const MemoryPart& p) const { return !(gpu && p.host); }
 };
 
 // The plan of `command` ("sft", "train", "eval") for `config` (model shape final), computed in
@@ -81,6 +88,7 @@ struct MemoryLimit {
 MemoryLimit host_memory_limit(double bytes);
 // The free memory of CUDA device `device` now, for its one rank (unknown without CUDA).
 MemoryLimit gpu_memory_limit(int device);
+// On a GPU, the plan's `host` parts are also checked against this machine's available memory.
 // Throws UserError when the plan's peak times limit.ranks exceeds limit.bytes, naming the peak, its
 // phase, the limit, the largest part of that peak with its keys and knob, the knobs of the other
 // large parts, and the whole breakdown (memory_report), e.g. "train: planned peak 32.0 GiB (update)

@@ -42,6 +42,20 @@ inline constexpr std::array<std::pair<ComputeMode, const char*>, 3> kComputeMode
 }};
 constexpr const auto& enum_names(ComputeMode) { return kComputeModeNames; }
 
+// Where the optimizer state lives and is updated (precision.offload).
+enum class Offload {
+  none,       // the FP32 master, the AdamW moments and the update on the run's device
+  optimizer,  // the master and moments in host memory, updated there by the CPU fused AdamW (the same
+              // bits: the rounding is device-independent); the gradient crosses to the host and the
+              // compute weights back, a bounded slice at a time, once per optimizer step
+};
+
+inline constexpr std::array<std::pair<Offload, const char*>, 2> kOffloadNames{{
+    {Offload::none, "none"},
+    {Offload::optimizer, "optimizer"},
+}};
+constexpr const auto& enum_names(Offload) { return kOffloadNames; }
+
 // Dynamic loss scaling (fp16 and fp16_sr only): the scale grows by growth_factor after
 // growth_interval overflow-free steps and shrinks by backoff_factor after `hysteresis` overflows.
 struct LossScaleConfig {
@@ -75,6 +89,7 @@ struct PrecisionConfig {
   int threads = 0;                              // CPU threads for our kernels; 0 = all usable CPUs
   LossScaleConfig loss_scale;                   // used by fp16 and fp16_sr only
   int analog_mantissa_bits = 0;                 // grid-scaled analog: BF16 with this many mantissa bits
+  Offload offload = Offload::none;              // where the FP32 master and moments live
 
   template <class V>
   void visit(V& v) {
@@ -95,6 +110,11 @@ struct PrecisionConfig {
       "0 = off; 1-6: a grid-scaled analog, not a real format (docs/PRECISION.md): modes bf16 and bf16_sr "
       "round to this many mantissa bits instead of BF16's 7 (a 2^(7 - bits) times coarser grid), and "
       "grpo.round_base_to_bf16 puts the base on that grid in every mode; CPU only");
+    v("offload", offload,
+      "none: the FP32 master and AdamW moments on the run's device; optimizer: both in host memory, updated "
+      "there by the CPU fused AdamW (the same bits), the gradient copied to the host and the compute weights "
+      "to the device a slice at a time each optimizer step (12 bytes per parameter off a GPU); full-parameter "
+      "training in fp16, bf16, bf16_sr or fp16_sr at world size 1");
   }
 };
 

@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,9 +94,14 @@ class TrainableWeights {
   // With `base` (LoRA) the master is the adapters' (lora_layout(config, base.spec).total elements):
   // they are the trainable state, and the base becomes frozen_base_weights() of it, the model's
   // weights, with no master, moments or gradient of its own; the forward dtype is the adapters'.
+  // precision.offload: optimizer: `master` is on the CPU and stays there with the moments; the
+  // gradient, the compute weights and the model live on `device` (default: the master's), and each
+  // optimizer step moves the gradient to the host and the new compute weights back, a slice at a
+  // time through two bounded staging buffers (pinned on a GPU).
   TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
                    const precision::PrecisionConfig& precision, uint64_t rounding_seed,
-                   dist::Communicator* comm = nullptr, FrozenBase base = {});
+                   dist::Communicator* comm = nullptr, FrozenBase base = {},
+                   std::optional<torch::Device> device = std::nullopt);
   // The parameters' gradient hooks point at this object: it stays where it was built.
   TrainableWeights(const TrainableWeights&) = delete;
   TrainableWeights& operator=(const TrainableWeights&) = delete;
@@ -116,8 +122,11 @@ class TrainableWeights {
   FullOptimizerState gather_state() const;
   const precision::LossScalerState& scaler_state() const { return scaler_->state(); }
   const torch::Tensor& compute() const { return compute_; }
-  // True when the state lives on a CUDA device.
+  // True when the model, its gradient and compute weights live on a CUDA device (the master and
+  // moments too unless precision.offload is optimizer).
   bool on_device() const;
+  // precision.offload: optimizer: the master and moments in host memory.
+  bool offloaded() const { return offload_; }
   precision::RoundMode round_mode() const { return round_mode_; }
   const precision::PrecisionConfig& precision() const { return precision_; }
   torch::ScalarType forward_dtype() const { return forward_.scalar_type(); }
@@ -238,6 +247,9 @@ class TrainableWeights {
   torch::Tensor compute_all_;  // (W * shard_size) compute weights, padded; compute_ views the model's part
   torch::Tensor compute_, forward_;
   torch::Tensor scratch_;      // (kSliceElems) the old compute weights of the slice being updated
+  torch::Device device_ = torch::kCPU;  // the model's, gradient's and compute weights' device
+  bool offload_ = false;                // precision.offload: optimizer (master and moments on the host)
+  torch::Tensor stage_grad_, stage_compute_;  // offload: (kSliceElems) host staging of one slice
   std::unique_ptr<struct Fp8Channels> fp8_;  // FP8 modes: the channels and their current exponents
   torch::Tensor fp8_discard_;  // FP8 modes: (kSliceElems) where the fused AdamW's BF16 output goes
   model::ParamLayout layout_;  // of the trainable tensors
