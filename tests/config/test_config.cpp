@@ -129,7 +129,7 @@ TEST_F(ConfigTest, WrongTypeNamesFileLineAndDottedKey) {
   EXPECT_EQ(load_error("precision: 3\n"),
             at(1) +
                 "precision: expected a mapping with keys mode, compute, threads, loss_scale, "
-                "analog_mantissa_bits, got '3'");
+                "analog_mantissa_bits, offload, got '3'");
   EXPECT_EQ(load_error("- 1\n- 2\n"),
             at(1) + "top level: expected a mapping with keys run, precision, optim, model, lora, tokenizer, data, reward, rollout, sft, grpo, dist, got a list");
 }
