@@ -58,9 +58,23 @@ pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>
   a.push_back(nullptr);
   e.push_back(nullptr);
   const pid_t parent = ::getpid();
+  // SIGINT and SIGTERM are blocked across the fork: the child inherits the launcher's handlers,
+  // which would swallow a signal sent to it before execve (a peer's death makes the launcher
+  // SIGTERM a rank that may still be starting). The child restores the default actions, then
+  // unblocks: a signal sent in between is pending and acts on it then.
+  sigset_t stop_signals, old_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
   const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error(std::string("launch: fork failed: ") + std::strerror(errno));
   if (pid == 0) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(SIGINT, &dfl, nullptr);
+    ::sigaction(SIGTERM, &dfl, nullptr);
+    ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     // Own process group: a Ctrl-C at the terminal (or `timeout`, which signals its whole group)
     // reaches only the launcher, which forwards it once; a second SIGINT could arrive after the
     // rank has restored the default handler and kill it.
@@ -70,6 +84,8 @@ pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>
     ::execve(a[0], a.data(), e.data());
     ::_exit(127);
   }
+  ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  if (pid < 0) throw std::runtime_error(std::string("launch: fork failed: ") + std::strerror(errno));
   return pid;
 }
 
