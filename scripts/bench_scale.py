@@ -52,7 +52,8 @@ import scale_standin  # noqa: E402
 MISSING_PEERS = 77
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 WORK = {"small": dict(prompts=2, group=4, new_tokens=64, steps=2),
-        "large": dict(prompts=8, group=8, new_tokens=256, steps=2)}
+        "large": dict(prompts=8, group=8, new_tokens=256, steps=2),
+        "tiny": dict(prompts=1, group=2, new_tokens=8, steps=1)}  # start-up measurements (bench_pissa.py)
 
 
 def seconds_since_process_start():

@@ -184,10 +184,15 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
       widest_in = std::max(widest_in, in_f);
       if (out * in_f > svd_out * svd_in) std::tie(svd_out, svd_in) = std::pair(out, in_f);
     }
-  if (pissa) {  // one matrix at a time: U, S, V^T, B A, LAPACK's workspace (about 5 k^2)
+  if (pissa && c.lora.pissa_niter == 0) {  // one matrix at a time: LAPACK's copy of it, U, S, V^T, its workspace (about 5 k^2)
     const double k = std::min(svd_out, svd_in);
     parts.push_back({"PiSSA: the SVD of the largest adapted matrix", model_keys(m),
-                     (2 * svd_out * svd_in + svd_out * k + k * svd_in + 5 * k * k) * 4, "", "load"});
+                     (svd_out * svd_in + svd_out * k + k * svd_in + 5 * k * k) * 4, "lora.pissa_niter > 0 (a randomized SVD)",
+                     "load"});
+  } else if (pissa) {  // one matrix at a time: the (in, r) and (out, r) bases, Q^T W (r, in) and its SVD
+    const double r = double(c.lora.rank);
+    parts.push_back({"PiSSA: the randomized SVD of the largest adapted matrix", model_keys(m) + ", lora.rank",
+                     (4 * (svd_out + svd_in) * r + 2 * r * svd_in) * 4, "", "load"});
   }
 
   const double N = double(c.grpo.prompts_per_step) * double(c.grpo.group_size), N_rank = std::ceil(N / W);

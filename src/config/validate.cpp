@@ -207,6 +207,10 @@ void validate_lora(const model::LoraConfig& l, const RunConfig& config) {
   require(l.init != model::LoraInit::pissa || config.grpo.base_adapter.empty(), "lora.init",
           "kaiming or gaussian with grpo.base_adapter (the adapter is the start; PiSSA derives its own from the base)",
           "pissa");
+  require(l.pissa_niter >= 0 && l.pissa_niter <= 64, "lora.pissa_niter", "in [0, 64] (0 = a full SVD)",
+          std::to_string(l.pissa_niter));
+  require(l.pissa_niter == 0 || l.init == model::LoraInit::pissa, "lora.pissa_niter",
+          "0 unless lora.init is pissa (it sets how PiSSA's SVD is computed)", std::to_string(l.pissa_niter));
   static const char* kNames[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   require(!l.target_modules.empty(), "lora.target_modules", "a non-empty list of projections", "[]");
   for (std::size_t i = 0; i < l.target_modules.size(); ++i) {

@@ -127,6 +127,7 @@ LoraSpec lora_spec(const LoraConfig& config) {
   spec.alpha = config.alpha;
   spec.rslora = config.rslora;
   spec.dropout = config.dropout;
+  spec.pissa_niter = config.pissa_niter;
   for (const std::string& name : config.target_modules) {
     const LoraModule m = parse_lora_module(name, "lora.target_modules");
     if (spec.targets_module(m)) throw UserError("lora.target_modules names '" + name + "' twice");
@@ -155,26 +156,55 @@ torch::Tensor init_lora(const ModelConfig& config, const LoraSpec& spec, LoraIni
   return flat;
 }
 
-torch::Tensor pissa_init(const ModelConfig& config, const LoraSpec& spec, torch::Tensor& base) {
+namespace {
+
+struct TopSingular {
+  torch::Tensor U, S, Vh;  // (out, r), (r) descending, (r, in)
+};
+
+// The r leading singular triplets of W (out, in). niter 0: a full SVD. niter > 0: randomized
+// subspace iteration (Halko, Martinsson & Tropp 2011, "Finding structure with randomness",
+// Algorithms 4.4 and 5.1) with r columns, what peft's "pissa_niter_N" asks of torch.svd_lowrank:
+// Q spans W Omega for a Gaussian Omega (in, r), re-orthonormalized after every product with W^T
+// and W (N rounds), then the SVD of the small Q^T W. Its error falls as (S_{r+1} / S_r)^(2N + 1);
+// the residual W - s B A is exact whatever the triplets are, so the start model is the base either way.
+TopSingular top_singular(const torch::Tensor& W, int64_t r, int64_t niter, at::Generator& gen) {
+  if (niter == 0) {
+    const auto [U, S, Vh] = at::linalg_svd(W, /*full_matrices=*/false);
+    return {U.narrow(1, 0, r), S.narrow(0, 0, r), Vh.narrow(0, 0, r)};
+  }
+  const auto orthonormal = [](const torch::Tensor& Y) { return std::get<0>(at::linalg_qr(Y)); };
+  const torch::Tensor omega = at::randn({W.size(1), r}, gen, torch::kFloat32).to(W.device(), W.scalar_type());
+  torch::Tensor Q = orthonormal(W.mm(omega));  // (out, r)
+  for (int64_t i = 0; i < niter; ++i) Q = orthonormal(W.mm(orthonormal(W.t().mm(Q))));
+  const auto [Ub, S, Vh] = at::linalg_svd(Q.t().mm(W), /*full_matrices=*/false);  // (r, r), (r), (r, in)
+  return {Q.mm(Ub), S, Vh};
+}
+
+}  // namespace
+
+torch::Tensor pissa_init(const ModelConfig& config, const LoraSpec& spec, torch::Tensor& base, uint64_t seed) {
   const ParamLayout layout = lora_layout(config, spec), base_layout = llama_layout(config);
   if (base.scalar_type() != torch::kFloat32 || base.numel() != base_layout.total || !base.is_contiguous())
     throw std::invalid_argument("pissa_init: expected the FP32 base in llama_layout order");
+  if (spec.pissa_niter < 0) throw std::invalid_argument("pissa_init: pissa_niter must be >= 0");
   torch::NoGradGuard no_grad;
   torch::Tensor flat = torch::zeros({layout.total}, base.options());
   const double s = spec.scaling();
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);  // randomized SVD: in layout order
   for_each_adapted(config, spec, layout, base_layout, [&](const ParamEntry& a, const ParamEntry& b, const ParamEntry& w) {
     torch::Tensor W = base.narrow(0, w.offset, w.numel).view(w.shape);  // (out, in)
-    const auto [U, S, Vh] = at::linalg_svd(W, /*full_matrices=*/false);
-    const int64_t r = spec.rank;
-    if (r > S.size(0))
+    const int64_t r = spec.rank, bound = std::min(w.shape[0], w.shape[1]);
+    if (r > bound)
       throw UserError("lora.init pissa: lora.rank " + std::to_string(r) + " exceeds the rank bound " +
-                      std::to_string(S.size(0)) + " of " + w.name);
-    const torch::Tensor root = (S.narrow(0, 0, r) / s).sqrt();               // (r)
-    const torch::Tensor A = at::matmul(at::diag(root), Vh.narrow(0, 0, r));  // (r, in)
-    const torch::Tensor B = at::matmul(U.narrow(1, 0, r), at::diag(root));   // (out, r)
+                      std::to_string(bound) + " of " + w.name);
+    const TopSingular t = top_singular(W, r, spec.pissa_niter, gen);
+    const torch::Tensor root = (t.S / s).sqrt();            // (r)
+    const torch::Tensor A = at::diag(root).mm(t.Vh);        // (r, in)
+    const torch::Tensor B = t.U.mm(at::diag(root));         // (out, r)
     flat.narrow(0, a.offset, a.numel).view(a.shape).copy_(A);
     flat.narrow(0, b.offset, b.numel).view(b.shape).copy_(B);
-    W.sub_(at::matmul(B, A) * s);
+    W.addmm_(B, A, /*beta=*/1.0, /*alpha=*/-s);  // W - s B A in place: no (out, in) temporaries
   });
   return flat;
 }

@@ -108,6 +108,7 @@ std::unique_ptr<GrpoTrainer> make_trainer(RunPlan& plan, dist::Communicator& com
     base.weights = std::move(master);
     master = start_adapters(cfg, plan.ctx.seeds.init, base.weights);  // PiSSA: the base becomes the residual
     if (cfg.lora.init == model::LoraInit::pissa) base.start = master.clone();
+    startup.mark("adapters");
   }
   std::vector<data::TaskRecord>& test = plan.test.kept;
   if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples) test.resize(std::size_t(cfg.grpo.eval_samples));

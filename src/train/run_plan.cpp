@@ -399,7 +399,10 @@ std::string RunPlan::describe() const {
         !config.grpo.base_adapter.empty() ? config.grpo.base_adapter
         : l.init == model::LoraInit::pissa
             ? "pissa (A, B from each adapted matrix's top-" + std::to_string(l.rank) +
-                  " singular vectors by a full SVD; the frozen base is the residual, the reference the start policy)"
+                  " singular vectors by " +
+                  (l.pissa_niter > 0 ? "a randomized SVD with " + std::to_string(l.pissa_niter) + " subspace iterations"
+                                     : std::string("a full SVD")) +
+                  "; the frozen base is the residual, the reference the start policy)"
             : std::string(config::enum_name(l.init)) + " A, B = 0";
     line("lora", fmt::format("rank {}, alpha {}{}{} on [{}]: {} trainable adapter params ({:.2f}% of the model), the "
                              "base frozen in the compute dtype and the reference; start: {}",

@@ -218,6 +218,10 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
   EXPECT_EQ(error_of([] { load_run_config("", {"lora.rank=4", "lora.init=pissa", "grpo.base_adapter=sft_adapter"}); }),
             "lora.init must be kaiming or gaussian with grpo.base_adapter (the adapter is the start; PiSSA derives its "
             "own from the base), got pissa");
+  EXPECT_EQ(error_of([] { load_run_config("", {"lora.rank=4", "lora.pissa_niter=4"}); }),
+            "lora.pissa_niter must be 0 unless lora.init is pissa (it sets how PiSSA's SVD is computed), got 4");
+  EXPECT_EQ(error_of([] { load_run_config("", {"lora.rank=4", "lora.init=pissa", "lora.pissa_niter=-1"}); }),
+            "lora.pissa_niter must be in [0, 64] (0 = a full SVD), got -1");
   EXPECT_EQ(error_of([] { load_run_config("", {"precision.offload=optimizer", "precision.mode=fp32"}); }),
             "precision.mode must be fp16, bf16, bf16_sr or fp16_sr with precision.offload: optimizer (fp32 keeps one "
             "buffer for master and compute weights; FP8 channel scales are not offloaded), got fp32");

@@ -18,6 +18,11 @@ PiSSA: ROOT/<variant>/pissa_adapter is peft's init_lora_weights="pissa" adapter 
 B0), ROOT/<variant>/pissa_residual the base it leaves (W - s B0 A0). `check_logits` loads ADAPTER_DIR
 onto the variant's original base and requires its logits of LOGITS_FILE's tokens within 1e-5 x max
 |logit| of LOGITS_FILE's logits (ours).
+
+Fast PiSSA: ROOT/<variant>/spectral_base is the base with every linear layer of the blocks replaced by
+a matrix of the same shape and known, fast-decaying spectrum (singular values 0.5 * 0.25^i, random
+singular vectors), where a randomized SVD converges; ROOT/<variant>/pissa_niter_adapter and
+pissa_niter_residual are peft's init_lora_weights="pissa_niter_4" adapter of it and the residual.
 """
 import copy
 import os
@@ -44,6 +49,7 @@ def make(root):
         torch.manual_seed(1234)
         base = cls(cfg).float().eval()
         pissa_base = copy.deepcopy(base)
+        spectral = copy.deepcopy(base)
         base.save_pretrained(f"{d}/base")
         model = get_peft_model(base, LoraConfig(lora_dropout=0.0, init_lora_weights="gaussian", **lora))
         g = torch.Generator().manual_seed(99)
@@ -65,6 +71,19 @@ def make(root):
         pissa = get_peft_model(pissa_base, LoraConfig(lora_dropout=0.0, init_lora_weights="pissa", **lora))
         pissa.save_pretrained(f"{d}/pissa_adapter")
         pissa.unload().save_pretrained(f"{d}/pissa_residual")
+        with torch.no_grad():
+            for n, p in spectral.model.layers.named_parameters():
+                if p.dim() == 2:
+                    out_f, in_f = p.shape
+                    k = min(out_f, in_f)
+                    u = torch.linalg.qr(torch.randn(out_f, k, generator=g))[0]
+                    v = torch.linalg.qr(torch.randn(in_f, k, generator=g))[0]
+                    p.copy_(u @ torch.diag(0.5 * 0.25 ** torch.arange(k, dtype=torch.float32)) @ v.T)
+        spectral.save_pretrained(f"{d}/spectral_base")
+        torch.manual_seed(5)  # svd_lowrank's test vectors come from torch's global generator
+        fast = get_peft_model(spectral, LoraConfig(lora_dropout=0.0, init_lora_weights="pissa_niter_4", **lora))
+        fast.save_pretrained(f"{d}/pissa_niter_adapter")
+        fast.unload().save_pretrained(f"{d}/pissa_niter_residual")
 
 
 def compare(root, name, adapter_dir, want_file, what, tolerance):

@@ -196,7 +196,7 @@ TEST_P(PeftLora, PissaIsPeftsAndExportsOntoTheOriginalBase) {
   const LoadedAdapter peft = load_peft_adapter(dir() / "pissa_adapter", base.config);
   const LoadedModel peft_residual = load_pretrained(dir() / "pissa_residual");
   torch::Tensor residual = base.flat.clone();
-  const torch::Tensor ours = pissa_init(base.config, peft.spec, residual);
+  const torch::Tensor ours = pissa_init(base.config, peft.spec, residual, /*seed (unused by a full SVD)=*/0);
   const ParamLayout layout = lora_layout(base.config, peft.spec);
   const auto view = [](const torch::Tensor& t, const ParamEntry& e) { return t.narrow(0, e.offset, e.numel).view(e.shape); };
   double pair_err = 0, product_err = 0;
@@ -248,6 +248,59 @@ TEST_P(PeftLora, PissaIsPeftsAndExportsOntoTheOriginalBase) {
                           " 2>&1 | grep -v Warn";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   fs::remove_all(out);
+}
+
+// lora.pissa_niter N is peft's init_lora_weights "pissa_niter_N" (a randomized SVD): on a base whose
+// matrices have a fast-decaying spectrum (singular values 0.5 * 0.25^i, where 4 iterations converge),
+// ours and peft's give the same B A (within 1e-5 of its max) and residual (1e-5 of max |W|), and so
+// does the full SVD. On any base (the random one: a flat spectrum, where the triplets are only
+// approximate) the residual plus the adapters computes the base's logits (1e-5 of max |logit|); the
+// same seed gives the same bits, another seed other adapters.
+TEST_P(PeftLora, PissaNiterIsPeftsRandomizedSvd) {
+  const LoadedModel spectral = load_pretrained(dir() / "spectral_base");
+  const LoadedAdapter peft = load_peft_adapter(dir() / "pissa_niter_adapter", spectral.config);
+  const LoadedModel peft_residual = load_pretrained(dir() / "pissa_niter_residual");
+  LoraSpec fast = peft.spec;
+  fast.pissa_niter = 4;
+  torch::Tensor residual = spectral.flat.clone(), exact_residual = spectral.flat.clone();
+  const torch::Tensor ours = pissa_init(spectral.config, fast, residual, 11);
+  const torch::Tensor exact = pissa_init(spectral.config, peft.spec, exact_residual, 0);
+  const ParamLayout layout = lora_layout(spectral.config, fast);
+  const auto view = [](const torch::Tensor& t, const ParamEntry& e) { return t.narrow(0, e.offset, e.numel).view(e.shape); };
+  const auto product = [&](const torch::Tensor& flat, std::size_t k) {
+    return view(flat, layout.entries[k + 1]).mm(view(flat, layout.entries[k]));  // B A (out, in)
+  };
+  double vs_peft = 0, vs_exact = 0;
+  for (std::size_t k = 0; k < layout.entries.size(); k += 2) {
+    const torch::Tensor po = product(ours, k), pp = product(peft.flat, k);
+    vs_peft = std::max(vs_peft, max_abs(po - pp) / max_abs(pp));
+    vs_exact = std::max(vs_exact, max_abs(po - product(exact, k)) / max_abs(pp));
+  }
+  const double residual_err = max_abs(residual - peft_residual.flat) / max_abs(spectral.flat);
+  const double residual_exact = max_abs(residual - exact_residual) / max_abs(spectral.flat);
+  std::printf("%s: PiSSA niter 4 vs peft's pissa_niter_4: B A max |diff| %.2e (vs the full SVD %.2e), residual %.2e "
+              "(%.2e)\n", GetParam().c_str(), vs_peft, vs_exact, residual_err, residual_exact);
+  EXPECT_LT(vs_peft, 1e-5);
+  EXPECT_LT(vs_exact, 1e-5);
+  EXPECT_LT(residual_err, 1e-5);
+  EXPECT_LT(residual_exact, 1e-5);
+
+  const LoadedModel base = load_pretrained(dir() / "base");
+  LoraSpec two = peft.spec;
+  two.pissa_niter = 2;
+  torch::Tensor r1 = base.flat.clone(), r2 = base.flat.clone(), r3 = base.flat.clone();
+  const torch::Tensor a1 = pissa_init(base.config, two, r1, 3), a2 = pissa_init(base.config, two, r2, 3);
+  const torch::Tensor a3 = pissa_init(base.config, two, r3, 4);
+  EXPECT_TRUE(torch::equal(a1, a2));
+  EXPECT_TRUE(torch::equal(r1, r2));
+  EXPECT_FALSE(torch::equal(a1, a3));
+  const io::SafetensorsFile r = io::read_safetensors(dir() / "reference.safetensors");
+  const torch::Tensor tokens = ref(r, "tokens").to(torch::kLong);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor base_logits = LlamaModel(base.config, base.flat.clone()).forward(tokens);
+  LlamaModel adapted(base.config, r1.clone());
+  adapted.set_adapters(two, a1.clone());
+  EXPECT_LT(max_abs(adapted.forward(tokens) - base_logits) / max_abs(base_logits), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, PeftLora, ::testing::Values("llama", "qwen2"),

@@ -20,6 +20,7 @@
 #include "unstuck/reward/sandbox.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/grpo.h"
+#include "unstuck/train/run_setup.h"
 #include "unstuck/train/sft.h"
 #include "unstuck/train/trainable_weights.h"
 #include "unstuck/model/llama.h"
@@ -47,6 +48,52 @@ class GrpoTest : public ::testing::Test {
     c.precision.mode = mode;
     c.optim.lr = 1e-5;
     return c;
+  }
+
+  // FP32 LoRA rank 4 (alpha 8) from PiSSA, KL in the loss (0.01), lr 1e-3.
+  static RunConfig pissa_config(const std::string& name) {
+    RunConfig c = grpo_config(name, precision::PrecisionMode::fp32);
+    c.optim.lr = 1e-3;
+    c.grpo.kl_coef = 0.01;
+    c.lora.rank = 4;
+    c.lora.alpha = 8;
+    c.lora.init = model::LoraInit::pissa;
+    return c;
+  }
+
+  // A PiSSA run's exports: final_adapter/ is a rank-8 adapter of the original base (lora_alpha
+  // doubled) whose logits, on that base, are the run's residual plus its last checkpoint's adapters'
+  // (within 1e-5 of max |logit|); `export --format peft` writes final_adapter/'s conversion again
+  // (from the checkpoint, the start adapters derived again: the same bits), `--format merged` the
+  // residual plus the adapters (1e-5).
+  static void expect_pissa_exports(const RunConfig& c, const fs::path& run_dir) {
+    model::LoadedModel base = model::load_pretrained(base_.sft.output);
+    round_base_to_grid_(base.flat, 0);  // grpo.round_base_to_bf16: the base as the run loads it
+    const model::LoadedAdapter exported = model::load_peft_adapter(run_dir / "final_adapter", base.config);
+    EXPECT_EQ(exported.spec.rank, 8);
+    EXPECT_EQ(exported.spec.alpha, 16);
+    torch::Tensor residual = base.flat.clone();
+    const model::LoraSpec spec = model::lora_spec(c.lora);
+    model::pissa_init(base.config, spec, residual, derive_seeds(c.run.seed).init);
+    const TrainerState st = load_checkpoint(latest_checkpoint(run_dir / "checkpoints"));
+    EXPECT_EQ(st.step, c.grpo.steps);
+    torch::NoGradGuard no_grad;
+    model::LlamaModel trained(base.config, residual);
+    trained.set_adapters(spec, st.master.clone());
+    model::LlamaModel on_base(base.config, base.flat.clone());
+    on_base.set_adapters(exported.spec, exported.flat.clone());
+    const torch::Tensor tokens = torch::randint(base.config.vocab_size, {2, 12}, torch::kLong);
+    const torch::Tensor want = trained.forward(tokens);
+    const auto rel = [&](const torch::Tensor& t) { return (t - want).abs().max().item<double>() / want.abs().max().item<double>(); };
+    EXPECT_LT(rel(on_base.forward(tokens)), 1e-5);
+    ExportOptions opts;
+    opts.format = "peft";
+    export_run(run_dir, run_dir / "export_peft", opts);
+    EXPECT_TRUE(torch::equal(model::load_peft_adapter(run_dir / "export_peft", base.config).flat, exported.flat));
+    opts.format = "merged";
+    export_run(run_dir, run_dir / "export_merged", opts);
+    EXPECT_LT(rel(model::LlamaModel(base.config, model::load_pretrained(run_dir / "export_merged").flat).forward(tokens)),
+              1e-5);
   }
 
   static fs::path dir_;
@@ -709,18 +756,11 @@ TEST_F(GrpoTest, OffloadedOptimizerTrainsThePlainBits) {
 
 // lora.init pissa with lora.dropout 0.1 (FP32, rank 4): the reference is the start policy (the
 // residual base plus the start adapters), so step 1's KL is 0 (within 1e-6) and later steps' > 0;
-// final_adapter/ (and `export --format peft`, bit for bit) is a rank-8 adapter of the original base
-// (lora_alpha doubled) whose logits, on the original base, are the run's residual plus its final
-// adapters' (within 1e-5 of max |logit|), as are the merged export's.
+// the exports are what expect_pissa_exports asks.
 // Dropout acts in the update only: without it step 1 samples the same (reward and lengths equal),
 // measures the same (entropy within 1e-6 relative, KL within 1e-6) and its gradient differs.
 TEST_F(GrpoTest, LoraPissaAndDropoutTrain) {
-  RunConfig c = grpo_config("lora_pissa", precision::PrecisionMode::fp32);
-  c.optim.lr = 1e-3;
-  c.grpo.kl_coef = 0.01;
-  c.lora.rank = 4;
-  c.lora.alpha = 8;
-  c.lora.init = model::LoraInit::pissa;
+  RunConfig c = pissa_config("lora_pissa");
   c.lora.dropout = 0.1;
   const GrpoResult r = run_grpo(c);
   const auto m = read_metrics(r.run_dir);
@@ -728,38 +768,7 @@ TEST_F(GrpoTest, LoraPissaAndDropoutTrain) {
   EXPECT_LE(std::abs(m[0]["kl_ref_exact"].get<double>()), 1e-6);
   EXPECT_GT(m[2]["kl_ref_exact"].get<double>(), 1e-6);
   EXPECT_GT(m[2]["changed_from_start_frac"].get<double>(), 0.0);
-
-  {
-    model::LoadedModel base = model::load_pretrained(base_.sft.output);
-    round_base_to_grid_(base.flat, 0);  // grpo.round_base_to_bf16: the base as the run loads it
-    const model::LoadedAdapter exported = model::load_peft_adapter(r.run_dir / "final_adapter", base.config);
-    EXPECT_EQ(exported.spec.rank, 8);
-    EXPECT_EQ(exported.spec.alpha, 16);
-    torch::Tensor residual = base.flat.clone();
-    const model::LoraSpec spec = model::lora_spec(c.lora);
-    model::pissa_init(base.config, spec, residual);
-    const TrainerState st = load_checkpoint(latest_checkpoint(r.run_dir / "checkpoints"));
-    EXPECT_EQ(st.step, 3);
-    torch::NoGradGuard no_grad;
-    model::LlamaModel trained(base.config, residual);
-    trained.set_adapters(spec, st.master.clone());
-    model::LlamaModel on_base(base.config, base.flat.clone());
-    on_base.set_adapters(exported.spec, exported.flat.clone());
-    const torch::Tensor tokens = torch::randint(base.config.vocab_size, {2, 12}, torch::kLong);
-    const torch::Tensor want = trained.forward(tokens);
-    EXPECT_LT((on_base.forward(tokens) - want).abs().max().item<double>() / want.abs().max().item<double>(), 1e-5);
-    // `unstuck export`: --format peft writes final_adapter/'s conversion again (from the checkpoint,
-    // the SVD recomputed: the same bits), --format merged the residual plus the adapters.
-    ExportOptions opts;
-    opts.format = "peft";
-    export_run(r.run_dir, r.run_dir / "export_peft", opts);
-    EXPECT_TRUE(torch::equal(model::load_peft_adapter(r.run_dir / "export_peft", base.config).flat, exported.flat));
-    opts.format = "merged";
-    export_run(r.run_dir, r.run_dir / "export_merged", opts);
-    const torch::Tensor merged = model::LlamaModel(base.config, model::load_pretrained(r.run_dir / "export_merged").flat)
-                                     .forward(tokens);
-    EXPECT_LT((merged - want).abs().max().item<double>() / want.abs().max().item<double>(), 1e-5);
-  }
+  expect_pissa_exports(c, r.run_dir);
 
   RunConfig no_dropout = c;
   no_dropout.run.name = "lora_pissa_no_dropout";
@@ -773,6 +782,22 @@ TEST_F(GrpoTest, LoraPissaAndDropoutTrain) {
   EXPECT_NEAR(m0[0]["kl_ref_exact"].get<double>(), m[0]["kl_ref_exact"].get<double>(), 1e-6);
   const double g = m[0]["grad_norm"].get<double>(), g0 = m0[0]["grad_norm"].get<double>();
   EXPECT_GT(std::abs(g - g0), 1e-6 * g0) << g << " " << g0;
+}
+
+// lora.pissa_niter 2 (a randomized SVD seeded by the run): the start policy is the reference (step
+// 1's KL within 1e-6), the exports are what expect_pissa_exports asks (the export derives the same
+// start adapters again from run.seed), and the startup line times the adapters' stage (run.json).
+TEST_F(GrpoTest, LoraPissaNiterTrainsAndExports) {
+  RunConfig c = pissa_config("lora_pissa_niter");
+  c.grpo.steps = 2;
+  c.lora.pissa_niter = 2;
+  const GrpoResult r = run_grpo(c);
+  const auto m = read_metrics(r.run_dir);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_LE(std::abs(m[0]["kl_ref_exact"].get<double>()), 1e-6);
+  const nlohmann::json run = nlohmann::json::parse(std::ifstream(r.run_dir / "run.json"));
+  EXPECT_TRUE(run["startup"].dump().find("adapters") != std::string::npos) << run["startup"].dump();
+  expect_pissa_exports(c, r.run_dir);
 }
 
 // FP8 modes train end to end; changed_from_start_frac from the start policy's files (no reference

@@ -32,6 +32,7 @@ struct LoraSpec {
   bool rslora = false;                // use_rslora: s = alpha / sqrt(r)
   std::vector<LoraModule> targets;    // the adapted projections, in LoraModule order, no repeats
   double dropout = 0;                 // lora_dropout: the training forwards' dropout on the adapters' input
+  int64_t pissa_niter = 0;            // pissa_init's SVD: 0 exact, N > 0 randomized with N subspace iterations
   double scaling() const;
   bool targets_module(LoraModule m) const;
 };
@@ -46,11 +47,14 @@ LoraSpec lora_spec(const LoraConfig& config);
 torch::Tensor init_lora(const ModelConfig& config, const LoraSpec& spec, LoraInit init, uint64_t seed);
 
 // PiSSA (arXiv 2404.02948; peft's init_lora_weights "pissa"): every adapted matrix W (out, in) of
-// `base` (FP32, llama_layout(config) order) is decomposed by a full SVD, W = U S V^T; with the r
-// largest singular values, A = diag(sqrt(S_r / s)) V_r^T and B = U_r diag(sqrt(S_r / s)) (s =
+// `base` (FP32, llama_layout(config) order) is decomposed W ~ U_r S_r V_r^T into its r leading
+// singular triplets; A = diag(sqrt(S_r / s)) V_r^T and B = U_r diag(sqrt(S_r / s)) (s =
 // spec.scaling()), and W becomes the residual W - s B A in place, so the adapted model starts as
-// the base up to rounding. Returns the adapters (FP32, lora_layout order).
-torch::Tensor pissa_init(const ModelConfig& config, const LoraSpec& spec, torch::Tensor& base);
+// the base up to rounding. The triplets come from a full SVD (spec.pissa_niter 0, peft's "pissa")
+// or a randomized one (spec.pissa_niter N > 0, peft's "pissa_niter_N": r Gaussian test vectors,
+// drawn from a CPU generator seeded by `seed`, and N subspace iterations; top_singular in
+// lora.cpp). Returns the adapters (FP32, lora_layout order).
+torch::Tensor pissa_init(const ModelConfig& config, const LoraSpec& spec, torch::Tensor& base, uint64_t seed);
 
 // The adapters of `config` under `spec`: for each layer and each target (LoraModule order),
 // `base_model.model.model.layers.<i>.<self_attn|mlp>.<module>.lora_A.weight` (r, in) then `lora_B`

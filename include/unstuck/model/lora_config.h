@@ -18,7 +18,7 @@ namespace unstuck::model {
 enum class LoraInit {
   kaiming,   // PEFT's default (init_lora_weights: true): kaiming_uniform(a = sqrt(5)), U(-1/sqrt(in), 1/sqrt(in))
   gaussian,  // init_lora_weights: "gaussian": N(0, (1/r)^2)
-  pissa,     // init_lora_weights: "pissa" (arXiv 2404.02948), a full SVD of each adapted matrix
+  pissa,     // init_lora_weights: "pissa" (arXiv 2404.02948): each adapted matrix's top singular vectors
 };
 inline constexpr std::array<std::pair<LoraInit, const char*>, 3> kLoraInitNames{{
     {LoraInit::kaiming, "kaiming"},
@@ -35,6 +35,7 @@ struct LoraConfig {
   std::vector<std::string> target_modules{"q_proj", "k_proj", "v_proj", "o_proj",
                                           "gate_proj", "up_proj", "down_proj"};
   LoraInit init = LoraInit::kaiming;
+  int64_t pissa_niter = 0;  // PiSSA's SVD: 0 = exact (full SVD), N > 0 = randomized with N subspace iterations
 
   bool enabled() const { return rank > 0; }
 
@@ -55,6 +56,10 @@ struct LoraConfig {
       "how the adapters start: kaiming (PEFT's default: A ~ U(-1/sqrt(in), 1/sqrt(in)), B = 0), gaussian (A ~ "
       "N(0, 1/rank^2), B = 0) or pissa (A and B from each base matrix's top-rank singular vectors, the base "
       "replaced by the residual; PEFT's \"pissa\")");
+    v("pissa_niter", pissa_niter,
+      "with init pissa: 0 takes the singular vectors from a full SVD of each matrix; N > 0 from a randomized SVD "
+      "with N subspace iterations (PEFT's \"pissa_niter_N\"; seconds instead of minutes per 7B layer; seeded by "
+      "run.seed); [0, 64]");
   }
 };
 
