@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -77,10 +76,10 @@ def main():
         cells = []
         for niter, peft_init in ((0, "pissa"), (a.niter, f"pissa_niter_{a.niter}")):
             ours, theirs = [], []
+            opts = argparse.Namespace(unstuck=a.unstuck, threads=a.threads, device="cpu", work="tiny",
+                                      lora=a.rank, check_export=False, keep=False,
+                                      unstuck_args=["lora.init=pissa", f"lora.pissa_niter={niter}"])
             for r in range(a.rounds):
-                opts = argparse.Namespace(unstuck=a.unstuck, threads=a.threads, device="cpu", work="tiny",
-                                          lora=a.rank, check_export=False, keep=False,
-                                          unstuck_args=["lora.init=pissa", f"lora.pissa_niter={niter}"])
                 def unstuck():
                     print(f"[bench_pissa] pissa_niter {niter}: round {r + 1}/{a.rounds}, unstuck", file=sys.stderr)
                     res = bench_scale.Bench(opts, work, s).unstuck_train(a.mode, f"n{niter}_r{r}")

@@ -221,17 +221,16 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
     return io::DType::f8_e4m3;
   }
   const bool pissa = lora && config.lora.init == model::LoraInit::pissa && config.grpo.base_adapter.empty();
-  const uint64_t pissa_seed = derive_seeds(config.run.seed).init;  // the run's (train::start_adapters)
+  const uint64_t init_seed = derive_seeds(config.run.seed).init;  // the run's seeds.init
   const auto base_weights = [&] {
     const fs::path base = config.grpo.base_model;
     return load_base_weights(config, base, model::read_hf_config(base / "config.json"));
   };
   if (peft) {
     const model::LoraSpec spec = model::lora_spec(config.lora);
-    if (pissa) {  // the start adapters again (the SVD of the base), then rank 2r on the original base
+    if (pissa) {  // the start adapters again (the SVD of the base, as the run took it), then rank 2r on the original base
       torch::Tensor base = base_weights();
-      const model::LoadedAdapter a =
-          model::pissa_as_lora(config.model, spec, flat, model::pissa_init(config.model, spec, base, pissa_seed));
+      const model::LoadedAdapter a = model::pissa_as_lora(config.model, spec, flat, start_adapters(config, init_seed, base));
       model::save_peft_adapter(out, config.model, a.spec, a.flat, config.grpo.base_model);
     } else {
       model::save_peft_adapter(out, config.model, spec, flat, config.grpo.base_model);
@@ -241,7 +240,7 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
   }
   if (merged) {
     torch::Tensor base = base_weights();
-    if (pissa) model::pissa_init(config.model, model::lora_spec(config.lora), base, pissa_seed);  // the residual the run trained on
+    if (pissa) start_adapters(config, init_seed, base);  // the residual the run trained on
     const torch::Tensor frozen = frozen_base_weights(std::move(base), config.precision, torch::kFloat32);
     write_model_dir(out, config, model::merge_lora(config.model, frozen, model::lora_spec(config.lora), flat), dtype,
                     opts.shard_bytes);
