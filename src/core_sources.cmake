@@ -19,3 +19,8 @@ file(READ ${UNSTUCK_SRC_DIR}/reward/reward_worker.py UNSTUCK_REWARD_WORKER_PY)
 configure_file(${UNSTUCK_SRC_DIR}/reward/reward_worker_py.cpp.in ${CMAKE_CURRENT_BINARY_DIR}/reward_worker_py.cpp @ONLY)
 list(APPEND UNSTUCK_CORE_SOURCES ${CMAKE_CURRENT_BINARY_DIR}/reward_worker_py.cpp)
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${UNSTUCK_SRC_DIR}/reward/reward_worker.py)
+# The code verifier's judge of assert-style tests (src/reward/assert_judge.h), likewise.
+file(READ ${UNSTUCK_SRC_DIR}/reward/assert_judge.py UNSTUCK_ASSERT_JUDGE_PY)
+configure_file(${UNSTUCK_SRC_DIR}/reward/assert_judge_py.cpp.in ${CMAKE_CURRENT_BINARY_DIR}/assert_judge_py.cpp @ONLY)
+list(APPEND UNSTUCK_CORE_SOURCES ${CMAKE_CURRENT_BINARY_DIR}/assert_judge_py.cpp)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${UNSTUCK_SRC_DIR}/reward/assert_judge.py)

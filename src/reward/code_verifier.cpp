@@ -1,7 +1,9 @@
 // reward.verifier: code. The completion's program (a fenced block, or the whole text) runs in the
 // sandbox (unstuck/reward/sandbox.h) against its record's tests: MBPP asserts, a HumanEval check(),
 // APPS/TACO stdin/stdout pairs or calls of fn_name. Expected outputs are compared here, outside the
-// sandbox; they never enter it, and nothing about the tests is written to disk.
+// sandbox; they never enter it, and nothing about the tests is written to disk. Asserts run in a
+// judge process the program cannot reach (src/reward/assert_judge.py): the program runs in a child
+// that answers the tests' calls with plain data, so no trick inside the program can forge a pass.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "reward/assert_judge.h"
 #include "unstuck/common/error.h"
 #include "unstuck/reward/answer.h"
 #include "unstuck/reward/sandbox.h"
@@ -27,49 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-
-// Asserts (MBPP, HumanEval). stdin: {"program", "setup", "tests", "nonce"}. The program and then each
-// test run in one namespace (__name__ is not "__main__", so a demo under `if __name__ ==
-// "__main__":` does not run); every name used after the program ran is bound before it (a program
-// that patches builtins or os cannot change the report). Last line: "<nonce> <1|0 per test>", then
-// os._exit, so that the program's atexit hooks and threads cannot add to it.
-constexpr const char* kAssertHarness = R"PY(
-import json, os, sys, traceback
-def _unstuck_run(job):
-    run, build, anything, show = exec, compile, BaseException, traceback.print_exc
-    write, leave, streams = os.write, os._exit, (sys.stdout, sys.stderr)
-    report, nonce, tests = os.dup(1), job["nonce"], job["tests"]
-    scope, passed, loaded = {"__name__": "solution"}, [], True
-    try:
-        run(build(job["setup"], "<setup>", "exec"), scope)
-        run(build(job["program"], "<solution>", "exec"), scope)
-    except anything:
-        loaded = False
-        try:
-            show()
-        except anything:
-            pass
-    for test in tests:
-        ok = False
-        if loaded:
-            try:
-                run(build(test, "<test>", "exec"), scope)
-                ok = True
-            except anything:
-                pass
-        passed.append("1" if ok else "0")
-    for stream in streams:
-        try:
-            stream.flush()
-        except anything:
-            pass
-    write(report, (nonce + " " + "".join(passed) + "\n").encode())
-    leave(0)
-_job = json.loads(sys.stdin.buffer.read())
-os.close(0)
-os.open(os.devnull, os.O_RDONLY)
-_unstuck_run(_job)
-)PY";
 
 // Calls of fn_name (APPS call-based). stdin: {"program", "fn_name", "inputs", "nonce"}; each input
 // is the argument list. Last line: "<nonce> [[1, value] or [0, null] per input]" (repr for values
@@ -189,6 +149,7 @@ enum class TestKind { asserts, stdio, calls };
 struct TestPlan {
   TestKind kind = TestKind::asserts;
   std::string setup;                  // asserts: test_imports and test_setup_code
+  std::string entry_point;            // asserts: HumanEval's entry point (may shadow a builtin)
   std::vector<std::string> tests;     // asserts: one program text per test
   std::vector<Json> inputs, outputs;  // stdio, calls
   std::string fn_name;                // calls
@@ -248,6 +209,7 @@ TestPlan plan_tests(const data::TaskRecord& record, int max_tests) {
     if (f.contains("test_setup_code")) plan.setup += string_field(f, "test_setup_code") + "\n";
   } else if (f.contains("test") && f.contains("entry_point")) {
     const std::string entry = string_field(f, "entry_point");
+    plan.entry_point = entry;
     plan.tests = {string_field(f, "test") + "\n\ncheck(globals()[" + Json(entry).dump() + "])\n"};
   } else if (f.contains("input_output")) {
     plan = plan_io(f);
@@ -467,8 +429,12 @@ class CodeVerifier : public Verifier {
     const auto dump = [](const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); };
     switch (plan.kind) {
       case TestKind::asserts:
-        jobs.push_back({{python_, "-I", "-c", kAssertHarness},
-                        dump({{"program", program}, {"setup", plan.setup}, {"tests", plan.tests}, {"nonce", nonce}})});
+        jobs.push_back({{python_, "-I", "-c", assert_judge_source()},
+                        dump({{"program", program},
+                              {"setup", plan.setup},
+                              {"tests", plan.tests},
+                              {"entry_point", plan.entry_point},
+                              {"nonce", nonce}})});
         break;
       case TestKind::calls:
         jobs.push_back(
@@ -508,7 +474,16 @@ class CodeVerifier : public Verifier {
     if (outcomes.size() != 1 || !clean_exit(outcomes[0])) return t;
     const std::string payload = marked_payload(outcomes[0].out, nonce);
     if (plan.kind == TestKind::asserts) {
-      if (payload.size() == t.total) t.passed = std::size_t(std::count(payload.begin(), payload.end(), '1'));
+      // "<1|0 per test> <alive | exit N | signal N>": the judge says how the program's process ended.
+      std::istringstream words(payload);
+      std::string bits, ended;
+      long signal = 0;
+      words >> bits >> ended;
+      if (ended == "signal" && words >> signal) {
+        const bool cpu = signal == SIGXCPU || (signal == SIGKILL && outcomes[0].wall_s >= config_.cpu_s);
+        (cpu ? t.timeout : t.crashed) = true;
+      }
+      if (bits.size() == t.total) t.passed = std::size_t(std::count(bits.begin(), bits.end(), '1'));
       return t;
     }
     const Json got = Json::parse(payload, nullptr, /*allow_exceptions=*/false);

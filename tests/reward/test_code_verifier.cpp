@@ -301,6 +301,25 @@ TEST(CodeSandbox, ForkBombStopsAtTheProcessLimit) {
   EXPECT_LT(std::stoi(out[0].out), 8);
 }
 
+TEST(CodeSandbox, NoJobProcessReadsAnothersMemory) {
+  // A parent and a child of the same job: the child tries ptrace and process_vm_readv on the parent,
+  // which the seccomp filter refuses on any kernel (/proc/<pid>/mem is Landlock's and undumpable's).
+  const std::string program =
+      "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nr, w = os.pipe()\n"
+      "if os.fork() == 0:\n    p = os.getppid()\n    got = []\n"
+      "    got.append('ptrace' if libc.ptrace(16, p, 0, 0) == 0 else 'no-ptrace')\n"
+      "    buf = ctypes.create_string_buffer(8)\n"
+      "    class Iov(ctypes.Structure):\n        _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]\n"
+      "    mine, theirs = Iov(ctypes.cast(buf, ctypes.c_void_p), 8), Iov(id(buf), 8)\n"
+      "    n = libc.process_vm_readv(p, ctypes.byref(mine), 1, ctypes.byref(theirs), 1, 0)\n"
+      "    got.append('vm_read' if n > 0 else 'no-vm_read')\n"
+      "    os.write(w, ' '.join(got).encode())\n    os._exit(0)\n"
+      "os.close(w)\nprint(os.read(r, 100).decode())\n";
+  const auto out = run_sandboxed({py(program)}, plain());
+  ASSERT_EQ(out[0].end, SandboxEnd::exited) << out[0].err;
+  EXPECT_EQ(out[0].out, "no-ptrace no-vm_read\n");
+}
+
 TEST(CodeSandbox, MissingLauncherIsAUserError) {
   ::setenv("UNSTUCK_SANDBOX", "/no/such/unstuck-sandbox", 1);
   EXPECT_THROW(run_sandboxed({py("pass")}, plain()), UserError);
@@ -463,6 +482,182 @@ TEST(CodeVerifierHostile, DatasetOnDiskIsUnreadable) {
   EXPECT_EQ(r[0].status, RewardStatus::wrong);
   EXPECT_EQ(r[1].status, RewardStatus::correct) << r[1].error;
   fs::remove_all(dir);
+}
+
+// ---- forging an assert verdict: every trick inside the program scores 0 ----
+
+// A record in APPS's assert form: imports of the tests' own, a float check, an order-free check.
+data::TaskRecord apps_asserts() {
+  return record({{"test_imports", {"import math"}},
+                 {"test_list",
+                  {"assert math.isclose(area(2.0), 12.566370614359172, rel_tol=1e-9)",
+                   "assert sorted(divisors(12)) == [1, 2, 3, 4, 6, 12]", "assert divisors(7) == [1, 7]"}}});
+}
+
+const char* const kSolvesAll =
+    "import math\n"
+    "def add(a, b):\n    return a + b\n"
+    "def square(x):\n    return x * x\n"
+    "def area(r):\n    return math.pi * r * r\n"
+    "def divisors(n):\n    return [d for d in range(1, n + 1) if n % d == 0]\n";
+
+// Answers to every record, returning `value` (wrong for every test unless an attack makes it pass).
+std::string wrong_returning(const std::string& value) {
+  return "def add(a, b):\n    return " + value + "\ndef square(x):\n    return " + value +
+         "\ndef area(r):\n    return " + value + "\ndef divisors(n):\n    return " + value + "\n";
+}
+
+// Ways a program could try to pass without solving: read the judge's job (globals of __main__, the
+// garbage collector, frames, the parent's memory), print a pass line and leave, write to every
+// descriptor and to the parent's, kill the parent, return objects that equal everything, shadow or patch what the
+// tests compute with, exit or interrupt inside a call.
+std::vector<std::pair<std::string, std::string>> forgeries() {
+  const std::string pass_line =
+      "def _pass_line(nonce, n=8):\n    return (str(nonce) + ' ' + '1' * n + ' alive\\n').encode()\n";
+  const std::string hexes =
+      "import gc, sys, re, os\n_found = set()\n"
+      "def _look(v):\n    if isinstance(v, str) and re.fullmatch('[0-9a-f]{32}', v):\n        _found.add(v)\n"
+      "for _o in gc.get_objects():\n    if isinstance(_o, dict):\n        for _v in list(_o.values()):\n"
+      "            _look(_v)\n"
+      "_f = sys._getframe()\nwhile _f:\n    for _v in list(_f.f_locals.values()) + list(_f.f_globals.values()):\n"
+      "        _look(_v)\n    _f = _f.f_back\n";
+  std::vector<std::pair<std::string, std::string>> tricks = {
+      {"the universal pass: __main__'s job",
+       "import __main__, os\njob = getattr(__main__, '_job', None) or {}\n"
+       "os.write(1, (str(job.get('nonce', '')) + ' ' + '1' * len(job.get('tests', [0] * 3)) + '\\n').encode())\n"
+       "os._exit(0)\n"},
+      {"nonces from gc and frames, printed",
+       hexes + pass_line + "for _n in _found:\n    for _k in range(1, 9):\n        os.write(1, _pass_line(_n, _k))\n" +
+           "os._exit(0)\n"},
+      {"pass lines on every descriptor",
+       hexes + pass_line +
+           "for _fd in range(0, 64):\n    for _n in list(_found) + ['0' * 32]:\n        for _k in (1, 3):\n"
+           "            try:\n                os.write(_fd, _pass_line(_n, _k))\n            except OSError:\n"
+           "                pass\n" +
+           wrong_returning("-7")},
+      {"the parent's memory and descriptors through /proc",
+       pass_line +
+           "import os, re\nfor _p in (os.getppid(), 1):\n    try:\n        _found = set()\n"
+           "        _mem = open('/proc/%d/mem' % _p, 'rb')\n"
+           "        for _line in open('/proc/%d/maps' % _p).read().splitlines():\n"
+           "            _range, _perms = _line.split()[:2]\n            if not _perms.startswith('rw'):\n"
+           "                continue\n            _a, _b = (int(x, 16) for x in _range.split('-'))\n"
+           "            try:\n                _mem.seek(_a)\n                _chunk = _mem.read(_b - _a)\n"
+           "            except (OSError, ValueError, OverflowError):\n                continue\n"
+           "            _found.update(m.decode() for m in re.findall(rb'[0-9a-f]{32}', _chunk))\n"
+           "        _out = os.open('/proc/%d/fd/1' % _p, os.O_WRONLY)\n"
+           "        for _n in _found:\n            for _k in (1, 3):\n                os.write(_out, _pass_line(_n, _k))\n"
+           "    except OSError:\n        pass\n" +
+           wrong_returning("-7")},
+      {"kill the parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + wrong_returning("-7")},
+      {"objects equal to everything",
+       "class _All:\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n    __lt__ = __le__ = __gt__ = "
+       "__ge__ = __eq__\n    __bool__ = lambda s: True\n    __hash__ = lambda s: 0\n"
+       "    __sub__ = __rsub__ = lambda s, o: 0\n    __abs__ = lambda s: 0\n" +
+           wrong_returning("_All()")},
+      {"builtin types with their comparisons replaced",
+       "class _I(int):\n    __eq__ = lambda s, o: True\n    __hash__ = int.__hash__\n"
+       "class _L(list):\n    __eq__ = lambda s, o: True\n"
+       "class _F(float):\n    __eq__ = lambda s, o: True\n"
+       "def add(a, b):\n    return _I(-7)\ndef square(x):\n    return _I(-7)\ndef area(r):\n    return _F(0.0)\n"
+       "def divisors(n):\n    return _L([0])\n"},
+      {"an object that claims to be an int",
+       "class _Liar:\n    __class__ = int\n    __eq__ = lambda s, o: True\n    __hash__ = lambda s: 0\n" +
+           wrong_returning("_Liar()")},
+      {"the tests' names shadowed",
+       "class _M:\n    isclose = staticmethod(lambda *a, **k: True)\n    pi = 0\nmath = _M()\n"
+       "sorted = set = list = lambda *a, **k: [1, 2, 3, 4, 6, 12]\nisinstance = lambda *a: True\n"
+       "abs = lambda x: 0\ncheck = lambda candidate: None\nAssertionError = None\n" +
+           wrong_returning("-7")},
+      {"builtins and the assert machinery patched",
+       "import builtins, os, sys\nbuiltins.AssertionError = type('E', (BaseException,), {})\n"
+       "builtins.sorted = lambda *a, **k: [1, 2, 3, 4, 6, 12]\nbuiltins.isinstance = lambda *a: True\n"
+       "builtins.list = lambda *a: [1, 2, 3, 4, 6, 12]\nos._exit = sys.exit = lambda *a: None\n"
+       "sys.modules['math'].isclose = lambda *a, **k: True\n" +
+           wrong_returning("-7")},
+      {"exit inside a call", "import os\n" + wrong_returning("os._exit(0)")},
+      {"SystemExit inside a call", "import sys\n" + wrong_returning("sys.exit(0)")},
+      {"KeyboardInterrupt inside a call", wrong_returning("(_ for _ in ()).throw(KeyboardInterrupt())")},
+      {"a thread that prints pass lines",
+       hexes + pass_line +
+           "import threading, time\ndef _spam():\n    while True:\n        for _n in list(_found) + ['0' * 32]:\n"
+           "            for _fd in (1, 2):\n                try:\n                    os.write(_fd, _pass_line(_n, 3))\n"
+           "                except OSError:\n                    pass\n        time.sleep(0.001)\n"
+           "threading.Thread(target=_spam, daemon=True).start()\n" +
+           wrong_returning("-7")},
+      {"answers to the judge's protocol written by hand",
+       "import os, json\nfor _fd in range(3, 16):\n    try:\n"
+       "        _b = json.dumps({'r': True, 'loaded': True, 'names': {}}).encode()\n"
+       "        os.write(_fd, len(_b).to_bytes(4, 'big') + _b)\n    except OSError:\n        pass\n" +
+           wrong_returning("-7")},
+  };
+  return tricks;
+}
+
+TEST(CodeVerifierHostile, NoTrickInsideTheProgramForgesAnAssertVerdict) {
+  const auto v = make_code_verifier(config());
+  const std::vector<std::pair<std::string, data::TaskRecord>> records = {
+      {"MBPP", mbpp_add()}, {"HumanEval", humaneval_square()}, {"APPS asserts", apps_asserts()}};
+  const auto tricks = forgeries();
+  std::vector<std::string> completions{fenced(kSolvesAll)};
+  for (const auto& [name, program] : tricks) completions.push_back(fenced(program));
+  for (const auto& [kind, rec] : records) {
+    const auto r = score(*v, completions, rec);
+    EXPECT_EQ(r[0].status, RewardStatus::correct) << kind << ": the honest program: " << r[0].error;
+    EXPECT_EQ(r[0].reward, 1.0) << kind;
+    for (std::size_t k = 0; k < tricks.size(); ++k) {
+      EXPECT_EQ(r[k + 1].reward, 0.0) << kind << ": " << tricks[k].first << " scored";
+      EXPECT_EQ(r[k + 1].extra.at("code_pass_frac"), 0.0) << kind << ": " << tricks[k].first;
+      EXPECT_NE(r[k + 1].status, RewardStatus::correct) << kind << ": " << tricks[k].first;
+    }
+  }
+}
+
+// What honest programs return and take crosses the judge's boundary as Python would see it: big and
+// special numbers, containers of every kind, subclasses as their values, numpy-free Fractions, objects
+// of the program's own (called, read, iterated), generators, exceptions the tests expect, lambdas
+// from the tests, and the program's imports.
+TEST(CodeVerifier, AssertJudgeSeesTheProgramsValuesAsPythonDoes) {
+  const auto v = make_code_verifier(config(/*partial=*/true));
+  const std::vector<std::string> tests = {
+      "assert big(3) == 3 ** 3000 and big(-3) == -(3 ** 3000)",
+      "r = special()\nassert r[0] != r[0] and r[1] == float('inf') and r[2] == -0.0 and r[3] == 1 + 2j",
+      "assert mixed() == {'a': (1, [2, {3}]), 2: frozenset({4}), b'k': bytearray(b'v'), None: True}",
+      "from fractions import Fraction\nfrom decimal import Decimal\nassert exact() == (Fraction(1, 3), Decimal('0.1'))",
+      "from collections import OrderedDict\nassert ordered() == OrderedDict([(1, 2)]) == {1: 2}",
+      "assert named() == (1, 2) and named()[1] == 2",
+      "p = Point(3, 4)\nassert p.norm() == 5.0 and p.x == 3 and str(p) == 'P(3, 4)'",
+      "assert list(count_up(3)) == [0, 1, 2] and 2 in count_up(3) and 5 not in count_up(3)",
+      "try:\n    safe_div(1, 0)\n    assert False\nexcept ZeroDivisionError:\n    pass",
+      "assert apply(lambda x: x * 10, [1, 2]) == [10, 20]",
+      "assert uses_math(16) == 4.0 and math.sqrt(uses_math(81)) == 3.0",
+      "assert len(Box([1, 2, 3])) == 3 and Box([1])[0] == 1",
+      "assert Point(1, 1) == Point(1, 1) and Point(1, 1) != Point(2, 2)",
+      "assert same(True) is True and same(None) is None and type(same(7)) is int"};
+  const std::string program =
+      "import math\nfrom collections import OrderedDict, namedtuple\nfrom fractions import Fraction\n"
+      "from decimal import Decimal\n"
+      "def big(x):\n    return x ** 3000 if x > 0 else -((-x) ** 3000)\n"
+      "def special():\n    return [float('nan'), float('inf'), -0.0, 1 + 2j]\n"
+      "def mixed():\n    return {'a': (1, [2, {3}]), 2: frozenset({4}), b'k': bytearray(b'v'), None: True}\n"
+      "def exact():\n    return (Fraction(1, 3), Decimal('0.1'))\n"
+      "def ordered():\n    return OrderedDict([(1, 2)])\n"
+      "Pair = namedtuple('Pair', 'a b')\ndef named():\n    return Pair(1, 2)\n"
+      "class Point:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n"
+      "    def norm(self):\n        return math.hypot(self.x, self.y)\n"
+      "    def __str__(self):\n        return 'P(%d, %d)' % (self.x, self.y)\n"
+      "    def __eq__(self, o):\n        return (self.x, self.y) == (o.x, o.y)\n"
+      "def count_up(n):\n    yield from range(n)\n"
+      "def safe_div(a, b):\n    return a / b\n"
+      "def apply(f, xs):\n    return [f(x) for x in xs]\n"
+      "def uses_math(x):\n    return math.sqrt(x)\n"
+      "class Box:\n    def __init__(self, items):\n        self.items = items\n"
+      "    def __len__(self):\n        return len(self.items)\n"
+      "    def __getitem__(self, k):\n        return self.items[k]\n"
+      "def same(x):\n    return x\n";
+  const RewardResult r = v->score(fenced(program), record({{"test_list", tests}}));
+  EXPECT_EQ(r.status, RewardStatus::correct) << "passed " << r.extra.at("code_pass_frac") * tests.size() << " of "
+                                             << tests.size();
 }
 
 }  // namespace

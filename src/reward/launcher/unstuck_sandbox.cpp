@@ -13,7 +13,7 @@
 //   "exit N" / "signal N"  how the job ended, the last line. The launcher exits N or 128+N.
 // Only the report tells a job's own exit 125 from a setup failure. --isolate no (= --namespaces no
 // --landlock no) keeps the rlimits, the session kill, the clean environment, the folder and the
-// seccomp filter (no new AF_UNIX sockets, no io_uring).
+// seccomp filter (no new AF_UNIX sockets, no io_uring, no ptrace or process_vm_readv/writev).
 //
 // As root (uid 0) RLIMIT_NPROC binds nothing (the kernel exempts root), so the job runs as nobody
 // (65534) keeping only CAP_DAC_READ_SEARCH (an interpreter under /root stays readable; Landlock still
@@ -51,6 +51,9 @@ extern char** environ;
 #endif
 #ifndef __NR_io_uring_setup
 #define __NR_io_uring_setup 425
+#endif
+#ifndef __NR_pidfd_getfd
+#define __NR_pidfd_getfd 438
 #endif
 #ifndef PR_CAP_AMBIENT
 #define PR_CAP_AMBIENT 47
@@ -280,7 +283,7 @@ void restrict_with_landlock(const Options& o) {
   ::close(ruleset);
 }
 
-// No new AF_UNIX sockets (socketpair still works): Landlock before ABI 8 does not stop connect() to a
+// No ptrace and no cross-process memory access (below). No new AF_UNIX sockets (socketpair still works): Landlock before ABI 8 does not stop connect() to a
 // socket file, and one reachable one (a D-Bus session bus, docker.sock, an ssh agent) runs commands
 // outside. No io_uring either (it makes sockets past this filter). Other syscall ABIs (i386, x32) kill
 // the job. Best effort: a kernel or architecture without seccomp filters goes without.
@@ -299,6 +302,16 @@ void forbid_unix_sockets() {
       BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, foreign_nr, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      // No reading or writing another process of the job (the assert judge keeps its verdict in
+      // its own memory; it is also undumpable, which covers /proc/<pid>/mem where /proc is open).
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ptrace, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_pidfd_getfd, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 1, 0),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
