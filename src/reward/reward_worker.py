@@ -23,8 +23,11 @@ VERL_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
 
 
 def short_traceback(limit=12):
-    lines = traceback.format_exc().rstrip().splitlines()
-    return "\n".join(lines[-limit:])
+    try:
+        lines = traceback.format_exc().rstrip().splitlines()
+    except BaseException:  # an exception whose str() raises
+        return "an exception that cannot be printed"
+    return clean("\n".join(lines[-limit:]))
 
 
 def load(path, name):
@@ -64,33 +67,60 @@ def check_signature(fn, name, style):
                 raise RuntimeError(f"{name}{sig}: positional-only parameter '{p.name}' (TRL passes keywords)")
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # the trainer keeps rewards in float32: a larger score would be inf
+
+
+def text(value, limit=200):
+    """repr(value), cut to `limit`, for any value: a repr that raises or holds a lone surrogate included."""
+    try:
+        s = repr(value)
+    except BaseException as e:  # its repr raising is its own failure, not the batch's
+        s = f"<a {type(value).__name__} whose repr raised {type(e).__name__}>"
+    return clean(s[:limit])
+
+
+def clean(s):
+    """`s` as text JSON and UTF-8 can carry (a lone surrogate becomes its backslash escape)."""
+    return str(s).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def number(value):
-    """The value as a finite float, or an error text."""
-    if isinstance(value, bool):
-        return float(value), None
-    if isinstance(value, numbers.Real):
-        x = float(value)
-        return (x, None) if math.isfinite(x) else (None, f"returned {x}")
-    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
-        try:
-            return number(value.item())
-        except Exception:
-            pass
-    if value is None:
-        return None, "returned None"
-    return None, f"returned {type(value).__name__}: {repr(value)[:200]}"
+    """The value as a finite float32-range float, or an error text. Never raises."""
+    try:
+        if isinstance(value, bool):
+            return float(value), None
+        if isinstance(value, numbers.Real):
+            try:
+                x = float(value)
+            except OverflowError:
+                return None, f"returned {text(value, 40)}, outside float32's range (|score| <= 3.4e38)"
+            if not math.isfinite(x):
+                return None, f"returned {x}"
+            if abs(x) > FLOAT32_MAX:
+                return None, f"returned {x!r}, outside float32's range (|score| <= 3.4e38)"
+            return x, None
+        if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+            try:
+                return number(value.item())
+            except Exception:
+                pass
+        if value is None:
+            return None, "returned None"
+        return None, f"returned {clean(type(value).__name__)}: {text(value)}"
+    except BaseException as e:  # a value whose type checks or conversions raise
+        return None, f"returned a value that cannot be read as a number ({clean(type(e).__name__)})"
 
 
 def verl_result(value):
     extra = {}
     if isinstance(value, dict):
         if "score" not in value:
-            return {"error": f"returned a dict without 'score' (keys: {', '.join(map(str, value)) or 'none'})"}
+            return {"error": f"returned a dict without 'score' (keys: {', '.join(text(k, 40) for k in value) or 'none'})"}
         for k, v in value.items():
             if k != "score":
                 x, err = number(v)
                 if err is None:
-                    extra[str(k)] = x
+                    extra[clean(k)] = x
         value = value["score"]
     x, err = number(value)
     if err is not None:
@@ -103,10 +133,9 @@ def score_verl(fn, items):
     for item in items:
         try:
             value = fn(**{a: item.get(a) for a in VERL_ARGS})
-        except Exception:
+            results.append(verl_result(value))
+        except BaseException:  # sys.exit() or KeyboardInterrupt in the function: this item's error
             results.append({"error": short_traceback()})
-            continue
-        results.append(verl_result(value))
     return {"results": results}
 
 
@@ -120,12 +149,12 @@ def score_trl(fn, items, var_kw, params):
         kwargs = {k: v for k, v in kwargs.items() if k in params}
     try:
         values = fn(**kwargs)
-    except Exception:
+        if not isinstance(values, (list, tuple)) and hasattr(values, "tolist"):
+            values = values.tolist()
+    except BaseException:  # sys.exit() or KeyboardInterrupt in the function: this batch's error
         return {"error": short_traceback()}
-    if not isinstance(values, (list, tuple)) and hasattr(values, "tolist"):
-        values = values.tolist()
     if not isinstance(values, (list, tuple)):
-        return {"error": f"returned {type(values).__name__}, not a list of {len(items)} numbers"}
+        return {"error": f"returned {clean(type(values).__name__)}, not a list of {len(items)} numbers"}
     if len(values) != len(items):
         return {"error": f"returned {len(values)} values for {len(items)} completions"}
     results = []

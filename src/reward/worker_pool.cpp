@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <thread>
 
 #include "unstuck/common/error.h"
@@ -78,22 +79,24 @@ WorkerResult failed(const std::string& why) {
   return r;
 }
 
-// One item of an answer: {"score": x, "extra": {...}} or {"error": "..."}.
-WorkerResult item_result(const nlohmann::json& r) {
+}  // namespace
+
+WorkerResult worker_item_result(const nlohmann::json& r) {
   if (!r.is_object()) return failed("bad response: a result is not an object");
   if (r.contains("error")) return failed(r["error"].is_string() ? r["error"].get<std::string>() : r["error"].dump());
   if (!r.contains("score") || !r["score"].is_number()) return failed("bad response: a result without a numeric score");
   WorkerResult out;
   out.score = r["score"].get<double>();
   if (!std::isfinite(out.score)) return failed("the score is not finite");
+  // Rewards are float32 in the trainer: a larger finite score would become inf there.
+  if (std::fabs(out.score) > double(std::numeric_limits<float>::max()))
+    return failed("the score " + r["score"].dump() + " is outside float32's range (|score| <= 3.4e38)");
   out.ok = true;
   if (r.contains("extra") && r["extra"].is_object())
     for (const auto& [k, v] : r["extra"].items())
       if (v.is_number() || v.is_boolean()) out.extra[k] = v.is_boolean() ? double(v.get<bool>()) : v.get<double>();
   return out;
 }
-
-}  // namespace
 
 WorkerPool::WorkerPool(WorkerOptions options) : options_(std::move(options)) {
   if (options_.argv.empty()) throw UserError(options_.name + ": no worker command");
@@ -270,7 +273,7 @@ std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohman
             continue;
           }
           std::vector<WorkerResult>& results = out[s.batch];
-          for (const auto& item : r["results"]) results.push_back(item_result(item));
+          for (const auto& item : r["results"]) results.push_back(worker_item_result(item));
           s.active = false;
           ++done;
           if (!open) restart(w);  // it answered, then died: ready for the next batch again

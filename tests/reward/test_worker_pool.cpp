@@ -178,6 +178,62 @@ def compute_score(data_source, solution_str, ground_truth, extra_info):
   EXPECT_TRUE(r[0].ok && r[1].ok);
 }
 
+TEST_F(WorkerPoolTest, OneBadItemCostsThatItemAloneWithItsCause) {
+  const fs::path file = write("odd.py", R"PY(
+import sys
+
+class BadRepr:
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    if solution_str == "huge":
+        return 10 ** 400
+    if solution_str == "above float32":
+        return 1e39
+    if solution_str == "bad repr":
+        return BadRepr()
+    if solution_str == "exit":
+        sys.exit(3)
+    if solution_str == "interrupt":
+        raise KeyboardInterrupt
+    if solution_str == "surrogate":
+        raise ValueError("bad \udc80 byte")
+    if solution_str == "dict of odd keys":
+        return {"score": 1.0, "\udc81": 2.0, "big": 10 ** 400}
+    return 0.5
+)PY");
+  WorkerPool pool(python(file, "compute_score", "verl"));
+  const std::vector<std::string> odd = {"huge", "above float32", "bad repr", "exit", "interrupt", "surrogate"};
+  Json batch = Json::array();
+  for (const std::string& what : odd) batch.push_back(verl_item(what, "1"));
+  batch.push_back(verl_item("dict of odd keys", "1"));
+  batch.push_back(verl_item("fine", "1"));
+  const auto r = pool.run({batch}).at(0);
+  ASSERT_EQ(r.size(), odd.size() + 2);
+  for (std::size_t i = 0; i < odd.size(); ++i) EXPECT_FALSE(r[i].ok) << odd[i];
+  EXPECT_NE(r[0].error.find("outside float32's range"), std::string::npos) << r[0].error;
+  EXPECT_EQ(r[1].error, "returned 1e+39, outside float32's range (|score| <= 3.4e38)");
+  EXPECT_EQ(r[2].error, "returned BadRepr: <a BadRepr whose repr raised RuntimeError>");
+  EXPECT_NE(r[3].error.find("SystemExit: 3"), std::string::npos) << r[3].error;
+  EXPECT_NE(r[4].error.find("KeyboardInterrupt"), std::string::npos) << r[4].error;
+  EXPECT_NE(r[5].error.find("ValueError: bad \\udc80 byte"), std::string::npos) << r[5].error;
+  ASSERT_TRUE(r[6].ok) << r[6].error;  // its odd extras are named or dropped, its score kept
+  EXPECT_EQ(r[6].score, 1.0);
+  EXPECT_EQ(r[6].extra.size(), 1u);
+  EXPECT_EQ(r[6].extra.count("\\udc81"), 1u);
+  ASSERT_TRUE(r[7].ok) << r[7].error;
+  EXPECT_EQ(r[7].score, 0.5);
+  EXPECT_EQ(pool.restarts(), 0);  // nothing above ended the worker
+}
+
+TEST(WorkerScores, FiniteScoresAboveFloat32AreRefusedByTheTrainerSide) {
+  // A reward command or worker that answers 1e39 itself: named, not inf in the trainer.
+  EXPECT_EQ(worker_item_result(Json{{"score", 1e39}}).error,
+            "the score 1e+39 is outside float32's range (|score| <= 3.4e38)");
+  EXPECT_TRUE(worker_item_result(Json{{"score", 3.4e38}}).ok);
+}
+
 TEST_F(WorkerPoolTest, TrlWrongCountAndRaiseFailTheBatch) {
   const fs::path file = write("trl_bad.py", R"PY(
 def short(prompts, completions, **kwargs):

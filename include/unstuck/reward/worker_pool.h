@@ -38,6 +38,10 @@ struct WorkerResult {
   std::string error;                                // when !ok: the function's error, or the worker's
 };
 
+// One item of a worker's answer, {"score": x, "extra": {...}} or {"error": "..."}, as the pool reads
+// it: a score must be finite and within float32's range (the trainer's rewards are float32).
+WorkerResult worker_item_result(const nlohmann::json& item);
+
 class WorkerPool {
  public:
   // Starts every worker and waits for each one's ready line. Throws UserError naming options.name
