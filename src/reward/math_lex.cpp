@@ -47,7 +47,10 @@ std::vector<Token> lex(std::string_view s, bool& ok) {
   ok = true;
   bool space = false;
   size_t i = 0;
+  int enclosed = 0;  // open ( [ \{ around here: inside them a comma separates items, never thousands
   auto push = [&](Tok k, std::string text) {
+    if (k == Tok::lparen || k == Tok::lbracket || k == Tok::lset) ++enclosed;
+    if ((k == Tok::rparen || k == Tok::rbracket || k == Tok::rset) && enclosed > 0) --enclosed;
     out.push_back({k, std::move(text), space});
     space = false;
   };
@@ -60,13 +63,14 @@ std::vector<Token> lex(std::string_view s, bool& ok) {
     }
     if (is_digit(c) || (c == '.' && i + 1 < s.size() && is_digit(s[i + 1]))) {
       // Digits with thousands separators ("10,000": groups of exactly three, no space after the
-      // comma), one decimal point, and an exponent ("1.5e-3").
+      // comma, outside brackets: "[0,100]" and "(1,500)" are pairs), one decimal point, and an
+      // exponent ("1.5e-3").
       std::string num;
       size_t j = i;
       size_t group = 0;
       while (j < s.size() && is_digit(s[j])) num += s[j++], ++group;
       bool grouped = false;
-      while (group >= 1 && (grouped || group <= 3) && j + 3 < s.size() && s[j] == ',' &&
+      while (enclosed == 0 && group >= 1 && (grouped || group <= 3) && j + 3 < s.size() && s[j] == ',' &&
              is_digit(s[j + 1]) && is_digit(s[j + 2]) && is_digit(s[j + 3]) &&
              (j + 4 >= s.size() || !is_digit(s[j + 4]))) {
         num.append(s.substr(j + 1, 3));

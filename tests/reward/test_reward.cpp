@@ -208,6 +208,37 @@ TEST(MathVerifier, AcceptedAndRejectedAnswers) {
                });
 }
 
+// Inside brackets a comma separates items: "[0,100]" is an interval and "(1,500)" a pair, never the
+// numbers 100 or 1500 (a false positive is the worst error a reward can make).
+TEST(MathVerifier, CommasInsideBracketsAreNeverThousandsSeparators) {
+  const auto v = make_verifier("math", RewardConfig{});
+  expect_table(*v, math_record("100"),
+               {
+                   {"\\boxed{[0,100]}", S::wrong, 0.0},
+                   {"\\boxed{(0,100)}", S::wrong, 0.0},
+                   {"\\boxed{\\{0,100\\}}", S::wrong, 0.0},
+                   {"\\boxed{100}", S::correct, 1.0},
+               });
+  expect_table(*v, math_record("1500"),
+               {
+                   {"\\boxed{(1,500)}", S::wrong, 0.0},
+                   {"\\boxed{[1,500]}", S::wrong, 0.0},
+                   {"\\boxed{1,500}", S::correct, 1.0},
+               });
+  expect_table(*v, math_record("(1,500)"),
+               {
+                   {"\\boxed{(1, 500)}", S::correct, 1.0},
+                   {"\\boxed{(1,500)}", S::correct, 1.0},
+                   {"\\boxed{1500}", S::wrong, 0.0},
+                   {"\\boxed{(1500)}", S::wrong, 0.0},
+               });
+  expect_table(*v, math_record("[0,100]"),
+               {
+                   {"\\boxed{[0, 100]}", S::correct, 1.0},
+                   {"\\boxed{100}", S::wrong, 0.0},
+               });
+}
+
 TEST(MathVerifier, ArithmeticComparesNumbers) {
   const auto v = make_verifier("arithmetic", RewardConfig{});
   TaskRecord r = math_record("700414");
