@@ -1,17 +1,23 @@
-// Reward workers over Unix socket pairs: fork/exec with the socket as stdin and stdout, a process
-// group of its own (killed whole), an address-space limit, death with the parent; requests written
-// and answers read without blocking, against each request's deadline. Sockets, not pipes, so a
-// write to a dead worker is an error (MSG_NOSIGNAL), never a SIGPIPE to the trainer.
+// Reward workers over Unix socket pairs: each worker is the one child of a small init that is PID 1
+// of a PID namespace of its own (with a user namespace when not root), so that whatever the worker
+// starts (setsid, double forks, daemons) dies with it, and the init dies with the trainer, even by
+// SIGKILL or the OOM killer. The socket is the worker's stdin and stdout; an address-space limit;
+// requests written and answers read without blocking, against each request's deadline. Sockets, not
+// pipes, so a write to a dead worker is an error (MSG_NOSIGNAL), never a SIGPIPE to the trainer.
 #include "unstuck/reward/worker_pool.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +27,7 @@
 #include <deque>
 #include <limits>
 #include <thread>
+#include <utility>
 
 #include "unstuck/common/error.h"
 
@@ -40,12 +47,113 @@ Clock::time_point after(double seconds) {
   return Clock::now() + std::chrono::microseconds(int64_t(seconds * 1e6));
 }
 
-// "exited with status 3", "was killed by signal 9 (Killed)".
-std::string exit_text(int status) {
+// "exited with status 3", "was killed by signal 9 (Killed)". An init passes its worker's death by
+// signal N on as the exit status 128 + N (PID 1 of a namespace cannot kill itself with a signal).
+std::string exit_text(int status, bool through_init) {
+  const auto killed = [](int sig) {
+    return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  };
+  if (WIFEXITED(status) && through_init && WEXITSTATUS(status) > 128) return killed(WEXITSTATUS(status) - 128);
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  if (WIFSIGNALED(status)) return killed(WTERMSIG(status));
   return "stopped";
+}
+
+// What the child of clone() needs; built before it, since the child of a multi-threaded process may
+// make async-signal-safe calls only.
+struct Spawn {
+  char** argv;
+  int sock;           // the worker's end of the socket pair
+  int pool_end;       // the pool's end, closed in the child
+  int64_t memory_mb;  // RLIMIT_AS, 0 = none
+  const char* uid_map = nullptr;  // with a user namespace: this user mapped to itself
+  const char* gid_map = nullptr;
+};
+
+bool put(const char* path, const char* text) {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  const ssize_t n = fd < 0 ? -1 : ::write(fd, text, std::strlen(text));
+  if (fd >= 0) ::close(fd);
+  return n == ssize_t(std::strlen(text));
+}
+
+// True while the pool holds its end of the socket (it closes it only by stopping the worker or dying).
+bool pool_alive(int sock) {
+  char c;
+  return ::recv(sock, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0;
+}
+
+[[noreturn]] void exec_worker(const Spawn& s) {
+  if (s.memory_mb > 0) {
+    const rlim_t bytes = rlim_t(s.memory_mb) << 20;
+    const struct rlimit lim{bytes, bytes};
+    ::setrlimit(RLIMIT_AS, &lim);
+  }
+  ::dup2(s.sock, 0);
+  ::dup2(s.sock, 1);
+  ::execvp(s.argv[0], s.argv);
+  static const char msg[] = "{\"fatal\": \"cannot execute the worker command\"}\n";
+  (void)!::write(1, msg, sizeof msg - 1);
+  ::_exit(127);
+}
+
+// PID 1 of the worker's namespace: starts the worker, reaps whatever is orphaned to it, and exits
+// with the worker's status; its exit ends every process left in the namespace.
+int worker_init(void* arg) {
+  const Spawn& s = *static_cast<const Spawn*>(arg);
+  ::close(s.pool_end);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (!pool_alive(s.sock)) ::_exit(127);  // the trainer died before prctl
+  if (s.uid_map && !(put("/proc/self/setgroups", "deny") || errno == ENOENT)) ::_exit(126);
+  if (s.uid_map && (!put("/proc/self/uid_map", s.uid_map) || !put("/proc/self/gid_map", s.gid_map))) ::_exit(126);
+  ::setpgid(0, 0);
+  const pid_t worker = pid_t(::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, nullptr));  // a fork
+  if (worker == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    exec_worker(s);
+  }
+  ::close(s.sock);
+  if (worker < 0) ::_exit(127);
+  for (;;) {
+    int status = 0;
+    const pid_t ended = ::waitpid(-1, &status, 0);
+    if (ended == worker) ::_exit(WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status));
+    if (ended < 0 && errno != EINTR) ::_exit(127);
+  }
+}
+
+// Starts the worker's init in new namespaces; -1 with errno when the kernel refuses them.
+pid_t spawn_contained(Spawn& s) {
+  static const std::string uid_map = std::to_string(::geteuid()) + " " + std::to_string(::geteuid()) + " 1\n";
+  static const std::string gid_map = std::to_string(::getegid()) + " " + std::to_string(::getegid()) + " 1\n";
+  int flags = CLONE_NEWPID | SIGCHLD;
+  if (::geteuid() != 0) {  // root makes a PID namespace directly; anyone else inside a user namespace
+    flags |= CLONE_NEWUSER;
+    s.uid_map = uid_map.c_str();
+    s.gid_map = gid_map.c_str();
+  }
+  constexpr std::size_t kStack = std::size_t(256) << 10;
+  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return -1;
+  const pid_t pid = ::clone(worker_init, static_cast<char*>(stack) + kStack, flags, &s);
+  const int saved = errno;
+  ::munmap(stack, kStack);  // the child has its own copy of the address space
+  errno = saved;
+  return pid;
+}
+
+// The old way, where the kernel gives no namespaces: a process group of its own, killed whole
+// (descendants that call setsid escape it).
+pid_t spawn_plain(const Spawn& s) {
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {  // the child: async-signal-safe calls only, then exec
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
+    exec_worker(s);
+  }
+  return pid;
 }
 
 // Reads what is there (non-blocking). False at end of file or on an error.
@@ -121,28 +229,21 @@ void WorkerPool::start(Worker& w) {
   std::vector<char*> argv;
   for (const std::string& a : options_.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
+  Spawn spawn{argv.data(), sv[1], sv[0], options_.memory_mb};
+  pid_t pid = spawn_contained(spawn);
+  w.through_init = pid > 0;
+  if (pid < 0) {
+    static bool said = false;  // once per process: the same kernel refuses every worker alike
+    if (!std::exchange(said, true))
+      spdlog::warn("{}: no PID namespace for reward workers ({}): processes a reward function starts with setsid "
+                   "or a double fork can outlive it",
+                   options_.name, std::strerror(errno));
+    pid = spawn_plain(spawn);
+  }
   if (pid < 0) {
     ::close(sv[0]);
     ::close(sv[1]);
     throw UserError(options_.name + ": cannot start a worker: fork: " + std::strerror(errno));
-  }
-  if (pid == 0) {  // the child: async-signal-safe calls only, then exec
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
-    if (options_.memory_mb > 0) {
-      const rlim_t bytes = rlim_t(options_.memory_mb) << 20;
-      const struct rlimit lim{bytes, bytes};
-      ::setrlimit(RLIMIT_AS, &lim);
-    }
-    ::dup2(sv[1], 0);
-    ::dup2(sv[1], 1);
-    ::execvp(argv[0], argv.data());
-    static const char msg[] = "{\"fatal\": \"cannot execute the worker command\"}\n";
-    (void)!::write(1, msg, sizeof msg - 1);
-    ::_exit(127);
   }
   ::close(sv[1]);
   w.pid = pid;
@@ -174,7 +275,7 @@ void WorkerPool::start(Worker& w) {
       ::waitpid(w.pid, &status, 0);
       w.pid = -1;
       stop(w);
-      throw UserError(options_.name + ": the worker " + exit_text(status) + " before it was ready (its messages are above)");
+      throw UserError(options_.name + ": the worker " + exit_text(status, w.through_init) + " before it was ready (its messages are above)");
     }
   }
 }
@@ -283,7 +384,7 @@ std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohman
           int status = 0;
           ::waitpid(w.pid, &status, 0);
           w.pid = -1;
-          fail_batch(k, "the worker " + exit_text(status) + " while scoring this batch", true);
+          fail_batch(k, "the worker " + exit_text(status, w.through_init) + " while scoring this batch", true);
           continue;
         }
       }

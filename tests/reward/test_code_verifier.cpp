@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/processes.h"
 #include "unstuck/common/error.h"
 #include "unstuck/reward/sandbox.h"
 #include "unstuck/reward/verifier.h"
@@ -92,22 +93,7 @@ std::vector<RewardResult> score(const Verifier& v, const std::vector<std::string
   return v.score_batch(completions, std::vector<const data::TaskRecord*>(completions.size(), &r));
 }
 
-// Processes whose command line holds `token`, waiting up to a second for them to go.
-int processes_with(const std::string& token) {
-  int found = 0;
-  for (int attempt = 0; attempt < 20; ++attempt) {
-    found = 0;
-    for (const auto& entry : fs::directory_iterator("/proc")) {
-      std::ifstream in(entry.path() / "cmdline", std::ios::binary);
-      std::stringstream text;
-      text << in.rdbuf();
-      if (text.str().find(token) != std::string::npos) ++found;
-    }
-    if (found == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return found;
-}
+using unstuck::testing::processes_with;
 
 std::string unique(const std::string& what) {
   return "unstuck-" + what + "-" + std::to_string(::getpid()) + "-" +

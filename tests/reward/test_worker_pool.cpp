@@ -5,13 +5,17 @@
 // restarts the worker and goes on; a file without the function, with the wrong signature or that
 // fails to import is refused at start with the reason.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
 
+#include "common/processes.h"
 #include "unstuck/common/error.h"
 #include "unstuck/reward/verifier.h"
 #include "unstuck/reward/worker_pool.h"
@@ -21,6 +25,13 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
+
+// The project's interpreter, or $UNSTUCK_TEST_PYTHON (the unprivileged run of this suite cannot
+// reach an interpreter under /root).
+std::string test_python() {
+  const char* p = std::getenv("UNSTUCK_TEST_PYTHON");
+  return p && *p ? p : UNSTUCK_PYTHON;
+}
 
 class WorkerPoolTest : public ::testing::Test {
  protected:
@@ -37,7 +48,7 @@ class WorkerPoolTest : public ::testing::Test {
   }
   WorkerOptions python(const fs::path& file, const std::string& fn, const std::string& style, int workers = 1) {
     WorkerOptions o;
-    o.argv = python_reward_worker_argv(UNSTUCK_PYTHON, file.string(), fn, style);
+    o.argv = python_reward_worker_argv(test_python(), file.string(), fn, style);
     o.name = "reward.function " + file.filename().string() + ":" + fn;
     o.workers = workers;
     o.timeout_s = 20;
@@ -227,6 +238,63 @@ def compute_score(data_source, solution_str, ground_truth, extra_info):
   EXPECT_EQ(pool.restarts(), 0);  // nothing above ended the worker
 }
 
+// A reward function that leaves processes behind in every way Python allows: a child in a new
+// session, a double-forked daemon, a plain child.
+const char* kLeavesProcesses = R"PY(
+import os, subprocess, sys
+
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    token = ground_truth
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)", token]
+    subprocess.Popen(sleep, start_new_session=True)
+    subprocess.Popen(sleep)
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, sleep)
+        os._exit(0)
+    os.wait()
+    return 1.0
+)PY";
+
+TEST_F(WorkerPoolTest, NothingAFunctionStartsOutlivesItsWorker) {
+  const std::string token = "unstuck-leftover-" + std::to_string(::getpid());
+  const fs::path file = write("leaves.py", kLeavesProcesses);
+  {
+    WorkerPool pool(python(file, "compute_score", "verl"));
+    const auto r = pool.run({Json::array({verl_item("x", token)})}).at(0);
+    ASSERT_TRUE(r[0].ok) << r[0].error;
+    EXPECT_EQ(unstuck::testing::processes_with(token), 3);  // all three running while the worker lives
+  }
+  EXPECT_EQ(unstuck::testing::processes_with(token), 0) << "left after the pool stopped";
+}
+
+TEST_F(WorkerPoolTest, NothingOutlivesATrainerKilledBySigkill) {
+  const std::string token = "unstuck-orphan-" + std::to_string(::getpid());
+  const fs::path file = write("leaves.py", kLeavesProcesses);
+  const WorkerOptions options = python(file, "compute_score", "verl");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t trainer = ::fork();
+  if (trainer == 0) {  // a stand-in trainer: scores once, says so, waits to be killed
+    WorkerPool pool(options);
+    const auto r = pool.run({Json::array({verl_item("x", token)})}).at(0);
+    (void)!::write(ready[1], r[0].ok ? "y" : "n", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  EXPECT_EQ(c, 'y');
+  EXPECT_EQ(unstuck::testing::processes_with(token), 3);
+  ::kill(trainer, SIGKILL);
+  int status = 0;
+  ::waitpid(trainer, &status, 0);
+  EXPECT_EQ(unstuck::testing::processes_with(token), 0) << "left after the trainer was killed";
+}
+
 TEST(WorkerScores, FiniteScoresAboveFloat32AreRefusedByTheTrainerSide) {
   // A reward command or worker that answers 1e39 itself: named, not inf in the trainer.
   EXPECT_EQ(worker_item_result(Json{{"score", 1e39}}).error,
@@ -256,8 +324,10 @@ def with_none(prompts, completions, **kwargs):
 }
 
 TEST_F(WorkerPoolTest, BatchesRunOnSeveralWorkersAtOnce) {
-  const fs::path file = write("pid.py", "import os\ndef compute_score(data_source, solution_str, ground_truth, extra_info):\n"
-                                        "    return os.getpid()\n");
+  // Each worker draws its own number at import (its pid is 2 in every worker: each has a PID namespace).
+  const fs::path file = write("pid.py", "import random\nmine = random.SystemRandom().random()\n"
+                                        "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+                                        "    return mine\n");
   WorkerPool pool(python(file, "compute_score", "verl", 2));
   const auto r = pool.run({Json::array({verl_item("a", "1")}), Json::array({verl_item("b", "1")})});
   ASSERT_TRUE(r[0][0].ok && r[1][0].ok);

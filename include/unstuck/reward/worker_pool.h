@@ -60,8 +60,9 @@ class WorkerPool {
 
  private:
   struct Worker {
-    pid_t pid = -1;
-    int fd = -1;         // our end of the socket pair (the worker's stdin and stdout)
+    pid_t pid = -1;             // the worker's init (PID 1 of its namespace), or the worker itself
+    bool through_init = false;  // pid is an init, which reports a death by signal N as exit 128 + N
+    int fd = -1;                // our end of the socket pair (the worker's stdin and stdout)
     std::string buffer;  // bytes received and not yet parsed as a line
   };
   void start(Worker& w);
