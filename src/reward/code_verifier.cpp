@@ -4,8 +4,12 @@
 // sandbox; they never enter it, and nothing about the tests is written to disk. Asserts run in a
 // judge process the program cannot reach (src/reward/assert_judge.py): the program runs in a child
 // that answers the tests' calls with plain data, so no trick inside the program can forge a pass.
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <spdlog/spdlog.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +28,8 @@
 #include "unstuck/reward/answer.h"
 #include "unstuck/reward/sandbox.h"
 #include "unstuck/reward/verifier.h"
+
+extern char** environ;
 
 namespace unstuck::reward {
 namespace {
@@ -323,6 +329,7 @@ class CodeVerifier : public Verifier {
     options_.limits.wall_s = c.wall_s;
     options_.limits.memory_mb = c.memory_mb;
     options_.limits.file_mb = c.file_mb;
+    options_.limits.disk_mb = c.max_disk_mb;
     options_.limits.processes = c.processes;
     options_.limits.output_kb = c.output_kb;
     options_.parallel = c.workers;
@@ -373,22 +380,21 @@ class CodeVerifier : public Verifier {
 
  private:
   // The interpreter as the caller's PATH finds it, then where it really lives (its executable and
-  // prefixes, asked of it in a sandbox that may read everything, since a pyenv shim or a venv link
-  // reads folders of its own), then proof that it starts in the sandbox the programs get.
+  // prefixes, asked of it directly, as the caller: a pyenv shim or a venv link reads folders of its
+  // own that the sandbox's private root does not hold), then proof that it starts in the sandbox the
+  // programs get, where those folders are bound read-only.
   void find_interpreter() {
     const std::string found = on_path(config_.python);
-    SandboxOptions anywhere = options_;
-    anywhere.limits = SandboxLimits{};
-    anywhere.limits.wall_s = 60;
-    anywhere.parallel = 1;
-    anywhere.read_paths = {"/"};
     const char* ask = "import sys; print(sys.executable); print(sys.prefix); print(sys.base_prefix)";
-    const SandboxOutcome where = run_sandboxed({SandboxJob{{found, "-I", "-c", ask}, ""}}, anywhere).at(0);
+    std::string answer;
+    const int status = run_trusted({found, "-I", "-c", ask}, answer);
     std::vector<std::string> lines;
-    std::istringstream out(where.out);
+    std::istringstream out(answer);
     for (std::string line; std::getline(out, line);) lines.push_back(line);
-    if (where.end != SandboxEnd::exited || where.exit_code != 0 || lines.size() < 3 || lines[0].empty())
-      throw UserError("reward.code.python: " + found + " does not run: it " + outcome_text(where));
+    if (status != 0 || lines.size() < 3 || lines[0].empty())
+      throw UserError("reward.code.python: " + found + " does not run (" +
+                      (status < 0 ? std::string("cannot start it") : "exit status " + std::to_string(status)) +
+                      (answer.empty() ? std::string() : ": " + answer.substr(0, 400)) + ")");
     python_ = lines[0];
     std::set<std::string> reads(config_.read_paths.begin(), config_.read_paths.end());
     std::error_code ec;
@@ -406,6 +412,39 @@ class CodeVerifier : public Verifier {
                       " (it may read the system's folders and " + folders +
                       "; add what it needs to reward.code.read_paths)");
     }
+  }
+
+  // Runs `argv` as the caller (no sandbox: the user's own interpreter on our own question), its
+  // stdout into `out`; the exit status, or -1 when it cannot start.
+  static int run_trusted(const std::vector<std::string>& argv, std::string& out) {
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    ::posix_spawn_file_actions_init(&actions);
+    ::posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 1);
+    ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    pid_t pid = -1;
+    const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+    ::posix_spawn_file_actions_destroy(&actions);
+    ::close(pipe_fds[1]);
+    if (rc != 0) {
+      ::close(pipe_fds[0]);
+      return -1;
+    }
+    char chunk[4096];
+    for (ssize_t n; (n = ::read(pipe_fds[0], chunk, sizeof chunk)) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 || out.size() > (1 << 20)) break;
+      out.append(chunk, std::size_t(n));
+    }
+    ::close(pipe_fds[0]);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
   static std::string on_path(const std::string& name) {

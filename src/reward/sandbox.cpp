@@ -37,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr long kLandlockCreateRuleset = 444;  // the same number on every architecture
 constexpr unsigned kLandlockVersion = 1U << 0;
-constexpr int kNamespaceFlags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
+constexpr int kNamespaceFlags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS;
 constexpr int kStatusFd = 3;         // the launcher's report (its protocol is in its header)
 constexpr int kMaxRemoveDepth = 64;  // deeper folders a job made are left to the system's cleaner
 
@@ -89,7 +89,7 @@ SandboxCapabilities probe_capabilities() {
   std::vector<std::string> missing;
   const std::string ns = probe_namespaces();
   caps.namespaces = ns.empty();
-  if (!caps.namespaces) missing.push_back("user/PID/network namespaces (" + ns + ")");
+  if (!caps.namespaces) missing.push_back("user/PID/network/mount namespaces (" + ns + ")");
   const long abi = ::syscall(kLandlockCreateRuleset, nullptr, 0, kLandlockVersion);
   caps.landlock_abi = abi > 0 ? int(abi) : 0;
   if (abi <= 0) {
@@ -158,6 +158,8 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const std::s
                              std::to_string(l.memory_mb),
                              "--file-mb",
                              std::to_string(l.file_mb),
+                             "--disk-mb",
+                             std::to_string(l.disk_mb),
                              "--processes",
                              std::to_string(l.processes),
                              "--open-files",
@@ -431,7 +433,7 @@ void serve(std::vector<Running>& running, const std::vector<SandboxJob>& jobs, c
 
 std::string SandboxCapabilities::describe() const {
   std::string have;
-  if (namespaces) have = "user/PID/network namespaces";
+  if (namespaces) have = "user/PID/network/mount namespaces, a private root";
   if (landlock_abi > 0)
     have += (have.empty() ? "" : ", ") + std::string("Landlock ABI ") + std::to_string(landlock_abi);
   std::string line = "sandbox: " + (have.empty() ? std::string("resource limits only") : have);

@@ -39,6 +39,8 @@ void validate_code(const CodeConfig& c, const std::string& p) {
   if (!(c.wall_s > 0 && c.wall_s <= 3600)) throw UserError(p + "wall_s must be in (0, 3600], got " + config::format_double(c.wall_s));
   if (c.memory_mb < 16) throw UserError(p + "memory_mb must be >= 16, got " + std::to_string(c.memory_mb));
   if (c.file_mb < 0) throw UserError(p + "file_mb must be >= 0, got " + std::to_string(c.file_mb));
+  if (c.max_disk_mb < 1 || c.max_disk_mb > 65536)
+    throw UserError(p + "max_disk_mb must be in [1, 65536], got " + std::to_string(c.max_disk_mb));
   if (c.processes < 1) throw UserError(p + "processes must be >= 1, got " + std::to_string(c.processes));
   if (c.output_kb < 1) throw UserError(p + "output_kb must be >= 1, got " + std::to_string(c.output_kb));
   if (c.max_tests < 1) throw UserError(p + "max_tests must be >= 1, got " + std::to_string(c.max_tests));

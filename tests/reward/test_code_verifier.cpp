@@ -306,6 +306,82 @@ TEST(CodeSandbox, NoJobProcessReadsAnothersMemory) {
   EXPECT_EQ(out[0].out, "no-ptrace no-vm_read\n");
 }
 
+// The user's files: one in a folder the programs may read (reward.code.read_paths) and one in an
+// open folder elsewhere. A program sees only its private root: it cannot stat, chmod, chown or touch
+// either, nor the folders, and as root it cannot read a root-only file even where it may read.
+TEST(CodeSandbox, ProgramsSeeNoFileOfTheUsersAndChangeNone) {
+  SKIP_WITHOUT_ISOLATION();
+  const fs::path readable = fs::temp_directory_path() / unique("readable");
+  const fs::path elsewhere = fs::temp_directory_path() / unique("elsewhere");
+  fs::create_directories(readable);
+  fs::create_directories(elsewhere);
+  fs::permissions(readable, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(elsewhere, fs::perms::all);
+  const fs::path shared = readable / "shared.txt", own = readable / "own.txt", mine = elsewhere / "mine.txt";
+  std::ofstream(shared) << "shared";
+  std::ofstream(own) << "private";
+  std::ofstream(mine) << "mine";
+  fs::permissions(own, fs::perms::owner_read | fs::perms::owner_write);
+  fs::permissions(shared, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+  const auto before = [](const fs::path& p) {
+    struct stat st {};
+    ::stat(p.c_str(), &st);
+    return std::to_string(st.st_mode) + " " + std::to_string(st.st_uid) + " " + std::to_string(st.st_mtime);
+  };
+  std::vector<std::string> was;
+  for (const fs::path& p : {shared, own, mine, readable, elsewhere}) was.push_back(before(p));
+  const std::string program =
+      "import os\ndone = []\npaths = " +
+      Json::array({shared.string(), own.string(), mine.string(), readable.string(), elsewhere.string()}).dump() +
+      "\nfor p in paths:\n"
+      "    for what, act in (('chmod', lambda: os.chmod(p, 0o777)), ('utime', lambda: os.utime(p, (0, 0))),\n"
+      "                      ('chown', lambda: os.chown(p, os.getuid(), os.getgid()))):\n"
+      "        try:\n            act()\n            done.append(what + ' ' + p)\n        except OSError:\n            pass\n"
+      "for p in (paths[2], paths[4]):\n    try:\n        os.stat(p)\n        done.append('stat ' + p)\n    except OSError:\n"
+      "        pass\n"
+      "try:\n    open(paths[1]).read()\n    done.append('read own')\nexcept OSError:\n    pass\n"
+      "print(open(paths[0]).read(), sorted(done))\n";
+  SandboxOptions o = plain();
+  o.require_isolation = true;
+  o.read_paths = {readable.string()};
+  const auto out = run_sandboxed({py(program)}, o);
+  ASSERT_EQ(out[0].end, SandboxEnd::exited) << out[0].err;
+  // As root the program is nobody: the root-only file is closed to it. As a user it is that user,
+  // and a file of its own in a folder it may read is its to read.
+  EXPECT_EQ(out[0].out, ::geteuid() == 0 ? "shared []\n" : "shared ['read own']\n");
+  for (std::size_t k = 0; k < was.size(); ++k)
+    EXPECT_EQ(before(std::vector<fs::path>{shared, own, mine, readable, elsewhere}[k]), was[k]) << k;
+  fs::remove_all(readable);
+  fs::remove_all(elsewhere);
+}
+
+// A program's writes land in a tmpfs of disk_mb: more is ENOSPC, and nothing of it (200 nested
+// folders included) is left on the disk afterwards.
+TEST(CodeSandbox, WritesAreBoundedAndLeaveNothing) {
+  SKIP_WITHOUT_ISOLATION();
+  const fs::path tmp = fs::temp_directory_path() / unique("tmpdir");
+  fs::create_directories(tmp);
+  const char* saved = std::getenv("TMPDIR");
+  const std::string saved_value = saved ? saved : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  SandboxOptions o = plain();
+  o.limits.disk_mb = 8;
+  const std::string program =
+      "import os\nwritten = 0\ntry:\n    for k in range(100):\n        with open('f%d' % k, 'wb') as f:\n"
+      "            f.write(b'x' * (1 << 20))\n        written += 1\nexcept OSError:\n    pass\n"
+      "path = '.'\nfor k in range(200):\n    path = os.path.join(path, 'd')\n    os.mkdir(path)\n"
+      "print(written)\n";
+  const auto out = run_sandboxed({py(program)}, o);
+  if (saved) ::setenv("TMPDIR", saved_value.c_str(), 1);
+  else ::unsetenv("TMPDIR");
+  ASSERT_EQ(out[0].end, SandboxEnd::exited) << out[0].err;
+  EXPECT_LE(std::stoi(out[0].out), 8);
+  EXPECT_GE(std::stoi(out[0].out), 5);  // 8 MiB of tmpfs hold at least 5 files of 1 MiB
+  EXPECT_TRUE(fs::is_empty(tmp)) << "left in " << tmp;
+  fs::remove_all(tmp);
+}
+
 TEST(CodeSandbox, MissingLauncherIsAUserError) {
   ::setenv("UNSTUCK_SANDBOX", "/no/such/unstuck-sandbox", 1);
   EXPECT_THROW(run_sandboxed({py("pass")}, plain()), UserError);

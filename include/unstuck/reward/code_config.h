@@ -30,6 +30,7 @@ struct CodeConfig {
   double wall_s = 10.0;        // wall-clock seconds of one sandbox
   int64_t memory_mb = 1024;    // address space of one sandbox (RLIMIT_AS)
   int64_t file_mb = 16;        // largest file the program may write (RLIMIT_FSIZE)
+  int64_t max_disk_mb = 64;    // all a program may write (its folder is a tmpfs of this size)
   int processes = 16;          // processes (and threads) a sandbox may hold (RLIMIT_NPROC in its own user namespace)
   int64_t output_kb = 1024;    // stdout + stderr kept; more kills the run
   int max_tests = 64;          // tests of a record that run; the rest are ignored (and counted)
@@ -48,11 +49,14 @@ struct CodeConfig {
     v("wall_s", wall_s, "wall-clock seconds one sandbox may run");
     v("memory_mb", memory_mb, "address-space limit of a sandbox in MiB");
     v("file_mb", file_mb, "largest file a program may write, in MiB");
+    v("max_disk_mb", max_disk_mb,
+      "all a program may write, in MiB, in [1, 65536]: its folder is a tmpfs of this size (memory), gone "
+      "with the program");
     v("processes", processes, "processes and threads a sandbox may hold");
     v("output_kb", output_kb, "stdout and stderr a sandbox may print, in KiB; more ends it (wrong)");
     v("max_tests", max_tests, "tests of a record that run, >= 1");
     v("require_isolation", require_isolation,
-      "refuse to start when the kernel lacks user/PID/network namespaces or Landlock; false: run with "
+      "refuse to start when the kernel lacks user/PID/network/mount namespaces or Landlock; false: run with "
       "the resource limits alone and say so");
     v("read_paths", read_paths, "extra folders the programs may read (the interpreter's prefix is added)");
   }

@@ -1,7 +1,8 @@
 // The sandbox the code verifier runs untrusted programs in. Each job runs as a child of the
-// launcher `unstuck-sandbox` (src/reward/launcher/): in new user, PID, network, IPC and UTS
+// launcher `unstuck-sandbox` (src/reward/launcher/): in new user, PID, network, IPC, UTS and mount
 // namespaces where the kernel allows (no network, no view of other processes, everything killed when
-// it ends), under Landlock where the kernel has it (reads only the system's and the interpreter's
+// it ends, a private root holding only the system's and the interpreter's folders read-only and its
+// own folder, a tmpfs of disk_mb), under Landlock where the kernel has it (reads only the system's and the interpreter's
 // folders, writes only its fresh temporary folder, no TCP, no signals or abstract sockets out of
 // its domain), with CPU-time, address-space, file-size, process-count and open-file limits, a clean
 // environment, and its own empty temporary folder that is removed afterwards. The caller's side
@@ -19,6 +20,7 @@ struct SandboxLimits {
   double wall_s = 10.0;      // from the start to the kill
   int64_t memory_mb = 1024;  // RLIMIT_AS
   int64_t file_mb = 16;      // RLIMIT_FSIZE
+  int64_t disk_mb = 64;      // the job's folder: a tmpfs of this size (with namespaces)
   int processes = 16;        // RLIMIT_NPROC, counted in the job's own user namespace
   int64_t output_kb = 1024;  // stdout + stderr kept; more ends the job (output_limit)
   int open_files = 64;       // RLIMIT_NOFILE
@@ -26,7 +28,7 @@ struct SandboxLimits {
 
 // What the kernel lets the sandbox use (probed once per process).
 struct SandboxCapabilities {
-  bool namespaces = false;  // user + PID + network (+ IPC, UTS) namespaces
+  bool namespaces = false;  // user + PID + network + mount (+ IPC, UTS) namespaces
   int landlock_abi = 0;     // 0: no Landlock
   std::string missing;      // "" when everything is there, else e.g. "Landlock (not in this kernel)"
   // One line for the run's start, e.g. "sandbox: user/PID/network namespaces, Landlock ABI 7".

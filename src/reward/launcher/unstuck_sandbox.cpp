@@ -1,9 +1,11 @@
 // unstuck-sandbox: runs one untrusted program confined (the runner in src/reward/sandbox.cpp starts
-// one per job) and says how it ended. The job is PID 1 of new user/PID/network/IPC/UTS namespaces
-// (when it ends the kernel kills everything it left), under Landlock, rlimits, a clean environment,
-// in its temporary folder; it dies with the launcher (PR_SET_PDEATHSIG).
+// one per job) and says how it ended. The job is PID 1 of new user/PID/network/IPC/UTS/mount
+// namespaces (when it ends the kernel kills everything it left), in a private root that holds only
+// the system's folders and --read folders (read-only) and its own folder (a tmpfs of --disk-mb, gone
+// with the job), under Landlock, rlimits, a clean environment; it dies with the launcher
+// (PR_SET_PDEATHSIG).
 //
-//   unstuck-sandbox --cpu S --memory-mb M --file-mb F --processes P --open-files N --dir TMPDIR
+//   unstuck-sandbox --cpu S --memory-mb M --file-mb F --disk-mb D --processes P --open-files N --dir TMPDIR
 //       [--read PATH]... [--isolate yes|no] [--namespaces yes|no] [--landlock yes|no]
 //       [--status-fd FD] [--parent-pid PID] -- PROGRAM ARGS...
 //
@@ -16,21 +18,22 @@
 // seccomp filter (no new AF_UNIX sockets, no io_uring, no ptrace or process_vm_readv/writev).
 //
 // As root (uid 0) RLIMIT_NPROC binds nothing (the kernel exempts root), so the job runs as nobody
-// (65534) keeping only CAP_DAC_READ_SEARCH (an interpreter under /root stays readable; Landlock still
-// decides what it reads); with namespaces, root and nobody are both mapped into its user namespace.
+// (65534) with no capability: root-only files stay unreadable; with namespaces, root and nobody are
+// both mapped into its user namespace (root builds the private root, then drops).
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/audit.h>
-#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,10 +57,6 @@ extern char** environ;
 #endif
 #ifndef __NR_pidfd_getfd
 #define __NR_pidfd_getfd 438
-#endif
-#ifndef PR_CAP_AMBIENT
-#define PR_CAP_AMBIENT 47
-#define PR_CAP_AMBIENT_RAISE 2
 #endif
 
 namespace {
@@ -85,7 +84,7 @@ struct __attribute__((packed)) PathBeneathAttr {
 };
 
 struct Options {
-  long cpu_s = 5, memory_mb = 1024, file_mb = 16, processes = 16, open_files = 64;
+  long cpu_s = 5, memory_mb = 1024, file_mb = 16, processes = 16, open_files = 64, disk_mb = 64;
   std::string dir;
   std::vector<std::string> reads;
   bool namespaces = true, landlock = true;
@@ -143,6 +142,8 @@ Options parse_options(int argc, char** argv) {
       o.memory_mb = number("--memory-mb", value);
     else if (flag == "--file-mb")
       o.file_mb = number("--file-mb", value);
+    else if (flag == "--disk-mb")
+      o.disk_mb = number("--disk-mb", value);
     else if (flag == "--processes")
       o.processes = number("--processes", value);
     else if (flag == "--open-files")
@@ -206,19 +207,93 @@ void die_with_launcher(int handshake) {
   if (!launcher_alive(handshake)) ::_exit(kSetupFailed);
 }
 
-// Root -> nobody, keeping CAP_DAC_READ_SEARCH through exec as an ambient capability.
+// Root -> nobody, with no capability left: in the private root (below) every folder on the way to
+// the interpreter is ours and traversable, so nothing needs CAP_DAC_READ_SEARCH, which would also
+// read root-only files. Without namespaces (no private root) an interpreter under a private folder
+// such as /root does not start: the verifier says so at its start.
 void drop_to_nobody(int handshake) {
   if (::setgroups(0, nullptr) != 0) fail_errno("setgroups");
   if (::setresgid(kNobody, kNobody, kNobody) != 0) fail_errno("setresgid 65534");
-  if (::prctl(PR_SET_KEEPCAPS, 1) != 0) fail_errno("prctl PR_SET_KEEPCAPS");
   if (::setresuid(kNobody, kNobody, kNobody) != 0) fail_errno("setresuid 65534");
-  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct caps[2] = {};
-  caps[0].effective = caps[0].permitted = caps[0].inheritable = 1U << CAP_DAC_READ_SEARCH;
-  if (::syscall(SYS_capset, &header, caps) != 0) fail_errno("capset CAP_DAC_READ_SEARCH");
-  // Kernels before 4.3 have no ambient capabilities: the job then reads with nobody's rights alone.
-  ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_DAC_READ_SEARCH, 0, 0);
   die_with_launcher(handshake);
+}
+
+// ---- the private root: the job sees only the system's folders, its --read folders (read-only)
+// and its own folder, a tmpfs of --disk-mb ----
+
+void make_dirs(const std::string& path, mode_t mode) {
+  for (std::size_t at = 1; at <= path.size(); ++at) {
+    if (at != path.size() && path[at] != '/') continue;
+    const std::string part = path.substr(0, at);
+    if (::mkdir(part.c_str(), mode) != 0 && errno != EEXIST) fail_errno("private root: mkdir " + part);
+  }
+}
+
+// The flags a read-only remount must keep (a user namespace may not clear them).
+unsigned long kept_flags(const std::string& path) {
+  struct statvfs v {};
+  if (::statvfs(path.c_str(), &v) != 0) return 0;
+  unsigned long f = 0;
+  if (v.f_flag & ST_NOSUID) f |= MS_NOSUID;
+  if (v.f_flag & ST_NODEV) f |= MS_NODEV;
+  if (v.f_flag & ST_NOEXEC) f |= MS_NOEXEC;
+  if (v.f_flag & ST_NOATIME) f |= MS_NOATIME;
+  if (v.f_flag & ST_NODIRATIME) f |= MS_NODIRATIME;
+  if (v.f_flag & ST_RELATIME) f |= MS_RELATIME;
+  return f;
+}
+
+// `host` (a folder or a file) at the same path under `root`, read-only; a symbolic link is copied
+// as a link (merged-/usr systems: /lib -> usr/lib). A path that is not there is skipped.
+void bind_read_only(const std::string& root, const std::string& host, bool writable = false) {
+  if (host.empty() || host == "/" || host[0] != '/')
+    fail("private root: --read '" + host + "': name the folders the program needs (absolute, not /)");
+  struct stat st {};
+  if (::lstat(host.c_str(), &st) != 0) return;
+  const std::string target = root + host;
+  make_dirs(target.substr(0, target.rfind('/')), 0755);
+  if (S_ISLNK(st.st_mode)) {
+    char link[4096];
+    const ssize_t n = ::readlink(host.c_str(), link, sizeof link - 1);
+    if (n <= 0) return;
+    link[n] = 0;
+    if (::symlink(link, target.c_str()) != 0 && errno != EEXIST) fail_errno("private root: symlink " + host);
+    return;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    if (::mkdir(target.c_str(), 0755) != 0 && errno != EEXIST) fail_errno("private root: mkdir " + target);
+  } else {
+    const int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) fail_errno("private root: create " + target);
+    ::close(fd);
+  }
+  if (::mount(host.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
+    fail_errno("private root: bind " + host);
+  if (writable) return;
+  const unsigned long flags = MS_BIND | MS_REMOUNT | MS_RDONLY | kept_flags(target);
+  if (::mount(nullptr, target.c_str(), nullptr, flags, nullptr) != 0) fail_errno("private root: read-only " + host);
+}
+
+// Builds the root in a tmpfs mounted over the job's folder (its size bounds what the job writes,
+// and it vanishes with the job however deep its folders go), then pivots into it.
+void enter_private_root(const Options& o, bool drop) {
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail_errno("private root: make / private");
+  const std::string root = o.dir;
+  const std::string size = "size=" + std::to_string(std::max(1L, o.disk_mb)) + "m,nr_inodes=65536,mode=0755";
+  if (::mount("tmpfs", root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, size.c_str()) != 0)
+    fail_errno("private root: tmpfs on " + root);
+  for (const char* system : {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc"}) bind_read_only(root, system);
+  for (const std::string& path : o.reads) bind_read_only(root, path);
+  for (const char* device : {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"})
+    bind_read_only(root, device, /*writable=*/true);
+  const std::string own = root + o.dir;  // the job's folder, at its own path, inside the tmpfs
+  make_dirs(own, 0755);
+  if (drop && ::chown(own.c_str(), kNobody, kNobody) != 0) fail_errno("private root: chown " + o.dir);
+  ::chmod(own.c_str(), 0700);
+  if (::chdir(root.c_str()) != 0) fail_errno("private root: chdir");
+  if (::syscall(SYS_pivot_root, ".", ".") != 0) fail_errno("private root: pivot_root");
+  if (::umount2(".", MNT_DETACH) != 0) fail_errno("private root: detach the old root");
+  if (::chdir("/") != 0) fail_errno("private root: chdir /");
 }
 
 // Lowers a limit, never above the hard limit the launcher was given.
@@ -331,6 +406,7 @@ int run_job(void* arg) {
   die_with_launcher(job.handshake);
   char go = 0;
   if (::write(job.handshake, "r", 1) != 1 || ::read(job.handshake, &go, 1) != 1) ::_exit(kSetupFailed);
+  if (o.namespaces) enter_private_root(o, go == 'd');
   if (go == 'd') drop_to_nobody(job.handshake);
   if (::setsid() < 0) fail_errno("setsid");
   set_limits(o);
@@ -395,7 +471,7 @@ pid_t start_job(const Options& o, Job& job) {
     return pid;
   }
   static char stack[1 << 20] __attribute__((aligned(16)));
-  const int flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
+  const int flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS | SIGCHLD;
   return ::clone(run_job, stack + sizeof stack, flags, &job);
 }
 
@@ -423,7 +499,7 @@ int main(int argc, char** argv) {
   if (::read(pair[0], &ready, 1) == 1) {  // else the job already ended: its status says how
     bool drop = ::geteuid() == 0;
     if (o.namespaces) drop = write_id_maps(pid, drop);
-    if (drop && ::chown(o.dir.c_str(), kNobody, kNobody) != 0) fail_errno("chown " + o.dir);
+    if (drop && !o.namespaces && ::chown(o.dir.c_str(), kNobody, kNobody) != 0) fail_errno("chown " + o.dir);
     if (::write(pair[0], drop ? "d" : "s", 1) != 1) fail_errno("start the job");
   }
   // Waits for the job without reaping it, so that its pid (and group id) stays its own while what it
