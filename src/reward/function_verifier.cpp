@@ -60,6 +60,7 @@ class WorkerVerifier : public Verifier {
     o.name = std::move(name);
     o.workers = f.workers;
     o.timeout_s = f.timeout_s;
+    o.start_timeout_s = f.start_timeout_s;
     o.memory_mb = f.memory_mb;
     pool_ = std::make_unique<WorkerPool>(std::move(o));
   }

@@ -132,6 +132,8 @@ void validate_scorer(const std::string& verifier, const FunctionConfig& f, const
   if (f.batch_size < 1) throw UserError(fp + "batch_size must be >= 1, got " + std::to_string(f.batch_size));
   if (!(f.timeout_s > 0 && f.timeout_s <= 86400))
     throw UserError(fp + "timeout_s must be in (0, 86400] seconds, got " + config::format_double(f.timeout_s));
+  if (!(f.start_timeout_s > 0 && f.start_timeout_s <= 86400))
+    throw UserError(fp + "start_timeout_s must be in (0, 86400] seconds, got " + config::format_double(f.start_timeout_s));
   if (f.memory_mb < 0) throw UserError(fp + "memory_mb must be >= 0 (0 = no limit), got " + std::to_string(f.memory_mb));
   if (!(f.max_error_frac >= 0 && f.max_error_frac <= 1))
     throw UserError(fp + "max_error_frac must be in [0, 1], got " + config::format_double(f.max_error_frac));

@@ -38,6 +38,8 @@ using Clock = std::chrono::steady_clock;
 
 // A worker's answer line longer than this is refused (a runaway print, not a result).
 constexpr std::size_t kMaxLine = std::size_t(64) << 20;
+// Starts in a row that failed on every worker before waiting batches score the failure.
+constexpr int kGiveUpStarts = 3;
 
 double seconds_until(Clock::time_point t) {
   return std::chrono::duration<double>(t - Clock::now()).count();
@@ -211,7 +213,7 @@ WorkerPool::WorkerPool(WorkerOptions options) : options_(std::move(options)) {
   if (options_.workers < 1) throw UserError(options_.name + ": workers must be >= 1");
   workers_.resize(std::size_t(options_.workers));
   try {
-    for (Worker& w : workers_) start(w);
+    for (Worker& w : workers_) start_blocking(w);
   } catch (...) {
     for (Worker& w : workers_) stop(w);
     throw;
@@ -222,10 +224,10 @@ WorkerPool::~WorkerPool() {
   for (Worker& w : workers_) stop(w);
 }
 
-void WorkerPool::start(Worker& w) {
+void WorkerPool::spawn(Worker& w) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-    throw UserError(options_.name + ": cannot create a socket for a worker: " + std::strerror(errno));
+    return down(w, std::string("cannot create a socket for a worker: ") + std::strerror(errno));
   std::vector<char*> argv;
   for (const std::string& a : options_.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -240,44 +242,57 @@ void WorkerPool::start(Worker& w) {
                    options_.name, std::strerror(errno));
     pid = spawn_plain(spawn);
   }
+  ::close(sv[1]);
   if (pid < 0) {
     ::close(sv[0]);
-    ::close(sv[1]);
-    throw UserError(options_.name + ": cannot start a worker: fork: " + std::strerror(errno));
+    return down(w, std::string("cannot start a worker: fork: ") + std::strerror(errno));
   }
-  ::close(sv[1]);
   w.pid = pid;
   w.fd = sv[0];
   w.buffer.clear();
-  // The ready line, or the reason it will not come.
-  const Clock::time_point deadline = after(options_.start_timeout_s);
+  w.state = State::starting;
+  w.start_deadline = after(options_.start_timeout_s);
+}
+
+bool WorkerPool::check_start(Worker& w) {
+  if (w.state != State::starting) return false;
+  const bool open = receive(w.fd, w.buffer);
   std::string line;
-  for (;;) {
-    if (take_line(w.buffer, line)) {
-      nlohmann::json hello = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (hello.is_object() && hello.value("ready", false)) return;
-      const std::string why = hello.is_object() && hello.contains("fatal") && hello["fatal"].is_string()
-                                  ? hello["fatal"].get<std::string>()
-                                  : "its first line is not {\"ready\": true}: " + line.substr(0, 200);
-      stop(w);
-      throw UserError(options_.name + ": the worker did not start: " + why);
+  if (take_line(w.buffer, line)) {
+    const nlohmann::json hello = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (hello.is_object() && hello.value("ready", false)) {
+      w.state = State::ready;
+      w.failed_starts = 0;
+      return true;
     }
-    const double left = seconds_until(deadline);
-    if (left <= 0) {
-      stop(w);
-      throw UserError(options_.name + ": the worker was not ready within " + std::to_string(int(options_.start_timeout_s)) +
-                      " s (worker.start_timeout_s)");
-    }
-    pollfd p{w.fd, POLLIN, 0};
-    ::poll(&p, 1, int(std::min(left * 1000.0, 1000.0)) + 1);
-    if (!receive(w.fd, w.buffer) && w.buffer.find('\n') == std::string::npos) {
-      int status = 0;
-      ::waitpid(w.pid, &status, 0);
-      w.pid = -1;
-      stop(w);
-      throw UserError(options_.name + ": the worker " + exit_text(status, w.through_init) + " before it was ready (its messages are above)");
-    }
+    down(w, "the worker did not start: " + (hello.is_object() && hello.contains("fatal") && hello["fatal"].is_string()
+                                                ? hello["fatal"].get<std::string>()
+                                                : "its first line is not {\"ready\": true}: " + line.substr(0, 200)));
+    return true;
   }
+  if (!open) {
+    int status = 0;
+    ::waitpid(w.pid, &status, 0);
+    w.pid = -1;
+    down(w, "the worker " + exit_text(status, w.through_init) + " before it was ready (its messages are above)");
+    return true;
+  }
+  if (seconds_until(w.start_deadline) <= 0) {
+    down(w, "the worker was not ready within " + std::to_string(int(std::lround(options_.start_timeout_s))) +
+                " s (raise reward.function.start_timeout_s, or a term's function.start_timeout_s)");
+    return true;
+  }
+  return false;
+}
+
+void WorkerPool::start_blocking(Worker& w) {
+  spawn(w);
+  while (w.state == State::starting) {
+    pollfd p{w.fd, POLLIN, 0};
+    ::poll(&p, 1, int(std::clamp(seconds_until(w.start_deadline) * 1000.0, 0.0, 1000.0)) + 1);
+    check_start(w);
+  }
+  if (w.state != State::ready) throw UserError(options_.name + ": " + w.why_down);
 }
 
 void WorkerPool::stop(Worker& w) {
@@ -291,12 +306,23 @@ void WorkerPool::stop(Worker& w) {
   }
   w.pid = -1;
   w.buffer.clear();
+  w.state = State::down;
 }
 
 void WorkerPool::restart(Worker& w) {
   stop(w);
   ++restarts_;
-  start(w);
+  spawn(w);
+}
+
+// A start that failed: retried after 0.5, 1, 2 ... 30 s.
+void WorkerPool::down(Worker& w, const std::string& why) {
+  stop(w);
+  ++w.failed_starts;
+  w.why_down = why;
+  const double wait = std::min(30.0, 0.5 * double(1 << std::min(w.failed_starts - 1, 6)));
+  w.retry_at = after(wait);
+  spdlog::warn("{}: {} (trying again in {:.1f} s)", options_.name, why, wait);
 }
 
 std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohmann::json>& batches) {
@@ -314,31 +340,51 @@ std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohman
   std::size_t done = 0;
   const auto fail_batch = [&](std::size_t k, const std::string& why, bool restart_worker) {
     Busy& s = busy[k];
-    const std::size_t n = batches[s.batch].size();
-    out[s.batch].assign(n, failed(why));
+    out[s.batch].assign(batches[s.batch].size(), failed(why));
     s.active = false;
     ++done;
     if (restart_worker) restart(workers_[k]);
   };
   while (done < batches.size()) {
+    for (Worker& w : workers_)  // back-off over: start again, beside the others' scoring
+      if (w.state == State::down && seconds_until(w.retry_at) <= 0) spawn(w);
+    // No worker can score and each has failed to start kGiveUpStarts times in a row: the waiting
+    // batches fail with the reason (reward_error; the run decides by max_error_frac).
+    const bool hopeless = std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) {
+      return w.state == State::down && w.failed_starts >= kGiveUpStarts;
+    });
+    if (hopeless) {
+      for (; !queue.empty(); queue.pop_front(), ++done)
+        out[queue.front()].assign(batches[queue.front()].size(),
+                                  failed("the worker could not be started again: " + workers_[0].why_down));
+      continue;
+    }
     for (std::size_t k = 0; k < workers_.size() && !queue.empty(); ++k) {
-      if (busy[k].active) continue;
+      if (busy[k].active || workers_[k].state != State::ready) continue;
       Busy& s = busy[k];
       s.batch = queue.front();
       queue.pop_front();
       s.id = next_id_++;
       s.pending = nlohmann::json{{"id", s.id}, {"items", batches[s.batch]}}.dump() + "\n";
-      s.deadline = after(options_.timeout_s);
+      s.deadline = after(options_.timeout_s);  // this request's own limit, whatever the others do
       s.active = true;
     }
     std::vector<pollfd> fds;
     std::vector<std::size_t> which;
-    Clock::time_point first = Clock::time_point::max();
+    Clock::time_point first = Clock::now() + std::chrono::seconds(1);
     for (std::size_t k = 0; k < workers_.size(); ++k) {
-      if (!busy[k].active) continue;
-      fds.push_back({workers_[k].fd, short(POLLIN | (busy[k].pending.empty() ? 0 : POLLOUT)), 0});
-      which.push_back(k);
-      first = std::min(first, busy[k].deadline);
+      const Worker& w = workers_[k];
+      if (busy[k].active) {
+        fds.push_back({w.fd, short(POLLIN | (busy[k].pending.empty() ? 0 : POLLOUT)), 0});
+        which.push_back(k);
+        first = std::min(first, busy[k].deadline);
+      } else if (w.state == State::starting) {
+        fds.push_back({w.fd, POLLIN, 0});
+        which.push_back(k);
+        first = std::min(first, w.start_deadline);
+      } else if (w.state == State::down) {
+        first = std::min(first, w.retry_at);
+      }
     }
     const double left = seconds_until(first);
     ::poll(fds.data(), nfds_t(fds.size()), left <= 0 ? 0 : int(std::min(left * 1000.0, 1000.0)) + 1);
@@ -346,6 +392,10 @@ std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohman
       const std::size_t k = which[i];
       Busy& s = busy[k];
       Worker& w = workers_[k];
+      if (!s.active) {  // a worker starting: ready, failed, or still on its way
+        check_start(w);
+        continue;
+      }
       if (fds[i].revents & POLLOUT) {
         const ssize_t n = ::send(w.fd, s.pending.data(), s.pending.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0) s.pending.erase(0, std::size_t(n));
@@ -374,10 +424,16 @@ std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohman
             continue;
           }
           std::vector<WorkerResult>& results = out[s.batch];
-          for (const auto& item : r["results"]) results.push_back(worker_item_result(item));
+          bool out_of_memory = false;
+          for (const auto& item : r["results"]) {
+            results.push_back(worker_item_result(item));
+            out_of_memory = out_of_memory || results.back().error.find("MemoryError") != std::string::npos;
+          }
           s.active = false;
           ++done;
-          if (!open) restart(w);  // it answered, then died: ready for the next batch again
+          // It answered, then died; or its function ran out of memory (a heap that large stays):
+          // a fresh worker for the next batch.
+          if (!open || out_of_memory) restart(w);
           continue;
         }
         if (!open) {

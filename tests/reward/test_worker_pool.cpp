@@ -9,11 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "common/processes.h"
 #include "unstuck/common/error.h"
@@ -174,17 +176,19 @@ def compute_score(data_source, solution_str, ground_truth, extra_info):
   EXPECT_EQ(r[0].error, "returned str: 'abc'");
   r = one("nan");
   EXPECT_EQ(r[0].error, "returned nan");
+  EXPECT_EQ(pool.restarts(), 0);
   r = one("hog");  // the address-space limit: a MemoryError, not the machine's memory
   EXPECT_NE(r[0].error.find("MemoryError"), std::string::npos) << r[0].error;
-  EXPECT_EQ(pool.restarts(), 0);
+  EXPECT_TRUE(r[1].ok);
+  EXPECT_EQ(pool.restarts(), 1);  // the worker that ran out of memory is recycled
   // The whole batch shares its worker's fate: both items fail, the worker restarts, the next batch scores.
   r = one("hang");
   EXPECT_EQ(r[0].error, "timed out after 2 s (the worker was restarted)");
   EXPECT_EQ(r[1].error, r[0].error);
-  EXPECT_EQ(pool.restarts(), 1);
+  EXPECT_EQ(pool.restarts(), 2);
   r = one("die");
   EXPECT_EQ(r[0].error, "the worker was killed by signal 9 (Killed) while scoring this batch");
-  EXPECT_EQ(pool.restarts(), 2);
+  EXPECT_EQ(pool.restarts(), 3);
   r = one("fine");
   EXPECT_TRUE(r[0].ok && r[1].ok);
 }
@@ -293,6 +297,79 @@ TEST_F(WorkerPoolTest, NothingOutlivesATrainerKilledBySigkill) {
   int status = 0;
   ::waitpid(trainer, &status, 0);
   EXPECT_EQ(unstuck::testing::processes_with(token), 0) << "left after the trainer was killed";
+}
+
+// Restarts run beside the others' scoring: a worker whose import takes 3 s when restarted does not
+// time out the healthy worker's 1 s requests meanwhile.
+TEST_F(WorkerPoolTest, ASlowRestartDoesNotFailHealthyWorkers) {
+  const fs::path marker = dir_ / "restarted";
+  const fs::path file = write("slow.py", R"PY(
+import os, time
+MARKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "restarted")
+if os.path.exists(MARKER):
+    time.sleep(3)  # a restart imports slowly (torch, transformers)
+open(MARKER, "w").close()
+
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    if solution_str == "hang":
+        time.sleep(600)
+    time.sleep(0.2)
+    return 1.0
+)PY");
+  WorkerOptions o = python(file, "compute_score", "verl", 2);
+  o.timeout_s = 1;
+  WorkerPool pool(o);
+  std::vector<Json> batches{Json::array({verl_item("hang", "1")})};
+  for (int k = 0; k < 8; ++k) batches.push_back(Json::array({verl_item("fine", "1")}));
+  const auto r = pool.run(batches);
+  EXPECT_EQ(r[0][0].error, "timed out after 1 s (the worker was restarted)");
+  for (std::size_t k = 1; k < r.size(); ++k) EXPECT_TRUE(r[k][0].ok) << k << ": " << r[k][0].error;
+  EXPECT_EQ(pool.restarts(), 1);
+}
+
+// A restart that fails is each waiting batch's reward_error, named, not the end of the run; the
+// worker is tried again with back-off and comes back once it can start.
+TEST_F(WorkerPoolTest, AFailedRestartIsTheBatchesErrorAndIsRetried) {
+  const fs::path file = write("flaky.py", R"PY(
+import os
+BROKEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "broken")
+if os.path.exists(BROKEN):
+    raise RuntimeError("the model server is down")
+
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    if solution_str == "die":
+        os.kill(os.getpid(), 9)
+    return 1.0
+)PY");
+  WorkerOptions o = python(file, "compute_score", "verl", 1);
+  o.timeout_s = 5;
+  WorkerPool pool(o);
+  std::ofstream(dir_ / "broken") << "";
+  const auto first = pool.run({Json::array({verl_item("die", "1")})});
+  EXPECT_EQ(first[0][0].error, "the worker was killed by signal 9 (Killed) while scoring this batch");
+  const auto waiting = pool.run({Json::array({verl_item("fine", "1"), verl_item("fine", "1")})});
+  ASSERT_EQ(waiting[0].size(), 2u);
+  EXPECT_FALSE(waiting[0][0].ok);
+  EXPECT_NE(waiting[0][0].error.find("could not be started again"), std::string::npos) << waiting[0][0].error;
+  EXPECT_NE(waiting[0][0].error.find("the model server is down"), std::string::npos) << waiting[0][0].error;
+  fs::remove(dir_ / "broken");
+  std::vector<WorkerResult> later;
+  for (int attempt = 0; attempt < 40 && !(later.size() == 1 && later[0].ok); ++attempt) {
+    later = pool.run({Json::array({verl_item("fine", "1")})})[0];
+    if (!later[0].ok) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_TRUE(later[0].ok) << later[0].error;  // back once it can start (back-off: at most ~8 s here)
+}
+
+TEST_F(WorkerPoolTest, AStartPastStartTimeoutIsRefusedNamingTheKey) {
+  const fs::path file = write("sleepy.py", "import time\ntime.sleep(30)\n"
+                                           "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+                                           "    return 1.0\n");
+  WorkerOptions o = python(file, "compute_score", "verl");
+  o.start_timeout_s = 1;
+  EXPECT_EQ(start_error(o), "reward.function sleepy.py:compute_score: the worker was not ready within 1 s (raise "
+                            "reward.function.start_timeout_s, or a term's function.start_timeout_s)");
 }
 
 TEST(WorkerScores, FiniteScoresAboveFloat32AreRefusedByTheTrainerSide) {

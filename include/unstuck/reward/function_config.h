@@ -25,6 +25,7 @@ struct FunctionConfig {
   int workers = 2;                     // worker processes
   int batch_size = 64;                 // completions per request
   double timeout_s = 60.0;             // a request's limit
+  double start_timeout_s = 60.0;       // a worker's start, from its launch to ready (the import)
   int64_t memory_mb = 8192;            // address-space limit of each worker; 0 = none
   double max_error_frac = 0.5;         // a step whose failed completions exceed this fraction stops the run
 
@@ -40,6 +41,9 @@ struct FunctionConfig {
     v("workers", workers, "worker processes scoring in parallel, in [1, 64]");
     v("batch_size", batch_size, "completions per request to a worker, >= 1");
     v("timeout_s", timeout_s, "seconds a request may take; then its completions score reward_error and the worker restarts");
+    v("start_timeout_s", start_timeout_s,
+      "seconds a worker may take to start (import your file) before it is refused at the run's start, or "
+      "retried with back-off after a restart; in (0, 86400]");
     v("memory_mb", memory_mb, "address-space limit of each worker in MiB (RLIMIT_AS); 0 = none");
     v("max_error_frac", max_error_frac,
       "a step in which more than this fraction of the completions fail to score (an exception, a timeout, a "

@@ -8,12 +8,16 @@
 //                                                  or {"error": "why"}
 //          or {"id": 7, "error": "why"}            the whole batch failed
 // A worker that answers late (timeout_s), dies, or answers anything else fails its batch with a
-// named error and is restarted; the pool goes on. A worker that cannot start is a UserError.
+// named error and is restarted beside the others' scoring (their deadlines never wait on it); a
+// restart that fails is retried with back-off, and while no worker can be started the batches score
+// that error. A worker whose function ran out of memory is recycled. A worker that cannot start at
+// construction is a UserError.
 // The Python worker (python_reward_worker_argv) runs verl- and TRL-style reward functions.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -52,22 +56,32 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   // Scores the batches, each on one worker, at most `workers` at once; returns one result per item
-  // of each batch, in order. Throws UserError only when a failed worker cannot be started again.
+  // of each batch, in order. Never throws for a worker's failure: that is the batch's error.
   std::vector<std::vector<WorkerResult>> run(const std::vector<nlohmann::json>& batches);
 
   int64_t restarts() const { return restarts_; }
   const WorkerOptions& options() const { return options_; }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  enum class State { down, starting, ready };
   struct Worker {
     pid_t pid = -1;             // the worker's init (PID 1 of its namespace), or the worker itself
     bool through_init = false;  // pid is an init, which reports a death by signal N as exit 128 + N
     int fd = -1;                // our end of the socket pair (the worker's stdin and stdout)
-    std::string buffer;  // bytes received and not yet parsed as a line
+    std::string buffer;         // bytes received and not yet parsed as a line
+    State state = State::down;
+    Clock::time_point start_deadline;  // starting: the ready line is due by then
+    Clock::time_point retry_at;        // down: the next start
+    int failed_starts = 0;             // in a row
+    std::string why_down;              // the last start's failure
   };
-  void start(Worker& w);
+  void spawn(Worker& w);             // starting (or down, saying why)
+  bool check_start(Worker& w);       // starting -> ready or down, without blocking; true when it left starting
+  void start_blocking(Worker& w);    // spawn, then wait for ready; UserError naming why not
   void stop(Worker& w);
-  void restart(Worker& w);
+  void restart(Worker& w);           // stop + spawn, without waiting
+  void down(Worker& w, const std::string& why);
 
   WorkerOptions options_;
   std::vector<Worker> workers_;
