@@ -118,8 +118,10 @@ std::vector<RewardResult> Verifier::score_batch(const std::vector<std::string>& 
 std::unique_ptr<Verifier> make_function_verifier(const RewardConfig& config) {
   if (config.function.path.empty()) throw UserError("reward.function.path: empty (no reward function configured)");
   const FunctionConfig& f = config.function;
+  std::vector<std::string> argv = python_reward_worker_argv(f.python, f.path, f.name, std::string(config::enum_name(f.style)));
+  for (const std::string& folder : f.pythonpath) argv.insert(argv.end(), {"--pythonpath", folder});
   return std::make_unique<WorkerVerifier>(
-      f, python_reward_worker_argv(f.python, f.path, f.name, std::string(config::enum_name(f.style))),
+      f, std::move(argv),
       "reward.function " + f.path + ":" + f.name, f.style == FunctionStyle::verl ? verl_item : trl_item);
 }
 

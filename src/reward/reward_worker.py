@@ -1,6 +1,8 @@
 """Unstuck's Python reward worker (compiled into the binary; see include/unstuck/reward/worker_pool.h).
 
-Imports the user's file once, checks that the function takes the arguments its style passes, then
+Imports the user's file once (a file path; a file inside a package is imported by its dotted name,
+so its relative imports work; or a module, verl's pkg://a.b.c or a.b.c, found on --pythonpath and
+the interpreter's path), checks that the function takes the arguments its style passes, then
 answers one JSON request per line on stdin with one JSON line on stdout. What the function prints
 goes to stderr, so it cannot corrupt the answers.
 
@@ -16,6 +18,7 @@ import json
 import math
 import numbers
 import os
+import re
 import sys
 import traceback
 
@@ -30,16 +33,47 @@ def short_traceback(limit=12):
     return clean("\n".join(lines[-limit:]))
 
 
-def load(path, name):
-    if not os.path.isfile(path):
-        raise RuntimeError(f"no such file: {path}")
-    spec = importlib.util.spec_from_file_location("unstuck_user_reward", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+def module_name_of(path):
+    """The dotted module `path` names (verl's pkg://a.b.c, or a.b.c itself), or None for a file."""
+    if path.startswith("pkg://"):
+        return path[len("pkg://"):].replace("/", ".").strip(".")
+    if "/" not in path and not path.endswith(".py") and not os.path.exists(path) and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", path):
+        return path
+    return None
+
+
+def package_of(path):
+    """(the folder above the package, the dotted name) of a file inside a package, else None."""
+    folder = os.path.dirname(path)
+    parts = [os.path.splitext(os.path.basename(path))[0]]
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        parts.insert(0, os.path.basename(folder))
+        folder = os.path.dirname(folder)
+    return (folder, ".".join(parts)) if len(parts) > 1 else None
+
+
+def load(path, name, pythonpath):
+    for folder in reversed(pythonpath):
+        sys.path.insert(0, folder)
+    dotted = module_name_of(path)
+    if dotted is None:
+        if not os.path.isfile(path):
+            raise RuntimeError(f"no such file: {path}")
+        path = os.path.abspath(path)
+        package = package_of(path)
+        if package is not None:  # a file of a package: imported by its name, so relative imports work
+            sys.path.insert(0, package[0])
+            dotted = package[1]
     try:
-        spec.loader.exec_module(module)
+        if dotted is not None:
+            module = importlib.import_module(dotted)
+        else:
+            spec = importlib.util.spec_from_file_location("unstuck_user_reward", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.path.insert(0, os.path.dirname(path))
+            spec.loader.exec_module(module)
     except Exception:
-        raise RuntimeError(f"importing {path} failed:\n{short_traceback()}")
+        raise RuntimeError(f"importing {dotted or path} failed:\n{short_traceback()}")
     fn = getattr(module, name, None)
     if not callable(fn):
         names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
@@ -169,6 +203,7 @@ def main():
     ap.add_argument("--path", required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--style", choices=["verl", "trl"], required=True)
+    ap.add_argument("--pythonpath", action="append", default=[])
     a = ap.parse_args()
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the function's prints go to stderr
@@ -179,7 +214,7 @@ def main():
         out.flush()
 
     try:
-        fn = load(a.path, a.name)
+        fn = load(a.path, a.name, a.pythonpath)
         check_signature(fn, a.name, a.style)
     except Exception as e:
         send({"fatal": str(e)})

@@ -186,7 +186,8 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   const std::string verifier = reward::verifier_name(rc, config::enum_name(plan.config.data.task));
   if (reward::scorer_can_fail(rc, verifier)) {
     const auto check_file = [](const std::string& path, const std::string& key) {
-      if (!path.empty() && !std::filesystem::is_regular_file(path)) throw UserError(key + ": no such file '" + path + "'");
+      if (!path.empty() && !std::filesystem::is_regular_file(path) && !reward::names_a_module(path))
+        throw UserError(key + ": no such file '" + path + "' (a module is named pkg://a.b.c or a.b.c)");
     };
     check_file(rc.function.path, "reward.function.path");
     for (std::size_t i = 0; i < rc.terms.size(); ++i)

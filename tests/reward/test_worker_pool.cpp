@@ -372,6 +372,50 @@ TEST_F(WorkerPoolTest, AStartPastStartTimeoutIsRefusedNamingTheKey) {
                             "reward.function.start_timeout_s, or a term's function.start_timeout_s)");
 }
 
+// A reward file inside a package (relative imports, as trl/rewards/accuracy_rewards.py has), named
+// by its path, as verl's pkg://a.b.c, or as a.b.c with the package's folder on pythonpath.
+TEST_F(WorkerPoolTest, PackageFilesAndModulesLoadAsVerlAndPythonLoadThem) {
+  fs::create_directories(dir_ / "src" / "mypkg" / "rewards");
+  write("src/mypkg/__init__.py", "");
+  write("src/mypkg/rewards/__init__.py", "");
+  write("src/mypkg/rewards/helpers.py", "def answer_of(text):\n    return text.strip().split()[-1]\n");
+  write("src/mypkg/rewards/accuracy.py",
+        "from .helpers import answer_of\nfrom ..rewards import helpers\n\n"
+        "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+        "    return float(answer_of(solution_str) == ground_truth and helpers.answer_of is answer_of)\n");
+  const Json batch = Json::array({verl_item("so it is 7", "7"), verl_item("so it is 8", "7")});
+  const auto scores = [&](WorkerOptions o) {
+    const auto r = WorkerPool(std::move(o)).run({batch}).at(0);
+    std::vector<double> out;
+    for (const WorkerResult& x : r) out.push_back(x.ok ? x.score : -1.0);
+    return out;
+  };
+  const std::vector<double> expected{1.0, 0.0};
+  EXPECT_EQ(scores(python(dir_ / "src/mypkg/rewards/accuracy.py", "compute_score", "verl")), expected);
+  for (const std::string& module : {"pkg://mypkg.rewards.accuracy", "pkg://mypkg/rewards/accuracy", "mypkg.rewards.accuracy"}) {
+    WorkerOptions o = python(dir_ / "unused.py", "compute_score", "verl");
+    o.argv = python_reward_worker_argv(test_python(), module, "compute_score", "verl");
+    o.argv.insert(o.argv.end(), {"--pythonpath", (dir_ / "src").string()});
+    EXPECT_EQ(scores(o), expected) << module;
+  }
+  WorkerOptions missing = python(dir_ / "unused.py", "compute_score", "verl");
+  missing.argv = python_reward_worker_argv(test_python(), "pkg://no_such_pkg.rewards", "compute_score", "verl");
+  const std::string why = start_error(missing);
+  EXPECT_NE(why.find("importing no_such_pkg.rewards failed"), std::string::npos) << why;
+  EXPECT_NE(why.find("ModuleNotFoundError"), std::string::npos) << why;
+}
+
+TEST(FunctionConfig, WhatNamesAModule) {
+  EXPECT_TRUE(names_a_module("pkg://verl.utils.reward_score"));
+  EXPECT_TRUE(names_a_module("verl.utils.reward_score"));
+  EXPECT_TRUE(names_a_module("my_reward"));
+  EXPECT_FALSE(names_a_module("rewards/my_reward.py"));
+  EXPECT_FALSE(names_a_module("my_reward.py"));
+  EXPECT_FALSE(names_a_module("a..b"));
+  EXPECT_FALSE(names_a_module("1abc"));
+  EXPECT_FALSE(names_a_module(""));
+}
+
 TEST(WorkerScores, FiniteScoresAboveFloat32AreRefusedByTheTrainerSide) {
   // A reward command or worker that answers 1e39 itself: named, not inf in the trainer.
   EXPECT_EQ(worker_item_result(Json{{"score", 1e39}}).error,

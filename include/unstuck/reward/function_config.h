@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace unstuck::reward {
 
@@ -17,11 +18,27 @@ inline constexpr std::array<std::pair<FunctionStyle, const char*>, 2> kFunctionS
 }};
 constexpr const auto& enum_names(FunctionStyle) { return kFunctionStyleNames; }
 
+// True when `path` can name a module rather than a file: verl's "pkg://a.b.c", or "a.b.c" (no slash,
+// no .py); a file of that name, where there is one, wins.
+inline bool names_a_module(const std::string& path) {
+  if (path.rfind("pkg://", 0) == 0) return true;
+  if (path.empty() || path.find('/') != std::string::npos) return false;
+  if (path.size() >= 3 && path.compare(path.size() - 3, 3, ".py") == 0) return false;
+  bool start = true;
+  for (const char c : path) {
+    const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    if (c == '.' ? start : !(letter || (!start && c >= '0' && c <= '9'))) return false;
+    start = c == '.';
+  }
+  return !start;
+}
+
 struct FunctionConfig {
   std::string path;                    // the Python file; empty = no function (a built-in verifier scores)
   std::string name = "compute_score";  // the function in it
   FunctionStyle style = FunctionStyle::verl;
   std::string python = "python3";      // the interpreter (looked up on PATH)
+  std::vector<std::string> pythonpath;  // folders first on the worker's sys.path
   int workers = 2;                     // worker processes
   int batch_size = 64;                 // completions per request
   double timeout_s = 60.0;             // a request's limit
@@ -31,13 +48,17 @@ struct FunctionConfig {
 
   template <class V>
   void visit(V& v) {
-    v("path", path, "a Python file with your reward function (run out of process by reward workers); empty: the "
-                    "built-in verifier scores");
+    v("path", path, "your reward function's Python file (a file inside a package is imported as part of it), or "
+                    "a module: pkg://a.b.c as verl takes it, or a.b.c; run out of process by reward workers; empty: "
+                    "the built-in verifier scores");
     v("name", name, "the function's name in the file");
     v("style", style,
       "verl: name(data_source=, solution_str=, ground_truth=, extra_info=) per completion, a number or a dict "
       "with 'score'; trl: name(prompts=, completions=, **columns) per batch, a list of numbers");
     v("python", python, "the Python interpreter that runs the function (with the packages it imports)");
+    v("pythonpath", pythonpath,
+      "folders put first on the worker's sys.path: pip install --target folders, a source checkout of the "
+      "package path names");
     v("workers", workers, "worker processes scoring in parallel, in [1, 64]");
     v("batch_size", batch_size, "completions per request to a worker, >= 1");
     v("timeout_s", timeout_s, "seconds a request may take; then its completions score reward_error and the worker restarts");
