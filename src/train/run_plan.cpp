@@ -187,7 +187,7 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   if (reward::scorer_can_fail(rc, verifier)) {
     const auto check_file = [](const std::string& path, const std::string& key) {
       if (!path.empty() && !std::filesystem::is_regular_file(path) && !reward::names_a_module(path))
-        throw UserError(key + ": no such file '" + path + "' (a module is named pkg://a.b.c or a.b.c)");
+        throw UserError(key + ": no such file '" + path + "'");
     };
     check_file(rc.function.path, "reward.function.path");
     for (std::size_t i = 0; i < rc.terms.size(); ++i)
