@@ -254,8 +254,8 @@ void WorkerPool::spawn(Worker& w) {
   w.start_deadline = after(options_.start_timeout_s);
 }
 
-bool WorkerPool::check_start(Worker& w) {
-  if (w.state != State::starting) return false;
+void WorkerPool::check_start(Worker& w) {
+  if (w.state != State::starting) return;
   const bool open = receive(w.fd, w.buffer);
   std::string line;
   if (take_line(w.buffer, line)) {
@@ -263,26 +263,24 @@ bool WorkerPool::check_start(Worker& w) {
     if (hello.is_object() && hello.value("ready", false)) {
       w.state = State::ready;
       w.failed_starts = 0;
-      return true;
+      return;
     }
     down(w, "the worker did not start: " + (hello.is_object() && hello.contains("fatal") && hello["fatal"].is_string()
                                                 ? hello["fatal"].get<std::string>()
                                                 : "its first line is not {\"ready\": true}: " + line.substr(0, 200)));
-    return true;
+    return;
   }
   if (!open) {
     int status = 0;
     ::waitpid(w.pid, &status, 0);
     w.pid = -1;
     down(w, "the worker " + exit_text(status, w.through_init) + " before it was ready (its messages are above)");
-    return true;
+    return;
   }
   if (seconds_until(w.start_deadline) <= 0) {
     down(w, "the worker was not ready within " + std::to_string(int(std::lround(options_.start_timeout_s))) +
                 " s (raise reward.function.start_timeout_s, or a term's function.start_timeout_s)");
-    return true;
   }
-  return false;
 }
 
 void WorkerPool::start_blocking(Worker& w) {

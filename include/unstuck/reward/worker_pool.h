@@ -77,7 +77,7 @@ class WorkerPool {
     std::string why_down;              // the last start's failure
   };
   void spawn(Worker& w);             // starting (or down, saying why)
-  bool check_start(Worker& w);       // starting -> ready or down, without blocking; true when it left starting
+  void check_start(Worker& w);       // starting -> ready or down (or still starting), without blocking
   void start_blocking(Worker& w);    // spawn, then wait for ready; UserError naming why not
   void stop(Worker& w);
   void restart(Worker& w);           // stop + spawn, without waiting

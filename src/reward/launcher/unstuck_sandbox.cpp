@@ -243,9 +243,10 @@ unsigned long kept_flags(const std::string& path) {
   return f;
 }
 
-// `host` (a folder or a file) at the same path under `root`, read-only; a symbolic link is copied
-// as a link (merged-/usr systems: /lib -> usr/lib). A path that is not there is skipped.
-void bind_read_only(const std::string& root, const std::string& host, bool writable = false) {
+// `host` (a folder or a file) at the same path under `root`, read-only unless `writable` (the
+// devices); a symbolic link is copied as a link (merged-/usr systems: /lib -> usr/lib). A path that
+// is not there is skipped.
+void bind_into(const std::string& root, const std::string& host, bool writable = false) {
   if (host.empty() || host == "/" || host[0] != '/')
     fail("private root: --read '" + host + "': name the folders the program needs (absolute, not /)");
   struct stat st {};
@@ -282,10 +283,10 @@ void enter_private_root(const Options& o, bool drop) {
   const std::string size = "size=" + std::to_string(std::max(1L, o.disk_mb)) + "m,nr_inodes=65536,mode=0755";
   if (::mount("tmpfs", root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, size.c_str()) != 0)
     fail_errno("private root: tmpfs on " + root);
-  for (const char* system : {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc"}) bind_read_only(root, system);
-  for (const std::string& path : o.reads) bind_read_only(root, path);
+  for (const char* system : {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc"}) bind_into(root, system);
+  for (const std::string& path : o.reads) bind_into(root, path);
   for (const char* device : {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"})
-    bind_read_only(root, device, /*writable=*/true);
+    bind_into(root, device, /*writable=*/true);
   const std::string own = root + o.dir;  // the job's folder, at its own path, inside the tmpfs
   make_dirs(own, 0755);
   if (drop && ::chown(own.c_str(), kNobody, kNobody) != 0) fail_errno("private root: chown " + o.dir);
