@@ -69,6 +69,7 @@ struct ValueText {
 
 std::string value_text(const Field& field) {
   if (field.kind == Kind::section_list) return field.size() == 0 ? "[]" : "[" + std::to_string(field.size()) + " item(s)]";
+  if (field.kind == Kind::mapping) return std::get<std::string>(field.get());  // JSON: YAML's flow form
   return std::visit(ValueText{}, field.get());
 }
 
@@ -90,6 +91,7 @@ std::string type_name(const Field& field) {
     case Kind::string_list: return "list of strings";
     case Kind::section: return "section";
     case Kind::section_list: return "list of sections";
+    case Kind::mapping: return "mapping";
   }
   return "?";
 }

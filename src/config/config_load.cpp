@@ -14,6 +14,8 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
 
@@ -141,6 +143,7 @@ std::string expected(const Field& field, Kind kind) {
     case Kind::real_list: return "expected a list of numbers";
     case Kind::string_list: return "expected a list of strings";
     case Kind::section: return "expected a mapping with keys " + join(child_names(field), ", ");
+    case Kind::mapping: return "expected a mapping (name: value, ...)";
     case Kind::section_list: {
       std::string keys;
       field.with_default_element([&keys](const Field& element) { keys = join(child_names(element), ", "); });
@@ -228,8 +231,44 @@ Value list_value(const Field& field, Kind elem, const YAML::Node& node, const st
   return values;
 }
 
+// A YAML value as JSON: mappings with name keys, sequences, and scalars as YAML 1.2's core schema
+// types them (null, bools, integers, floats; quoted text and anything else a string).
+nlohmann::json json_of(const YAML::Node& node, const std::string& key, const Context& ctx) {
+  if (node.IsNull()) return nullptr;
+  if (node.IsMap()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& entry : node) {
+      const YAML::Node name = entry.first;
+      if (!name.IsScalar()) fail(ctx, name, key + ": keys must be names, got " + describe(name));
+      if (out.contains(name.Scalar())) fail(ctx, name, "duplicate key '" + join_key(key, name.Scalar()) + "'");
+      out[name.Scalar()] = json_of(entry.second, join_key(key, name.Scalar()), ctx);
+    }
+    return out;
+  }
+  if (node.IsSequence()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (std::size_t i = 0; i < node.size(); ++i) out.push_back(json_of(node[i], key + "[" + std::to_string(i) + "]", ctx));
+    return out;
+  }
+  const std::string& text = node.Scalar();
+  if (node.Tag() == "!") return text;  // quoted
+  if (text == "~" || text == "null" || text == "Null" || text == "NULL") return nullptr;
+  if (const auto b = parse_bool(text)) return *b;
+  bool overflow = false;
+  if (const auto i = parse_int(text, overflow)) return *i;
+  if (const auto x = parse_real(text)) {
+    if (!std::isfinite(*x)) fail(ctx, node, key + ": " + text + " is not a finite number (JSON, and so the value handed on, has none)");
+    return *x;
+  }
+  return text;
+}
+
 void apply_leaf(const Field& field, const YAML::Node& node, const std::string& key,
                 const Context& ctx) {
+  if (field.kind == Kind::mapping) {
+    if (!node.IsMap() && !node.IsNull()) fail(ctx, node, key + ": " + expected(field, field.kind) + ", got " + describe(node));
+    return field.set(node.IsNull() ? std::string("{}") : json_of(node, key, ctx).dump());
+  }
   const bool is_list = field.kind == Kind::int_list || field.kind == Kind::real_list ||
                        field.kind == Kind::string_list;
   if (!is_list) return field.set(scalar_value(field, field.kind, node, key, ctx));

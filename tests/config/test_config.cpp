@@ -426,6 +426,46 @@ TEST(ConfigFields, EveryFieldTypeLoadsChecksAndRoundTrips) {
   EXPECT_EQ(error("reals: [1, {a: 1}]\n"), "t.yaml:1: reals[1]: expected a number, got a mapping");
 }
 
+// A free mapping (reward.function.kwargs' kind): any YAML mapping, kept as JSON with YAML 1.2's core
+// types; overrides replace it; the dump reads back; a non-mapping, a non-finite number or a duplicate
+// key is refused by name.
+struct WithMapping {
+  config::Mapping kwargs;
+  template <class V>
+  void visit(V& v) {
+    v("kwargs", kwargs, "keywords");
+  }
+};
+
+TEST(ConfigFields, AFreeMappingIsHandedOnAsJson) {
+  WithMapping w;
+  const config::Field root = config::bind(w);
+  EXPECT_TRUE(w.kwargs.empty());
+  config::load_yaml_string(root,
+                           "kwargs:\n  method: flexible\n  format_score: 0.0\n  n: 3\n  on: true\n  none: ~\n"
+                           "  quoted: \"12\"\n  cfg: {max_len: 40, tags: [a, 1]}\n",
+                           "t.yaml");
+  EXPECT_EQ(w.kwargs.json,
+            R"({"cfg":{"max_len":40,"tags":["a",1]},"format_score":0.0,"method":"flexible","n":3,"none":null,"on":true,"quoted":"12"})");
+  const std::string dumped = config::to_yaml(root, false);
+  WithMapping again;
+  const config::Field root2 = config::bind(again);
+  config::load_yaml_string(root2, dumped, "dump.yaml");
+  EXPECT_EQ(again.kwargs.json, w.kwargs.json) << dumped;
+  config::apply_override(root, "kwargs={ngram_size: 2, max_penalty: -1.0}");
+  EXPECT_EQ(w.kwargs.json, R"({"max_penalty":-1.0,"ngram_size":2})");
+  config::load_yaml_string(root, "kwargs:\n", "t.yaml");
+  EXPECT_TRUE(w.kwargs.empty());
+  const auto error = [&](const std::string& yaml) {
+    return error_of([&] { config::load_yaml_string(root, yaml, "t.yaml"); });
+  };
+  EXPECT_EQ(error("kwargs: 3\n"), "t.yaml:1: kwargs: expected a mapping (name: value, ...), got '3'");
+  EXPECT_EQ(error("kwargs: {x: .inf}\n"),
+            "t.yaml:1: kwargs.x: .inf is not a finite number (JSON, and so the value handed on, has none)");
+  EXPECT_EQ(error("kwargs: {x: 1, x: 2}\n").find("duplicate key 'kwargs.x'") != std::string::npos, true)
+      << error("kwargs: {x: 1, x: 2}\n");
+}
+
 // A list of sections (reward.terms' kind): items start from their defaults, the list is replaced as
 // a whole, `list[i].key=value` sets one item's key, the dump reads back, and every mistake names the
 // item (`pieces[1].size`).

@@ -32,7 +32,16 @@ enum class Kind {
   int_list,
   real_list,
   string_list,
-  section_list  // a list of sections of one type: `reward.terms: [{verifier: math, weight: 1}, ...]`
+  section_list,  // a list of sections of one type: `reward.terms: [{verifier: math, weight: 1}, ...]`
+  mapping        // a free mapping handed on as it is (`reward.function.kwargs: {method: flexible}`), kept as JSON
+};
+
+// A config value that is a free mapping of names to YAML values, passed on unread (a user function's
+// keyword arguments). Kept as JSON text: an object; YAML scalars become JSON as YAML 1.2's core schema
+// reads them (null, true/false, integers, floats), quoted scalars and everything else strings.
+struct Mapping {
+  std::string json = "{}";
+  bool empty() const { return json == "{}"; }
 };
 
 // One key of a config tree, bound to a member of a live object (which must outlive the Field).
@@ -141,7 +150,8 @@ void bind_enum(Field& field, T& value) {
 }
 
 template <class T>
-constexpr bool is_section = std::is_class_v<T> && !std::is_same_v<T, std::string> && !is_vector<T>::value;
+constexpr bool is_section = std::is_class_v<T> && !std::is_same_v<T, std::string> && !std::is_same_v<T, Mapping> &&
+                             !is_vector<T>::value;
 
 template <class T>
 void bind_section_list(Field& field, std::vector<T>& value) {
@@ -202,6 +212,10 @@ void bind_value(Field& field, T& value) {
     field.kind = Kind::string;
     field.get = [&value] { return Value(value); };
     field.set = [&value](const Value& v) { value = std::get<std::string>(v); };
+  } else if constexpr (std::is_same_v<T, Mapping>) {
+    field.kind = Kind::mapping;
+    field.get = [&value] { return Value(value.json); };
+    field.set = [&value](const Value& v) { value.json = std::get<std::string>(v); };
   } else if constexpr (std::is_enum_v<T>) {
     detail::bind_enum(field, value);
   } else if constexpr (detail::is_vector<T>::value) {
