@@ -39,7 +39,6 @@ constexpr long kLandlockCreateRuleset = 444;  // the same number on every archit
 constexpr unsigned kLandlockVersion = 1U << 0;
 constexpr int kNamespaceFlags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS;
 constexpr int kStatusFd = 3;         // the launcher's report (its protocol is in its header)
-constexpr int kMaxRemoveDepth = 64;  // deeper folders a job made are left to the system's cleaner
 
 // "" when a child can make the launcher's namespaces and write its id maps, else why not.
 std::string probe_namespaces() {
@@ -311,25 +310,71 @@ void write_input(Running& r, const std::string& data) {
   close_fd(r.in);
 }
 
-// Removes a job's folder without following links (a job may leave a link where a folder was) and
-// after making its folders writable again (a job may make them read-only).
-void remove_tree_at(int parent, const char* name, int depth) {
-  if (::unlinkat(parent, name, 0) == 0 || depth > kMaxRemoveDepth) return;
-  const int fd = ::openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fchmod(fd, 0700);
-  DIR* d = ::fdopendir(fd);
-  if (!d) {
-    ::close(fd);
-    return;
+}  // namespace
+
+// Depth-first with two descriptors at most, so no depth is too deep: each pass over the current
+// folder unlinks what it can and descends into the first folder that will not go; an emptied folder
+// goes back up through "..", which must be the very folder it came down from (its device and inode,
+// kept per level): a folder moved away by a process still running cannot lead the removal outside.
+void remove_tree(const std::string& path) {
+  if (::unlinkat(AT_FDCWD, path.c_str(), 0) == 0) return;  // a file or a link where the folder was
+  int cur = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (cur < 0) return;
+  std::vector<std::pair<dev_t, ino_t>> above;  // the folders above `cur`, from the top
+  std::vector<std::string> names;              // the name of each folder below the top, down to `cur`
+  std::string emptied;  // the folder just come up from: if it will not go now, nothing will
+  const auto identity = [](int fd) {
+    struct stat st {};
+    ::fstat(fd, &st);
+    return std::pair<dev_t, ino_t>(st.st_dev, st.st_ino);
+  };
+  ::fchmod(cur, 0700);  // a job may have made it read-only
+  bool stuck = false;
+  while (!stuck) {
+    std::string deeper;
+    if (DIR* d = ::fdopendir(::dup(cur))) {
+      ::rewinddir(d);
+      while (const dirent* e = ::readdir(d)) {
+        if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+        if (::unlinkat(cur, e->d_name, 0) == 0 || ::unlinkat(cur, e->d_name, AT_REMOVEDIR) == 0) continue;
+        deeper = e->d_name;  // a folder with something in it
+        stuck = deeper == emptied;  // emptied and still here (a mount point): give up
+        break;
+      }
+      ::closedir(d);
+    }
+    emptied.clear();
+    if (stuck) break;
+    if (!deeper.empty()) {
+      // Made listable through a descriptor of the folder itself (never through its name, which a
+      // running process could swap for a link), then opened.
+      const int folder = ::openat(cur, deeper.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (folder < 0) break;  // not a folder after all, and it would not go: give up
+      const std::string self = "/proc/self/fd/" + std::to_string(folder);
+      ::chmod(self.c_str(), 0700);
+      const int down = ::open(self.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      ::close(folder);
+      if (down < 0) break;
+      above.push_back(identity(cur));
+      names.push_back(deeper);
+      ::close(cur);
+      cur = down;
+      continue;
+    }
+    if (above.empty()) break;  // the top folder is empty
+    const int up = ::openat(cur, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ::close(cur);
+    cur = up;
+    if (cur < 0 || identity(cur) != above.back()) break;  // moved under us: stop here
+    above.pop_back();
+    emptied = names.back();
+    names.pop_back();
   }
-  std::vector<std::string> names;
-  while (const dirent* e = ::readdir(d))
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
-  for (const std::string& n : names) remove_tree_at(::dirfd(d), n.c_str(), depth + 1);
-  ::closedir(d);
-  ::unlinkat(parent, name, AT_REMOVEDIR);
+  if (cur >= 0) ::close(cur);
+  ::rmdir(path.c_str());
 }
+
+namespace {
 
 // Reaps the launcher (its status fd closed: it has exited or is exiting) and turns its report
 // into the outcome.
@@ -344,7 +389,7 @@ void finish_job(Running& r, const SandboxOptions& options) {
   }
   r.outcome.wall_s = std::chrono::duration<double>(Clock::now() - r.start).count();
   for (int* fd : {&r.in, &r.out, &r.err, &r.status}) close_fd(*fd);
-  remove_tree_at(AT_FDCWD, r.dir.c_str(), 0);
+  remove_tree(r.dir);
   SandboxOutcome& o = r.outcome;
   if (r.killed) return;  // timed_out / output_limit, set by kill_job
   const std::string setup = report_setup_error(r.report);
@@ -486,7 +531,7 @@ std::vector<SandboxOutcome> run_sandboxed(const std::vector<SandboxJob>& jobs, c
         running.push_back(std::move(r));
       } else {
         for (int* fd : {&r.in, &r.out, &r.err, &r.status}) close_fd(*fd);
-        if (!r.dir.empty()) remove_tree_at(AT_FDCWD, r.dir.c_str(), 0);
+        if (!r.dir.empty()) remove_tree(r.dir);
         outcomes[r.index] = std::move(r.outcome);
       }
     }

@@ -90,7 +90,7 @@ data::TaskRecord apps_call() {
 
 std::vector<RewardResult> score(const Verifier& v, const std::vector<std::string>& completions,
                                 const data::TaskRecord& r) {
-  return v.score_batch(completions, std::vector<const data::TaskRecord*>(completions.size(), &r));
+  return v.score_batch(completions, std::vector<const data::TaskRecord*>(completions.size(), &r), {});
 }
 
 using unstuck::testing::processes_with;
@@ -720,6 +720,48 @@ TEST(CodeVerifier, AssertJudgeSeesTheProgramsValuesAsPythonDoes) {
   const RewardResult r = v->score(fenced(program), record({{"test_list", tests}}));
   EXPECT_EQ(r.status, RewardStatus::correct) << "passed " << r.extra.at("code_pass_frac") * tests.size() << " of "
                                              << tests.size();
+}
+
+}  // namespace
+}  // namespace unstuck::reward
+
+namespace unstuck::reward {
+namespace {
+
+// A job's folder goes whatever its depth (the old walk stopped at 64 levels and left 191 MiB behind):
+// 3000 levels, read-only and unlistable folders, links to the outside, which are removed and never
+// followed; the outside is untouched.
+TEST(SandboxFolders, RemovedWhateverTheirDepthWithoutFollowingLinks) {
+  const std::filesystem::path top = std::filesystem::temp_directory_path() / ("unstuck_deep_" + std::to_string(::getpid()));
+  const std::filesystem::path outside = top.string() + "_outside";
+  std::filesystem::remove_all(top);
+  std::filesystem::create_directories(outside / "keep");
+  std::ofstream(outside / "keep" / "file") << "mine";
+  std::filesystem::create_directories(top);
+  // Built through descriptors: a 3000-level path is longer than PATH_MAX.
+  int fd = ::open(top.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  for (int level = 0; level < 3000; ++level) {
+    ASSERT_EQ(::mkdirat(fd, "d", 0700), 0) << level;
+    const int file = ::openat(fd, "f", O_WRONLY | O_CREAT, 0600);
+    ASSERT_GE(file, 0);
+    ::close(file);
+    if (level % 500 == 7) ASSERT_EQ(::symlinkat(outside.c_str(), fd, "link"), 0);
+    const int next = ::openat(fd, "d", O_RDONLY | O_DIRECTORY);
+    ASSERT_GE(next, 0);
+    if (level % 700 == 3) ::fchmod(fd, 0500);  // read-only, once its entries are made
+    if (level % 900 == 5) ::fchmod(fd, 0);     // not even listable
+    ::close(fd);
+    fd = next;
+  }
+  ::close(fd);
+  remove_tree(top.string());
+  EXPECT_FALSE(std::filesystem::exists(top));
+  std::ifstream kept(outside / "keep" / "file");
+  std::string text;
+  kept >> text;
+  EXPECT_EQ(text, "mine") << "a link inside was followed";
+  std::filesystem::remove_all(outside);
 }
 
 }  // namespace

@@ -72,4 +72,8 @@ std::vector<SandboxOutcome> run_sandboxed(const std::vector<SandboxJob>& jobs, c
 // executable, else the build tree's (a compile-time path).
 std::string sandbox_launcher_path();
 
+// Removes a job's folder, whatever its depth, without following links and after making read-only
+// folders writable again; stops (leaving the rest) where a folder was moved out from under it.
+void remove_tree(const std::string& path);
+
 }  // namespace unstuck::reward
