@@ -65,6 +65,9 @@ fi
 step "installing pinned Python packages (torch and test/plot tools) into .venv"
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements.txt
+step "installing the peers' reward packages (TRL, math-verify, verl) the compatibility tests run"
+.venv/bin/python -m pip install -q -r requirements-peers.txt
+.venv/bin/python -m pip install -q --no-deps verl==0.9.1
 
 TORCH_PREFIX=$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 step "configuring ($BUILD_DIR, Release, torch at $TORCH_PREFIX)"

@@ -28,6 +28,7 @@ double RewardMoments::sample_std() const {
 RewardMoments reward_moments(const std::vector<float>& rewards) {
   RewardMoments m;
   for (const float r : rewards) {
+    if (std::isnan(r)) continue;  // a completion no scorer applied to
     m.n += 1;
     m.sum += r;
     m.sumsq += double(r) * double(r);
@@ -49,12 +50,20 @@ Advantages group_advantages(const std::vector<float>& rewards, int64_t group_siz
   out.values.resize(rewards.size());
   const std::size_t G = std::size_t(group_size);
   for (std::size_t g0 = 0; g0 < rewards.size(); g0 += G) {
-    double mean = 0;
-    for (std::size_t i = g0; i < g0 + G; ++i) mean += rewards[i];
-    mean /= double(G);
+    // The group's scored completions: a NaN reward (no scorer applied, TRL's None) is left out of
+    // the baseline and the scale, and its advantage is 0.
+    const auto scored = [&](std::size_t i) { return !std::isnan(rewards[i]); };
+    double k = 0, mean = 0;
+    for (std::size_t i = g0; i < g0 + G; ++i)
+      if (scored(i)) {
+        mean += rewards[i];
+        ++k;
+      }
+    mean = k > 0 ? mean / k : 0.0;
     double var = 0;
-    for (std::size_t i = g0; i < g0 + G; ++i) var += (rewards[i] - mean) * (rewards[i] - mean);
-    const double group_std = std::sqrt(var / double(G - 1));  // sample std, as TRL and verl use
+    for (std::size_t i = g0; i < g0 + G; ++i)
+      if (scored(i)) var += (rewards[i] - mean) * (rewards[i] - mean);
+    const double group_std = k > 1 ? std::sqrt(var / (k - 1)) : 0.0;  // sample std, as TRL and verl use
     const bool flat = var == 0.0;
     out.zero_variance_groups += flat;
     ++out.groups;
@@ -62,24 +71,25 @@ Advantages group_advantages(const std::vector<float>& rewards, int64_t group_siz
                            : scale == RewardScale::batch ? batch.sample_std() + eps
                                                          : 1.0;
     // grpo_passk: the first best completion, and the margin over the next best.
-    std::size_t best = g0;
+    constexpr std::size_t kNone = std::size_t(-1);
+    std::size_t best = kNone;
     for (std::size_t i = g0; i < g0 + G; ++i)
-      if (rewards[i] > rewards[best]) best = i;
+      if (scored(i) && (best == kNone || rewards[i] > rewards[best])) best = i;
     double second = -INFINITY;
     for (std::size_t i = g0; i < g0 + G; ++i)
-      if (i != best) second = std::max(second, double(rewards[i]));
+      if (scored(i) && i != best) second = std::max(second, double(rewards[i]));
     for (std::size_t i = g0; i < g0 + G; ++i) {
       double centered = 0;
       switch (mode) {
         case AdvantageMode::grpo:
         case AdvantageMode::mean_only: centered = rewards[i] - mean; break;
-        case AdvantageMode::rloo: centered = double(G) / double(G - 1) * (rewards[i] - mean); break;
+        case AdvantageMode::rloo: centered = k > 1 ? k / (k - 1) * (rewards[i] - mean) : 0.0; break;
         case AdvantageMode::reinforce_pp: centered = rewards[i] - batch.mean(); break;
         case AdvantageMode::grpo_passk: centered = i == best ? rewards[i] - second : 0.0; break;
       }
       // A flat group has no signal of its own: 0, not eps-divided rounding noise.
       const bool group_centered = mode != AdvantageMode::reinforce_pp;
-      out.values[i] = group_centered && flat ? 0.0f : float(centered / divisor);
+      out.values[i] = !scored(i) || (group_centered && flat) ? 0.0f : float(centered / divisor);
     }
   }
   return out;

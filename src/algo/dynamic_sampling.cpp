@@ -1,6 +1,7 @@
 // DAPO's group filter and the batch selection (see dynamic_sampling.h for the worked examples).
 #include "unstuck/algo/dynamic_sampling.h"
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -14,8 +15,14 @@ std::vector<bool> informative_groups(const std::vector<float>& rewards, int64_t 
   const std::size_t G = std::size_t(group_size);
   std::vector<bool> out;
   for (std::size_t g0 = 0; g0 < rewards.size(); g0 += G) {
+    // Two different rewards among the scored ones (a NaN reward: no scorer applied to it).
     bool varies = false;
-    for (std::size_t i = g0 + 1; i < g0 + G; ++i) varies = varies || rewards[i] != rewards[g0];
+    std::size_t first = g0 + G;
+    for (std::size_t i = g0; i < g0 + G; ++i) {
+      if (std::isnan(rewards[i])) continue;
+      if (first == g0 + G) first = i;
+      varies = varies || rewards[i] != rewards[first];
+    }
     out.push_back(varies);
   }
   return out;

@@ -159,7 +159,7 @@ double batch_rate(const reward::Verifier& verifier, const std::vector<Scored>& r
   double best = 0.0;
   for (int t = 0; t < 2; ++t) {
     const auto start = Clock::now();
-    const auto results = verifier.score_batch(texts, records);
+    const auto results = verifier.score_batch(texts, records, {});
     sink_ = int64_t(results.size());
     best = std::max(best, double(rows.size()) / std::chrono::duration<double>(Clock::now() - start).count());
   }

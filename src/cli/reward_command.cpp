@@ -1,9 +1,15 @@
 // `unstuck reward score`: scores a JSONL file of task records with a "completion" each, by the
-// verifier its "task" names, or by a run config's reward section (--config: its verifier, or its
-// reward.function / reward.command on reward workers, or its reward.terms); each scorer's lines in
-// one batch. Writes each input line plus "reward" and "status" (and "error" for a scorer's failure,
-// "reward_extra" for its named numbers, "reward_terms" for each term's reward), and prints the count,
-// the mean reward and the status histogram. Every line is checked before anything is written.
+// verifier its "task" names (or --task), or by a run config's reward section (--config: its
+// verifier, or its reward.function / reward.command on reward workers, or its reward.terms, the
+// records read through its data mapping as `train` reads them); each scorer's lines in one batch.
+// A completion is a string or chat messages (TRL's [{"role": "assistant", "content": ...}]); an
+// optional "completion_ids" (token ids) goes to TRL functions. Without --config a line is one of
+// ours ({task, prompt, answer, ...}) or verl's ({data_source, prompt: messages,
+// reward_model: {ground_truth}, extra_info}). Writes each input line plus "reward" and "status" (and
+// "error" for a scorer's failure, "reward_extra" for its named numbers, "reward_columns" for other
+// named values, "reward_metrics" for TRL's log_metric values, "reward_terms" for each term's reward),
+// and prints the count, the mean reward (over the scored lines) and the status histogram. Every line
+// is checked before anything is written.
 #include <CLI/CLI.hpp>
 #include <array>
 #include <cstdio>
@@ -11,6 +17,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +25,7 @@
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
 #include "unstuck/config/run_config.h"
+#include "unstuck/data/dataset.h"
 #include "unstuck/data/record.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/reward/verifier.h"
@@ -29,6 +37,7 @@ struct ScoreArgs {
   std::string input;
   std::string output;
   std::string run_config;  // --config: a run config whose reward.* scores
+  std::string task;        // --task: the verifier of lines without "task" (without --config)
   std::vector<std::string> overrides;
   reward::RewardConfig config;
 };
@@ -44,19 +53,68 @@ nlohmann::ordered_json parse_line(const std::string& line, const std::string& wh
   if (!object.is_object()) {
     throw UserError(where + ": expected a JSON object, got " + object.type_name());
   }
-  if (!object.contains("completion") || !object["completion"].is_string()) {
-    throw UserError(where + ": missing \"completion\" (a string) next to the task record");
+  if (!object.contains("completion") || !(object["completion"].is_string() || object["completion"].is_array())) {
+    throw UserError(where + ": missing \"completion\" (a string, or chat messages) next to the task record");
   }
   return object;
+}
+
+// A completion's text: the string, or its messages' contents one after another (TRL's chat form).
+std::string completion_text(const nlohmann::ordered_json& completion, const std::string& where) {
+  if (completion.is_string()) return completion.get<std::string>();
+  std::string text;
+  for (std::size_t k = 0; k < completion.size(); ++k) {
+    const auto& m = completion[k];
+    if (!m.is_object() || !m.contains("content") || !m["content"].is_string())
+      throw UserError(where + ": \"completion\" message " + std::to_string(k) +
+                      ": expected {\"role\": \"assistant\", \"content\": string}");
+    text += m["content"].get<std::string>();
+  }
+  return text;
+}
+
+// The optional "completion_ids": token ids (TRL's completion_ids), else none.
+std::vector<int32_t> completion_ids(const nlohmann::ordered_json& object, const std::string& where) {
+  std::vector<int32_t> ids;
+  if (!object.contains("completion_ids")) return ids;
+  const auto& list = object["completion_ids"];
+  if (!list.is_array()) throw UserError(where + ": \"completion_ids\" must be a list of token ids");
+  for (const auto& id : list) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+      throw UserError(where + ": \"completion_ids\" must be a list of token ids (integers >= 0), got " + id.dump());
+    ids.push_back(int32_t(id.get<int64_t>()));
+  }
+  return ids;
+}
+
+// The line's record: through the run's data mapping (--config), as `train` reads its records; else
+// our layout or verl's (answer, else reward_model.ground_truth), the verifier its "task" or --task.
+data::TaskRecord record_of(const nlohmann::ordered_json& record_json, const data::DataConfig* mapping,
+                           const std::string& task) {
+  if (mapping) return data::record_from_mapping(record_json, *mapping);
+  nlohmann::ordered_json line = record_json;
+  if (!line.contains("task")) {
+    if (task.empty())
+      throw UserError("missing \"task\" (the verifier: math, arithmetic, countdown, code); give it in the line, "
+                      "or --task NAME for every line, or --config a run config");
+    line["task"] = task;
+  }
+  if (line.contains("answer") || !data::find_path(line, "reward_model.ground_truth")) return data::record_from_json(line);
+  data::DataConfig verl;  // verl's layout: the prompt as messages, the answer under reward_model
+  verl.answer_key = "reward_model.ground_truth";
+  return data::record_from_mapping(line, verl);
 }
 
 void score(const ScoreArgs& args_in) {
   ScoreArgs args = args_in;
   std::string config_task;  // --config: the data.task that names the verifier when reward.verifier is empty
+  std::optional<data::DataConfig> mapping;
   if (!args.run_config.empty()) {
     const RunConfig run = load_run_config(args.run_config, args.overrides);
     args.config = run.reward;
     config_task = config::enum_name(run.data.task);
+    mapping = run.data;
+    if (!args.task.empty()) throw UserError("reward score: --task goes without --config (its data.task names the verifier)");
   } else if (!args.overrides.empty()) {
     throw UserError("reward score: key=value overrides go with --config (got '" + args.overrides[0] + "')");
   }
@@ -66,19 +124,23 @@ void score(const ScoreArgs& args_in) {
   std::vector<ScoredLine> scored;
   std::vector<data::TaskRecord> records;
   std::vector<std::string> completions, wheres;
+  std::vector<std::vector<int32_t>> ids;
   std::string line;
   for (long long number = 0; io::read_capped_line(in, line, io::kMaxJsonlLineBytes, args.input, number);) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = args.input + ":" + std::to_string(number);
     ScoredLine out{parse_line(line, where), {}};
     nlohmann::ordered_json record_json = out.object;
-    for (const char* k : {"completion", "reward", "status", "error", "reward_extra", "reward_terms"}) record_json.erase(k);
+    for (const char* k : {"completion", "completion_ids", "reward", "status", "error", "reward_extra", "reward_columns",
+                          "reward_metrics", "reward_terms"})
+      record_json.erase(k);
     try {
-      records.push_back(data::record_from_json(record_json));
+      records.push_back(record_of(record_json, mapping ? &*mapping : nullptr, args.task));
     } catch (const UserError& e) {
       throw UserError(where + ": " + e.what());
     }
-    completions.push_back(out.object["completion"].get<std::string>());
+    completions.push_back(completion_text(out.object["completion"], where));
+    ids.push_back(completion_ids(out.object, where));
     wheres.push_back(where);
     scored.push_back(std::move(out));
   }
@@ -92,24 +154,38 @@ void score(const ScoreArgs& args_in) {
     std::unique_ptr<reward::Verifier> verifier;
     std::vector<std::string> texts;
     std::vector<const data::TaskRecord*> ptrs;
+    std::vector<std::vector<int32_t>> group_ids;
     for (std::size_t i : lines) {
       texts.push_back(completions[i]);
       ptrs.push_back(&records[i]);
+      group_ids.push_back(ids[i]);
+    }
+    reward::ScoringContext context;
+    context.completion_ids = &group_ids;
+    // A scorer that cannot start is named for what chose it: the config, or (without one) the first
+    // line whose "task" named it; a record a scorer cannot take (countdown without "numbers") is its
+    // first line's.
+    try {
+      verifier = reward::make_verifier(name, args.config);
+    } catch (const UserError& e) {
+      throw UserError((args.run_config.empty() ? wheres[lines[0]] : "--config " + args.run_config) + ": " + e.what());
     }
     std::vector<reward::RewardResult> results;
     try {
-      verifier = reward::make_verifier(name, args.config);
-      results = verifier->score_batch(texts, ptrs);
+      results = verifier->score_batch(texts, ptrs, context);
     } catch (const UserError& e) {
       throw UserError(wheres[lines[0]] + ": " + e.what());
     }
     for (std::size_t k = 0; k < lines.size(); ++k) scored[lines[k]].result = std::move(results[k]);
   }
   for (ScoredLine& out : scored) {
-    out.object["reward"] = out.result.reward;
+    out.object["reward"] = out.result.status == reward::RewardStatus::not_applicable ? nlohmann::json(nullptr)
+                                                                                       : nlohmann::json(out.result.reward);
     out.object["status"] = config::enum_name(out.result.status);
     if (out.result.status == reward::RewardStatus::error) out.object["error"] = out.result.error;
     for (const auto& [key, value] : out.result.extra) out.object["reward_extra"][key] = value;
+    for (const auto& [key, value] : out.result.columns) out.object["reward_columns"][key] = nlohmann::json::parse(value);
+    for (const auto& [key, values] : out.result.metrics) out.object["reward_metrics"][key] = values;
     for (const auto& [name, value] : out.result.terms) out.object["reward_terms"][name] = value;
   }
 
@@ -123,17 +199,21 @@ void score(const ScoreArgs& args_in) {
 
   std::array<int64_t, reward::kRewardStatusNames.size()> histogram{};
   double total = 0.0;
+  int64_t applicable = 0;
   for (const ScoredLine& s : scored) {
-    total += s.result.reward;
+    if (s.result.status != reward::RewardStatus::not_applicable) {
+      total += s.result.reward;
+      ++applicable;
+    }
     ++histogram[static_cast<size_t>(s.result.status)];
   }
   const auto count = static_cast<int64_t>(scored.size());
   std::printf("scored %lld completions from %s\n", static_cast<long long>(count),
               args.input.c_str());
-  std::printf("mean reward %.4f\n", count > 0 ? total / static_cast<double>(count) : 0.0);
+  std::printf("mean reward %.4f\n", applicable > 0 ? total / static_cast<double>(applicable) : 0.0);
   for (const auto& [status, name] : reward::kRewardStatusNames) {
     const int64_t k = histogram[static_cast<size_t>(status)];
-    std::printf("  %-12s %8lld  (%5.1f%%)\n", name, static_cast<long long>(k),
+    std::printf("  %-14s %8lld  (%5.1f%%)\n", name, static_cast<long long>(k),
                 count > 0 ? 100.0 * static_cast<double>(k) / static_cast<double>(count) : 0.0);
   }
   if (!args.output.empty()) std::printf("wrote %s\n", args.output.c_str());
@@ -151,7 +231,11 @@ void add_score(CLI::App& parent) {
                   "JSONL to write: each input line plus \"reward\" and \"status\"");
   CLI::Option* cfg = cmd->add_option("--config", args->run_config,
                                      "a run config: its reward.* scores (reward.function, reward.verifier or the "
-                                     "verifier of its data.task) instead of each line's \"task\"");
+                                     "verifier of its data.task) instead of each line's \"task\", and its data.* "
+                                     "mapping reads the lines as train reads its records");
+  cmd->add_option("--task", args->task,
+                  "without --config: the verifier of lines that have no \"task\" (verl records, say)")
+      ->excludes(cfg);
   cmd->add_option("overrides", args->overrides, "key=value overrides of --config, e.g. reward.function.workers=4");
   cmd->add_option("--format-reward", args->config.format_reward,
                   "reward of a non-correct completion with a non-blank <answer>...</answer>")

@@ -99,7 +99,11 @@ void add_train(CLI::App& app) {
     train::keep_stop_signals_after_a_failed_run();  // a failure's one line is printed before any SIGTERM ends us
     const train::GrpoResult r = train::run_grpo(std::move(cfg), a->resume, comm.get());
     if (comm->rank() == 0) {  // rank 0 reports for the run
-      if (r.interrupted)
+      if (r.dropped_step)
+        std::cout << "stopped during step " << r.steps + 1
+                  << " (not applied; the newest checkpoint is kept); continue with: unstuck train --resume "
+                  << r.run_dir.string() << "\n";
+      else if (r.interrupted)
         std::cout << "stopped after step " << r.steps << " (checkpoint written); continue with: unstuck train --resume "
                   << r.run_dir.string() << "\n";
       else

@@ -346,11 +346,12 @@ class CodeVerifier : public Verifier {
   }
 
   RewardResult score(const std::string& completion, const data::TaskRecord& record) const override {
-    return score_batch({completion}, {&record}).at(0);
+    return score_batch({completion}, {&record}, {}).at(0);
   }
 
   std::vector<RewardResult> score_batch(const std::vector<std::string>& completions,
-                                        const std::vector<const data::TaskRecord*>& records) const override {
+                                        const std::vector<const data::TaskRecord*>& records,
+                                        const ScoringContext&) const override {
     const std::size_t n = completions.size();
     std::vector<TestPlan> plans;
     std::vector<std::string> programs, nonces;

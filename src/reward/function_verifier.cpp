@@ -3,6 +3,9 @@
 // of the style's shape from its task record; items go to the workers in batches of
 // reward.function.batch_size.
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,37 +69,53 @@ class WorkerVerifier : public Verifier {
   }
 
   RewardResult score(const std::string& completion, const data::TaskRecord& record) const override {
-    return score_batch({completion}, {&record}).at(0);
+    return score_batch({completion}, {&record}, {}).at(0);
   }
 
   std::vector<RewardResult> score_batch(const std::vector<std::string>& completions,
-                                        const std::vector<const data::TaskRecord*>& records) const override {
+                                        const std::vector<const data::TaskRecord*>& records,
+                                        const ScoringContext& context) const override {
     const std::size_t n = completions.size();
     const std::size_t size = std::size_t(std::max(config_.batch_size, 1));
     std::vector<Json> batches;
     for (std::size_t b = 0; b < n; b += size) {
       Json items = Json::array();
-      for (std::size_t i = b; i < std::min(n, b + size); ++i)
+      for (std::size_t i = b; i < std::min(n, b + size); ++i) {
         items.push_back(make_item_(completions[i], *records[i]));
+        if (config_.style == FunctionStyle::trl)  // TRL passes completion_ids always: [] where not known
+          items.back()["completion_ids"] = context.completion_ids ? Json(context.completion_ids->at(i)) : Json::array();
+      }
       batches.push_back(std::move(items));
     }
-    const std::vector<std::vector<WorkerResult>> answers = pool_->run(batches);
+    Json state = nullptr;
+    if (config_.style == FunctionStyle::trl)
+      state = {{"global_step", context.global_step}, {"max_steps", context.max_steps}, {"epoch", context.epoch},
+               {"num_train_epochs", 1}, {"is_world_process_zero", context.world_process_zero},
+               {"is_local_process_zero", context.world_process_zero}};
+    const std::vector<std::vector<WorkerResult>> answers = pool_->run(batches, state, context.stop);
     std::vector<RewardResult> out;
     for (const auto& batch : answers)
-      for (const WorkerResult& a : batch) {
-        RewardResult r;
-        if (!a.ok) {
-          r.status = RewardStatus::error;
-          r.error = a.error;
-        } else {
-          r.reward = a.score;
-          for (const auto& [key, value] : a.extra.items()) r.extra[key] = value.get<double>();
-          const bool correct = a.extra.contains("acc") ? a.extra["acc"].get<double>() != 0 : a.score >= 1.0;
-          r.status = correct ? RewardStatus::correct : RewardStatus::wrong;
-        }
-        out.push_back(std::move(r));
-      }
+      for (const WorkerResult& a : batch) out.push_back(result_of(a));
     return out;
+  }
+
+  static RewardResult result_of(const WorkerResult& a) {
+    RewardResult r;
+    for (const auto& [key, value] : a.columns.items()) r.columns[key] = value.dump();
+    for (const auto& [key, values] : a.metrics.items()) r.metrics[key] = values.get<std::vector<double>>();
+    if (!a.ok) {
+      r.status = RewardStatus::error;
+      r.error = a.error;
+    } else if (a.none) {
+      r.status = RewardStatus::not_applicable;
+      r.reward = std::nan("");
+    } else {
+      r.reward = a.score;
+      for (const auto& [key, value] : a.extra.items()) r.extra[key] = value.get<double>();
+      const bool correct = a.extra.contains("acc") ? a.extra["acc"].get<double>() != 0 : a.score >= 1.0;
+      r.status = correct ? RewardStatus::correct : RewardStatus::wrong;
+    }
+    return r;
   }
 
  private:
@@ -107,8 +126,19 @@ class WorkerVerifier : public Verifier {
 
 }  // namespace
 
+std::string reward_python(const FunctionConfig& f) {
+  if (!f.python.empty()) return f.python;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (const char* venv = std::getenv("VIRTUAL_ENV"); venv && *venv && fs::exists(fs::path(venv) / "bin/python", ec))
+    return (fs::path(venv) / "bin/python").string();
+  if (fs::exists(".venv/bin/python", ec)) return (fs::current_path(ec) / ".venv/bin/python").string();
+  return "python3";
+}
+
 std::vector<RewardResult> Verifier::score_batch(const std::vector<std::string>& completions,
-                                                const std::vector<const data::TaskRecord*>& records) const {
+                                                const std::vector<const data::TaskRecord*>& records,
+                                                const ScoringContext&) const {
   std::vector<RewardResult> out;
   out.reserve(completions.size());
   for (std::size_t i = 0; i < completions.size(); ++i) out.push_back(score(completions[i], *records[i]));
@@ -118,8 +148,11 @@ std::vector<RewardResult> Verifier::score_batch(const std::vector<std::string>& 
 std::unique_ptr<Verifier> make_function_verifier(const RewardConfig& config) {
   if (config.function.path.empty()) throw UserError("reward.function.path: empty (no reward function configured)");
   const FunctionConfig& f = config.function;
-  std::vector<std::string> argv = python_reward_worker_argv(f.python, f.path, f.name, std::string(config::enum_name(f.style)));
+  std::vector<std::string> argv =
+      python_reward_worker_argv(reward_python(f), f.path, f.name, std::string(config::enum_name(f.style)));
   for (const std::string& folder : f.pythonpath) argv.insert(argv.end(), {"--pythonpath", folder});
+  if (!f.kwargs.empty()) argv.insert(argv.end(), {"--kwargs", f.kwargs.json});
+  if (f.factory) argv.insert(argv.end(), {"--factory-kwargs", f.factory_kwargs.json});
   return std::make_unique<WorkerVerifier>(
       f, std::move(argv),
       "reward.function " + f.path + ":" + f.name, f.style == FunctionStyle::verl ? verl_item : trl_item);

@@ -2,16 +2,23 @@
 
 Imports the user's file once (a file path; a file inside a package is imported by its dotted name,
 so its relative imports work; or a module, verl's pkg://a.b.c or a.b.c, found on --pythonpath and
-the interpreter's path), checks that the function takes the arguments its style passes, then
-answers one JSON request per line on stdin with one JSON line on stdout. What the function prints
-goes to stderr, so it cannot corrupt the answers.
+the interpreter's path), calls it once with --factory-kwargs when the name is a factory, checks that
+the function takes the arguments its style passes, then answers one JSON request per line on stdin
+with one JSON line on stdout. What the function prints goes to stderr, so it cannot corrupt the
+answers. --kwargs are added to every call and win over the passed arguments (verl's reward_kwargs).
 
-  --style verl: name(data_source=, solution_str=, ground_truth=, extra_info=) per item; a number
-                (bool, int, float) or a dict with "score" (its other numeric keys are returned as extra)
-  --style trl:  name(prompts=[...], completions=[...], <column>=[...] for every other column) once
-                per batch; a list with one number per completion
+  --style verl: name(data_source=, solution_str=, ground_truth=, extra_info=, **kwargs) per item, as
+                verl's reward managers call compute_score; a number (bool, int, float) or a dict
+                with "score" (its other numeric keys are returned as extra, the rest as columns);
+                an async function is awaited
+  --style trl:  name(prompts=[...], completions=[...], completion_ids=[...], trainer_state=,
+                log_extra=, log_metric=, <column>=[...] for every other column, **kwargs) once per
+                batch, as TRL 1.16's GRPOTrainer._calculate_rewards calls it (a function without
+                **kwargs gets the names it declares); a list with one number or None per completion
+                (None: not applicable to that completion); an async function is awaited
 """
 import argparse
+import asyncio
 import importlib.util
 import inspect
 import json
@@ -21,8 +28,10 @@ import os
 import re
 import sys
 import traceback
+import types
 
 VERL_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
+TRL_ARGS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 
 
 def short_traceback(limit=12):
@@ -82,20 +91,22 @@ def load(path, name, pythonpath):
     return fn
 
 
-def check_signature(fn, name, style):
+def check_signature(fn, name, style, kwargs):
     sig = inspect.signature(fn)
     if style == "verl":
         try:
-            sig.bind(**{a: None for a in VERL_ARGS})
+            sig.bind(**{**{a: None for a in VERL_ARGS}, **kwargs})
         except TypeError as e:
+            more = f" and reward.function.kwargs {', '.join(kwargs)}" if kwargs else ""
             raise RuntimeError(f"{name}{sig} cannot be called as verl calls compute_score "
-                               f"({', '.join(a + '=' for a in VERL_ARGS)}): {e}")
-    else:
+                               f"({', '.join(a + '=' for a in VERL_ARGS)}{more}): {e}")
+    else:  # what TRL 1.16 passes every function (the columns come beside them, by name)
         try:
-            sig.bind_partial(prompts=[], completions=[])
+            sig.bind_partial(**{**{a: None for a in TRL_ARGS}, **kwargs})
         except TypeError as e:
+            more = f", reward.function.kwargs {', '.join(kwargs)}" if kwargs else ""
             raise RuntimeError(f"{name}{sig} cannot be called as TRL calls a reward function "
-                               f"(prompts=, completions=, **columns): {e}")
+                               f"({', '.join(a + '=' for a in TRL_ARGS)}{more}, **columns): {e}")
         for p in sig.parameters.values():
             if p.kind in (p.POSITIONAL_ONLY,) and p.default is p.empty:
                 raise RuntimeError(f"{name}{sig}: positional-only parameter '{p.name}' (TRL passes keywords)")
@@ -146,7 +157,7 @@ def number(value):
 
 
 def verl_result(value):
-    extra = {}
+    extra, columns = {}, {}
     if isinstance(value, dict):
         if "score" not in value:
             return {"error": f"returned a dict without 'score' (keys: {', '.join(text(k, 40) for k in value) or 'none'})"}
@@ -155,34 +166,79 @@ def verl_result(value):
                 x, err = number(v)
                 if err is None:
                     extra[clean(k)] = x
+                else:
+                    columns[clean(k)] = column_value(v)
         value = value["score"]
     x, err = number(value)
     if err is not None:
         return {"error": err}
-    return {"score": x, "extra": extra}
+    return {"score": x, "extra": extra, "columns": columns}
 
 
-def score_verl(fn, items):
+def column_value(v):
+    """A logged value as JSON carries it: None, a bool or a string as it is, a number as a float, else its repr."""
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, str):
+        return clean(v)
+    x, err = number(v)
+    return x if err is None else text(v, 400)
+
+
+class TrainerState(types.SimpleNamespace):
+    """The fields of transformers' TrainerState a reward function reads (TRL passes self.state)."""
+
+
+class BatchLog:
+    """log_extra and log_metric of one call, as TRL's GRPOTrainer collects them."""
+
+    def __init__(self, n):
+        self.n, self.columns, self.metrics = n, {}, {}
+
+    def log_extra(self, column, values):
+        values = list(values)
+        if len(values) != self.n:
+            raise ValueError(f"log_extra('{column}', ...): {len(values)} values for {self.n} completions")
+        self.columns.setdefault(str(column), []).extend(column_value(v) for v in values)
+
+    def log_metric(self, name, value):
+        x, err = number(value)
+        if err is not None:
+            raise ValueError(f"log_metric('{name}', ...) {err}, not a number")
+        self.metrics.setdefault(str(name), []).append(x)
+
+
+def awaited(value):
+    """`value`, or what it gives when awaited (an async function's coroutine)."""
+    return asyncio.run(value) if inspect.isawaitable(value) else value
+
+
+def score_verl(fn, items, kwargs):
     results = []
     for item in items:
         try:
-            value = fn(**{a: item.get(a) for a in VERL_ARGS})
+            value = awaited(fn(**{**{a: item.get(a) for a in VERL_ARGS}, **kwargs}))
             results.append(verl_result(value))
         except BaseException:  # sys.exit() or KeyboardInterrupt in the function: this item's error
             results.append({"error": short_traceback()})
     return {"results": results}
 
 
-def score_trl(fn, items, var_kw, params):
-    kwargs = {"prompts": [it.get("prompt") for it in items], "completions": [it.get("completion") for it in items]}
+def score_trl(fn, items, var_kw, params, state, extra_kwargs):
+    log = BatchLog(len(items))
+    kwargs = {}
     columns = sorted({k for it in items for k in it.get("columns", {})})
-    for c in columns:
-        if c not in kwargs:
-            kwargs[c] = [it.get("columns", {}).get(c) for it in items]
-    if not var_kw:  # pass only what the function declares
+    for c in columns:  # the dataset's columns, then what TRL passes by name (which wins, as in TRL)
+        kwargs[c] = [it.get("columns", {}).get(c) for it in items]
+    kwargs.update(prompts=[it.get("prompt") for it in items], completions=[it.get("completion") for it in items],
+                  completion_ids=[it.get("completion_ids", []) for it in items],
+                  trainer_state=TrainerState(**{"log_history": [], **state}),
+                  log_extra=log.log_extra, log_metric=log.log_metric)
+    kwargs.update(extra_kwargs)
+    if not var_kw:  # the columns it does not declare are left out (TRL would fail on them)
         kwargs = {k: v for k, v in kwargs.items() if k in params}
     try:
-        values = fn(**kwargs)
+        values = awaited(fn(**kwargs))
         if not isinstance(values, (list, tuple)) and hasattr(values, "tolist"):
             values = values.tolist()
     except BaseException:  # sys.exit() or KeyboardInterrupt in the function: this batch's error
@@ -193,8 +249,18 @@ def score_trl(fn, items, var_kw, params):
         return {"error": f"returned {len(values)} values for {len(items)} completions"}
     results = []
     for v in values:
+        if v is None:  # TRL: not applicable to this completion, left out of this function's term
+            results.append({"none": True})
+            continue
         x, err = number(v)
         results.append({"error": err} if err is not None else {"score": x, "extra": {}})
+    for i, r in enumerate(results):  # log_extra: each completion's values, numbers as extras
+        for column, logged in log.columns.items():
+            if i < len(logged):
+                target = "extra" if isinstance(logged[i], float) and "extra" in r else "columns"
+                r.setdefault(target, {})[column] = logged[i]
+    if results and log.metrics:  # log_metric: the call's values, once (on its first completion)
+        results[0]["metrics"] = log.metrics
     return {"results": results}
 
 
@@ -204,7 +270,10 @@ def main():
     ap.add_argument("--name", required=True)
     ap.add_argument("--style", choices=["verl", "trl"], required=True)
     ap.add_argument("--pythonpath", action="append", default=[])
+    ap.add_argument("--kwargs", default="{}")
+    ap.add_argument("--factory-kwargs", default=None)
     a = ap.parse_args()
+    kwargs = json.loads(a.kwargs)
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the function's prints go to stderr
     sys.stdout = sys.stderr
@@ -215,7 +284,14 @@ def main():
 
     try:
         fn = load(a.path, a.name, a.pythonpath)
-        check_signature(fn, a.name, a.style)
+        if a.factory_kwargs is not None:
+            try:
+                fn = fn(**json.loads(a.factory_kwargs))
+            except Exception:
+                raise RuntimeError(f"calling the factory {a.name}(**reward.function.factory_kwargs) failed:\n{short_traceback()}")
+            if not callable(fn):
+                raise RuntimeError(f"the factory {a.name} returned {text(fn)}, not a function")
+        check_signature(fn, a.name, a.style, kwargs)
     except Exception as e:
         send({"fatal": str(e)})
         return 2
@@ -228,7 +304,10 @@ def main():
             continue
         request = json.loads(line)
         items = request.get("items", [])
-        answer = score_verl(fn, items) if a.style == "verl" else score_trl(fn, items, var_kw, params)
+        if a.style == "verl":
+            answer = score_verl(fn, items, kwargs)
+        else:
+            answer = score_trl(fn, items, var_kw, params, request.get("state", {}), kwargs)
         answer["id"] = request.get("id")
         send(answer)
     return 0

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <string>
@@ -58,22 +60,30 @@ class TermsVerifier : public Verifier {
   explicit TermsVerifier(std::vector<Term> terms) : terms_(std::move(terms)) {}
 
   RewardResult score(const std::string& completion, const data::TaskRecord& record) const override {
-    return score_batch({completion}, {&record})[0];
+    return score_batch({completion}, {&record}, {})[0];
   }
 
+  // As TRL combines its reward functions: a term that returned None for a completion is left out of
+  // its sum (and its status is the first scored term's); none scored it: not_applicable, NaN.
   std::vector<RewardResult> score_batch(const std::vector<std::string>& completions,
-                                        const std::vector<const data::TaskRecord*>& records) const override {
+                                        const std::vector<const data::TaskRecord*>& records,
+                                        const ScoringContext& context) const override {
     std::vector<std::future<std::vector<RewardResult>>> running;
     for (const Term& t : terms_)
-      running.push_back(std::async(std::launch::async, [&] { return t.scorer->score_batch(completions, records); }));
+      running.push_back(
+          std::async(std::launch::async, [&] { return t.scorer->score_batch(completions, records, context); }));
     std::vector<std::vector<RewardResult>> by_term;
     for (auto& f : running) by_term.push_back(f.get());  // a term's UserError surfaces here, after all finished
     std::vector<RewardResult> out(completions.size());
     for (std::size_t i = 0; i < out.size(); ++i) {
       RewardResult& r = out[i];
-      r.status = by_term[0][i].status;
+      r.status = RewardStatus::not_applicable;
       for (std::size_t k = 0; k < terms_.size(); ++k) {
         const RewardResult& term = by_term[k][i];
+        for (const auto& [key, value] : term.columns) r.columns[terms_[k].name + "/" + key] = value;
+        for (const auto& [key, values] : term.metrics) r.metrics[terms_[k].name + "/" + key] = values;
+        if (term.status == RewardStatus::not_applicable) continue;
+        if (r.status == RewardStatus::not_applicable) r.status = term.status;
         r.reward += terms_[k].weight * term.reward;
         r.terms[terms_[k].name] = term.reward;
         for (const auto& [key, value] : term.extra) r.extra[terms_[k].name + "/" + key] = value;
@@ -82,6 +92,7 @@ class TermsVerifier : public Verifier {
           r.error = "reward.terms '" + terms_[k].name + "': " + term.error;
         }
       }
+      if (r.status == RewardStatus::not_applicable) r.reward = std::nan("");
     }
     return out;
   }
@@ -127,7 +138,15 @@ void validate_scorer(const std::string& verifier, const FunctionConfig& f, const
   if (has_command && command[0].empty()) throw UserError(p + "command: the program (its first element) is empty");
   const std::string fp = p + "function.";
   if (function && f.name.empty()) throw UserError(fp + "name: empty (the function to call in " + f.path + ")");
-  if (function && f.python.empty()) throw UserError(fp + "python: empty (the interpreter that runs " + f.path + ")");
+  if (!f.factory && !f.factory_kwargs.empty())
+    throw UserError(fp + "factory_kwargs: set while " + fp + "factory is false (set factory: true to call " + f.name +
+                    " with them)");
+  for (const std::string& folder : f.pythonpath) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(folder, ec))
+      throw UserError(fp + "pythonpath: '" + folder + "' is not a folder" +
+                      (std::filesystem::exists(folder, ec) ? "" : " (it does not exist)"));
+  }
   if (f.workers < 1 || f.workers > 64) throw UserError(fp + "workers must be in [1, 64], got " + std::to_string(f.workers));
   if (f.batch_size < 1) throw UserError(fp + "batch_size must be >= 1, got " + std::to_string(f.batch_size));
   if (!(f.timeout_s > 0 && f.timeout_s <= 86400))

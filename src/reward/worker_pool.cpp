@@ -194,8 +194,17 @@ WorkerResult failed(const std::string& why) {
 WorkerResult worker_item_result(const nlohmann::json& r) {
   if (!r.is_object()) return failed("bad response: a result is not an object");
   if (r.contains("error")) return failed(r["error"].is_string() ? r["error"].get<std::string>() : r["error"].dump());
-  if (!r.contains("score") || !r["score"].is_number()) return failed("bad response: a result without a numeric score");
   WorkerResult out;
+  if (r.contains("metrics") && r["metrics"].is_object())  // {"name": [numbers]}
+    for (const auto& [k, values] : r["metrics"].items())
+      for (const auto& v : values.is_array() ? values : nlohmann::json::array({values}))
+        if (v.is_number() && std::isfinite(v.get<double>())) out.metrics[k].push_back(v.get<double>());
+  if (r.contains("columns") && r["columns"].is_object()) out.columns = r["columns"];
+  if (r.contains("none") && r["none"] == true) {
+    out.ok = out.none = true;
+    return out;
+  }
+  if (!r.contains("score") || !r["score"].is_number()) return failed("bad response: a result without a numeric score");
   out.score = r["score"].get<double>();
   if (!std::isfinite(out.score)) return failed("the score is not finite");
   // Rewards are float32 in the trainer: a larger finite score would become inf there.
@@ -204,7 +213,8 @@ WorkerResult worker_item_result(const nlohmann::json& r) {
   out.ok = true;
   if (r.contains("extra") && r["extra"].is_object())
     for (const auto& [k, v] : r["extra"].items())
-      if (v.is_number() || v.is_boolean()) out.extra[k] = v.is_boolean() ? double(v.get<bool>()) : v.get<double>();
+      if (v.is_boolean() || (v.is_number() && std::isfinite(v.get<double>())))
+        out.extra[k] = v.is_boolean() ? double(v.get<bool>()) : v.get<double>();
   return out;
 }
 
@@ -323,7 +333,8 @@ void WorkerPool::down(Worker& w, const std::string& why) {
   spdlog::warn("{}: {} (trying again in {:.1f} s)", options_.name, why, wait);
 }
 
-std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohmann::json>& batches) {
+std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohmann::json>& batches,
+                                                      const nlohmann::json& state, const std::atomic<bool>* cancel) {
   std::vector<std::vector<WorkerResult>> out(batches.size());
   struct Busy {
     std::size_t batch = 0;
@@ -344,6 +355,11 @@ std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohman
     if (restart_worker) restart(workers_[k]);
   };
   while (done < batches.size()) {
+    if (cancel && cancel->load()) {  // the user stops the run: a hung function is not waited for
+      for (std::size_t k = 0; k < workers_.size(); ++k)
+        if (busy[k].active) stop(workers_[k]);  // down: a later run() starts it again
+      throw Interrupted(options_.name + ": scoring given up, the run was asked to stop");
+    }
     for (Worker& w : workers_)  // back-off over: start again, beside the others' scoring
       if (w.state == State::down && seconds_until(w.retry_at) <= 0) spawn(w);
     // No worker can score and each has failed to start kGiveUpStarts times in a row: the waiting
@@ -363,13 +379,15 @@ std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohman
       s.batch = queue.front();
       queue.pop_front();
       s.id = next_id_++;
-      s.pending = nlohmann::json{{"id", s.id}, {"items", batches[s.batch]}}.dump() + "\n";
+      nlohmann::json request{{"id", s.id}, {"items", batches[s.batch]}};
+      if (!state.is_null()) request["state"] = state;
+      s.pending = request.dump() + "\n";
       s.deadline = after(options_.timeout_s);  // this request's own limit, whatever the others do
       s.active = true;
     }
     std::vector<pollfd> fds;
     std::vector<std::size_t> which;
-    Clock::time_point first = Clock::now() + std::chrono::seconds(1);
+    Clock::time_point first = Clock::now() + (cancel ? std::chrono::milliseconds(250) : std::chrono::milliseconds(1000));
     for (std::size_t k = 0; k < workers_.size(); ++k) {
       const Worker& w = workers_[k];
       if (busy[k].active) {

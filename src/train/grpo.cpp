@@ -176,12 +176,20 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
     trainer.watch_memory(&*watch);
   }
   trainer.report_startup(&startup);
+  trainer.stop_scoring_on(&g_stop_requested);
   bool warned_peak = false;
   for (int64_t step = first_step; step <= cfg.grpo.steps; ++step) {
     if (watch) watch->set_step(step);  // it is also checked at every progress point of the step
     MetricsLine m;
     try {
       m = trainer.step(step);
+    } catch (const Interrupted& e) {  // Ctrl-C while a reward function hung: the step is dropped
+      const std::filesystem::path last = latest_checkpoint(ctx.run_dir / "checkpoints");
+      spdlog::warn("train: stopped by signal during step {} ({}); the step was not applied; {}", step, e.what(),
+                   last.empty() ? "no checkpoint was written yet"
+                                : "resume from " + last.string() + " with `unstuck train --resume " + ctx.run_dir.string() + "`");
+      result.interrupted = result.dropped_step = true;
+      return finish(step - 1);
     } catch (const c10::OutOfMemoryError& e) {
       const std::filesystem::path last = latest_checkpoint(ctx.run_dir / "checkpoints");
       throw UserError(fmt::format("train: step {} ran out of memory on {} (the plan's peak is {}; {}); {}; {}", step,

@@ -249,6 +249,10 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   sample(step, &ro, &sc, &smp, &time);
   trace_memory("rollout");
   if (reward::scorer_can_fail(cfg_.reward, verifier_name_)) check_reward_errors(step, sc, smp);
+  if (sc.not_applicable > 0)
+    spdlog::warn("step {}: every reward function returned None for {} completion(s) of this rank (not_applicable: "
+                 "left out of their groups' baselines, advantage 0); the first was for the prompt: {}",
+                 step, sc.not_applicable, sc.first_not_applicable.substr(0, 300));
   RolloutBatch batch = make_batch(ro);
   batch.global_rows_host = rows_of_[std::size_t(comm_.rank())];
   batch.global_rows = torch::tensor(batch.global_rows_host, torch::kLong).to(device_);
@@ -305,7 +309,7 @@ void GrpoTrainer::sample(int64_t step, Rollouts* ro, Scores* sc, Sampling* smp, 
     Rollouts r = rollout(step, round, records);
     const auto t_reward = std::chrono::steady_clock::now();
     time->rollout += std::chrono::duration<double>(t_reward - t).count();
-    Scores s = score(r);
+    Scores s = score(r, step);
     time->reward += seconds_since(t_reward);
     return std::make_pair(std::move(r), std::move(s));
   };
@@ -324,12 +328,17 @@ void GrpoTrainer::sample(int64_t step, Rollouts* ro, Scores* sc, Sampling* smp, 
     const auto [r, s] = roll_and_score(round, records);
     if (sc->errors == 0) sc->first_error = s.first_error;
     sc->errors += s.errors;  // over every completion this rank sampled
+    if (sc->not_applicable == 0) sc->first_not_applicable = s.first_not_applicable;
+    sc->not_applicable += s.not_applicable;
     sc->add_extra(s.extra);
     std::vector<Candidate> groups = gather_groups(records, r, s);
     ++smp->rounds;
     for (Candidate& c : groups) {
-      for (const float x : c.rewards) smp->reward_sum += x;
-      smp->rows += double(c.rewards.size());
+      for (const float x : c.rewards)
+        if (!std::isnan(x)) {  // a completion no scorer applied to is in no mean
+          smp->reward_sum += x;
+          smp->rows += 1;
+        }
       const bool varies = algo::informative_groups(c.rewards, g.group_size)[0];
       useful += varies;
       informative.push_back(varies);
@@ -452,14 +461,38 @@ void GrpoTrainer::Scores::add_extra(const std::map<std::string, std::pair<double
   }
 }
 
-GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro) const {
+namespace {
+
+// The kind of a reward_error: its last line up to the first ':' ("ValueError" of a traceback ending
+// "ValueError: bad column", "returned str", "timed out after 60 s (the worker was restarted)").
+std::string error_kind(const std::string& error) {
+  std::string line = error.substr(0, error.find_last_not_of(" \n") + 1);
+  const std::size_t newline = line.find_last_of('\n');
+  if (newline != std::string::npos) line = line.substr(newline + 1);
+  return line.substr(0, std::min(line.find(':'), std::size_t(120)));
+}
+
+}  // namespace
+
+GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
   Scores sc;
   const std::size_t n = ro.completions.size();
   sc.rewards.resize(n);
   sc.right.resize(n);
   std::vector<std::string> texts;
-  for (const auto& c : ro.completions) texts.push_back(completion_text(c.tokens, ctx_.tokenizer, ctx_.stop_ids));
-  const std::vector<reward::RewardResult> results = verifier_->score_batch(texts, ro.records);
+  std::vector<std::vector<int32_t>> ids;
+  for (const auto& c : ro.completions) {
+    texts.push_back(completion_text(c.tokens, ctx_.tokenizer, ctx_.stop_ids));
+    ids.push_back(c.tokens);
+  }
+  reward::ScoringContext context;  // TRL's completion_ids and trainer_state
+  context.completion_ids = &ids;
+  context.global_step = step - 1;
+  context.max_steps = cfg_.grpo.steps;
+  context.epoch = double(step - 1) * double(cfg_.grpo.prompts_per_step) / double(std::max<std::size_t>(train_.size(), 1));
+  context.world_process_zero = comm_.rank() == 0;
+  context.stop = stop_flag_;
+  const std::vector<reward::RewardResult> results = verifier_->score_batch(texts, ro.records, context);
   for (std::size_t i = 0; i < n; ++i) {
     const auto& c = ro.completions[i];
     const reward::RewardResult& r = results[i];
@@ -471,6 +504,13 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro) const {
     if (r.status == reward::RewardStatus::error) {
       if (sc.errors == 0) sc.first_error = r.error;
       ++sc.errors;
+      if (reported_error_kinds_.insert(error_kind(r.error)).second)  // each kind's whole text, once a run
+        spdlog::warn("step {}: a completion failed to score with a new kind of error ({}):\n{}", step,
+                     error_kind(r.error), r.error);
+    }
+    if (r.status == reward::RewardStatus::not_applicable) {
+      if (sc.not_applicable == 0) sc.first_not_applicable = ro.records[i]->prompt;
+      ++sc.not_applicable;
     }
     const auto add = [&sc](const std::string& metric, double value) {
       sc.extra[metric].first += value;
@@ -478,6 +518,8 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro) const {
     };
     for (const auto& [key, value] : r.extra) add("reward_extra/" + key, value);
     for (const auto& [name, value] : r.terms) add("reward/" + name, value);
+    for (const auto& [name, values] : r.metrics)
+      for (const double value : values) add("reward_metric/" + name, value);
   }
   sc.tally(ro.completions);
   return sc;
@@ -744,11 +786,13 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
   comm_.all_gather(sc.rewards.data(), gathered.data(), sc.rewards.size(), dist::DataType::f32);
   for (std::size_t r = 0, k = 0; r < rows_of_.size(); ++r)
     for (int64_t row : rows_of_[r]) all_rewards[std::size_t(row)] = gathered[k++];
-  const torch::Tensor r = torch::tensor(all_rewards);
+  const torch::Tensor all = torch::tensor(all_rewards);
+  const torch::Tensor r = all.index({torch::logical_not(torch::isnan(all))});  // not_applicable ones left out
   MetricsLine m;
   m["step"] = step;
-  m["reward_mean"] = r.mean().item<double>();
-  m["reward_std"] = r.std().item<double>();
+  m["reward_mean"] = r.numel() > 0 ? r.mean().item<double>() : 0.0;
+  m["reward_std"] = r.numel() > 1 ? r.std().item<double>() : 0.0;
+  if (r.numel() < all.numel()) m["not_applicable_frac"] = double(all.numel() - r.numel()) / double(all.numel());
   m["accuracy"] = correct / double(N_global);
   // Steps without the reference pass (grpo.ref_metrics_every) leave its metrics out.
   m["ref_metrics"] = with_ref;

@@ -6,8 +6,10 @@
 
 #include <torch/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -93,6 +95,9 @@ class GrpoTrainer {
   void report_startup(StartupClock* clock) { startup_ = clock; }
   // The memory ceiling checked at the step's progress points (MemoryWatch::check throws).
   void watch_memory(const MemoryWatch* watch) { progress_.watch(watch); }
+  // The run's stop flag (SIGINT/SIGTERM): reward workers scoring a step give up within 0.25 s once it
+  // is set, and step() throws Interrupted (the step is not applied).
+  void stop_scoring_on(const std::atomic<bool>* flag) { stop_flag_ = flag; }
 
   const TrainableWeights& weights() const { return weights_; }
   torch::Device device() const { return device_; }
@@ -114,8 +119,11 @@ class GrpoTrainer {
     double kl_penalty = 0;  // kl_in: reward: the sum of kl_coef x each row's KL taken from its reward
     int64_t errors = 0;     // rows the scorer failed on (status reward_error, reward 0)
     std::string first_error;
+    int64_t not_applicable = 0;        // rows no scorer applied to (every function returned None): reward NaN
+    std::string first_not_applicable;  // the prompt of the first
     // The scorer's named numbers by metric: reward_extra/<key> (RewardResult::extra) and
-    // reward/<term> (RewardResult::terms) -> {sum, count} over every completion this rank sampled.
+    // reward/<term> (RewardResult::terms) -> {sum, count} over every completion this rank sampled;
+    // reward_metric/<name> (TRL's log_metric) -> {sum, count} over the calls.
     std::map<std::string, std::pair<double, double>> extra;
     void add_extra(const std::map<std::string, std::pair<double, double>>& more);
     void tally(const std::vector<rollout::Completion>& completions);  // the sums, from the rows
@@ -162,7 +170,7 @@ class GrpoTrainer {
                                        const Scores& sc) const;
   void check_reward_errors(int64_t step, const Scores& sc, const Sampling& smp);
   algo::Advantages advantages_of(const std::vector<float>& rewards) const;
-  Scores score(const Rollouts& rollouts) const;
+  Scores score(const Rollouts& rollouts, int64_t step) const;
   // (N) kl_coef x each row's KL to the reference over its sampled tokens, with the sampler's
   // log-probs (grpo.kl_in: reward), without gradients.
   torch::Tensor reward_kl(const RolloutBatch& batch) const;
@@ -221,6 +229,8 @@ class GrpoTrainer {
   SkipGuard skip_guard_;
   mutable StepProgress progress_;  // output only
   StartupClock* startup_ = nullptr;
+  const std::atomic<bool>* stop_flag_ = nullptr;
+  mutable std::set<std::string> reported_error_kinds_;  // reward_error kinds whose text the log has
   int64_t skipped_ = 0;
   int64_t total_opt_steps_ = 0;
 };

@@ -56,6 +56,37 @@ TEST(Advantages, RlooAndReinforcePpBaselines) {
   EXPECT_NEAR(whole.sample_std(), std::sqrt(4.0 / 3.0), 1e-12);
 }
 
+// TRL 1.16's None (a completion no reward function applied to, NaN here): left out of its group's
+// mean, std, count and best, and of the batch moments; its advantage is 0 in every mode. The header's
+// example: {1, NaN, 0, 0} -> the group {1, 0, 0}, mean 1/3, sample std sqrt(1/3).
+TEST(Advantages, ACompletionNoScorerAppliedToIsLeftOut) {
+  const float nan = std::nanf("");
+  const double sd = std::sqrt(1.0 / 3.0);
+  Advantages a = group_advantages({1, nan, 0, 0, nan, nan, nan, nan, 2, nan, nan, nan}, 4, AdvantageMode::grpo, 0.0);
+  const std::vector<float> want{float(2 / 3.0 / sd), 0, float(-1 / 3.0 / sd), float(-1 / 3.0 / sd), 0, 0, 0, 0, 0, 0, 0, 0};
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(a.values[i], want[i], 1e-6) << i;
+  EXPECT_NEAR(a.values[0], 1.155, 1e-3);
+  EXPECT_EQ(a.zero_variance_groups, 2) << "a group with no scored completion, or one, has no signal";
+  // RLOO: k = 3 scored -> 3/2 (r - mean); pass@k: the best among the scored.
+  a = group_advantages({1, nan, 0, 0}, 4, AdvantageMode::rloo);
+  EXPECT_NEAR(a.values[0], 1.0, 1e-6);
+  EXPECT_NEAR(a.values[2], -0.5, 1e-6);
+  EXPECT_EQ(a.values[1], 0.0f);
+  a = group_advantages({nan, 0.5f, 0, 1, 0, 0, nan, 3}, 4, AdvantageMode::grpo_passk, 0.0, RewardScale::none);
+  EXPECT_EQ(a.values, (std::vector<float>{0, 0, 0, 0.5f, 0, 0, 0, 3}));
+  // REINFORCE++: the batch moments skip NaN, and the NaN row gets 0.
+  const RewardMoments m = reward_moments({1, nan, 0, 1});
+  EXPECT_EQ(m.n, 3);
+  EXPECT_EQ(m.sum, 2);
+  a = group_advantages({1, nan, 0, 1}, 2, AdvantageMode::reinforce_pp, 0.0, RewardScale::none);
+  EXPECT_NEAR(a.values[0], 1 / 3.0, 1e-6);
+  EXPECT_EQ(a.values[1], 0.0f);
+  for (const float v : a.values) EXPECT_FALSE(std::isnan(v));
+  // DAPO's filter: a group varies only among its scored rewards.
+  EXPECT_EQ(informative_groups({1, nan, 1, 1, nan, nan, nan, nan, 0, nan, 1, nan}, 4),
+            (std::vector<bool>{false, false, true}));
+}
+
 // verl's grpo_passk: the best completion gets its margin over the next best, scaled by the group's
 // sample std; the rest 0; equal maxima give no margin.
 TEST(Advantages, PassAtKCreditsOnlyTheBest) {

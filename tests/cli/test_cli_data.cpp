@@ -170,10 +170,17 @@ TEST_F(CliData, ScoreWithARunConfigsRewardFunction) {
   EXPECT_EQ(b["status"], "wrong");
   EXPECT_EQ(c["status"], "reward_error");
   EXPECT_NE(c["error"].get<std::string>().find("KeyError: 'boom'"), std::string::npos) << out[2];
-  EXPECT_NE(r.out.find("reward_error        1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("reward_error          1"), std::string::npos) << r.out;
   // Overrides need --config; --format-reward and --config exclude each other.
   EXPECT_EQ(run("reward score --input '" + input.string() + "' reward.function.workers=1").code, 2);
   EXPECT_NE(run("reward score --config '" + cfg.string() + "' --format-reward 0.2 --input '" + input.string() + "'").code, 0);
+  // A function that cannot start is the config's fault, named so, not line 1's.
+  const CliResult missing = run("reward score --config '" + cfg.string() + "' --input '" + input.string() +
+                                "' reward.function.name=nope");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.out.find("error: --config " + cfg.string() + ": reward.function " + fn.string() + ":nope: "),
+            std::string::npos) << missing.out;
+  EXPECT_EQ(missing.out.find(input.string() + ":1"), std::string::npos) << missing.out;
 }
 
 // --config with reward.terms: each line's reward is the weighted sum, and "reward_terms" holds each

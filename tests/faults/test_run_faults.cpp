@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "common/processes.h"
 #include "faults/fault_util.h"
 #include "train/tiny_task.h"
 #include "unstuck/io/json_file.h"
@@ -22,6 +23,7 @@
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/grpo.h"
 #include "unstuck/train/sft.h"
+#include "unstuck/reward/function_config.h"
 
 namespace unstuck::faults {
 namespace {
@@ -331,6 +333,57 @@ TEST_F(RunFaults, KilledRunsResumeBitExactlyInTheirNewPlace) {
     EXPECT_TRUE(torch::equal(got, expected)) << "trial " << trial << " (killed after " << kill_after << " s)";
   }
   EXPECT_GE(interrupted, 1) << "no trial was killed mid-run";
+}
+
+// Ctrl-C while a reward function hangs (reward.function.timeout_s 120): the run stops within a
+// second or two, not after the timeout; the hung step is not applied, the newest checkpoint (step 1)
+// is the run's last state and resumes; no worker is left behind.
+TEST_F(RunFaults, CtrlCDuringAHungRewardStopsAtOnceKeepingTheLastCheckpoint) {
+  const fs::path marker = dir_ / "hanging";
+  fs::remove(marker);
+  const fs::path file = dir_ / "hang_from_step_2.py";
+  write_file(file, "import time\n"
+                   "def reward(prompts, completions, trainer_state, **kwargs):\n"
+                   "    if trainer_state.global_step >= 1:\n"
+                   "        open('" + marker.string() + "', 'w').close()\n"
+                   "        time.sleep(600)\n"
+                   "    return [0.0 for _ in completions]\n");
+  RunConfig c = grpo("ctrl_c");
+  c.grpo.checkpoint_every = 1;
+  c.reward.function.path = file.string();
+  c.reward.function.name = "reward";
+  c.reward.function.style = reward::FunctionStyle::trl;
+  c.reward.function.python = UNSTUCK_PYTHON;
+  c.reward.function.workers = 1;
+  c.reward.function.timeout_s = 120;
+  const fs::path config = dir_ / "ctrl_c.yaml";
+  write_file(config, resolved_yaml(c));
+  const fs::path log = dir_ / "ctrl_c.log";
+  std::cout.flush();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::freopen(log.c_str(), "w", stdout);
+    ::freopen(log.c_str(), "a", stderr);
+    ::execl(UNSTUCK_BINARY, UNSTUCK_BINARY, "train", "--config", config.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  for (int i = 0; i < 12000 && !fs::exists(marker); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(fs::exists(marker)) << read_file(log);
+  const auto sent = std::chrono::steady_clock::now();
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  const std::string out = read_file(log);
+  EXPECT_LT(took, 3.0) << "Ctrl-C waited on the hung reward call\n" << out;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_NE(out.find("stopped by signal during step 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("stopped during step 2 (not applied; the newest checkpoint is kept)"), std::string::npos) << out;
+  const fs::path run = dir_ / "runs" / "ctrl_c";
+  EXPECT_EQ(train::load_checkpoint(train::latest_checkpoint(run / "checkpoints")).step, 1);
+  EXPECT_EQ(train::read_metrics(run).size(), 1u);
+  EXPECT_EQ(unstuck::testing::processes_with(file.string()), 0) << "a reward worker outlived the run";
 }
 
 }  // namespace

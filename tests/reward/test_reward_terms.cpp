@@ -6,13 +6,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "unstuck/common/error.h"
 #include "unstuck/config/run_config.h"
+#include "unstuck/reward/function_config.h"
 #include "unstuck/reward/verifier.h"
 
 namespace unstuck::reward {
@@ -95,7 +98,7 @@ TEST_F(RewardTerms, TheRewardIsTheWeightedSumAndEachTermIsReported) {
   };
   const data::TaskRecord record = math_record("42");
   const std::vector<const data::TaskRecord*> records(completions.size(), &record);
-  const std::vector<RewardResult> results = verifier->score_batch(completions, records);
+  const std::vector<RewardResult> results = verifier->score_batch(completions, records, {});
   ASSERT_EQ(results.size(), completions.size());
   const double brevity_of[] = {1, 0, 0, 0}, contains_of[] = {0.5, 0, 0.5, 0};
   for (std::size_t i = 0; i < completions.size(); ++i) {
@@ -123,6 +126,75 @@ TEST_F(RewardTerms, TheRewardIsTheWeightedSumAndEachTermIsReported) {
   const RewardResult one = verifier->score(completions[0], record);
   EXPECT_EQ(one.reward, results[0].reward);
   EXPECT_EQ(one.terms, results[0].terms);
+}
+
+// TRL's None: a term that returned None for a completion is left out of its sum (TRL's nansum), the
+// status is the first scored term's; when every term returned None the completion is not_applicable
+// with a NaN reward. TRL's multi-task example, in its form: one function per task.
+TEST_F(RewardTerms, ATermThatReturnedNoneIsLeftOutAsTrlLeavesItOut) {
+  const fs::path file = write("tasks.py", R"PY(
+def math_only(prompts, completions, kind, **kwargs):
+    return [None if k != "math" else (1.0 if "42" in c else -1.0) for c, k in zip(completions, kind)]
+
+def code_only(prompts, completions, kind, **kwargs):
+    return [None if k != "code" else (1.0 if "def" in c else -1.0) for c, k in zip(completions, kind)]
+)PY");
+  const std::string python = UNSTUCK_PYTHON, f = file.string();
+  const RewardConfig config = load("  terms:\n"
+                                   "    - function: {path: " + f + ", name: math_only, style: trl, python: " + python +
+                                   ", workers: 1}\n      weight: 1.0\n"
+                                   "    - function: {path: " + f + ", name: code_only, style: trl, python: " + python +
+                                   ", workers: 1}\n      weight: 0.5\n");
+  const auto verifier = make_verifier("math", config);
+  data::TaskRecord math = math_record("42"), code = math_record("x"), other = math_record("y");
+  math.fields["kind"] = "math";
+  code.fields["kind"] = "code";
+  other.fields["kind"] = "chat";
+  const std::vector<RewardResult> r =
+      verifier->score_batch({"it is 42", "def f(): pass", "hello"}, {&math, &code, &other}, {});
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].reward, 1.0);
+  EXPECT_EQ(r[0].status, RewardStatus::correct);
+  EXPECT_EQ(r[0].terms, (std::map<std::string, double>{{"math_only", 1.0}}));
+  EXPECT_EQ(r[1].reward, 0.5);  // only the second term scored it: its status, its weighted reward
+  EXPECT_EQ(r[1].status, RewardStatus::correct);
+  EXPECT_EQ(r[1].terms, (std::map<std::string, double>{{"code_only", 1.0}}));
+  EXPECT_TRUE(std::isnan(r[2].reward));
+  EXPECT_EQ(r[2].status, RewardStatus::not_applicable);
+  EXPECT_TRUE(r[2].terms.empty());
+}
+
+// reward.function's own keys are checked with the config, before a worker starts: factory_kwargs
+// without factory, a pythonpath entry that is not a folder; and the interpreter an empty
+// reward.function.python means: $VIRTUAL_ENV's, else ./.venv's, else python3.
+TEST_F(RewardTerms, FunctionKeysAreCheckedAndTheInterpreterIsTheProjects) {
+  const fs::path f = write("r.py", kBrevity);
+  EXPECT_EQ(error_of([&] { load("  function: {path: " + f.string() + ", factory_kwargs: {a: 1}}\n"); }),
+            "reward.function.factory_kwargs: set while reward.function.factory is false (set factory: true to call "
+            "compute_score with them)");
+  EXPECT_EQ(error_of([&] { load("  function: {path: " + f.string() + ", pythonpath: [" + (dir_ / "nope").string() + "]}\n"); }),
+            "reward.function.pythonpath: '" + (dir_ / "nope").string() + "' is not a folder (it does not exist)");
+  EXPECT_EQ(error_of([&] { load("  function: {path: " + f.string() + ", pythonpath: [" + f.string() + "]}\n"); }),
+            "reward.function.pythonpath: '" + f.string() + "' is not a folder");
+  FunctionConfig fc;
+  fc.python = "/opt/py/bin/python3";
+  EXPECT_EQ(reward_python(fc), "/opt/py/bin/python3");
+  fc.python.clear();
+  const fs::path venv = dir_ / "venv";
+  fs::create_directories(venv / "bin");
+  std::ofstream(venv / "bin/python") << "";
+  const char* saved = std::getenv("VIRTUAL_ENV");
+  const std::string old = saved ? saved : "";
+  ::setenv("VIRTUAL_ENV", venv.c_str(), 1);
+  EXPECT_EQ(reward_python(fc), (venv / "bin/python").string());
+  ::unsetenv("VIRTUAL_ENV");
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir_);
+  EXPECT_EQ(reward_python(fc), "python3");  // no .venv here
+  fs::rename(venv, dir_ / ".venv");
+  EXPECT_EQ(reward_python(fc), (dir_ / ".venv/bin/python").string());
+  fs::current_path(cwd);
+  if (saved) ::setenv("VIRTUAL_ENV", old.c_str(), 1);
 }
 
 TEST_F(RewardTerms, ErrorLimitIsTheSmallestOfTheTermsThatCanFail) {

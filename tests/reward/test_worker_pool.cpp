@@ -423,6 +423,98 @@ TEST(WorkerScores, FiniteScoresAboveFloat32AreRefusedByTheTrainerSide) {
   EXPECT_TRUE(worker_item_result(Json{{"score", 3.4e38}}).ok);
 }
 
+// TRL 1.16's calling convention, as GRPOTrainer._calculate_rewards has it: completion_ids,
+// trainer_state (global_step, max_steps, epoch), log_extra and log_metric, every column; an async
+// function is awaited; None is "not applicable"; log_extra's numbers come back as extras, its text
+// as columns, log_metric's values once per call.
+TEST_F(WorkerPoolTest, TrlFunctionsGetTrlsWholeCallingConvention) {
+  const fs::path file = write("trl_full.py", R"PY(
+import asyncio
+
+async def reward(prompts, completions, completion_ids, trainer_state, log_extra, log_metric, level, **kwargs):
+    await asyncio.sleep(0)
+    log_extra("n_ids", [len(ids) for ids in completion_ids])
+    log_extra("level_seen", list(level))
+    log_metric("calls_step", float(trainer_state.global_step))
+    scale = trainer_state.global_step / trainer_state.max_steps + trainer_state.epoch
+    return [None if lv == "skip" else float(sum(ids)) + scale for ids, lv in zip(completion_ids, level)]
+)PY");
+  WorkerPool pool(python(file, "reward", "trl"));
+  const auto item = [](std::vector<int> ids, const std::string& level) {
+    return Json{{"prompt", "p"}, {"completion", "c"}, {"completion_ids", ids}, {"columns", {{"level", level}}}};
+  };
+  const Json state{{"global_step", 3}, {"max_steps", 4}, {"epoch", 0.5}};
+  const auto results = pool.run({Json::array({item({1, 2, 3}, "easy"), item({}, "skip")})}, state);
+  ASSERT_EQ(results.size(), 1u);
+  const WorkerResult& a = results[0][0];
+  const WorkerResult& b = results[0][1];
+  ASSERT_TRUE(a.ok) << a.error;
+  EXPECT_FALSE(a.none);
+  EXPECT_EQ(a.score, 6 + 0.75 + 0.5);
+  EXPECT_EQ(a.extra.value("n_ids", -1.0), 3.0);
+  EXPECT_EQ(a.columns.value("level_seen", ""), "easy");
+  EXPECT_EQ(a.metrics, (Json{{"calls_step", {3.0}}}));
+  ASSERT_TRUE(b.ok) << b.error;
+  EXPECT_TRUE(b.none);
+  EXPECT_EQ(b.columns.value("n_ids", -1.0), 0.0);
+  EXPECT_TRUE(b.metrics.empty()) << "a call's metrics come back once, on its first completion";
+}
+
+// reward.function.factory: the named object is called once with factory_kwargs (TRL's
+// get_soft_overlong_punishment); reward.function.kwargs go to every call (verl's reward_kwargs), over
+// the passed ones; a factory that fails or returns no function is refused at start, naming it.
+TEST_F(WorkerPoolTest, FactoriesAndRewardKwargs) {
+  const fs::path file = write("factory.py", R"PY(
+def get_penalty(limit):
+    def penalty(completion_ids, **kwargs):
+        return [-1.0 if len(ids) > limit else 0.0 for ids in completion_ids]
+    return penalty
+
+def broken(limit):
+    raise ValueError("no factory today")
+
+def not_a_function(limit):
+    return 3
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0, ground_scale=1.0):
+    return float(solution_str == ground_truth) * ground_scale + bonus
+)PY");
+  WorkerOptions o = python(file, "get_penalty", "trl");
+  o.argv.insert(o.argv.end(), {"--factory-kwargs", R"({"limit": 2})"});
+  WorkerPool pool(o);
+  const auto item = [](std::vector<int> ids) { return Json{{"prompt", "p"}, {"completion", "c"}, {"completion_ids", ids}}; };
+  const auto r = pool.run({Json::array({item({1, 2}), item({1, 2, 3})})});
+  EXPECT_EQ(r[0][0].score, 0.0);
+  EXPECT_EQ(r[0][1].score, -1.0);
+  for (const char* bad : {"broken", "not_a_function"}) {
+    WorkerOptions b = python(file, bad, "trl");
+    b.argv.insert(b.argv.end(), {"--factory-kwargs", R"({"limit": 2})"});
+    const std::string e = start_error(b);
+    EXPECT_NE(e.find(std::string("factory ") + bad), std::string::npos) << e;
+  }
+  WorkerOptions v = python(file, "compute_score", "verl");
+  v.argv.insert(v.argv.end(), {"--kwargs", R"({"bonus": 0.25, "ground_scale": 2.0})"});
+  WorkerPool verl(v);
+  const auto s = verl.run({Json::array({verl_item("7", "7"), verl_item("8", "7")})});
+  EXPECT_EQ(s[0][0].score, 2.25);
+  EXPECT_EQ(s[0][1].score, 0.25);
+  WorkerOptions unknown = python(file, "compute_score", "verl");
+  unknown.argv.insert(unknown.argv.end(), {"--kwargs", R"({"colour": 1})"});
+  const std::string e = start_error(unknown);
+  EXPECT_NE(e.find("reward.function.kwargs colour"), std::string::npos) << e;
+}
+
+TEST(WorkerScores, NoneMetricsAndColumnsAreRead) {
+  const WorkerResult none = worker_item_result(Json{{"none", true}, {"columns", {{"why", "skip"}}}});
+  EXPECT_TRUE(none.ok && none.none);
+  EXPECT_EQ(none.columns.value("why", ""), "skip");
+  const WorkerResult r = worker_item_result(Json{{"score", 1.5}, {"extra", {{"acc", true}, {"bad", "x"}}},
+                                                 {"metrics", {{"m", {1.0, "x", 2.0}}}}});
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.extra, (Json{{"acc", 1.0}}));
+  EXPECT_EQ(r.metrics, (Json{{"m", {1.0, 2.0}}}));
+}
+
 TEST_F(WorkerPoolTest, TrlWrongCountAndRaiseFailTheBatch) {
   const fs::path file = write("trl_bad.py", R"PY(
 def short(prompts, completions, **kwargs):
@@ -440,8 +532,9 @@ def with_none(prompts, completions, **kwargs):
   EXPECT_EQ(r[1].error, r[0].error);
   r = WorkerPool(python(file, "raises", "trl")).run({batch})[0];
   EXPECT_NE(r[0].error.find("ValueError: bad column"), std::string::npos) << r[0].error;
+  // None is TRL's "not applicable to this completion", not an error (verl has no such value: there it is one).
   r = WorkerPool(python(file, "with_none", "trl")).run({batch})[0];
-  EXPECT_EQ(r[0].error, "returned None");
+  EXPECT_TRUE(r[0].ok && r[0].none && r[1].none) << r[0].error;
 }
 
 TEST_F(WorkerPoolTest, BatchesRunOnSeveralWorkersAtOnce) {

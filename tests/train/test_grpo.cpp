@@ -9,6 +9,7 @@
 #include <iostream>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
@@ -309,7 +310,16 @@ def always_fails(data_source, solution_str, ground_truth, extra_info=None):
   }
   RunConfig some = with_function("reward_some_fail", "fails_on_odd", reward::FunctionStyle::verl);
   some.reward.function.max_error_frac = 1.0;
-  const auto ms = read_metrics(run_grpo(some).run_dir);
+  const fs::path some_dir = run_grpo(some).run_dir;
+  const auto ms = read_metrics(some_dir);
+  {  // the run's log has the whole traceback of each kind of failure, once
+    std::ifstream in(some_dir / "train.log");
+    const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string kind = "failed to score with a new kind of error (ValueError):\nTraceback";
+    EXPECT_NE(log.find(kind), std::string::npos) << log;
+    EXPECT_EQ(log.find(kind), log.rfind(kind)) << "logged once per kind, not once per step";
+    EXPECT_NE(log.find("ValueError: odd ground truth"), std::string::npos);
+  }
   ASSERT_EQ(ms.size(), 3u);
   double failed = 0;
   for (const auto& line : ms) {

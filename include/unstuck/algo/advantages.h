@@ -44,8 +44,8 @@ constexpr const auto& enum_names(RewardScale) { return kRewardScaleNames; }
 // The scale `mode` uses when `scale` is auto, else `scale`.
 RewardScale resolved_scale(AdvantageMode mode, RewardScale scale);
 
-// Count, sum and sum of squares of a batch's rewards: what a data-parallel rank sums with the
-// others' so batch statistics are those of the whole batch, whatever the world size.
+// Count, sum and sum of squares of a batch's rewards (NaN ones left out): what a data-parallel rank
+// sums with the others' so batch statistics are those of the whole batch, whatever the world size.
 struct RewardMoments {
   double n = 0, sum = 0, sumsq = 0;
   double mean() const { return n > 0 ? sum / n : 0.0; }
@@ -62,7 +62,9 @@ struct Advantages {
 // rewards: G consecutive entries per group (rewards.size() a multiple of group_size >= 2); `batch`:
 // the moments of the whole batch (all ranks) for reinforce_pp and the batch scale, or null for
 // `rewards` alone. A group whose rewards are all equal is counted (zero_variance_groups); the
-// group-centered modes give it 0.
+// group-centered modes give it 0. A NaN reward (no scorer applied to the completion: TRL's None) is
+// left out of its group's mean, std, best and count (and of the batch moments), and gets 0, as
+// TRL 1.16 does: {1, NaN, 0, 0}, G = 4 -> the group {1, 0, 0}: {1.155, 0, -0.577, -0.577}.
 // Example (grpo, eps 0): rewards {1, 0, 0, 1 | 1, 1, 1, 1}, G = 4 -> group 1: mean 0.5, sample std
 // 0.577 -> {0.866, -0.866, -0.866, 0.866}; group 2 has zero variance -> {0, 0, 0, 0}, counted.
 // rloo: group 1 -> 1 - 1/3 = 0.667 and 0 - 2/3 = -0.667 -> {0.667, -0.667, -0.667, 0.667}.

@@ -19,8 +19,9 @@ inline constexpr std::array<std::pair<GroupFilter, const char*>, 2> kGroupFilter
 }};
 constexpr const auto& enum_names(GroupFilter) { return kGroupFilterNames; }
 
-// One flag per group of `group_size` consecutive rewards: true when they are not all equal.
-// Example: {1, 0, 1, 1 | 0.5, 0.5, 0.5, 0.5}, G = 4 -> {true, false}.
+// One flag per group of `group_size` consecutive rewards: true when they are not all equal (NaN
+// rewards, of completions no scorer applied to, left out).
+// Example: {1, 0, 1, 1 | 0.5, 0.5, 0.5, 0.5}, G = 4 -> {true, false}; {1, NaN, 1, 1} -> false.
 // Throws std::invalid_argument for a group size < 2 or a count that does not split into groups.
 std::vector<bool> informative_groups(const std::vector<float>& rewards, int64_t group_size);
 

@@ -11,5 +11,11 @@ class UserError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// A call given up because the user asked the run to stop (SIGINT/SIGTERM) while it waited (reward
+// workers scoring): nothing of the call is kept, and the run ends at its last checkpoint.
+class Interrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 }  // namespace unstuck

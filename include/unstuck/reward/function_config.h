@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "unstuck/config/config.h"
+
 namespace unstuck::reward {
 
 // How the function is called: verl's compute_score per completion, or a TRL reward function per batch.
@@ -37,8 +39,11 @@ struct FunctionConfig {
   std::string path;                    // the Python file; empty = no function (a built-in verifier scores)
   std::string name = "compute_score";  // the function in it
   FunctionStyle style = FunctionStyle::verl;
-  std::string python = "python3";      // the interpreter (looked up on PATH)
+  std::string python;                  // the interpreter; empty: reward_python()'s choice
   std::vector<std::string> pythonpath;  // folders first on the worker's sys.path
+  config::Mapping kwargs;              // keywords added to every call (verl's reward_kwargs)
+  bool factory = false;                // name is a factory: called once with factory_kwargs, its result scores
+  config::Mapping factory_kwargs;
   int workers = 2;                     // worker processes
   int batch_size = 64;                 // completions per request
   double timeout_s = 60.0;             // a request's limit
@@ -54,8 +59,19 @@ struct FunctionConfig {
     v("name", name, "the function's name in the file");
     v("style", style,
       "verl: name(data_source=, solution_str=, ground_truth=, extra_info=) per completion, a number or a dict "
-      "with 'score'; trl: name(prompts=, completions=, **columns) per batch, a list of numbers");
-    v("python", python, "the Python interpreter that runs the function (with the packages it imports)");
+      "with 'score', as verl calls compute_score; trl: name(prompts=, completions=, completion_ids=, "
+      "trainer_state=, log_extra=, log_metric=, **columns) per batch, a list of numbers or None, as TRL 1.16 "
+      "calls reward functions; async functions are awaited");
+    v("kwargs", kwargs,
+      "keyword arguments added to every call, winning over the passed ones (verl's "
+      "custom_reward_function.reward_kwargs), e.g. {method: flexible, format_score: 0.0}");
+    v("factory", factory,
+      "name is a factory (TRL's get_cosine_scaled_reward, get_soft_overlong_punishment, ...): called once per "
+      "worker with factory_kwargs, and what it returns is the reward function");
+    v("factory_kwargs", factory_kwargs, "keyword arguments of the factory call (with factory: true)");
+    v("python", python,
+      "the Python interpreter that runs the function (with the packages it imports); empty: $VIRTUAL_ENV's, "
+      "else ./.venv/bin/python where the run starts, else python3 on PATH");
     v("pythonpath", pythonpath,
       "folders put first on the worker's sys.path: pip install --target folders, a source checkout of the "
       "package path names");
@@ -71,5 +87,9 @@ struct FunctionConfig {
       "non-number) stops the run with the first error; in [0, 1]");
   }
 };
+
+// The interpreter the workers of `f` run: f.python; or, when empty, $VIRTUAL_ENV/bin/python, else
+// .venv/bin/python under the current folder, else "python3" (looked up on PATH).
+std::string reward_python(const FunctionConfig& f);
 
 }  // namespace unstuck::reward

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <array>
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,14 +25,18 @@ enum class RewardStatus {
   no_answer,  // no answer found, or not readable (not a number, not an expression, too long/deep)
   invalid,    // readable but breaks the task's rules (countdown: wrong numbers, division by zero)
   error,      // a reward function failed on it (raised, timed out, returned a non-number): reward 0
+  // Every scorer of it returned None (TRL: "not applicable to this sample"): reward NaN, left out of
+  // its group's baseline and scale, advantage 0.
+  not_applicable,
 };
 
-inline constexpr std::array<std::pair<RewardStatus, const char*>, 5> kRewardStatusNames{{
+inline constexpr std::array<std::pair<RewardStatus, const char*>, 6> kRewardStatusNames{{
     {RewardStatus::correct, "correct"},
     {RewardStatus::wrong, "wrong"},
     {RewardStatus::no_answer, "no_answer"},
     {RewardStatus::invalid, "invalid"},
     {RewardStatus::error, "reward_error"},
+    {RewardStatus::not_applicable, "not_applicable"},
 }};
 constexpr const auto& enum_names(RewardStatus) { return kRewardStatusNames; }
 
@@ -38,15 +44,36 @@ struct RewardResult {
   RewardResult() = default;
   RewardResult(double reward_, RewardStatus status_, std::string error_ = {})
       : reward(reward_), status(status_), error(std::move(error_)) {}
-  double reward = 0.0;  // 1 if correct, else the format credit (if any), else 0
+  double reward = 0.0;  // 1 if correct, else the format credit (if any), else 0; NaN when not_applicable
   RewardStatus status = RewardStatus::no_answer;
   std::string error;    // status error: why (the function's traceback, "timed out after 60 s", ...)
   // Named numbers beside the reward, logged as reward_extra/<key> means: a verl function's dict keys
   // other than "score", the code verifier's pass_frac and outcome counts; with reward.terms a term's
   // own extras as "<term>/<key>".
   std::map<std::string, double> extra;
-  // With reward.terms: each term's reward (before its weight) by the term's name, logged as reward/<name>.
+  // With reward.terms: each term's reward (before its weight) by the term's name, logged as reward/<name>
+  // (a term that returned None for it has none).
   std::map<std::string, double> terms;
+  // Named values that are not numbers (a verl dict's text keys, TRL's log_extra text columns), as JSON
+  // text: `unstuck reward score` prints them; a run does not log them.
+  std::map<std::string, std::string> columns;
+  // TRL's log_metric values of the call this completion was scored in (on the call's first completion
+  // only), logged as reward_metric/<name>: the mean over the step's calls.
+  std::map<std::string, std::vector<double>> metrics;
+};
+
+// What a batch is scored in, when the caller knows it: the completions' token ids (TRL's
+// completion_ids, the stop token included when one was sampled) and the run's progress (TRL's
+// trainer_state).
+struct ScoringContext {
+  const std::vector<std::vector<int32_t>>* completion_ids = nullptr;  // one per completion; null: not known
+  int64_t global_step = 0;  // optimizer steps done before this batch
+  int64_t max_steps = 0;    // the run's steps; 0: not a run
+  double epoch = 0.0;       // passes over the training records so far (fractional)
+  bool world_process_zero = true;
+  // When set while a function's workers score, they give up within 0.25 s and score_batch throws
+  // Interrupted (the trainer's SIGINT/SIGTERM flag); null: never.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 class Verifier {
@@ -57,9 +84,10 @@ class Verifier {
   virtual RewardResult score(const std::string& completion,
                              const data::TaskRecord& record) const = 0;
   // Every completion with its record, in order (a reward function scores them in batches on its
-  // workers); by default score() on each.
+  // workers, with `context`); by default score() on each.
   virtual std::vector<RewardResult> score_batch(const std::vector<std::string>& completions,
-                                                const std::vector<const data::TaskRecord*>& records) const;
+                                                const std::vector<const data::TaskRecord*>& records,
+                                                const ScoringContext& context) const;
 };
 
 // The names make_verifier() knows: math, arithmetic, countdown, code.

@@ -17,6 +17,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -37,13 +38,17 @@ struct WorkerOptions {
 // One item's outcome.
 struct WorkerResult {
   bool ok = false;
-  double score = 0.0;                               // finite when ok
-  nlohmann::json extra = nlohmann::json::object();  // the other numeric keys of a dict result
+  bool none = false;                                // ok, and the function returned None: not applicable (TRL)
+  double score = 0.0;                               // finite when ok and not none
+  nlohmann::json extra = nlohmann::json::object();  // named numbers: a dict result's other keys, TRL's log_extra
+  nlohmann::json columns = nlohmann::json::object();  // named values that are not numbers (text, bools, null)
+  nlohmann::json metrics = nlohmann::json::object();  // TRL's log_metric of the call: {"name": [values]}
   std::string error;                                // when !ok: the function's error, or the worker's
 };
 
-// One item of a worker's answer, {"score": x, "extra": {...}} or {"error": "..."}, as the pool reads
-// it: a score must be finite and within float32's range (the trainer's rewards are float32).
+// One item of a worker's answer, {"score": x, "extra": {...}, "columns": {...}, "metrics": {...}},
+// {"none": true} or {"error": "..."}, as the pool reads it: a score must be finite and within
+// float32's range (the trainer's rewards are float32); extras and metrics are finite numbers.
 WorkerResult worker_item_result(const nlohmann::json& item);
 
 class WorkerPool {
@@ -57,7 +62,12 @@ class WorkerPool {
 
   // Scores the batches, each on one worker, at most `workers` at once; returns one result per item
   // of each batch, in order. Never throws for a worker's failure: that is the batch's error.
-  std::vector<std::vector<WorkerResult>> run(const std::vector<nlohmann::json>& batches);
+  // `state`, when not null, goes with every request as its "state" (the trainer's step, for TRL's
+  // trainer_state). `cancel`, when given and set (the trainer's SIGINT flag), gives up within 0.25 s:
+  // the busy workers are stopped (a later call starts them again) and Interrupted is thrown.
+  std::vector<std::vector<WorkerResult>> run(const std::vector<nlohmann::json>& batches,
+                                             const nlohmann::json& state = nullptr,
+                                             const std::atomic<bool>* cancel = nullptr);
 
   int64_t restarts() const { return restarts_; }
   const WorkerOptions& options() const { return options_; }
@@ -93,9 +103,11 @@ class WorkerPool {
 // path): it imports `path`, finds function `name` and checks that it takes the arguments `style`
 // calls it with, then serves requests. Styles: "verl" calls name(data_source=, solution_str=,
 // ground_truth=, extra_info=) per item (a number, or a dict with "score"); "trl" calls
-// name(prompts=[...], completions=[...], <every other column>=[...]) once per batch and expects one
-// number per completion. ITEMs: verl {"data_source", "solution_str", "ground_truth", "extra_info"};
-// trl {"prompt", "completion", "columns": {"name": value}}.
+// name(prompts=[...], completions=[...], completion_ids=[...], trainer_state=, log_extra=,
+// log_metric=, <every other column>=[...]) once per batch and expects one number or None per
+// completion (src/reward/reward_worker.py has the whole contract). ITEMs: verl {"data_source",
+// "solution_str", "ground_truth", "extra_info"}; trl {"prompt", "completion", "completion_ids",
+// "columns": {"name": value}}. Options after these: --kwargs JSON, --factory-kwargs JSON, --pythonpath DIR.
 std::vector<std::string> python_reward_worker_argv(const std::string& python, const std::string& path,
                                                    const std::string& name, const std::string& style);
 

@@ -17,6 +17,9 @@ struct GrpoResult {
   double final_eval_accuracy = 0.0;
   int64_t steps = 0;
   bool interrupted = false;  // stopped early by SIGINT/SIGTERM after checkpointing
+  // Stopped by SIGINT/SIGTERM while step steps + 1 waited on reward workers: that step was dropped
+  // and nothing was saved after the newest checkpoint.
+  bool dropped_step = false;
   // Run health (docs/GRPO.md, "Run health"): the summary logged at the end, and whether the run
   // failed (most of its optimizer steps skipped; `unstuck train` then exits with code 3).
   std::string health_summary;
