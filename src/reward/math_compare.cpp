@@ -1,7 +1,9 @@
 // compare_math_answers() and extract_math_answer(): the gold answer and the completion's answer
 // are normalized, parsed and compared structure by structure (relations, lists and sets order-free,
 // brackets and matrices in order, text by words); expressions compare by value at shared points.
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <string>
 #include <utility>
@@ -135,18 +137,132 @@ class Comparer {
 
   static bool is_collection(NodeKind k) { return k == NodeKind::list || k == NodeKind::set; }
 
-  // x = 5, x \in [1, 2), (x, y) = (1, 2): the right side, when the left is a lone variable or a
-  // tuple of variables.
+  // x = 5, x \in [1, 2), (x, y) = (1, 2), f(x) = 1: the right side, when the left is a lone
+  // variable, a tuple of variables, or a function of variables (a product of variables, as f(x)
+  // parses); f(2) = -8 is not a label.
   int value_of_assignment(int side, int n) const {
     const MathNode& m = node(side, n);
     if (m.kind != NodeKind::relation || (m.rel != '=' && m.rel != 'i')) return -1;
     const MathNode& lhs = node(side, m.kids[0]);
     bool variables = lhs.kind == NodeKind::variable;
-    if (lhs.kind == NodeKind::bracket) {
+    if (lhs.kind == NodeKind::bracket || (lhs.kind == NodeKind::mul && m.rel == '=')) {
       variables = true;
       for (const int k : lhs.kids) variables = variables && node(side, k).kind == NodeKind::variable;
     }
     return variables ? m.kids[1] : -1;
+  }
+
+  // The set an inequality in one variable or an interval stands for: its ends (-1: unbounded) and
+  // whether each is open. x < a, x \le a, a > x, a < x \le b, b \ge x > a; (a, b], [a, \infty).
+  struct Range {
+    int lo = -1, hi = -1;
+    bool lo_open = true, hi_open = true, ok = false;
+  };
+  static bool ascending(char rel) { return rel == '<' || rel == 'l'; }
+  static bool descending(char rel) { return rel == '>' || rel == 'g'; }
+  bool is_variable(int side, int n) const { return node(side, n).kind == NodeKind::variable; }
+  bool is_infinity(int side, int n, bool negative) const {
+    const MathNode& m = node(side, n);
+    if (negative) return m.kind == NodeKind::neg && node(side, m.kids[0]).kind == NodeKind::infinity;
+    return m.kind == NodeKind::infinity;
+  }
+
+  Range range_of_inequality(int side, int n) const {
+    const MathNode& m = node(side, n);
+    Range r;
+    if (m.kind != NodeKind::relation || !(ascending(m.rel) || descending(m.rel))) return r;
+    const MathNode& left = node(side, m.kids[0]);
+    if (left.kind == NodeKind::relation) {  // a r x r b
+      if (!is_variable(side, left.kids[1]) || node(side, left.kids[0]).kind == NodeKind::relation) return r;
+      if (ascending(left.rel) && ascending(m.rel)) {
+        r = {left.kids[0], m.kids[1], left.rel == '<', m.rel == '<', true};
+      } else if (descending(left.rel) && descending(m.rel)) {
+        r = {m.kids[1], left.kids[0], m.rel == '>', left.rel == '>', true};
+      }
+      return r;
+    }
+    const bool x_left = is_variable(side, m.kids[0]), x_right = is_variable(side, m.kids[1]);
+    if (x_left == x_right) return r;  // no variable side, or two
+    const char rel = x_left ? m.rel : flipped(m.rel);  // as "x rel bound"
+    const int bound = x_left ? m.kids[1] : m.kids[0];
+    if (ascending(rel)) r.hi = bound, r.hi_open = rel == '<';
+    else r.lo = bound, r.lo_open = rel == '>';
+    r.ok = true;
+    return r;
+  }
+
+  Range range_of_interval(int side, int n) const {
+    const MathNode& m = node(side, n);
+    Range r;
+    if (m.kind != NodeKind::bracket || m.kids.size() != 2) return r;
+    r.lo = is_infinity(side, m.kids[0], true) ? -1 : m.kids[0];
+    r.hi = is_infinity(side, m.kids[1], false) ? -1 : m.kids[1];
+    r.lo_open = m.open == '(';
+    r.hi_open = m.close == ')';
+    r.ok = true;
+    return r;
+  }
+
+  bool same_range(const Range& g, const Range& a) {
+    const auto same_end = [&](int eg, bool og, int ea, bool oa) {
+      if (eg < 0 || ea < 0) return eg < 0 && ea < 0;
+      return og == oa && same(eg, ea);
+    };
+    return g.ok && a.ok && same_end(g.lo, g.lo_open, a.lo, a.lo_open) && same_end(g.hi, g.hi_open, a.hi, a.hi_open);
+  }
+
+  // A gold inequality against an interval answer (x > 3 and (3, \infty)); a gold x \ne a against
+  // (-\infty, a) \cup (a, \infty). The other way round is not taken, as math-verify does not.
+  bool inequality_as_set(int g, int a) {
+    const MathNode& G = node(0, g);
+    const MathNode& A = node(1, a);
+    if (A.kind == NodeKind::bracket) return same_range(range_of_inequality(0, g), range_of_interval(1, a));
+    if (G.rel != 'n' || A.kind != NodeKind::union_of || A.kids.size() != 2) return false;
+    const bool x_left = is_variable(0, G.kids[0]), x_right = is_variable(0, G.kids[1]);
+    if (x_left == x_right) return false;
+    const int point = x_left ? G.kids[1] : G.kids[0];
+    for (int first = 0; first < 2; ++first) {  // either part first
+      const Range below = range_of_interval(1, A.kids[static_cast<size_t>(first)]);
+      const Range above = range_of_interval(1, A.kids[static_cast<size_t>(1 - first)]);
+      if (below.ok && above.ok && below.lo < 0 && below.hi >= 0 && below.hi_open && above.hi < 0 &&
+          above.lo >= 0 && above.lo_open && same(point, below.hi) && same(point, above.lo))
+        return true;
+    }
+    return false;
+  }
+
+  // Two equations with the same solutions as polynomials would have them: lhs - rhs of one is a
+  // non-zero constant times lhs - rhs of the other at every evaluation point (2x + 2y = 4 and
+  // x + y = 2, 24 = 6x - 9y and 2x - 3y = 8), with variables on both.
+  bool same_equation_up_to_factor(int g, int a) {
+    const MathNode& G = node(0, g);
+    const MathNode& A = node(1, a);
+    if (G.rel != '=' || A.rel != '=' || !math::has_variables(*trees_[0], g) || !math::has_variables(*trees_[1], a))
+      return false;
+    const std::vector<Num>& gl = values(0, {G.kids[0], 0});
+    const std::vector<Num>& gr = values(0, {G.kids[1], 0});
+    const std::vector<Num>& al = values(1, {A.kids[0], 0});
+    const std::vector<Num>& ar = values(1, {A.kids[1], 0});
+    const auto at = [](const std::vector<Num>& v, int p) -> const Num& { return v[v.size() == 1 ? 0 : size_t(p)]; };
+    const auto finite = [](const Num& x) { return x.kind == Num::exact || x.kind == Num::approx; };
+    long double factor = 0;
+    int defined = 0;
+    for (int p = 0; p < math::kMathPoints; ++p) {
+      const Num &a1 = at(gl, p), &a2 = at(gr, p), &b1 = at(al, p), &b2 = at(ar, p);
+      if (!finite(a1) || !finite(a2) || !finite(b1) || !finite(b2)) return false;
+      const long double dg = a1.x - a2.x, da = b1.x - b2.x;
+      const long double scale = std::max({std::fabs(a1.x), std::fabs(a2.x), std::fabs(b1.x), std::fabs(b2.x), 1.0L});
+      const long double eps = 1e-9L * scale;
+      if (std::fabs(da) <= eps || std::fabs(dg) <= eps) {
+        if (std::fabs(da) <= eps && std::fabs(dg) <= eps) continue;  // a root of both
+        return false;
+      }
+      const long double f = dg / da;
+      if (defined > 0 && std::fabs(f - factor) > 1e-9L * std::max(std::fabs(factor), 1.0L)) return false;
+      factor = f;
+      ++defined;
+    }
+    return defined >= 3;
   }
 
   static char flipped(char rel) {
@@ -167,9 +283,13 @@ class Comparer {
     const bool rg = G.kind == NodeKind::relation, ra = A.kind == NodeKind::relation;
     if (rg && ra) {
       const bool direct = G.rel == A.rel && same(G.kids[0], A.kids[0]) && same(G.kids[1], A.kids[1]);
-      return direct || (G.rel == flipped(A.rel) && G.rel != 'i' && same(G.kids[0], A.kids[1]) &&
-                        same(G.kids[1], A.kids[0]));
+      if (direct || (G.rel == flipped(A.rel) && G.rel != 'i' && same(G.kids[0], A.kids[1]) &&
+                     same(G.kids[1], A.kids[0])))
+        return true;
+      if (same_range(range_of_inequality(0, g), range_of_inequality(1, a))) return true;  // 3 < x, x > 3 < 9 ...
+      return same_equation_up_to_factor(g, a);
     }
+    if (rg && inequality_as_set(g, a)) return true;
     if (rg || ra) {  // "x = 5" against a bare 5, either way round
       const int v = rg ? value_of_assignment(0, g) : value_of_assignment(1, a);
       if (v < 0) return false;

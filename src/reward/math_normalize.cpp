@@ -163,6 +163,7 @@ class Normalizer {
     skip_spaces();
     if (i_ >= s_.size() || s_[i_] != '{') return;
     int depth = 0;
+    const size_t start = out_.size();
     out_ += kTextOpen;
     for (; i_ < s_.size(); ++i_) {
       const char c = s_[i_];
@@ -179,6 +180,12 @@ class Normalizer {
       } else if (c != kTextOpen && c != kTextClose) {
         out_ += c;
       }
+    }
+    // Nothing but spaces and percent signs ("77\text{ }", "35\text{ \%}"): spacing, as \% is outside.
+    if (out_.find_first_not_of(" %", start + 1) == std::string::npos) {
+      out_.resize(start);
+      out_ += ' ';
+      return;
     }
     out_ += kTextClose;
   }

@@ -268,6 +268,17 @@ class Parser {
     return e;
   }
 
+  // A group as a value: {x} is x; {4, 11, 1} shows as the list 4, 11, 1 (LaTeX's braces group and
+  // print nothing), read as that list, order-free.
+  int braced_list() {
+    Depth d(*this);
+    if (!expect(Tok::lgroup)) return -1;
+    std::vector<int> items{union_of()};
+    while (!failed_ && accept(Tok::comma)) items.push_back(union_of());
+    if (!expect(Tok::rgroup)) return -1;
+    return items.size() == 1 ? items[0] : node(NodeKind::list, std::move(items));
+  }
+
   // '(' or '[' items ')' or ']': a grouping (one item, matching brackets) or a tuple/interval.
   int bracketed() {
     Depth d(*this);
@@ -379,7 +390,7 @@ class Parser {
       }
       case Tok::lparen:
       case Tok::lbracket: return bracketed();
-      case Tok::lgroup: return group();
+      case Tok::lgroup: return braced_list();
       case Tok::lset: return set();
       case Tok::bar: {
         ++pos_;

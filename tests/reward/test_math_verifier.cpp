@@ -72,6 +72,31 @@ TEST(MathAnswer, CloseButWrong) {
                MathMatch::unreadable);
 }
 
+// math-verify's conventions (tests/reward/math_differential.py measures them at scale): labelled
+// answers, inequalities against the intervals they stand for (gold an inequality), x != a against the
+// union it is, equations equal up to a non-zero factor, LaTeX's bare braces around a list, blank
+// \text spans; and each one's near miss.
+TEST(MathAnswer, MathVerifyConventions) {
+  expect_match({{"18", "f(x)=18"},                          {"g(x)=10", "10"},
+                {"x < -7", "(-\\infty,-7)"},                {"6 < t \\le 9", "(6,9]"},
+                {"x \\geq 2", "[2, \\infty)"},              {"9 \\ge x > 6", "(6,9]"},
+                {"x \\ne 4", "(-\\infty,4)\\cup(4,\\infty)"}, {"x \\neq 3", "(3,\\infty)\\cup(-\\infty,3)"},
+                {"2x-3y=8", "24 = 6x-9y"},                  {"-6x+8y+14=0", "3x-4y=7"},
+                {"y = 2x+1", "2y = 4x+2"},                  {"x = 2", "2x = 4"},
+                {"\\{4,1,11\\}", "{4,11,1}"},               {"12", "{12}"},
+                {"77", "77\\text{ }"},                      {"35", "35\\text{ \\%}"},
+                {"3 < x", "x > 3"}},
+               MathMatch::equal);
+  expect_match({{"f(2) = -8", "-8"},                        {"x < -7", "(-\\infty,-7]"},
+                {"6 < t \\le 9", "[6,9]"},                  {"x > 3", "(3, 9)"},
+                {"x \\ne 4", "(-\\infty,4)\\cup[4,\\infty)"}, {"x \\ne 4", "(-\\infty,4)\\cup(5,\\infty)"},
+                {"2x-3y=8", "6x-9y=25"},                    {"x+y=2", "x-y=2"},
+                {"2x+2y=4", "x+y=2, x=1"},                  {"\\{4,1,11\\}", "{4,11,2}"},
+                {"(3,\\infty)", "x>3"},                     {"1500", "(1,500)"},
+                {"100", "[0,100]"},                         {"x = 2", "x = 2 + y"}},
+               MathMatch::different);
+}
+
 TEST(MathAnswer, StrictnessOptions) {
   MathOptions tolerant;
   tolerant.numeric_tolerance = 1e-6;
