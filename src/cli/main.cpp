@@ -15,6 +15,7 @@
 #include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
 #include "unstuck/common/simd.h"
+#include "unstuck/log/logging.h"
 
 namespace {
 
@@ -44,6 +45,9 @@ std::string version_report() {
 
 int main(int argc, char** argv) {
   try {
+    // Log lines go to stderr from the start, so a command's stdout (bench --json, reward score
+    // --output -, generate --json) stays what it says; commands with a run log replace this.
+    unstuck::setup_logging(unstuck::LogLevel::info);
     unstuck::keep_freed_memory();
   } catch (const unstuck::UserError& e) {
     std::cerr << "error: " << e.what() << "\n";

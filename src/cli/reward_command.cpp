@@ -242,7 +242,7 @@ void add_score(CLI::App& parent) {
       ->capture_default_str()
       ->excludes(cfg);
   cmd->add_option("--answer-formats", args->config.answer_formats,
-                  "answer formats tried in order: answer_tag, boxed, hashes")
+                  "answer formats tried in order: answer_tag, boxed, hashes, last_expression")
       ->delimiter(',')
       ->capture_default_str()
       ->excludes(cfg);

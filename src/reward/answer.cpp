@@ -41,8 +41,10 @@ std::optional<std::string> nonblank(std::string_view s) {
   return std::string(s);
 }
 
-// "12,345,678" -> "12345678"; nullopt unless the groups are 1-3 digits then 3-digit groups.
+// "12,345,678" -> "12345678"; nullopt unless the groups are 1-3 digits then 3-digit groups, the
+// first not starting with 0 ("0,100" is not a hundred).
 std::optional<std::string> remove_thousands_separators(std::string_view s) {
+  if (s.size() > 1 && s.front() == '0' && s.find(',') != std::string_view::npos) return std::nullopt;
   std::string digits;
   size_t group = 0;  // digits in the current group
   bool first_group = true;
@@ -145,6 +147,14 @@ std::optional<std::pair<std::string_view, std::string_view>> latex_fraction(std:
   return std::nullopt;
 }
 
+std::string known_names() {
+  std::string names;
+  for (const auto& [format, name] : kAnswerFormatNames) {
+    names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  return names;
+}
+
 }  // namespace
 
 std::vector<AnswerFormat> parse_answer_formats(const std::vector<std::string>& names,
@@ -159,12 +169,11 @@ std::vector<AnswerFormat> parse_answer_formats(const std::vector<std::string>& n
       }
     }
     if (!known) {
-      throw UserError(key + ": unknown answer format '" + name +
-                      "' (known: answer_tag, boxed, hashes)");
+      throw UserError(key + ": unknown answer format '" + name + "' (known: " + known_names() + ")");
     }
   }
   if (formats.empty()) {
-    throw UserError(key + " must name at least one answer format (answer_tag, boxed, hashes)");
+    throw UserError(key + " must name at least one answer format (" + known_names() + ")");
   }
   return formats;
 }
@@ -205,6 +214,11 @@ std::optional<std::string> extract_answer(std::string_view completion, AnswerFor
       if (start == std::string_view::npos) return std::nullopt;
       std::string_view rest = completion.substr(start + 4);
       return nonblank(rest.substr(0, rest.find('\n')));
+    }
+    case AnswerFormat::last_expression: {
+      std::vector<std::string> answers = free_text_answers(completion);
+      if (answers.empty()) return std::nullopt;
+      return std::move(answers.front());
     }
   }
   return std::nullopt;

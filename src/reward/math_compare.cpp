@@ -403,6 +403,14 @@ std::optional<std::string> extract_math_answer(std::string_view completion,
                                                const std::vector<AnswerFormat>& order,
                                                const MathOptions& options) {
   for (const AnswerFormat format : order) {
+    if (format == AnswerFormat::last_expression) {
+      // math-verify's any_match: the first of the free text's answers that reads as math.
+      for (std::string& answer : free_text_answers(completion)) {
+        if (answer.size() > kMaxCompareChars) continue;
+        if (math::parse_math(math::normalize_latex(answer)).root >= 0) return std::move(answer);
+      }
+      continue;
+    }
     std::optional<std::string> answer = extract_answer(completion, format);
     if (!answer) continue;
     if (format == AnswerFormat::answer_tag) {

@@ -62,20 +62,19 @@ std::vector<Token> lex(std::string_view s, bool& ok) {
       continue;
     }
     if (is_digit(c) || (c == '.' && i + 1 < s.size() && is_digit(s[i + 1]))) {
-      // Digits with thousands separators ("10,000": groups of exactly three, no space after the
-      // comma, outside brackets: "[0,100]" and "(1,500)" are pairs), one decimal point, and an
-      // exponent ("1.5e-3").
+      // Digits with thousands separators ("10,000": one to three leading digits, not starting
+      // with 0, then groups of exactly three, no space after the comma, outside brackets:
+      // "[0,100]", "(1,500)" and "0,100" are pairs), one decimal point, and an exponent ("1.5e-3").
       std::string num;
       size_t j = i;
       size_t group = 0;
       while (j < s.size() && is_digit(s[j])) num += s[j++], ++group;
-      bool grouped = false;
-      while (enclosed == 0 && group >= 1 && (grouped || group <= 3) && j + 3 < s.size() && s[j] == ',' &&
+      const bool may_group = enclosed == 0 && group >= 1 && group <= 3 && c != '0';
+      while (may_group && j + 3 < s.size() && s[j] == ',' &&
              is_digit(s[j + 1]) && is_digit(s[j + 2]) && is_digit(s[j + 3]) &&
              (j + 4 >= s.size() || !is_digit(s[j + 4]))) {
         num.append(s.substr(j + 1, 3));
         j += 4;
-        grouped = true;
       }
       if (j < s.size() && s[j] == '.' && !(j + 1 < s.size() && s[j + 1] == '.')) {
         num += '.';

@@ -144,6 +144,44 @@ TEST_F(CliData, ScoreRoundTrip) {
   EXPECT_NE(r.out.find("correct"), std::string::npos);
 }
 
+// Free text through the command line: --answer-formats takes last_expression, an unknown format
+// is named with the known ones, and log lines (the code sandbox's) stay off the scored output.
+TEST_F(CliData, ScoreReadsFreeTextWithLastExpression) {
+  std::ofstream input(dir_ / "free.jsonl");
+  input << R"({"task":"math","prompt":"p","answer":"22","completion":"Adding 15 and 7 gives 22."})" << "\n"
+        << R"({"task":"math","prompt":"p","answer":"22","completion":"A guess is 22, but it is 23."})" << "\n"
+        << R"({"task":"code","prompt":"p","answer":"","test_list":["assert f() == 1"],)"
+        << R"("completion":"```python\ndef f():\n    return 1\n```"})" << "\n";
+  input.close();
+  const std::string args = "reward score --input '" + (dir_ / "free.jsonl").string() + "' --output '" +
+                           (dir_ / "scored.jsonl").string() + "' --answer-formats ";
+  const CliResult r = run(args + "answer_tag,boxed,hashes,last_expression");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto scored = lines(dir_ / "scored.jsonl");
+  ASSERT_EQ(scored.size(), 3u);
+  EXPECT_EQ(nlohmann::json::parse(scored[0])["status"], "correct") << scored[0];
+  EXPECT_EQ(nlohmann::json::parse(scored[1])["status"], "wrong") << scored[1];
+  EXPECT_EQ(nlohmann::json::parse(scored[2])["status"], "correct") << scored[2];
+  const CliResult plain = run(args + "answer_tag,boxed,hashes");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_EQ(nlohmann::json::parse(lines(dir_ / "scored.jsonl")[0])["status"], "no_answer");
+  const CliResult bad = run(args + "boxed,last_number");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("unknown answer format 'last_number' (known: answer_tag, boxed, hashes, "
+                         "last_expression)"),
+            std::string::npos)
+      << bad.out;
+  // stdout alone: the summary, never a log line (those go to stderr).
+  const fs::path out = dir_ / "stdout.txt";
+  const std::string command = std::string("'") + UNSTUCK_BINARY + "' " + args +
+                              "answer_tag,boxed,hashes,last_expression > '" + out.string() +
+                              "' 2>/dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  const std::string stdout_text = read(out);
+  EXPECT_NE(stdout_text.find("scored 3 completions"), std::string::npos) << stdout_text;
+  EXPECT_EQ(stdout_text.find("[info]"), std::string::npos) << stdout_text;
+}
+
 // --config: the run config's reward section scores, here a reward.function (verl's form) on its
 // workers; a completion the function fails on gets status reward_error and the error's text.
 TEST_F(CliData, ScoreWithARunConfigsRewardFunction) {

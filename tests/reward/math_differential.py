@@ -215,7 +215,10 @@ def gen_thousands(rng, equivalent):
                      "thin": with_commas(n).replace(",", "\\,")}[kind]
         pair = (with_commas(n), str(n)) if kind == "plain" else (str(n), separated)
         return pair if rng.random() < 0.5 else pair[::-1]
-    kind = rng.choice(["off", "tuple_vs_number", "number_vs_tuple", "set_vs_number"])
+    kind = rng.choice(["off", "tuple_vs_number", "number_vs_tuple", "set_vs_number", "leading_zero"])
+    if kind == "leading_zero":  # "0,100" is not a hundred: a thousands number never starts with 0
+        b = rng.randint(100, 999)
+        return str(b), f"0,{b}"
     if kind == "off":
         wrong = n + rng.choice([1, -1, 1000, -1000])
         return with_commas(n), rng.choice([str(wrong), with_commas(wrong)])
@@ -587,6 +590,74 @@ def gen_multiple_answers(rng, equivalent):
     return gold, answer
 
 
+# ---- free text: the answer written in a sentence, no box (reward.answer_formats last_expression) ----
+
+def is_plain_number(text):
+    return bool(text) and all(c.isdigit() or c in ".,-" for c in text.strip()) and any(
+        c.isdigit() for c in text)
+
+
+def math_wrapped(rng, answer):
+    """The answer as free text writes it: bare when a plain number, else in a math environment."""
+    answer = answer.strip()
+    forms = [f"${answer}$", f"\\({answer}\\)"]
+    if is_plain_number(answer) and not answer.startswith("."):
+        forms += [answer, answer, f"**{answer}**"]
+    return rng.choice(forms)
+
+
+def distractors(rng):
+    a, b = rng.randint(2, 40), rng.randint(2, 40)
+    return rng.choice([f"First, {a} + {b} = {a + b}, and we carry on. ",
+                       f"There are {a} cases with {b} steps each. ",
+                       f"Multiplying gives ${a} \\times {b} = {a * b}$. ",
+                       ""])
+
+
+FREE_TEXT_TEMPLATES = [
+    "{d}So the result is {m}.",
+    "{d}The final answer is {m}. I hope it is correct.",
+    "{d}Final answer: {m}",
+    "{d}Answer: {m}\nThat completes the solution.",
+    "{d}After simplifying we obtain\n\\[{a}\\]",
+    "{d}Checking all cases, the answer is {m}.",
+    "{d}**Answer:** {m}",
+    "{d}Therefore, we get {m}",
+    # the anchors must win over numbers written after the answer
+    "{d}The final answer is {m}. I hope it is correct; it took 3 steps.",
+    "{d}Answer: {m} (from step 2 of 4)",
+    "{d}So the answer is {m} in 2 ways, checked twice.",
+]
+# A reward is trained against: numbers the reasoning mentions before the final answer must not be
+# read as it. These put the gold answer first and the (perturbed) final answer last.
+FREE_TEXT_RETRACTIONS = [
+    "A first guess would be {g}, but correcting the sign error gives {m}.",
+    "It is not {g}; recomputing carefully, we get {m}.",
+]
+
+
+def free_text_pair(rng, equivalent, inner_generators):
+    gold, answer = rng.choice(inner_generators)(rng, equivalent)
+    if not equivalent and rng.random() < 0.3:
+        template = rng.choice(FREE_TEXT_RETRACTIONS)
+        return gold, template.format(g=math_wrapped(rng, gold), m=math_wrapped(rng, answer))
+    template = rng.choice(FREE_TEXT_TEMPLATES)
+    return gold, template.format(d=distractors(rng), m=math_wrapped(rng, answer), a=answer.strip())
+
+
+def gen_free_text_numbers(rng, equivalent):
+    return free_text_pair(rng, equivalent, [gen_integers, gen_decimals_fractions, gen_negatives,
+                                            gen_thousands, gen_scientific])
+
+
+def gen_free_text_latex(rng, equivalent):
+    return free_text_pair(rng, equivalent, [gen_surds_pi, gen_algebraic, gen_tuples, gen_intervals,
+                                            gen_sets, gen_labelled])
+
+
+# Classes whose "answer" is a whole free-text completion, scored with last_expression.
+FREE_TEXT_CLASSES = {"free_text_numbers", "free_text_latex"}
+
 GENERATORS = {
     "integers": gen_integers,
     "decimals_fractions": gen_decimals_fractions,
@@ -606,6 +677,8 @@ GENERATORS = {
     "scientific": gen_scientific,
     "complex": gen_complex,
     "multiple_answers": gen_multiple_answers,
+    "free_text_numbers": gen_free_text_numbers,
+    "free_text_latex": gen_free_text_latex,
 }
 
 
@@ -630,9 +703,14 @@ def generate_pairs(seed, per_class):
 
 # ---- scoring --------------------------------------------------------------------------------------
 
-def math_verify_verdict(parse, verify, gold, answer):
+def completion_of(p):
+    """The completion both verifiers read: the answer boxed, or the free text as it is."""
+    return p["answer"] if p["class"] in FREE_TEXT_CLASSES else f"The answer is \\boxed{{{p['answer']}}}."
+
+
+def math_verify_verdict(parse, verify, gold, completion):
     try:
-        return bool(verify(parse(f"${gold}$"), parse(f"\\boxed{{{answer}}}")))
+        return bool(verify(parse(f"${gold}$"), parse(completion)))
     except Exception:  # math-verify's own failures count as "not correct"
         return False
 
@@ -642,31 +720,43 @@ def score_math_verify(pairs):
     in the main thread."""
     from math_verify import parse, verify
 
-    math_verify_verdict(parse, verify, "1", "1")  # import and first-call set-up are not timed
+    math_verify_verdict(parse, verify, "1", "\\boxed{1}")  # import and first-call set-up are not timed
     start = time.perf_counter()
-    verdicts = [math_verify_verdict(parse, verify, p["gold"], p["answer"]) for p in pairs]
+    verdicts = [math_verify_verdict(parse, verify, p["gold"], completion_of(p)) for p in pairs]
     return verdicts, time.perf_counter() - start
 
 
 def score_unstuck(unstuck, pairs, out_dir):
-    """Unstuck's statuses from one `unstuck reward score` run over all pairs, and its wall seconds."""
-    input_path = os.path.join(out_dir, "unstuck_input.jsonl")
-    output_path = os.path.join(out_dir, "unstuck_output.jsonl")
-    with open(input_path, "w", encoding="utf-8") as f:
-        for p in pairs:
-            record = {"task": "math", "prompt": "p", "answer": p["gold"],
-                      "completion": f"The answer is \\boxed{{{p['answer']}}}."}
-            f.write(json.dumps(record) + "\n")
-    start = time.perf_counter()
-    result = subprocess.run([unstuck, "reward", "score", "--input", input_path, "--output", output_path],
-                            capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        sys.exit(f"unstuck reward score failed (exit {result.returncode}):\n{result.stdout}{result.stderr}")
-    rows = [json.loads(line) for line in open(output_path, encoding="utf-8") if line.strip()]
-    if len(rows) != len(pairs):
-        sys.exit(f"{output_path}: {len(rows)} lines for {len(pairs)} pairs")
-    return [row["status"] for row in rows], seconds
+    """Unstuck's statuses and its wall seconds: boxed answers in one `unstuck reward score` run, free
+    text in a second with `--answer-formats answer_tag,boxed,hashes,last_expression`."""
+    statuses = [None] * len(pairs)
+    seconds = 0.0
+    for free_text in (False, True):
+        chosen = [i for i, p in enumerate(pairs) if (p["class"] in FREE_TEXT_CLASSES) == free_text]
+        if not chosen:
+            continue
+        name = "free_text" if free_text else "boxed"
+        input_path = os.path.join(out_dir, f"unstuck_input_{name}.jsonl")
+        output_path = os.path.join(out_dir, f"unstuck_output_{name}.jsonl")
+        with open(input_path, "w", encoding="utf-8") as f:
+            for i in chosen:
+                record = {"task": "math", "prompt": "p", "answer": pairs[i]["gold"],
+                          "completion": completion_of(pairs[i])}
+                f.write(json.dumps(record) + "\n")
+        command = [unstuck, "reward", "score", "--input", input_path, "--output", output_path]
+        if free_text:
+            command += ["--answer-formats", "answer_tag,boxed,hashes,last_expression"]
+        start = time.perf_counter()
+        result = subprocess.run(command, capture_output=True, text=True)
+        seconds += time.perf_counter() - start
+        if result.returncode != 0:
+            sys.exit(f"unstuck reward score failed (exit {result.returncode}):\n{result.stdout}{result.stderr}")
+        rows = [json.loads(line) for line in open(output_path, encoding="utf-8") if line.strip()]
+        if len(rows) != len(chosen):
+            sys.exit(f"{output_path}: {len(rows)} lines for {len(chosen)} pairs")
+        for i, row in zip(chosen, rows):
+            statuses[i] = row["status"]
+    return statuses, seconds
 
 
 # ---- report ---------------------------------------------------------------------------------------

@@ -239,6 +239,95 @@ TEST(MathVerifier, CommasInsideBracketsAreNeverThousandsSeparators) {
                });
 }
 
+// reward.answer_formats last_expression: free text is read as math-verify reads it ("final
+// answer is X", "answer: X", else the expression ending last), and a policy cannot score by
+// mentioning the gold answer on the way to another one.
+RewardConfig free_text_config() {
+  RewardConfig config;
+  config.answer_formats = {"answer_tag", "boxed", "hashes", "last_expression"};
+  return config;
+}
+
+TEST(FreeText, ReadsTheAnswerTheSentenceGives) {
+  const auto v = make_verifier("math", free_text_config());
+  expect_table(*v, math_record("22"),
+               {
+                   {"Adding 15 and 7 gives 22.", S::correct, 1.0},
+                   {"So the total is **22** apples", S::correct, 1.0},
+                   {"Therefore $x = 22$.", S::correct, 1.0},
+                   {"\\[ 44/2 \\]", S::correct, 1.0},
+                   {"The final answer is 22. I hope it is correct; it took 3 steps.", S::correct, 1.0},
+                   {"Answer: 22 (from step 2 of 4)", S::correct, 1.0},
+                   {"answer: 15 + 7 = 22", S::correct, 1.0},
+                   {"Answer: 3 apples cost = 22 (2 boxes)", S::correct, 1.0},
+                   {"The answer is 22 because 5 + 17 is 22, not 23.", S::correct, 1.0},
+                   {"It costs $22.", S::correct, 1.0},
+                   {"\\boxed{22} and then 23", S::correct, 1.0},  // a box comes first in the list
+                   // The gold answer on the way to another one is not the answer.
+                   {"A first guess is 22, but correcting the sign gives 23.", S::wrong, 0.0},
+                   {"I considered $22$ and rejected it: 23", S::wrong, 0.0},
+                   {"The final answer is 23. I hope it is correct. 22", S::wrong, 0.0},
+                   {"Answer: 23 (not 22)", S::wrong, 0.0},
+                   {"22 = 23", S::wrong, 0.0},
+                   {"x22", S::no_answer, 0.0},  // not a whole word
+                   {"no numbers here", S::no_answer, 0.0},
+               });
+  // Numbers never merge across brackets or a leading zero: "[0,100]" and "0,100" are not 100.
+  expect_table(*v, math_record("100"),
+               {
+                   {"The interval is [0,100] here.", S::wrong, 0.0},
+                   {"It is 0,100.", S::wrong, 0.0},
+                   {"We get (1,500).", S::no_answer, 0.0},  // no whole-word number
+                   {"There are 100 of them.", S::correct, 1.0},
+               });
+  expect_table(*v, math_record("1500"),
+               {
+                   {"So there are 1,500 apples.", S::correct, 1.0},
+                   {"We get (1,500).", S::no_answer, 0.0},
+                   {"We get 1,500 (2 ways).", S::correct, 1.0},
+               });
+  expect_table(*v, math_record("\\frac{1}{2}"),
+               {
+                   {"The probability is $\\frac{2}{4}$.", S::correct, 1.0},
+                   {"The probability is 0.5 in 3 of 4 runs", S::wrong, 0.0},  // the last is 4
+                   {"Final Answer: The final answer is $\\frac12$. I hope it is correct.", S::correct, 1.0},
+               });
+  // An expression that does not read as math is passed over for the next one.
+  expect_table(*v, math_record("7"), {{"We get $7$ and $\\frac{$", S::correct, 1.0}});
+}
+
+TEST(FreeText, WithoutTheFormatNothingOutsideABoxTagOrHashesIsRead) {
+  const auto v = make_verifier("math", RewardConfig{});
+  expect_table(*v, math_record("22"), {{"Adding 15 and 7 gives 22.", S::no_answer, 0.0}});
+  EXPECT_EQ(parse_answer_formats({"last_expression"}, "k"),
+            std::vector<AnswerFormat>{AnswerFormat::last_expression});
+  // The number verifier and countdown read the same expression.
+  TaskRecord arithmetic = math_record("22");
+  arithmetic.task = "arithmetic";
+  EXPECT_EQ(make_verifier("arithmetic", free_text_config())->score("so it is 22.", arithmetic).status,
+            S::correct);
+  EXPECT_EQ(make_verifier("countdown", free_text_config())
+                ->score("We try 3 * 5 + 7", countdown_record({3, 5, 7}, 22))
+                .status,
+            S::correct);
+}
+
+TEST(FreeText, AnswersComeInMathVerifysOrder) {
+  EXPECT_EQ(free_text_answers("The final answer is $5$. Then 6 and 7."),
+            (std::vector<std::string>{"5", "7", "6"}));
+  // "12 (2" is an arithmetic expression to math-verify too; it does not parse, so 12 is read.
+  EXPECT_EQ(free_text_answers("Answer: 3 apples cost = 12 (2 boxes)"),
+            (std::vector<std::string>{"12 (2", "12", "3"}));
+  EXPECT_EQ(free_text_answers("total $$x^2$$ then \\(y\\) and 1 + 2."),
+            (std::vector<std::string>{"1 + 2", "2", "1", "y", "x^2"}));
+  EXPECT_TRUE(free_text_answers("").empty());
+  EXPECT_TRUE(free_text_answers("$$ $$ \\( \\) word").empty());
+  std::string many;
+  for (int i = 0; i < 100; ++i) many += std::to_string(i) + " ";
+  EXPECT_EQ(free_text_answers(many).size(), kMaxFreeTextAnswers);
+  EXPECT_EQ(free_text_answers(many).front(), "99");
+}
+
 TEST(MathVerifier, ArithmeticComparesNumbers) {
   const auto v = make_verifier("arithmetic", RewardConfig{});
   TaskRecord r = math_record("700414");
@@ -344,7 +433,7 @@ TEST(Registry, KnownNamesAndErrors) {
   c.answer_formats = {"answer_tag", "latex"};
   EXPECT_EQ(
       error_of([&] { make_verifier("math", c); }),
-      "reward.answer_formats: unknown answer format 'latex' (known: answer_tag, boxed, hashes)");
+      "reward.answer_formats: unknown answer format 'latex' (known: answer_tag, boxed, hashes, last_expression)");
   c.answer_formats = {"boxed"};
   const auto boxed_only = make_verifier("math", c);
   EXPECT_EQ(boxed_only->score("<answer>42</answer>", math_record("42")).status, S::no_answer);
@@ -456,6 +545,33 @@ TEST(Adversarial, GarbageNeverThrowsAndScoresAStatus) {
       const auto value = evaluate_expression(e.substr(0, e.find('=')));
       EXPECT_TRUE(value.value.num == 22 && value.value.den == 1) << e;
     }
+  }
+}
+
+// Free text is read in linear time: 256 KB inputs built to defeat a naive scan (unclosed
+// environments, anchors without answers, long digit and operator runs) each score in well under
+// 250 ms (measured 8-34 ms on an AMD EPYC core; a scan quadratic in the length takes minutes).
+TEST(Adversarial, FreeTextOfAQuarterMegabyteScoresInLinearTime) {
+  const auto math = make_verifier("math", free_text_config());
+  const TaskRecord m = math_record("22");
+  const size_t size = 256 * 1024;
+  auto repeated = [&](const std::string& unit) {
+    std::string s;
+    while (s.size() < size) s += unit;
+    return s;
+  };
+  const std::vector<std::string> inputs = {
+      repeated("\\("),         repeated("\\["),      repeated("$$ "),    repeated(" [a"),
+      repeated("answer "),     repeated("answer: ="), repeated("final answer "),
+      repeated("1 "),          repeated("1,000 "),    repeated("1+"),     repeated("-(1"),
+      repeated("= 1 "),        repeated("\\frac{1}{"), repeated("$1"),   repeated("**1** "),
+  };
+  for (const std::string& input : inputs) {
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_NO_THROW(math->score(input, m)) << input.substr(0, 20);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 0.25) << input.substr(0, 20) << ": " << seconds << " s";
   }
 }
 

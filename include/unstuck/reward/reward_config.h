@@ -54,7 +54,9 @@ struct RewardConfig {
       "record's tests in a sandbox, reward.code); empty: the one data.task names");
     v("answer_formats", answer_formats,
       "where the final answer is read, first found wins: answer_tag (<answer>x</answer>), "
-      "boxed (the last \\boxed{x} or \\fbox{x}), hashes (#### x)");
+      "boxed (the last \\boxed{x} or \\fbox{x}), hashes (#### x), last_expression (free text: "
+      "\"final answer is x\", \"answer: x\", else the expression ending last; math-verify's "
+      "extraction, see docs/TASKS.md)");
     v("format_reward", format_reward,
       "reward of a completion that is not correct but has a non-blank <answer>...</answer>; "
       "a correct one gets 1 (0 disables; must be < 1)");
@@ -77,7 +79,7 @@ struct RewardConfig {
 };
 
 // Checks ranges and names; throws UserError naming `prefix`.key, e.g. "reward.answer_formats:
-// unknown format 'latex' (known: answer_tag, boxed, hashes)".
+// unknown format 'latex' (known: answer_tag, boxed, hashes, ...)".
 void validate(const RewardConfig& config, const std::string& prefix = "reward");
 
 // The names of reward.terms in order (each term's name, or its default); empty without terms.
