@@ -209,9 +209,10 @@ void add_generate(CLI::App& app) {
                   "run config YAML whose data (chat template, system prompt, prompt template) and rollout "
                   "sections format the prompts, e.g. configs/examples/gsm8k_qwen2.5.yaml");
   cmd->add_option("overrides", a->overrides, "key=value overrides of the policy's config, e.g. data.system_prompt=...");
-  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", a->top_k, "0 = off")->capture_default_str();
-  cmd->add_option("--top-p", a->top_p, "1 = off")->capture_default_str();
+  CLI::Option* temperature =
+      cmd->add_option("--temperature", a->temperature, "0 = greedy (default; with --config, its rollout.temperature)");
+  CLI::Option* top_k = cmd->add_option("--top-k", a->top_k, "0 = off (default; with --config, its rollout.top_k)");
+  CLI::Option* top_p = cmd->add_option("--top-p", a->top_p, "1 = off (default; with --config, its rollout.top_p)");
   cmd->add_option("--max-new-tokens", a->max_new_tokens, "0 = the config's rollout.max_new_tokens");
   cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "compute dtype: fp32 or bf16")->capture_default_str();
@@ -219,7 +220,7 @@ void add_generate(CLI::App& app) {
   cmd->add_flag("--json", a->json,
                 "one JSON object per prompt (prompt, prompt_ids, ids, logprobs, text, finish) and a last one with "
                 "the timing, instead of tab-separated lines");
-  cmd->callback([a] {
+  cmd->callback([a, temperature, top_k, top_p] {
     if (a->prompt.empty() && a->prompts_file.empty()) throw UserError("give --prompt or --prompts-file");
     std::vector<std::string> texts;
     if (!a->prompt.empty()) texts.push_back(a->prompt);
@@ -240,9 +241,11 @@ void add_generate(CLI::App& app) {
     }
     rollout::GenerateOptions o;
     o.sampling = p.config.rollout;
-    o.sampling.temperature = a->temperature;
-    o.sampling.top_k = a->top_k;
-    o.sampling.top_p = a->top_p;
+    // Sampling: the flags given, else the --config's rollout section, else greedy.
+    const bool from_config = !a->config.empty();
+    if (!from_config || temperature->count() > 0) o.sampling.temperature = a->temperature;
+    if (!from_config || top_k->count() > 0) o.sampling.top_k = a->top_k;
+    if (!from_config || top_p->count() > 0) o.sampling.top_p = a->top_p;
     if (a->max_new_tokens > 0) o.sampling.max_new_tokens = a->max_new_tokens;
     o.stop_ids = p.stop_ids;
     o.pad_id = p.tokenizer.pad_id();
@@ -281,7 +284,12 @@ void add_generate(CLI::App& app) {
                                                        {"prompts", outs.size()},
                                                        {"tokens", tokens},
                                                        {"tokens_per_s", double(tokens) / std::max(seconds, 1e-9)},
-                                                       {"threads", at::get_num_threads()}}}};
+                                                       {"threads", at::get_num_threads()}}},
+                                           {"sampling", {{"temperature", o.sampling.temperature},
+                                                         {"top_k", o.sampling.top_k},
+                                                         {"top_p", o.sampling.top_p},
+                                                         {"max_new_tokens", o.sampling.max_new_tokens},
+                                                         {"seed", a->seed}}}};
     std::cout << timing.dump() << "\n";
   });
 }

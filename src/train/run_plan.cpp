@@ -14,6 +14,7 @@
 #include "unstuck/common/parallel.h"
 #include "unstuck/common/simd.h"
 #include "unstuck/config/config.h"
+#include "unstuck/config/unused_keys.h"
 #include "unstuck/data/dataset.h"
 #include "unstuck/dist/communicator.h"
 #include "unstuck/io/json_file.h"
@@ -84,7 +85,8 @@ void check_weight_files(const RunPlan& plan) {
 
 // Leaves nothing behind: a probe folder is made and removed in the nearest existing folder of
 // `dir`, so the save at the end of training cannot fail for want of a place.
-void check_writable_dir(const std::filesystem::path& dir, const char* key) {
+void check_writable_dir(const std::filesystem::path& dir, const char* key,
+                        const char* what = "the model directory", const char* why = "the model is saved there at the end") {
   std::filesystem::path p = std::filesystem::absolute(dir);
   std::error_code ec;
   while (!std::filesystem::exists(p, ec) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
@@ -92,8 +94,8 @@ void check_writable_dir(const std::filesystem::path& dir, const char* key) {
   const bool ok = std::filesystem::is_directory(p, ec) && std::filesystem::create_directory(probe, ec) && !ec;
   std::filesystem::remove(probe, ec);
   if (!ok)
-    throw UserError(std::string(key) + ": cannot write the model directory '" + dir.string() + "' ('" + p.string() +
-                    "' is not a writable folder); fix it before training, the model is saved there at the end");
+    throw UserError(std::string(key) + ": cannot write " + what + " '" + dir.string() + "' ('" + p.string() +
+                    "' is not a writable folder); fix it before training, " + why);
 }
 
 PromptFit read_and_fit(const std::filesystem::path& file, const RunPlan& plan) {
@@ -156,12 +158,16 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   if (base.empty() || !std::filesystem::is_directory(base))
     throw UserError("grpo.base_model must be a policy directory (an `unstuck sft` output), got '" + base.string() +
                     "'" + (base.empty() ? "" : " which is not a directory"));
+  const RunConfig as_given = cfg;
   model::HfConfig hf = read_model_dir(base, cfg);
+  refuse_unused_keys(as_given, "train", &hf.model, /*warn_only=*/!request.resume.empty());
   RunContext ctx = resolve_tokenizer(cfg, /*model_from_checkpoint=*/true, {});
   RunPlan plan("train", std::move(cfg), std::move(ctx));
   plan.model_dir = base;
   plan.hf = std::move(hf);
   plan.ctx.stop_ids = stop_token_ids(base, plan.hf.tokens.eos_ids, plan.ctx.tokenizer, plan.config.model.vocab_size);
+  check_writable_dir(plan.ctx.run_dir, "run.output_dir", "the run directory",
+                     "its config, metrics and checkpoints are written there from the first step");
   check_weight_files(plan);
   // LoRA: the targets and a starting adapter checked against this model before anything loads.
   if (plan.config.lora.enabled()) {
@@ -321,6 +327,9 @@ RunPlan::RunPlan(std::string command_in, RunConfig config_in, RunContext ctx_in)
 RunPlan plan_run(RunConfig config, const RunRequest& request, dist::Communicator& comm, StartupClock* clock) {
   if (request.command != "train" && request.command != "sft" && request.command != "eval")
     throw UserError("plan_run: unknown command '" + request.command + "' (train, sft or eval)");
+  // Silence is refused first: a key this command does not read is named before anything runs
+  // (train: once the base model's config.json is read, in plan_train).
+  if (request.command == "sft") refuse_unused_keys(config, request.command);
   // libtorch's threads first: the compute probe (train, sft) times the matmuls on them.
   at::set_num_threads(resolve_threads(config.precision.threads));
   RunPlan plan = request.command == "train" ? plan_train(std::move(config), request, comm, clock)

@@ -2,6 +2,7 @@
 // reproduces the run exactly, sampling and training log-probs agree in FP32, and at a small
 // learning rate BF16 round-to-nearest leaves more compute weights stuck than BF16 with stochastic
 // rounding, which leaves more than FP32.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "unstuck/config/config.h"
 #include "unstuck/common/error.h"
 #include "unstuck/data/generators.h"
+#include "unstuck/io/json_file.h"
 #include "unstuck/log/tensorboard.h"
 #include "unstuck/reward/sandbox.h"
 #include "unstuck/train/checkpoint.h"
@@ -492,8 +494,10 @@ def tagged(prompts, completions, **columns):
 
 // A GRPO run on a code task: each completion's program (here the <answer> content, which the tiny
 // arithmetic policy writes) runs in the sandbox against its record's MBPP-style asserts, and the
-// pass fraction is logged. The asserts hold for any program that runs, so the reward is whether
-// the program is valid Python that does not raise ("42" passes, "4+" does not).
+// pass fraction is logged. Of the two asserts one holds and one fails for every program, so with
+// partial credit a program that runs ("42") scores exactly 0.5 and one that does not ("4+") 0: the
+// step's pass fraction is in (0, 0.5], no completion is fully correct, and the reward is the pass
+// fraction (a judge that counted a failing assert, or a run that raised, as passed would exceed it).
 TEST_F(GrpoTest, TrainsOnACodeTaskInTheSandbox) {
   if (!reward::sandbox_capabilities().missing.empty()) GTEST_SKIP() << reward::sandbox_capabilities().describe();
   const fs::path data = dir_ / "code_train.jsonl";
@@ -501,7 +505,7 @@ TEST_F(GrpoTest, TrainsOnACodeTaskInTheSandbox) {
     std::ofstream out(data);
     for (const auto& r : data::read_jsonl(base_.data.train_path)) {
       nlohmann::json j = {{"task", "code"}, {"prompt", r.prompt}, {"answer", r.answer},
-                          {"test_list", {"assert True", "assert 1 + 1 == 2"}}};
+                          {"test_list", {"assert 1 + 1 == 2", "assert 1 + 1 == 3"}}};
       out << j.dump() << "\n";
     }
   }
@@ -520,8 +524,9 @@ TEST_F(GrpoTest, TrainsOnACodeTaskInTheSandbox) {
     EXPECT_EQ(line["reward_error_frac"].get<double>(), 0.0);
     const double pass = line["reward_extra/code_pass_frac"].get<double>();
     EXPECT_GT(pass, 0.0);  // most completions are a number in tags: valid Python
-    EXPECT_LE(pass, 1.0);
-    EXPECT_GT(line["accuracy"].get<double>(), 0.0);
+    EXPECT_LE(pass, 0.5);  // and none passes the assert that fails for every program
+    EXPECT_EQ(line["accuracy"].get<double>(), 0.0);
+    EXPECT_NEAR(line["reward_mean"].get<double>(), pass, 1e-9);
     EXPECT_EQ(line["reward_extra/code_timeout"].get<double>(), 0.0);
   }
 }
@@ -720,11 +725,19 @@ TEST_F(GrpoTest, LoraTrainsAdaptersOnAFrozenBase) {
 
   // grpo.base_adapter: the run continues from that adapter (its step 1 is the first run's adapters'
   // policy: KL to the base > 0 from the start); a spec that differs is refused before training.
+  // Another run.seed, so adapters initialized afresh would differ from the source's by the scale of
+  // their random A (~0.1): after one AdamW step (each element moves at most lr (1 + weight_decay
+  // |w|)) the run's adapters are the source's within 2 lr.
   RunConfig cont = lora;
   cont.run.name = "lora_from_adapter";
+  cont.run.seed = lora.run.seed + 1;
   cont.grpo.steps = 1;
   cont.grpo.base_adapter = (r.run_dir / "final_adapter").string();
-  EXPECT_GT(read_metrics(run_grpo(cont).run_dir)[0]["kl_ref_exact"].get<double>(), 1e-5);
+  const GrpoResult rc = run_grpo(cont);
+  EXPECT_GT(read_metrics(rc.run_dir)[0]["kl_ref_exact"].get<double>(), 1e-5);
+  const TrainerState sc = load_checkpoint(latest_checkpoint(rc.run_dir / "checkpoints"));
+  ASSERT_EQ(sc.master.numel(), final_adapter.flat.numel());
+  EXPECT_LE((sc.master - final_adapter.flat.to(torch::kFloat)).abs().max().item<double>(), 2 * cont.optim.lr);
   cont.run.name = "lora_mismatch";
   cont.lora.rank = 8;
   try {
@@ -808,6 +821,46 @@ TEST_F(GrpoTest, LoraPissaNiterTrainsAndExports) {
   const nlohmann::json run = nlohmann::json::parse(std::ifstream(r.run_dir / "run.json"));
   EXPECT_TRUE(run["startup"].dump().find("adapters") != std::string::npos) << run["startup"].dump();
   expect_pissa_exports(c, r.run_dir);
+}
+
+// PiSSA's SVD is computed again on resume: the checkpoint records the start adapters' checksum with
+// the threads and CPU that computed them; the same machine resumes, and a resume that gets other
+// bits (here: the recorded checksum altered, as another thread count or CPU would) is refused by
+// name instead of training on another frozen base.
+TEST_F(GrpoTest, LoraPissaResumeRefusesAnotherSvd) {
+  RunConfig c = pissa_config("lora_pissa_resume");
+  c.grpo.steps = 2;
+  c.grpo.checkpoint_every = 1;
+  c.grpo.keep_checkpoints = 2;
+  const GrpoResult r = run_grpo(c);
+  const fs::path first = r.run_dir / "checkpoints" / "step_00000001";
+  ASSERT_TRUE(fs::exists(first / "trainer.json")) << first;
+  nlohmann::json trainer = nlohmann::json::parse(std::ifstream(first / "trainer.json"));
+  ASSERT_TRUE(trainer.contains("pissa_start")) << trainer.dump();
+  EXPECT_EQ(trainer["pissa_start"]["checksum"].get<std::string>().size(), 16u);
+  EXPECT_EQ(trainer["pissa_start"]["threads"].get<int64_t>(), int64_t(at::get_num_threads()));
+  EXPECT_FALSE(trainer["pissa_start"]["cpu"].get<std::string>().empty());
+  // The same machine: the resume from step 1 runs step 2.
+  RunConfig again = c;
+  EXPECT_NO_THROW(run_grpo(again, first));
+  // Another SVD: the recorded checksum no longer matches (the manifest is rewritten to match).
+  trainer["pissa_start"]["checksum"] = "0123456789abcdef";
+  io::write_json_file(first / "trainer.json", trainer, -1);
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(first / "manifest.json"));
+  uint64_t bytes = 0;
+  manifest["trainer.json"] = {{"bytes", 0}, {"fnv1a64", checkpoint_file_checksum(first / "trainer.json", &bytes)}};
+  manifest["trainer.json"]["bytes"] = bytes;
+  io::write_json_file(first / "manifest.json", manifest);
+  std::string message;
+  try {
+    run_grpo(again, first);
+  } catch (const UserError& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("lora.init: pissa: the SVD of the base computed for this resume differs"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("resume with precision.threads=" + std::to_string(at::get_num_threads())), std::string::npos)
+      << message;
 }
 
 // FP8 modes train end to end; changed_from_start_frac from the start policy's files (no reference
@@ -1021,9 +1074,12 @@ TEST_F(GrpoTest, NonFiniteStateIsNeverCheckpointed) {
 TEST(GrpoEndToEnd, ShortRunImprovesReward) {
   const fs::path dir = fs::temp_directory_path() / ("unstuck_grpo_e2e_" + std::to_string(::getpid()));
   RunConfig base = tiny_setup(dir);
-  base.data.arithmetic.max_digits = 2;
-  data::write_jsonl(dir / "train.jsonl", data::generate_records(base.data, 1, 1080, data::Split::train));
-  data::write_jsonl(dir / "test.jsonl", data::generate_records(base.data, 1, 120, data::Split::test));
+  data::DataConfig generator = base.data;
+  generator.arithmetic.min_digits = 1;
+  generator.arithmetic.max_digits = 2;
+  generator.arithmetic.ops = {"add"};
+  data::write_jsonl(dir / "train.jsonl", data::generate_records(generator, 1, 1080, data::Split::train));
+  data::write_jsonl(dir / "test.jsonl", data::generate_records(generator, 1, 120, data::Split::test));
   base.model = testing::model_shape(0, 48, 2, 2, 1, 96, base.model.max_seq_len);  // a wider tiny_setup model
   base.sft.steps = 800;
   base.sft.batch_size = 32;

@@ -27,6 +27,7 @@ inline RunConfig tiny_setup(const std::filesystem::path& dir) {
   cfg.data.arithmetic.ops = {"add"};
   data::write_jsonl(dir / "train.jsonl", data::generate_records(cfg.data, 1, 2000, data::Split::train));
   data::write_jsonl(dir / "test.jsonl", data::generate_records(cfg.data, 1, 64, data::Split::test));
+  cfg.data.arithmetic = {};  // the generator's settings: `unstuck data generate` reads them, a run refuses them
   {
     std::ofstream corpus(dir / "corpus.txt");
     corpus << "0123456789+=\n";
@@ -72,6 +73,7 @@ inline RunConfig tiny_grpo_config(const RunConfig& base, const std::string& name
   c.model = {};  // taken from the base policy
   c.tokenizer.path.clear();
   c.grpo.base_model = base.sft.output;
+  c.sft = {};  // read by `unstuck sft` only; a train run refuses keys it does not read
   c.grpo.steps = 3;
   c.grpo.prompts_per_step = 8;
   c.grpo.group_size = 4;
