@@ -3,6 +3,10 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "bench/bench_comm.h"
 #include "bench/bench_generate.h"
@@ -11,6 +15,7 @@
 #include "bench/bench_step.h"
 #include "bench/bench_tokenizer.h"
 #include "cli/commands.h"
+#include "unstuck/common/error.h"
 
 namespace unstuck::cli {
 
@@ -134,7 +139,30 @@ void add_bench_command(CLI::App& app) {
                          "MBPP-style completions the code verifier runs on 1 and 2 sandboxes")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  reward_cmd->callback([rew] { bench::run_reward_bench(*rew, std::cout); });
+  // --config: the user's own scorer on the user's completions instead of the embedded benchmarks.
+  auto user = std::make_shared<std::tuple<std::string, std::string, int, std::vector<std::string>>>(
+      "", "", 3, std::vector<std::string>{});
+  CLI::Option* config = reward_cmd->add_option(
+      "--config", std::get<0>(*user),
+      "time this run config's scorer (reward.function, reward.command, reward.terms or its verifier) on --input's "
+      "completions instead of the embedded benchmarks");
+  reward_cmd->add_option("--input", std::get<1>(*user),
+                         "with --config: JSONL of records with \"completion\", as `reward score --config` reads them")
+      ->needs(config);
+  reward_cmd->add_option("--passes", std::get<2>(*user), "with --config: timed passes over --input after the start")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str()
+      ->needs(config);
+  reward_cmd->add_option("overrides", std::get<3>(*user), "with --config: key=value overrides")->needs(config);
+  reward_cmd->callback([rew, user] {
+    const auto& [config_file, input, passes, overrides] = *user;
+    if (config_file.empty()) {
+      bench::run_reward_bench(*rew, std::cout);
+      return;
+    }
+    if (input.empty()) throw UserError("bench reward --config needs --input (the completions to score)");
+    time_configured_scorer(config_file, overrides, input, passes, rew->json, std::cout);
+  });
 }
 
 }  // namespace unstuck::cli

@@ -2,6 +2,7 @@
 // itself to the CLI11 app here; main.cpp only wires them together and maps exceptions to exit codes.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,11 @@ void add_model_commands(CLI::App& app);     // unstuck inspect MODEL_DIR | expor
 // now is), with `overrides` applied. Throws UserError when neither is given.
 RunConfig load_train_config(const std::string& config, const std::string& resume,
                             const std::vector<std::string>& overrides);
+
+// `unstuck bench reward --config C --input F`: C's scorer (reward.function, reward.command,
+// reward.terms or a verifier, as `train` would start it) timed over F's completions (read as
+// `reward score --config C` reads them), `passes` times after its start; a table or one JSON object.
+void time_configured_scorer(const std::string& config, const std::vector<std::string>& overrides,
+                            const std::string& input, int passes, bool json, std::ostream& out);
 
 }  // namespace unstuck::cli

@@ -11,7 +11,9 @@
 // and prints the count, the mean reward (over the scored lines) and the status histogram. Every line
 // is checked before anything is written.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -20,6 +22,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "unstuck/common/error.h"
@@ -105,14 +109,26 @@ data::TaskRecord record_of(const nlohmann::ordered_json& record_json, const data
   return data::record_from_mapping(line, verl);
 }
 
-void score(const ScoreArgs& args_in) {
-  ScoreArgs args = args_in;
+// The input lines read as `train` reads records (with --config: its data mapping and scorer), each
+// with its completion text and token ids, and where it came from.
+struct ScoreInput {
+  ScoreArgs args;           // --config resolved into args.config
   std::string config_task;  // --config: the data.task that names the verifier when reward.verifier is empty
+  std::vector<ScoredLine> scored;
+  std::vector<data::TaskRecord> records;
+  std::vector<std::string> completions, wheres;
+  std::vector<std::vector<int32_t>> ids;
+};
+
+ScoreInput read_input(const ScoreArgs& args_in) {
+  ScoreInput input;
+  ScoreArgs& args = input.args;
+  args = args_in;
   std::optional<data::DataConfig> mapping;
   if (!args.run_config.empty()) {
     const RunConfig run = load_run_config(args.run_config, args.overrides);
     args.config = run.reward;
-    config_task = config::enum_name(run.data.task);
+    input.config_task = config::enum_name(run.data.task);
     mapping = run.data;
     if (!args.task.empty()) throw UserError("reward score: --task goes without --config (its data.task names the verifier)");
   } else if (!args.overrides.empty()) {
@@ -121,10 +137,6 @@ void score(const ScoreArgs& args_in) {
   reward::validate(args.config);
   std::ifstream in(args.input);
   if (!in) throw UserError("cannot open --input '" + args.input + "'");
-  std::vector<ScoredLine> scored;
-  std::vector<data::TaskRecord> records;
-  std::vector<std::string> completions, wheres;
-  std::vector<std::vector<int32_t>> ids;
   std::string line;
   for (long long number = 0; io::read_capped_line(in, line, io::kMaxJsonlLineBytes, args.input, number);) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -135,56 +147,86 @@ void score(const ScoreArgs& args_in) {
                           "reward_metrics", "reward_terms"})
       record_json.erase(k);
     try {
-      records.push_back(record_of(record_json, mapping ? &*mapping : nullptr, args.task));
+      input.records.push_back(record_of(record_json, mapping ? &*mapping : nullptr, args.task));
     } catch (const UserError& e) {
       throw UserError(where + ": " + e.what());
     }
-    completions.push_back(completion_text(out.object["completion"], where));
-    ids.push_back(completion_ids(out.object, where));
-    wheres.push_back(where);
-    scored.push_back(std::move(out));
+    input.completions.push_back(completion_text(out.object["completion"], where));
+    input.ids.push_back(completion_ids(out.object, where));
+    input.wheres.push_back(where);
+    input.scored.push_back(std::move(out));
   }
-  // Lines grouped by the scorer that takes them (their task's verifier, or the config's scorer for
-  // all), each group in one batch: a function's or command's workers, or the code sandboxes, run it
-  // in parallel.
-  std::map<std::string, std::vector<std::size_t>> groups;
-  for (std::size_t i = 0; i < scored.size(); ++i)
-    groups[args.run_config.empty() ? records[i].task : reward::verifier_name(args.config, config_task)].push_back(i);
-  for (const auto& [name, lines] : groups) {
+  return input;
+}
+
+// Lines grouped by the scorer that takes them (their task's verifier, or the config's scorer for
+// all), each group in one batch: a function's or command's workers, or the code sandboxes, run it
+// in parallel. Started once; `score` scores every group and may be called again (bench reward).
+struct ScoreGroups {
+  struct Group {
+    std::vector<std::size_t> lines;
     std::unique_ptr<reward::Verifier> verifier;
     std::vector<std::string> texts;
     std::vector<const data::TaskRecord*> ptrs;
-    std::vector<std::vector<int32_t>> group_ids;
-    for (std::size_t i : lines) {
-      texts.push_back(completions[i]);
-      ptrs.push_back(&records[i]);
-      group_ids.push_back(ids[i]);
+    std::vector<std::vector<int32_t>> ids;
+  };
+  std::vector<Group> groups;
+
+  explicit ScoreGroups(const ScoreInput& in) {
+    const ScoreArgs& args = in.args;
+    std::map<std::string, std::vector<std::size_t>> by_name;
+    for (std::size_t i = 0; i < in.scored.size(); ++i)
+      by_name[args.run_config.empty() ? in.records[i].task : reward::verifier_name(args.config, in.config_task)]
+          .push_back(i);
+    for (const auto& [name, lines] : by_name) {
+      Group g;
+      g.lines = lines;
+      for (std::size_t i : lines) {
+        g.texts.push_back(in.completions[i]);
+        g.ptrs.push_back(&in.records[i]);
+        g.ids.push_back(in.ids[i]);
+      }
+      // A scorer that cannot start is named for what chose it: the config, or (without one) the
+      // first line whose "task" named it.
+      try {
+        g.verifier = reward::make_verifier(name, args.config);
+      } catch (const UserError& e) {
+        throw UserError((args.run_config.empty() ? in.wheres[lines[0]] : "--config " + args.run_config) + ": " +
+                        e.what());
+      }
+      groups.push_back(std::move(g));
     }
-    reward::ScoringContext context;
-    context.completion_ids = &group_ids;
-    // A scorer that cannot start is named for what chose it: the config, or (without one) the first
-    // line whose "task" named it; a record a scorer cannot take (countdown without "numbers") is its
-    // first line's.
-    try {
-      verifier = reward::make_verifier(name, args.config);
-    } catch (const UserError& e) {
-      throw UserError((args.run_config.empty() ? wheres[lines[0]] : "--config " + args.run_config) + ": " + e.what());
-    }
-    std::vector<reward::RewardResult> results;
-    try {
-      results = verifier->score_batch(texts, ptrs, context);
-    } catch (const UserError& e) {
-      throw UserError(wheres[lines[0]] + ": " + e.what());
-    }
-    for (std::size_t k = 0; k < lines.size(); ++k) scored[lines[k]].result = std::move(results[k]);
   }
+
+  // Scores every line into `scored`; a record a scorer cannot take (countdown without "numbers") is
+  // blamed on its group's first line.
+  void score(const ScoreInput& in, std::vector<ScoredLine>& scored) const {
+    for (const Group& g : groups) {
+      reward::ScoringContext context;
+      context.completion_ids = &g.ids;
+      std::vector<reward::RewardResult> results;
+      try {
+        results = g.verifier->score_batch(g.texts, g.ptrs, context);
+      } catch (const UserError& e) {
+        throw UserError(in.wheres[g.lines[0]] + ": " + e.what());
+      }
+      for (std::size_t k = 0; k < g.lines.size(); ++k) scored[g.lines[k]].result = std::move(results[k]);
+    }
+  }
+};
+
+void score(const ScoreArgs& args_in) {
+  ScoreInput input = read_input(args_in);
+  const ScoreArgs& args = input.args;
+  std::vector<ScoredLine>& scored = input.scored;
+  ScoreGroups(input).score(input, scored);
   for (ScoredLine& out : scored) {
     out.object["reward"] = out.result.status == reward::RewardStatus::not_applicable ? nlohmann::json(nullptr)
                                                                                        : nlohmann::json(out.result.reward);
     out.object["status"] = config::enum_name(out.result.status);
     if (out.result.status == reward::RewardStatus::error) out.object["error"] = out.result.error;
     for (const auto& [key, value] : out.result.extra) out.object["reward_extra"][key] = value;
-    for (const auto& [key, value] : out.result.columns) out.object["reward_columns"][key] = nlohmann::json::parse(value);
+    for (const auto& [key, value] : out.result.columns) out.object["reward_columns"][key] = value;
     for (const auto& [key, values] : out.result.metrics) out.object["reward_metrics"][key] = values;
     for (const auto& [name, value] : out.result.terms) out.object["reward_terms"][name] = value;
   }
@@ -256,7 +298,83 @@ void add_score(CLI::App& parent) {
   cmd->callback([args] { score(*args); });
 }
 
+const char* scorer_kind(const reward::RewardConfig& c) {
+  if (!c.terms.empty()) return "reward.terms";
+  if (!c.function.path.empty()) return "reward.function";
+  if (!c.command.empty()) return "reward.command";
+  return "reward.verifier";
+}
+
+// "reward.function fn.py:compute_score", "reward.terms (2)", "reward.verifier code", ...
+std::string scorer_text(const reward::RewardConfig& c, const std::string& verifier) {
+  if (!c.terms.empty()) return "reward.terms (" + std::to_string(c.terms.size()) + " terms)";
+  if (!c.function.path.empty())
+    return "reward.function " + c.function.path + (c.function.name.empty() ? "" : ":" + c.function.name);
+  if (!c.command.empty()) return "reward.command " + c.command.front();
+  return "the " + verifier + " verifier";
+}
+
 }  // namespace
+
+void time_configured_scorer(const std::string& config, const std::vector<std::string>& overrides,
+                            const std::string& input, int passes, bool json, std::ostream& out) {
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  ScoreArgs args;
+  args.input = input;
+  args.run_config = config;
+  args.overrides = overrides;
+  ScoreInput in = read_input(args);
+  if (in.scored.empty()) throw UserError("--input '" + input + "' holds no completions");
+  const auto t_start = Clock::now();
+  const ScoreGroups groups(in);  // workers and sandboxes start here, as the trainer's do
+  const double start_seconds = since(t_start);
+  std::vector<double> seconds;
+  for (int p = 0; p < passes; ++p) {
+    const auto t = Clock::now();
+    groups.score(in, in.scored);
+    seconds.push_back(since(t));
+  }
+  std::vector<double> sorted = seconds;
+  std::sort(sorted.begin(), sorted.end());
+  const double n = double(in.scored.size());
+  const double best = sorted.front(), median = sorted[sorted.size() / 2];
+  nlohmann::ordered_json statuses = nlohmann::ordered_json::object();
+  double total = 0;
+  int64_t applicable = 0;
+  for (const ScoredLine& s : in.scored) {
+    const std::string name = config::enum_name(s.result.status);
+    statuses[name] = statuses.value(name, 0) + 1;
+    if (s.result.status != reward::RewardStatus::not_applicable) {
+      total += s.result.reward;
+      ++applicable;
+    }
+  }
+  const std::string verifier = reward::verifier_name(in.args.config, in.config_task);
+  const nlohmann::ordered_json result = {
+      {"config", config},
+      {"input", input},
+      {"scorer", scorer_kind(in.args.config)},
+      {"verifier", verifier},
+      {"completions", in.scored.size()},
+      {"start_seconds", start_seconds},
+      {"passes", passes},
+      {"seconds", seconds},
+      {"completions_per_s", n / std::max(best, 1e-9)},
+      {"completions_per_s_median", n / std::max(median, 1e-9)},
+      {"mean_reward", applicable > 0 ? total / double(applicable) : 0.0},
+      {"statuses", statuses}};
+  if (json) {
+    out << result.dump() << "\n";
+    return;
+  }
+  out << "unstuck bench reward --config " << config << ": " << scorer_text(in.args.config, verifier) << " on "
+      << in.scored.size() << " completions of " << input << "\n"
+      << fmt::format("  start (workers, sandboxes): {:.3f} s\n", start_seconds)
+      << fmt::format("  {:.1f} completions/s best of {} pass(es), {:.1f} median ({:.3f} s per pass)\n",
+                     n / std::max(best, 1e-9), passes, n / std::max(median, 1e-9), median)
+      << fmt::format("  mean reward {:.4f}; statuses {}\n", result["mean_reward"].get<double>(), statuses.dump());
+}
 
 void add_reward_command(CLI::App& app) {
   CLI::App* reward = app.add_subcommand("reward", "Verifiers: score completions of task records");

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -59,6 +60,18 @@ std::vector<SimdLevel> available_simd_levels() {
   for (SimdLevel l : {SimdLevel::scalar, SimdLevel::avx2, SimdLevel::avx512})
     if (static_cast<int>(l) <= static_cast<int>(best)) levels.push_back(l);
   return levels;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t begin = line.find_first_not_of(" \t", colon + 1);
+    return begin == std::string::npos ? "unknown" : line.substr(begin);
+  }
+  return "unknown";
 }
 
 }  // namespace unstuck

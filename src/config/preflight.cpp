@@ -107,12 +107,26 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
                     c.precision.mode == precision::PrecisionMode::fp16_sr;
   // auto may resolve to fp32 at start-up: counted as fp32 (the larger of the two).
   const double fb = c.precision.compute != precision::ComputeMode::native || fp16 ? 4 : cb;  // forward dtype
-  const std::string shard_knob = "more ranks (WORLD_SIZE) shard them";
+  // What lowers the trainable state on one machine too: adapters instead of every parameter, and on
+  // a GPU the optimizer state on the host (16-bit modes; not with LoRA, whose state is small).
+  const bool lora_on = c.lora.enabled();
+  const bool can_offload = in.gpu && W == 1 && !lora_on && c.precision.mode != precision::PrecisionMode::fp32 &&
+                           !precision::is_fp8(c.precision.mode);
+  const std::string adapters_knob = lora_on ? "" : "lora.rank > 0 (train adapters; their state only)";
+  const auto joined = [](std::vector<std::string> knobs) {
+    std::string out;
+    for (const std::string& k : knobs)
+      if (!k.empty()) out += (out.empty() ? "" : ", or ") + k;
+    return out;
+  };
+  const std::string shard_knob = joined({"more ranks (WORLD_SIZE) shard them",
+                                         can_offload ? "precision.offload: optimizer (host memory)" : "",
+                                         adapters_knob});
   // The trainable state: every parameter, or with LoRA the adapters (A of them) on a frozen base
   // held once in the forward dtype, which is also the reference (no copy). Rounding the FP32 base
   // into it happens as the load ends, the FP32 weights beside their compute-dtype copy: no more
   // than the load phase's FP32 weights beside the mapped files (BF16 or FP32 files).
-  const bool lora = c.lora.enabled();
+  const bool lora = lora_on;
   const bool offload = c.precision.offload == precision::Offload::optimizer;  // validate(): 16-bit, world size 1
   const double A = lora ? lora_param_count(m, c.lora) : P;
   const std::string mk = lora ? "lora.rank (" + num(c.lora.rank) + ") x lora.target_modules (" +
@@ -125,11 +139,13 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
   if (lora)
     parts.push_back({"frozen base weights (forward dtype; also the reference policy)", model_keys(m), P * fb,
                      fb == 4 && cb != 4 ? "precision.compute: native keeps them in the compute dtype" : "", ""});
+  const std::string fp32_knob = joined({adapters_knob, "a 16-bit precision.mode (bf16_sr) keeps 2-byte compute "
+                                                     "weights beside a sharded master"});
   if (fp32 && W == 1)
-    parts.push_back({"FP32 master " + what + "weights (also the compute weights)", mk, A * 4, "", ""});
+    parts.push_back({"FP32 master " + what + "weights (also the compute weights)", mk, A * 4, fp32_knob, ""});
   else if (fp32)
     parts.push_back({"FP32 compute " + what + "weights (all of them; this rank's master is its shard of them)", mk,
-                     A * 4, "", ""});
+                     A * 4, fp32_knob, ""});
   else if (offload)
     parts.push_back({"FP32 master weights (host: precision.offload)", mk, A * 4, "", "", true});
   else
@@ -142,9 +158,10 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
     parts.push_back({"AdamW moments (this rank's shard)", mk, A * 8 / W, shard_knob, ""});
   }
   parts.push_back({W > 1 ? "flat FP32 gradient and this rank's reduced shard" : "flat FP32 gradient", mk,
-                   A * 4 * (1 + (W > 1 ? 1 / W : 0)), "", ""});
+                   A * 4 * (1 + (W > 1 ? 1 / W : 0)), adapters_knob, ""});
   if (!fp32)
-    parts.push_back({"compute " + what + "weights (" + std::string(cb == 2 ? "16-bit" : "FP32") + ")", mk, A * cb, "", ""});
+    parts.push_back({"compute " + what + "weights (" + std::string(cb == 2 ? "16-bit" : "FP32") + ")", mk, A * cb,
+                     adapters_knob, ""});
   if (fb == 4 && cb != 4)
     parts.push_back({"FP32 forward copy of the compute " + what + "weights (precision.compute)", mk, A * 4,
                      "precision.compute: native computes in the compute dtype", ""});
@@ -261,9 +278,13 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
   parts.push_back({"LM head slices (no gradient; the reference's beside the policy's)", head_keys,
                    rows * slice * V * (fb + 8) * (ref ? 2 : 1), head_knob, "log-probs"});
 
-  // Optimizer step and weight statistics: bounded slices of the flat buffers.
+  // Optimizer step and weight statistics: bounded slices of the flat buffers; with several ranks the
+  // copy of this rank's shard of the compute weights that the all-gather sends.
   parts.push_back({"optimizer and weight-statistics slices", "min(parameters, 2^22)",
                    std::min(A, kSliceElems) * (4 * 3 + 8), "", "optimizer"});
+  if (W > 1)
+    parts.push_back({"this rank's shard of the compute weights, copied for the all-gather", mk + " / WORLD_SIZE",
+                     A * cb / W, "", "optimizer"});
   // Checkpoints: one rank's shards gathered into the full master and moments on every rank.
   if (W > 1)
     parts.push_back({"gathered FP32 master and moments (checkpoint)", mk, A * 12, "", "checkpoint"});

@@ -101,7 +101,7 @@ class WorkerVerifier : public Verifier {
 
   static RewardResult result_of(const WorkerResult& a) {
     RewardResult r;
-    for (const auto& [key, value] : a.columns.items()) r.columns[key] = value.dump();
+    for (const auto& [key, value] : a.columns.items()) r.columns[key] = value;
     for (const auto& [key, values] : a.metrics.items()) r.metrics[key] = values.get<std::vector<double>>();
     if (!a.ok) {
       r.status = RewardStatus::error;

@@ -151,6 +151,8 @@ fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep) 
                    {"order", s.order},
                    {"cursor", s.cursor}};
   if (!s.compute.empty()) j["compute"] = s.compute;
+  if (!s.pissa_start.empty())
+    j["pissa_start"] = {{"checksum", s.pissa_start}, {"threads", s.pissa_threads}, {"cpu", s.pissa_cpu}};
   io::write_json_file(tmp / "trainer.json", j, -1);
   {
     std::ofstream cfg(tmp / "config.yaml");
@@ -357,6 +359,13 @@ TrainerState load_checkpoint(const fs::path& dir, CheckpointBuffers buffers) {
     s.compute = field<std::string>(j, {"compute"}, trainer_path);
     require(s.compute == "native" || s.compute == "fp32", trainer_path,
             "compute is '" + s.compute + "', expected native or fp32 (the resolved precision.compute)");
+  }
+  if (j.contains("pissa_start")) {  // LoRA with PiSSA only
+    s.pissa_start = field<std::string>(j, {"pissa_start", "checksum"}, trainer_path);
+    s.pissa_threads = field<int64_t>(j, {"pissa_start", "threads"}, trainer_path);
+    s.pissa_cpu = field<std::string>(j, {"pissa_start", "cpu"}, trainer_path);
+    require(s.pissa_start.size() == 16 && s.pissa_start.find_first_not_of("0123456789abcdef") == std::string::npos,
+            trainer_path, "pissa_start.checksum is '" + s.pissa_start + "', expected 16 hex digits");
   }
   require(s.step >= 1 && s.step <= kMaxCounter, trainer_path,
           "step " + std::to_string(s.step) + " (checkpoints start at step 1; at most 2^53)");

@@ -28,6 +28,7 @@
 #include "unstuck/train/base_weights.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/model_export.h"
+#include "unstuck/train/peak_check.h"
 #include "unstuck/train/run_plan.h"
 #include "unstuck/train/torch_device.h"
 #include "unstuck/train/trainable_weights.h"
@@ -177,8 +178,16 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
   }
   trainer.report_startup(&startup);
   trainer.stop_scoring_on(&g_stop_requested);
-  bool warned_peak = false;
+  // The measured high-water against the plan after each phase (include/unstuck/train/peak_check.h).
+  PeakCheck peaks(plan.memory, device.is_cuda() ? kPeakAllowanceGpuBytes : kPeakAllowanceCpuBytes);
+  int64_t current_step = first_step;
+  const auto check_peak = [&](const char* phase) {
+    if (auto warning = peaks.after(phase, device_peak_bytes(device), current_step)) spdlog::warn("{}", *warning);
+  };
+  check_peak("load");
+  trainer.on_phase_end(check_peak);
   for (int64_t step = first_step; step <= cfg.grpo.steps; ++step) {
+    current_step = step;
     if (watch) watch->set_step(step);  // it is also checked at every progress point of the step
     MetricsLine m;
     try {
@@ -199,14 +208,7 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
     }
     // The measured peak against the plan: the process's RSS high-water on the CPU, the caching
     // allocator's most allocated on a GPU (both since the start).
-    const double measured = device_peak_bytes(device);
-    m["peak_memory_bytes"] = measured;
-    if (measured > plan.memory.peak() * 1.1 && !warned_peak) {
-      warned_peak = true;
-      spdlog::warn("train: measured peak memory {} at step {} is {:.2f}x the plan's {}; please report it with the "
-                   "run's run.json",
-                   format_bytes(measured), step, measured / plan.memory.peak(), format_bytes(plan.memory.peak()));
-    }
+    m["peak_memory_bytes"] = device_peak_bytes(device);
     const bool last_step = step == cfg.grpo.steps;
     if (last_step || (cfg.grpo.eval_every > 0 && step % cfg.grpo.eval_every == 0)) {
       m["eval_accuracy"] = trainer.evaluate();
@@ -217,7 +219,10 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
     result.first_reward_mean = writer.first_reward_mean();
     result.last_reward_mean = m["reward_mean"].get<double>();
     const bool stop = comm.any(g_stop_requested);  // every rank stops after the same step
-    if (last_step || stop || (cfg.grpo.checkpoint_every > 0 && step % cfg.grpo.checkpoint_every == 0)) save(step);
+    if (last_step || stop || (cfg.grpo.checkpoint_every > 0 && step % cfg.grpo.checkpoint_every == 0)) {
+      save(step);
+      check_peak("checkpoint");
+    }
     if (stop && !last_step) {
       spdlog::warn("train: stopped by signal after step {}; resume with `unstuck train --resume {}`", step,
                    ctx.run_dir.string());

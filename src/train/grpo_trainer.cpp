@@ -22,6 +22,7 @@
 #include "unstuck/algo/token_logprobs.h"
 #include "unstuck/common/error.h"
 #include "unstuck/common/memory_usage.h"
+#include "unstuck/common/simd.h"
 #include "unstuck/config/config.h"
 #include "unstuck/dist/data_parallel.h"
 #include "unstuck/precision/philox.h"
@@ -248,6 +249,7 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   Sampling smp;
   sample(step, &ro, &sc, &smp, &time);
   trace_memory("rollout");
+  if (phase_end_) phase_end_("rollout");
   if (reward::scorer_can_fail(cfg_.reward, verifier_name_)) check_reward_errors(step, sc, smp);
   if (sc.not_applicable > 0)
     spdlog::warn("step {}: every reward function returned None for {} completion(s) of this rank (not_applicable: "
@@ -275,6 +277,7 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   const auto t_update = std::chrono::steady_clock::now();
   const UpdateStats up = update(step, batch, advantages, with_ref, &meas);
   time.update = seconds_since(t_update);
+  if (phase_end_) phase_end_("update");
   time.step = seconds_since(t0);
   return metrics(step, sc, smp, adv, batch, *meas, up, time);
 }
@@ -940,6 +943,15 @@ double GrpoTrainer::evaluate() {
 }
 
 void GrpoTrainer::restore(const TrainerState& st, const std::string& where) {
+  // PiSSA: the residual base and the start adapters were computed again for this resume; their SVD
+  // depends on the thread count and the CPU, and a different one would continue on another base.
+  if (!st.pissa_start.empty() && pissa_start_.defined() && pissa_start_checksum() != st.pissa_start)
+    throw UserError(where + ": lora.init: pissa: the SVD of the base computed for this resume differs from the one "
+                    "the run started with (start adapters " + st.pissa_start + " with " +
+                    std::to_string(st.pissa_threads) + " libtorch threads on '" + st.pissa_cpu + "'; here " +
+                    pissa_start_checksum() + " with " + std::to_string(at::get_num_threads()) + " on '" +
+                    cpu_model_name() + "'), so it would train on another frozen base; resume with precision.threads=" +
+                    std::to_string(st.pissa_threads) + " on the same kind of CPU");
   if (st.master.defined())
     weights_.restore(st.master, st.exp_avg, st.exp_avg_sq, st.optimizer_steps, st.scaler);
   else  // deferred: the buffers stay in the checkpoint's file and are read a slice at a time
@@ -969,7 +981,18 @@ TrainerState GrpoTrainer::checkpoint_state(int64_t step) {
   st.exp_avg_sq = full.exp_avg_sq.cpu();
   st.config_yaml = resolved_yaml(cfg_);
   st.compute = config::enum_name(weights_.precision().compute);
+  if (pissa_start_.defined()) {
+    st.pissa_start = pissa_start_checksum();
+    st.pissa_threads = at::get_num_threads();
+    st.pissa_cpu = cpu_model_name();
+  }
   return st;
+}
+
+std::string GrpoTrainer::pissa_start_checksum() const {
+  const torch::Tensor f = pissa_start_.to(torch::kFloat).contiguous();
+  return checkpoint_checksum(
+      std::string_view(reinterpret_cast<const char*>(f.data_ptr<float>()), std::size_t(f.numel()) * sizeof(float)));
 }
 
 }  // namespace unstuck::train

@@ -7,6 +7,7 @@
 #include <torch/types.h>
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -98,6 +99,8 @@ class GrpoTrainer {
   // The run's stop flag (SIGINT/SIGTERM): reward workers scoring a step give up within 0.25 s once it
   // is set, and step() throws Interrupted (the step is not applied).
   void stop_scoring_on(const std::atomic<bool>* flag) { stop_flag_ = flag; }
+  // Called at the end of the step's rollout ("rollout") and update ("update"), the plan's phases.
+  void on_phase_end(std::function<void(const char* phase)> hook) { phase_end_ = std::move(hook); }
 
   const TrainableWeights& weights() const { return weights_; }
   torch::Device device() const { return device_; }
@@ -229,7 +232,9 @@ class GrpoTrainer {
   SkipGuard skip_guard_;
   mutable StepProgress progress_;  // output only
   StartupClock* startup_ = nullptr;
+  std::string pissa_start_checksum() const;  // of pissa_start_ (defined)
   const std::atomic<bool>* stop_flag_ = nullptr;
+  std::function<void(const char* phase)> phase_end_;
   mutable std::set<std::string> reported_error_kinds_;  // reward_error kinds whose text the log has
   int64_t skipped_ = 0;
   int64_t total_opt_steps_ = 0;

@@ -221,6 +221,47 @@ TEST_F(CliData, ScoreWithARunConfigsRewardFunction) {
   EXPECT_EQ(missing.out.find(input.string() + ":1"), std::string::npos) << missing.out;
 }
 
+// `bench reward --config C --input F` times C's own scorer (here a reward.function on its worker)
+// on F's completions: its start apart, each pass's seconds, the rate and the statuses, as JSON.
+TEST_F(CliData, BenchRewardTimesTheConfiguredScorer) {
+  const fs::path fn = dir_ / "fn.py";
+  std::ofstream(fn) << "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                       "    return 1.0 if ground_truth in solution_str else 0.0\n";
+  const fs::path cfg = dir_ / "fn.yaml";
+  std::ofstream(cfg) << "reward:\n  function:\n    path: " << fn.string() << "\n    python: " << UNSTUCK_PYTHON << "\n";
+  const fs::path input = dir_ / "fn_in.jsonl";
+  {
+    std::ofstream in(input);
+    for (int i = 0; i < 30; ++i)
+      in << R"({"task":"math","prompt":"p","answer":"42","completion":"it is )" << (i % 3 == 0 ? 42 : i) << "\"}\n";
+  }
+  const fs::path json_out = dir_ / "bench.json";
+  const std::string command = std::string("'") + UNSTUCK_BINARY + "' bench reward --json --config '" + cfg.string() +
+                              "' --input '" + input.string() + "' --passes 2 reward.function.workers=1 > '" +
+                              json_out.string() + "' 2>/dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0) << read(json_out);
+  const auto j = nlohmann::json::parse(read(json_out));
+  EXPECT_EQ(j["scorer"], "reward.function");
+  EXPECT_EQ(j["completions"], 30);
+  EXPECT_EQ(j["passes"], 2);
+  ASSERT_EQ(j["seconds"].size(), 2u);
+  EXPECT_GT(j["completions_per_s"].get<double>(), 0.0);
+  EXPECT_GE(j["completions_per_s"].get<double>(), j["completions_per_s_median"].get<double>());
+  EXPECT_EQ(j["statuses"]["correct"], 10);
+  EXPECT_EQ(j["statuses"]["wrong"], 20);
+  EXPECT_NEAR(j["mean_reward"].get<double>(), 10.0 / 30.0, 1e-12);
+  // The table names the scorer; --input and --passes need --config; --config needs --input.
+  const CliResult table = run("bench reward --config '" + cfg.string() + "' --input '" + input.string() +
+                              "' --passes 1 reward.function.workers=1");
+  ASSERT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(table.out.find("reward.function " + fn.string()), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find(" on 30 completions of "), std::string::npos) << table.out;
+  EXPECT_NE(run("bench reward --input '" + input.string() + "'").code, 0);
+  const CliResult no_input = run("bench reward --config '" + cfg.string() + "'");
+  EXPECT_EQ(no_input.code, 2);
+  EXPECT_NE(no_input.out.find("bench reward --config needs --input"), std::string::npos) << no_input.out;
+}
+
 // --config with reward.terms: each line's reward is the weighted sum, and "reward_terms" holds each
 // term's reward by name.
 TEST_F(CliData, ScoreWithRewardTerms) {

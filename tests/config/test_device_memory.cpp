@@ -113,6 +113,46 @@ TEST(TrainMemory, RefusedWithTheKnobToTurn) {
   EXPECT_LT(total(no_ref), total(chunked));
 }
 
+// The trainable state names the knobs that work on one machine, not only more ranks: LoRA for every
+// part, precision.offload on a GPU for the master and moments (16-bit modes), a 16-bit mode for
+// FP32; and with several ranks the plan counts the copy of this rank's compute-weight shard that
+// each optimizer step sends to the all-gather.
+TEST(TrainMemory, TheStateNamesTheKnobsOfOneMachine) {
+  ::unsetenv("WORLD_SIZE");
+  const auto knob_of = [](const MemoryPlan& plan, const std::string& what) {
+    for (const MemoryPart& p : plan.parts)
+      if (has(p.what, what)) return p.knob;
+    return std::string("<no part '") + what + "'>";
+  };
+  RunConfig c = big_vocab_run();
+  c.precision.mode = precision::PrecisionMode::bf16_sr;
+  MemoryPlanInputs gpu;
+  gpu.gpu = true;
+  const MemoryPlan on_gpu = plan_memory(c, "train", gpu);
+  for (const char* part : {"FP32 master weights", "AdamW moments"}) {
+    const std::string k = knob_of(on_gpu, part);
+    EXPECT_TRUE(has(k, "more ranks (WORLD_SIZE)") && has(k, "precision.offload: optimizer") &&
+                has(k, "lora.rank > 0")) << part << ": " << k;
+  }
+  EXPECT_TRUE(has(knob_of(on_gpu, "flat FP32 gradient"), "lora.rank > 0"));
+  // On the CPU the host is the device: offloading saves nothing and is not suggested.
+  EXPECT_FALSE(has(knob_of(plan_memory(c, "train"), "AdamW moments"), "precision.offload"));
+  RunConfig fp32 = c;
+  fp32.precision.mode = precision::PrecisionMode::fp32;
+  const std::string master = knob_of(plan_memory(fp32, "train"), "FP32 master weights (also the compute weights)");
+  EXPECT_TRUE(has(master, "lora.rank > 0") && has(master, "a 16-bit precision.mode")) << master;
+  // LoRA's own state: no LoRA knob.
+  RunConfig lora = c;
+  lora.lora.rank = 8;
+  EXPECT_FALSE(has(knob_of(plan_memory(lora, "train"), "AdamW moments"), "lora.rank"));
+  // Two ranks: the shard copy of the optimizer step, A x 2 bytes / 2.
+  ::setenv("WORLD_SIZE", "2", 1);
+  const MemoryPlan two = plan_memory(c, "train");
+  ::unsetenv("WORLD_SIZE");
+  EXPECT_GT(part_bytes(two, "this rank's shard of the compute weights, copied for the all-gather"), 0);
+  EXPECT_LT(part_bytes(plan_memory(c, "train"), "copied for the all-gather"), 0);  // one rank: no such part
+}
+
 // A real model's context (Qwen2.5: 32768 positions) is far longer than its GRPO rows: the estimate
 // follows the longest prompt the run keeps plus rollout.max_new_tokens, with logits over the
 // completions only and each group's prompt once. Qwen2.5-0.5B's shape, 32 x 8 rows of <= 200 + 512

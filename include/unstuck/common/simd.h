@@ -14,5 +14,7 @@ SimdLevel detect_simd_level();
 // Every level usable here, lowest first (scalar is always present).
 std::vector<SimdLevel> available_simd_levels();
 const char* simd_level_name(SimdLevel level);
+// The CPU's name as /proc/cpuinfo's first "model name" gives it ("AMD EPYC 7B13"), or "unknown".
+std::string cpu_model_name();
 
 }  // namespace unstuck

@@ -54,9 +54,9 @@ struct RewardResult {
   // With reward.terms: each term's reward (before its weight) by the term's name, logged as reward/<name>
   // (a term that returned None for it has none).
   std::map<std::string, double> terms;
-  // Named values that are not numbers (a verl dict's text keys, TRL's log_extra text columns), as JSON
-  // text: `unstuck reward score` prints them; a run does not log them.
-  std::map<std::string, std::string> columns;
+  // Named values that are not numbers (a verl dict's text keys, TRL's log_extra text columns), as the
+  // function gave them: `unstuck reward score` prints them; a run does not log them.
+  std::map<std::string, nlohmann::json> columns;
   // TRL's log_metric values of the call this completion was scored in (on the call's first completion
   // only), logged as reward_metric/<name>: the mean over the step's calls.
   std::map<std::string, std::vector<double>> metrics;

@@ -32,6 +32,12 @@ struct TrainerState {
   // precision.compute as the run resolved it (native or fp32; precision.compute: auto is kept by
   // this); empty in checkpoints written before it was recorded.
   std::string compute;
+  // LoRA with PiSSA: the start adapters the base's SVD gave (checkpoint_checksum of their FP32
+  // bytes), with the libtorch threads and the CPU that computed them; a resume recomputes the SVD
+  // and must get the same bits. Empty otherwise and in checkpoints written before it was recorded.
+  std::string pissa_start;
+  int64_t pissa_threads = 0;
+  std::string pissa_cpu;
 };
 
 // The manifest's checksum of a file's bytes: FNV-1a 64, as 16 lowercase hex digits.
