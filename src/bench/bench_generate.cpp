@@ -11,40 +11,59 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "unstuck/common/error.h"
+#include "unstuck/config/device.h"
+#include "unstuck/config/run_config.h"
+#include "unstuck/data/data_config.h"
+#include "unstuck/data/dataset.h"
+#include "unstuck/data/prompt_formatter.h"
 #include "unstuck/common/parallel.h"
 #include "unstuck/config/config.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/model/llama.h"
 #include "unstuck/rollout/sampler.h"
+#include "unstuck/train/policy_dir.h"
+#include "unstuck/train/prompt_fit.h"
 
 namespace unstuck::bench {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
+// One timed run: its seconds and the tokens it generated.
+struct Run {
+  double seconds = 0;
+  double tokens = 0;
+};
+
 // Steady-state timing of one generation path: a warm-up run of the same shape (first-call set-up of
-// libtorch's kernels and allocator is not measured; 4 tokens for the slow recompute path), then `repeats` timed runs. Returns the seconds
-// of each run and checks every run generated all tokens.
-std::vector<double> time_runs(const model::LlamaModel& m, const std::vector<std::vector<int32_t>>& prompts,
-                              const rollout::GenerateOptions& o, int repeats) {
+// libtorch's kernels and allocator is not measured; 4 tokens for the slow recompute path), then
+// `repeats` timed runs. Without stop tokens every run must generate all tokens (the same work each).
+std::vector<Run> time_runs(const model::LlamaModel& m, const std::vector<std::vector<int32_t>>& prompts,
+                           const rollout::GenerateOptions& o, int repeats) {
   rollout::GenerateOptions warm = o;
   if (!o.use_cache) warm.sampling.max_new_tokens = std::min<int64_t>(4, o.sampling.max_new_tokens);  // slow path
   (void)rollout::generate(m, prompts, warm, at::make_generator<at::CPUGeneratorImpl>(1));
-  std::vector<double> seconds;
+  std::vector<Run> runs;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto out = rollout::generate(m, prompts, o, at::make_generator<at::CPUGeneratorImpl>(2 + r));
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    for (const auto& c : out)
-      if (int64_t(c.tokens.size()) != o.sampling.max_new_tokens) throw std::logic_error("bench generate: short completion");
+    Run run{std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0};
+    for (const auto& c : out) {
+      if (o.stop_ids.empty() && int64_t(c.tokens.size()) != o.sampling.max_new_tokens)
+        throw std::logic_error("bench generate: short completion");
+      run.tokens += double(c.tokens.size());
+    }
+    runs.push_back(run);
   }
-  return seconds;
+  return runs;
 }
 
 double median(std::vector<double> v) {
@@ -53,23 +72,88 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// {median tokens/s, [min, max] tokens/s, median seconds} of timed runs that made `tokens` tokens each.
-Json throughput(const std::vector<double>& seconds, double tokens, const char* prefix) {
-  const auto [lo, hi] = std::minmax_element(seconds.begin(), seconds.end());
+// {median tokens/s, [min, max] tokens/s, median seconds} of timed runs (tokens/s per run).
+Json throughput(const std::vector<Run>& runs, const char* prefix) {
+  std::vector<double> rates, seconds;
+  for (const Run& r : runs) {
+    rates.push_back(r.tokens / r.seconds);
+    seconds.push_back(r.seconds);
+  }
+  const auto [lo, hi] = std::minmax_element(rates.begin(), rates.end());
   const std::string p(prefix);
-  return {{p + "_tokens_per_s", tokens / median(seconds)},
-          {p + "_tokens_per_s_range", {tokens / *hi, tokens / *lo}},
-          {p + "_seconds", median(seconds)}};
+  return {{p + "_tokens_per_s", median(rates)}, {p + "_tokens_per_s_range", {*lo, *hi}}, {p + "_seconds", median(seconds)}};
+}
+
+bool given(const GenerateBenchOptions& opt, const char* option) {
+  return std::find(opt.given.begin(), opt.given.end(), option) != opt.given.end();
+}
+
+// The work of a run config (GenerateBenchOptions::config): its policy, its rows' prompts and sampling.
+struct ConfigWork {
+  GenerateBenchOptions options;  // with the config's values where no option was given
+  model::ModelConfig model;
+  torch::Tensor master;
+  std::vector<std::vector<int32_t>> prompts;
+  rollout::GenerateOptions generate;
+  std::string base_model;
+};
+
+ConfigWork config_work(const GenerateBenchOptions& opt) {
+  ConfigWork w;
+  w.options = opt;
+  const RunConfig c = load_run_config(opt.config);
+  w.base_model = opt.model.empty() ? c.grpo.base_model : opt.model;
+  if (!std::filesystem::is_regular_file(std::filesystem::path(w.base_model) / "config.json"))
+    throw UserError("bench generate --config " + opt.config + ": grpo.base_model '" + w.base_model +
+                    "' is not a model directory (config.json); train one (`unstuck sft`) or give --model");
+  train::Policy p = train::load_policy(w.base_model, {"run.device=cpu"});  // its FP32 master, on the host
+  w.model = p.config.model;
+  w.master = std::move(p.master);
+  GenerateBenchOptions& o = w.options;
+  if (!given(opt, "--sequences")) o.sequences = c.grpo.prompts_per_step * c.grpo.group_size;
+  if (!given(opt, "--new-tokens")) o.new_tokens = c.rollout.max_new_tokens;
+  if (!given(opt, "--threads")) o.threads = c.precision.threads;
+  if (!given(opt, "--device")) o.device = rank_device(c).name();
+  if (!given(opt, "--decode")) o.decode = config::enum_name(c.rollout.decode);
+  if (!given(opt, "--dtype")) o.dtype = c.precision.mode == precision::PrecisionMode::fp32 ? "fp32" : "bf16";
+  o.recompute = false;
+  w.generate.sampling = c.rollout;
+  w.generate.sampling.max_new_tokens = o.new_tokens;
+  w.generate.stop_ids = p.stop_ids;
+  w.generate.pad_id = p.tokenizer.pad_id();
+  // The first prompts_per_step training records whose prompt leaves room for the completion, each
+  // group_size times in a row, as a GRPO step's rows are.
+  const data::PromptFormatter formatter(c.data, w.base_model);
+  const std::vector<data::TaskRecord> records = data::read_dataset(data::train_file(c.data), c.data);
+  const int64_t group = std::max<int64_t>(1, c.grpo.group_size);
+  for (const data::TaskRecord& r : records) {
+    if (int64_t(w.prompts.size()) >= o.sequences) break;
+    const std::vector<int32_t> ids = train::prompt_ids(r, formatter, p.tokenizer);
+    if (int64_t(ids.size()) + o.new_tokens > w.model.max_seq_len) continue;
+    for (int64_t g = 0; g < group && int64_t(w.prompts.size()) < o.sequences; ++g) w.prompts.push_back(ids);
+  }
+  if (w.prompts.empty())
+    throw UserError("bench generate --config " + opt.config + ": no training record of " +
+                    data::train_file(c.data).string() + " leaves room for " + std::to_string(o.new_tokens) +
+                    " new tokens within model.max_seq_len (" + std::to_string(w.model.max_seq_len) + ")");
+  for (std::size_t i = 0; int64_t(w.prompts.size()) < o.sequences; ++i) w.prompts.push_back(w.prompts[i]);
+  return w;
 }
 
 }  // namespace
 
-void run_generate_bench(const GenerateBenchOptions& opt, std::ostream& out) {
+void run_generate_bench(const GenerateBenchOptions& options, std::ostream& out) {
+  std::optional<ConfigWork> work;
+  if (!options.config.empty()) work = config_work(options);
+  const GenerateBenchOptions& opt = work ? work->options : options;
   at::set_num_threads(resolve_threads(opt.threads));
   const torch::Device device(opt.device);
   model::ModelConfig cfg;  // the default model shape (configs use it for the embedded tasks)
   torch::Tensor master;
-  if (opt.model.empty()) {
+  if (work) {
+    cfg = work->model;
+    master = std::move(work->master);
+  } else if (opt.model.empty()) {
     cfg.vocab_size = 32;  // about the size of the embedded tasks' character tokenizers
     master = torch::empty({model::llama_layout(cfg).total});
     model::init_llama_weights(model::llama_layout(cfg), cfg, master, 1);
@@ -79,7 +163,7 @@ void run_generate_bench(const GenerateBenchOptions& opt, std::ostream& out) {
     cfg = loaded.config;
     master = std::move(loaded.flat);
   }
-  if (opt.prompt_tokens + opt.new_tokens > cfg.max_seq_len) {
+  if (!work && opt.prompt_tokens + opt.new_tokens > cfg.max_seq_len) {
     if (!opt.model.empty())
       throw UserError("bench generate: --prompt-tokens + --new-tokens (" + std::to_string(opt.prompt_tokens + opt.new_tokens) +
                       ") exceed the model's context (" + std::to_string(cfg.max_seq_len) + ")");
@@ -87,22 +171,38 @@ void run_generate_bench(const GenerateBenchOptions& opt, std::ostream& out) {
   }
   const model::ParamLayout layout = model::llama_layout(cfg);
 
-  torch::manual_seed(0);
-  std::vector<std::vector<int32_t>> prompts(opt.sequences);
-  for (auto& p : prompts)
-    for (int64_t i = 0; i < opt.prompt_tokens; ++i) p.push_back(int32_t(torch::randint(4, cfg.vocab_size, {1}).item<int64_t>()));
-
+  std::vector<std::vector<int32_t>> prompts;
   rollout::GenerateOptions o;
-  o.sampling.max_new_tokens = opt.new_tokens;  // no EOS: every sequence generates all tokens
-  const double tokens = double(opt.sequences * opt.new_tokens);
+  if (work) {
+    prompts = work->prompts;
+    o = work->generate;
+  } else {
+    torch::manual_seed(0);
+    prompts.resize(std::size_t(opt.sequences));
+    for (auto& p : prompts)
+      for (int64_t i = 0; i < opt.prompt_tokens; ++i) p.push_back(int32_t(torch::randint(4, cfg.vocab_size, {1}).item<int64_t>()));
+    o.sampling.max_new_tokens = opt.new_tokens;  // no EOS: every sequence generates all tokens
+  }
+  int64_t prompt_total = 0, prompt_max = 0;
+  for (const auto& p : prompts) {
+    prompt_total += int64_t(p.size());
+    prompt_max = std::max<int64_t>(prompt_max, int64_t(p.size()));
+  }
   Json result;
+  if (work) {
+    result["config"] = opt.config;
+    result["sampling"] = {{"temperature", o.sampling.temperature}, {"top_k", o.sampling.top_k},
+                          {"top_p", o.sampling.top_p}, {"stop_ids", o.stop_ids}};
+  }
   result["sequences"] = opt.sequences;
-  result["prompt_tokens"] = opt.prompt_tokens;
+  result["prompt_tokens"] = work ? Json(double(prompt_total) / double(prompts.size())) : Json(opt.prompt_tokens);
+  result["prompt_tokens_max"] = prompt_max;
   result["new_tokens"] = opt.new_tokens;
   result["repeats"] = opt.repeats;
   result["model"] = {{"dim", cfg.dim}, {"n_layers", cfg.n_layers}, {"n_heads", cfg.n_heads},
                      {"vocab_size", cfg.vocab_size}, {"params", layout.total}};
-  if (!opt.model.empty()) result["model"]["path"] = opt.model;
+  if (work) result["model"]["path"] = work->base_model;
+  else if (!opt.model.empty()) result["model"]["path"] = opt.model;
   result["device"] = device.str();
   result["threads"] = at::get_num_threads();
   std::vector<std::pair<std::string, rollout::DecodeMode>> modes;  // --decode: config name, mode
@@ -117,15 +217,15 @@ void run_generate_bench(const GenerateBenchOptions& opt, std::ostream& out) {
     Json r;
     for (std::size_t i = 0; i < modes.size(); ++i) {
       o.sampling.decode = modes[i].second;
-      const auto seconds = time_runs(m, prompts, o, opt.repeats);
-      if (i == 0) r.update(throughput(seconds, tokens, "kv"));
-      r.update(throughput(seconds, tokens, ("kv_" + modes[i].first).c_str()));
+      const std::vector<Run> runs = time_runs(m, prompts, o, opt.repeats);
+      if (i == 0) r.update(throughput(runs, "kv"));
+      r.update(throughput(runs, ("kv_" + modes[i].first).c_str()));
     }
     o.sampling.decode = modes[0].second;
     if (opt.recompute) {
       o.use_cache = false;
       // The baseline is ~30x slower: at most 2 timed runs of it.
-      r.update(throughput(time_runs(m, prompts, o, std::min(opt.repeats, 2)), tokens, "recompute"));
+      r.update(throughput(time_runs(m, prompts, o, std::min(opt.repeats, 2)), "recompute"));
       r["kv_speedup"] = r["kv_tokens_per_s"].get<double>() / r["recompute_tokens_per_s"].get<double>();
     }
     result[name] = r;
@@ -135,11 +235,17 @@ void run_generate_bench(const GenerateBenchOptions& opt, std::ostream& out) {
     out << result.dump() << "\n";
     return;
   }
-  out << "unstuck bench generate: " << opt.sequences << " sequences x " << opt.new_tokens
-      << " new tokens (prompt " << opt.prompt_tokens << "), model "
-      << (opt.model.empty() ? std::string("(default shape)") : opt.model) << " dim " << cfg.dim << " x "
+  out << "unstuck bench generate: " << opt.sequences << " sequences x " << (work ? "up to " : "") << opt.new_tokens
+      << " new tokens (prompt " << (work ? std::to_string(prompt_max) + " at most" : std::to_string(opt.prompt_tokens))
+      << "), model " << (work ? work->base_model : opt.model.empty() ? std::string("(default shape)") : opt.model)
+      << " dim " << cfg.dim << " x "
       << cfg.n_layers << " layers, " << layout.total << " params, " << device.str() << ", "
-      << result["threads"].get<int>() << " threads\n\n";
+      << result["threads"].get<int>() << " threads\n";
+  if (work)
+    out << "the work of " << opt.config << ": rollout temperature " << o.sampling.temperature << ", top_k "
+        << o.sampling.top_k << ", top_p " << o.sampling.top_p << ", stops at " << o.stop_ids.size()
+        << " token id(s); compute " << opt.dtype << " (precision.mode); tokens/s counts the tokens generated\n";
+  out << "\n";
   out << std::left << std::setw(8) << "compute" << std::right << std::setw(30) << "KV cache tok/s (range)"
       << std::setw(30) << "recompute tok/s (range)" << std::setw(10) << "speedup" << "\n";
   const auto cell = [&](const Json& r, const std::string& p) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace unstuck::bench {
 
@@ -21,6 +22,12 @@ struct GenerateBenchOptions {
   std::string model;               // a model directory (Hugging Face layout); empty: the default shape, random
   std::string device = "cpu";      // cpu, cuda or cuda:N
   std::string decode = "auto";     // rollout.decode modes to time, comma-separated (the first is kv_*)
+  // A run config: its work is timed (the policy grpo.base_model, the first grpo.prompts_per_step
+  // training prompts formatted as training formats them, each grpo.group_size times, sampled as its
+  // rollout section says, stopping at the model's stop tokens; precision.mode's compute dtype,
+  // precision.threads, run.device). Options named in `given` override it. KV path only.
+  std::string config;
+  std::vector<std::string> given;  // the options given on the command line ("--sequences", ...)
 };
 
 void run_generate_bench(const GenerateBenchOptions& options, std::ostream& out);

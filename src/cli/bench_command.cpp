@@ -70,7 +70,17 @@ void add_bench_command(CLI::App& app) {
                        "rollout.decode modes to time, comma-separated: auto, dynamic, fixed, graphs (the first is the "
                        "kv_* figure)")
       ->capture_default_str();
-  generate->callback([gen] { bench::run_generate_bench(*gen, std::cout); });
+  generate->add_option("--config", gen->config,
+                       "time this run config's rollout: its policy (grpo.base_model, or --model), its first "
+                       "grpo.prompts_per_step training prompts x grpo.group_size, its rollout sampling and stop tokens, "
+                       "precision.mode's dtype, precision.threads, run.device; the options above override it");
+  generate->callback([gen, generate] {
+    for (const char* name : {"--sequences", "--prompt-tokens", "--new-tokens", "--threads", "--dtype", "--device", "--decode"})
+      if (generate->count(name) > 0) gen->given.push_back(name);
+    if (!gen->config.empty() && generate->count("--prompt-tokens") > 0)
+      throw UserError("bench generate: --prompt-tokens and --config: with a config the prompts are its training prompts");
+    bench::run_generate_bench(*gen, std::cout);
+  });
 
   auto step = std::make_shared<bench::StepBenchOptions>();
   CLI::App* step_cmd = bench->add_subcommand(

@@ -298,19 +298,15 @@ void add_score(CLI::App& parent) {
   cmd->callback([args] { score(*args); });
 }
 
-const char* scorer_kind(const reward::RewardConfig& c) {
-  if (!c.terms.empty()) return "reward.terms";
-  if (!c.function.path.empty()) return "reward.function";
-  if (!c.command.empty()) return "reward.command";
-  return "reward.verifier";
-}
-
 // "reward.function fn.py:compute_score", "reward.terms (2)", "reward.verifier code", ...
 std::string scorer_text(const reward::RewardConfig& c, const std::string& verifier) {
-  if (!c.terms.empty()) return "reward.terms (" + std::to_string(c.terms.size()) + " terms)";
-  if (!c.function.path.empty())
-    return "reward.function " + c.function.path + (c.function.name.empty() ? "" : ":" + c.function.name);
-  if (!c.command.empty()) return "reward.command " + c.command.front();
+  switch (reward::scorer_kind(c)) {
+    case reward::ScorerKind::terms: return "reward.terms (" + std::to_string(c.terms.size()) + " terms)";
+    case reward::ScorerKind::function:
+      return "reward.function " + c.function.path + (c.function.name.empty() ? "" : ":" + c.function.name);
+    case reward::ScorerKind::command: return "reward.command " + c.command.front();
+    case reward::ScorerKind::verifier: break;
+  }
   return "the " + verifier + " verifier";
 }
 
@@ -354,7 +350,7 @@ void time_configured_scorer(const std::string& config, const std::vector<std::st
   const nlohmann::ordered_json result = {
       {"config", config},
       {"input", input},
-      {"scorer", scorer_kind(in.args.config)},
+      {"scorer", reward::scorer_key(reward::scorer_kind(in.args.config))},
       {"verifier", verifier},
       {"completions", in.scored.size()},
       {"start_seconds", start_seconds},

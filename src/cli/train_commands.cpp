@@ -74,6 +74,10 @@ void add_sft(CLI::App& app) {
     const train::SftResult r = train::run_sft(load_run_config(a->config, a->overrides));
     std::cout << "greedy test accuracy " << r.accuracy << " after " << r.steps << " steps ("
               << r.seconds << " s); model: " << r.model_dir.string() << "\n";
+    if (r.health_failed) {
+      std::cerr << "error: the run failed: " << r.health_summary << "\n";
+      throw ExitCode{3};
+    }
   });
 }
 

@@ -1,4 +1,4 @@
-// Resident-set figures from /proc/self/status; memory ceilings from the cgroup files and /proc/meminfo.
+// Resident-set figures from /proc/self/status (and the descendants' /proc/<pid>/stat); memory ceilings from the cgroup files and /proc/meminfo.
 #include "unstuck/common/memory_usage.h"
 
 #include <time.h>
@@ -6,11 +6,15 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
-#include <limits>
 #include <iterator>
+#include <limits>
+#include <map>
 #include <sstream>
 #include <string>
+#include <system_error>
+#include <vector>
 
 namespace unstuck {
 namespace {
@@ -97,6 +101,44 @@ int64_t current_rss_bytes() { return status_kib("VmRSS") * 1024; }
 
 int64_t peak_rss_bytes() { return status_kib("VmHWM") * 1024; }
 
+int64_t descendants_rss_bytes() {
+  // Every process's parent and resident pages from /proc/<pid>/stat (fields 4 and 24, after the
+  // command name in parentheses, which may hold spaces), then the tree under this process.
+  std::map<long, std::vector<long>> children;
+  std::map<long, int64_t> rss_pages;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    const std::string stat((std::istreambuf_iterator<char>(in)), {});
+    const std::size_t close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 > stat.size()) continue;  // gone meanwhile
+    std::istringstream fields(stat.substr(close + 2));
+    std::string field;
+    long ppid = -1;
+    int64_t rss = 0;
+    for (int i = 3; i <= 24 && fields >> field; ++i) {
+      if (i == 4) ppid = std::stol(field);
+      if (i == 24) rss = std::stoll(field);
+    }
+    const long pid = std::stol(name);
+    children[ppid].push_back(pid);
+    rss_pages[pid] = rss;
+  }
+  const long page = ::sysconf(_SC_PAGESIZE);
+  int64_t total = 0;
+  std::vector<long> todo{long(::getpid())};
+  while (!todo.empty()) {
+    const long pid = todo.back();
+    todo.pop_back();
+    for (long child : children[pid]) {
+      total += rss_pages[child] * (page > 0 ? page : 4096);
+      todo.push_back(child);
+    }
+  }
+  return total;
+}
 
 double seconds_since_process_start() {
   std::ifstream in("/proc/self/stat");

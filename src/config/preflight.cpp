@@ -320,8 +320,15 @@ double MemoryPlan::host_bytes() const {
   return t;
 }
 
+double MemoryPlan::other_process_bytes() const {
+  double t = 0;
+  for (const MemoryPart& p : parts)
+    if (p.other_process && on_device(p)) t += p.bytes;
+  return t;
+}
+
 double MemoryPlan::phase_peak(const std::string& phase) const {
-  return phase == "load" ? baseline + phase_bytes(phase) : held() + phase_bytes(phase);
+  return phase == "load" ? baseline + other_process_bytes() + phase_bytes(phase) : held() + phase_bytes(phase);
 }
 
 std::vector<std::string> MemoryPlan::phases() const {
@@ -358,6 +365,12 @@ MemoryPlan plan_memory(const RunConfig& c, const std::string& command, const Mem
   std::vector<MemoryPart>& parts = plan.parts;
   if (command == "train") {
     train_parts(c, in, parts);
+    if (in.reward_workers > 0)
+      parts.push_back({"reward workers: " + num(in.reward_workers) + " process(es) beside this one, resident at start "
+                       "(measured; each may grow to its memory_mb)",
+                       "reward.function.workers / reward.code.workers (or the terms'): " + num(in.reward_workers),
+                       in.reward_worker_bytes, "lower reward.function.workers (reward.code.workers for the code verifier)",
+                       "", /*host=*/true, /*other_process=*/true});
   } else {
     // Weights: eval holds the FP32 weights and a compute copy; SFT adds gradients, the AdamW moments
     // and the starting point: ~6 FP32 copies.

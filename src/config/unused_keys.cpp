@@ -29,14 +29,17 @@ struct Rule {
 std::set<std::string> builtin_verifiers(const RunConfig& c) {
   const reward::RewardConfig& r = c.reward;
   std::set<std::string> names;
-  if (!r.terms.empty()) {
-    for (const reward::RewardTerm& t : r.terms) {
-      if (t.function.path.empty() && t.command.empty() && !t.verifier.empty()) names.insert(t.verifier);
-    }
-    return names;
+  switch (reward::scorer_kind(r)) {
+    case reward::ScorerKind::terms:
+      for (std::size_t i = 0; i < r.terms.size(); ++i) {
+        const reward::RewardConfig term = reward::term_config(r, i);
+        if (reward::scorer_kind(term) == reward::ScorerKind::verifier && !term.verifier.empty()) names.insert(term.verifier);
+      }
+      break;
+    case reward::ScorerKind::function:
+    case reward::ScorerKind::command: break;
+    case reward::ScorerKind::verifier: names.insert(reward::verifier_name(r, config::enum_name(c.data.task))); break;
   }
-  if (!r.function.path.empty() || !r.command.empty()) return names;
-  names.insert(reward::verifier_name(r, config::enum_name(c.data.task)));
   return names;
 }
 

@@ -210,6 +210,46 @@ void validate(const RewardConfig& config, const std::string& prefix) {
   if (!any_weight) throw UserError(tp + ": every weight is 0, so every reward would be 0");
 }
 
+ScorerKind scorer_kind(const RewardConfig& config) {
+  if (!config.terms.empty()) return ScorerKind::terms;
+  if (!config.function.path.empty()) return ScorerKind::function;
+  if (!config.command.empty()) return ScorerKind::command;
+  return ScorerKind::verifier;
+}
+
+const char* scorer_key(ScorerKind kind) {
+  switch (kind) {
+    case ScorerKind::terms: return "reward.terms";
+    case ScorerKind::function: return "reward.function";
+    case ScorerKind::command: return "reward.command";
+    case ScorerKind::verifier: break;
+  }
+  return "reward.verifier";
+}
+
+RewardConfig term_config(const RewardConfig& config, std::size_t i) {
+  RewardConfig single = config;
+  single.terms.clear();
+  single.verifier = config.terms.at(i).verifier;
+  single.function = config.terms.at(i).function;
+  single.command = config.terms.at(i).command;
+  return single;
+}
+
+int64_t scorer_workers(const RewardConfig& config) {
+  switch (scorer_kind(config)) {
+    case ScorerKind::terms: {
+      int64_t n = 0;
+      for (std::size_t i = 0; i < config.terms.size(); ++i) n += scorer_workers(term_config(config, i));
+      return n;
+    }
+    case ScorerKind::function:
+    case ScorerKind::command: return config.function.workers;
+    case ScorerKind::verifier: break;
+  }
+  return 0;
+}
+
 std::vector<std::string> term_names(const RewardConfig& config) {
   std::vector<std::string> names;
   for (const RewardTerm& t : config.terms)
@@ -221,11 +261,10 @@ std::vector<std::string> term_names(const RewardConfig& config) {
 }
 
 ErrorLimit error_limit(const RewardConfig& config, const std::string& verifier_name) {
-  const FunctionConfig& f = config.function;
-  if (config.terms.empty()) {
-    const std::string scorer = !f.path.empty() ? "reward.function" : !config.command.empty() ? "reward.command"
-                                                                                             : "reward.verifier " + verifier_name;
-    return {f.max_error_frac, "reward.function.max_error_frac", scorer};
+  const ScorerKind kind = scorer_kind(config);
+  if (kind != ScorerKind::terms) {
+    const std::string scorer = scorer_key(kind) + (kind == ScorerKind::verifier ? " " + verifier_name : "");
+    return {config.function.max_error_frac, "reward.function.max_error_frac", scorer};
   }
   ErrorLimit limit{1.0, "", "reward.terms"};
   for (std::size_t i = 0; i < config.terms.size(); ++i) {
@@ -249,22 +288,18 @@ std::vector<std::string> verifier_names() { return {"math", "arithmetic", "count
 
 std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardConfig& config) {
   validate(config);
-  if (!config.terms.empty()) {
-    std::vector<TermsVerifier::Term> terms;
-    const std::vector<std::string> names = term_names(config);
-    for (std::size_t i = 0; i < config.terms.size(); ++i) {
-      const RewardTerm& t = config.terms[i];
-      RewardConfig single = config;
-      single.terms.clear();
-      single.verifier = t.verifier;
-      single.function = t.function;
-      single.command = t.command;
-      terms.push_back({names[i], t.weight, make_verifier(t.verifier, single)});
+  switch (scorer_kind(config)) {
+    case ScorerKind::terms: {
+      std::vector<TermsVerifier::Term> terms;
+      const std::vector<std::string> names = term_names(config);
+      for (std::size_t i = 0; i < config.terms.size(); ++i)
+        terms.push_back({names[i], config.terms[i].weight, make_verifier(config.terms[i].verifier, term_config(config, i))});
+      return std::make_unique<TermsVerifier>(std::move(terms));
     }
-    return std::make_unique<TermsVerifier>(std::move(terms));
+    case ScorerKind::function: return make_function_verifier(config);
+    case ScorerKind::command: return make_command_verifier(config);
+    case ScorerKind::verifier: break;
   }
-  if (!config.function.path.empty()) return make_function_verifier(config);
-  if (!config.command.empty()) return make_command_verifier(config);
   if (name == "code") return make_code_verifier(config);  // pass or fail: no format credit
   std::unique_ptr<Verifier> correctness;
   if (name == "math") {

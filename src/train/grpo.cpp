@@ -117,7 +117,7 @@ std::unique_ptr<GrpoTrainer> make_trainer(RunPlan& plan, dist::Communicator& com
   auto trainer = std::make_unique<GrpoTrainer>(
       cfg, plan.ctx, comm, std::move(master), plan.train.kept,
       std::vector<data::TaskRecord>(test.begin() + test_begin, test.begin() + test_end), device, plan.compute,
-      std::move(base));
+      std::move(base), std::move(plan.scorer));
   startup.mark("trainer");
   const TrainableWeights& weights = trainer->weights();
   if (comm.rank() == 0)  // the precision actually used
@@ -163,6 +163,7 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
                    plan.resumed ? plan.resumed->skipped_steps : 0);
   const auto finish = [&](int64_t steps) {
     result.steps = steps;
+    health.end_of_run();
     result.health_summary = health.summary();
     result.health_failed = health.failed();
     if (health.warnings().empty() && !health.failed()) spdlog::info("{}", result.health_summary);
@@ -248,6 +249,7 @@ GrpoResult run_grpo(RunConfig cfg, const std::filesystem::path& resume, dist::Co
   RunRequest request;
   request.command = "train";
   request.resume = resume;
+  request.keep_scorer = true;  // the reward workers start once, in the plan
   RunPlan plan = plan_run(std::move(cfg), request, comm, &startup);
   open_run(plan);
   startup.mark("run directory");

@@ -150,7 +150,7 @@ int64_t RolloutBatch::forward_positions(int64_t begin, int64_t end) const {
 GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm,
                          torch::Tensor master, const std::vector<data::TaskRecord>& train,
                          std::vector<data::TaskRecord> my_test, torch::Device device,
-                         precision::ComputeMode compute, FrozenBase base)
+                         precision::ComputeMode compute, FrozenBase base, std::shared_ptr<reward::Verifier> scorer)
     : cfg_(config),
       ctx_(ctx),
       comm_(comm),
@@ -167,7 +167,7 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
                           torch::Tensor()},
                device),
       verifier_name_(reward::verifier_name(config.reward, config::enum_name(config.data.task))),
-      verifier_(reward::make_verifier(verifier_name_, config.reward)),
+      verifier_(scorer ? std::move(scorer) : std::shared_ptr<reward::Verifier>(reward::make_verifier(verifier_name_, config.reward))),
       order_(train.size(), ctx.seeds.data),
       // Rollouts draw counter-based uniforms (rollout::sampling_uniforms); this generator is never
       // advanced by training and stays in checkpoints (rng.bin) only for their format.

@@ -79,7 +79,8 @@ class GrpoTrainer {
   // (moved to `device`); the reference is the base without the adapters (no copy of it).
   GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm, torch::Tensor master,
               const std::vector<data::TaskRecord>& train, std::vector<data::TaskRecord> my_test,
-              torch::Device device, precision::ComputeMode compute, FrozenBase base = {});
+              torch::Device device, precision::ComputeMode compute, FrozenBase base = {},
+              std::shared_ptr<reward::Verifier> scorer = nullptr);
 
   // One rollout batch: sample, score, update; returns its metrics line, reduced across ranks.
   MetricsLine step(int64_t step);
@@ -224,7 +225,7 @@ class GrpoTrainer {
   std::unique_ptr<Fp8Channels> start_fp8_;                 // FP8 modes: the start weights' channels
   std::unique_ptr<Fp8Channels> base_fp8_;                  // grpo.round_base_to_fp8: the unrounded base's
   std::string verifier_name_;  // reward.verifier, or data.task's
-  std::unique_ptr<reward::Verifier> verifier_;
+  std::shared_ptr<reward::Verifier> verifier_;
   RecordOrder order_;
   at::Generator sampling_;
   rollout::GenerateOptions gen_opts_;

@@ -8,9 +8,8 @@
 namespace unstuck::train {
 
 std::optional<std::string> PeakCheck::after(const std::string& phase, double measured, int64_t step) {
-  const std::vector<std::string> phases = plan_.phases();
-  const bool planned = std::find(phases.begin(), phases.end(), phase) != phases.end();
-  if (planned) planned_so_far_ = std::max(planned_so_far_, plan_.phase_peak(phase));
+  const bool planned = std::find(phases_.begin(), phases_.end(), phase) != phases_.end();
+  if (planned) planned_so_far_ = std::max(planned_so_far_, plan_.phase_peak(phase) - plan_.other_process_bytes());
   if (warned_ || planned_so_far_ <= 0) return std::nullopt;
   const double limit = planned_so_far_ * kPeakRatio + allowance_;
   if (measured <= limit) return std::nullopt;

@@ -19,14 +19,16 @@ std::optional<double> number(const nlohmann::ordered_json& m, const char* key) {
 
 }  // namespace
 
-RunHealth::RunHealth(int64_t optimizer_steps_per_step, int64_t steps, int64_t skipped_before, HealthThresholds t)
+RunHealth::RunHealth(int64_t optimizer_steps_per_step, int64_t steps, int64_t skipped_before, HealthThresholds t,
+                     std::string who)
     : per_step_(std::max<int64_t>(1, optimizer_steps_per_step)),
       window_(std::max<int64_t>(1, std::min(t.window, steps / 2))),
       t_(t),
+      who_(std::move(who)),
       last_skipped_total_(skipped_before) {}
 
 void RunHealth::warn(int64_t step, const std::string& signal, const std::string& text) {
-  spdlog::warn("train: step {}: {}", step, text);
+  spdlog::warn("{}: step {}: {}", who_, step, text);
   warnings_.push_back(fmt::format("step {}: {}", step, text));
   signals_.push_back(signal);
 }
@@ -34,6 +36,7 @@ void RunHealth::warn(int64_t step, const std::string& signal, const std::string&
 void RunHealth::observe(const nlohmann::ordered_json& m) {
   ++observed_;
   const int64_t step = m.value("step", observed_);
+  last_step_ = step;
   // Optimizer steps skipped (non-finite gradients): skipped_steps counts them over the run.
   const int64_t total = m.value("skipped_steps", last_skipped_total_);
   const int64_t skipped = std::clamp<int64_t>(total - last_skipped_total_, 0, per_step_);
@@ -47,7 +50,7 @@ void RunHealth::observe(const nlohmann::ordered_json& m) {
                      "weights have not changed; lower optim.lr or raise precision.loss_scale.min_scale",
                      window_));
   // Non-finite values where the policy's logits enter: the entropy and the log-probabilities.
-  for (const char* key : {"entropy", "logprob_mismatch", "kl_ref_k3", "reward_mean"}) {
+  for (const char* key : {"entropy", "logprob_mismatch", "kl_ref_k3", "reward_mean", "loss"}) {
     const std::optional<double> x = number(m, key);
     if (!nonfinite_warned_ && x && !std::isfinite(*x)) {
       nonfinite_warned_ = true;
@@ -55,6 +58,8 @@ void RunHealth::observe(const nlohmann::ordered_json& m) {
            fmt::format("{} is {}: the policy's logits are not finite (diverged weights); lower optim.lr", key, *x));
     }
   }
+  if (const std::optional<double> loss = number(m, "loss"); t_.loss_must_fall && loss && std::isfinite(*loss))
+    losses_.push_back(*loss);
   // Entropy collapse: far below the first step's, and near zero.
   if (const std::optional<double> e = number(m, "entropy"); e && std::isfinite(*e)) {
     if (first_entropy_ < 0) first_entropy_ = *e;
@@ -91,13 +96,29 @@ void RunHealth::observe(const nlohmann::ordered_json& m) {
                                              : std::string()));
 }
 
+void RunHealth::end_of_run() {
+  if (!t_.loss_must_fall || losses_.size() < 2) return;
+  // Means of the first and the last window of steps (half the steps each in a short run).
+  const std::size_t n = std::min<std::size_t>(std::size_t(window_), losses_.size() / 2);
+  double first = 0, last = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    first += losses_[i] / double(n);
+    last += losses_[losses_.size() - n + i] / double(n);
+  }
+  if (last >= first)
+    warn(last_step_, "loss",
+         fmt::format("the loss did not fall: {:.4g} over the last {} step(s) against {:.4g} over the first {}; the "
+                     "model has not learned (raise optim.lr if it stayed, lower it if it rose; check sft.warmup_steps)",
+                     last, n, first, n));
+}
+
 bool RunHealth::failed() const {
   return optimizer_steps_ > 0 && double(skipped_) > t_.failed_skip_fraction * double(optimizer_steps_);
 }
 
 std::string RunHealth::summary() const {
-  std::string out = fmt::format("train: health over {} step(s): {} of {} optimizer steps skipped", observed_, skipped_,
-                                optimizer_steps_);
+  std::string out = fmt::format("{}: health over {} step(s): {} of {} optimizer steps skipped", who_, observed_,
+                                skipped_, optimizer_steps_);
   if (warnings_.empty()) return out + "; no warnings";
   out += fmt::format("; {} warning(s):", warnings_.size());
   for (const std::string& w : warnings_) out += "\n  " + w;

@@ -185,9 +185,11 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   // The data: prompts longer than max_seq_len - max_new_tokens are dropped and counted.
   plan_train_data(plan);
   mark("data");
-  // reward.function / reward.command / the code verifier (or reward.terms with them): one worker (one
-  // sandbox) starts and proves it can score, then stops (the trainer starts its own): a scorer that
-  // cannot start is refused before anything is written.
+  // reward.function / reward.command / the code verifier (or reward.terms with them) must prove they
+  // can start before anything is written. `train` starts the run's workers here and keeps them for the
+  // trainer (started once); a check starts one worker (one sandbox) and stops it. The workers'
+  // resident memory, measured here, is in the memory plan (other processes on this machine).
+  MemoryPlanInputs in;
   const reward::RewardConfig& rc = plan.config.reward;
   const std::string verifier = reward::verifier_name(rc, config::enum_name(plan.config.data.task));
   if (reward::scorer_can_fail(rc, verifier)) {
@@ -198,15 +200,25 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
     check_file(rc.function.path, "reward.function.path");
     for (std::size_t i = 0; i < rc.terms.size(); ++i)
       check_file(rc.terms[i].function.path, "reward.terms[" + std::to_string(i) + "].function.path");
-    reward::RewardConfig probe = rc;
-    probe.function.workers = 1;
-    probe.code.workers = 1;
-    for (reward::RewardTerm& t : probe.terms) t.function.workers = 1;
-    reward::make_verifier(verifier, probe);
+    in.reward_workers = reward::scorer_workers(rc);
+    const double before = double(descendants_rss_bytes());
+    if (request.keep_scorer) {
+      plan.scorer = reward::make_verifier(verifier, rc);
+      in.reward_worker_bytes = std::max(0.0, double(descendants_rss_bytes()) - before);
+    } else {
+      reward::RewardConfig probe = rc;
+      probe.function.workers = 1;
+      probe.code.workers = 1;
+      for (reward::RewardTerm& t : probe.terms) t.function.workers = 1;
+      const auto started = reward::make_verifier(verifier, probe);
+      const int64_t probes = reward::scorer_workers(probe);  // one per function or command
+      if (probes > 0)
+        in.reward_worker_bytes = std::max(0.0, double(descendants_rss_bytes()) - before) / double(probes) *
+                                 double(in.reward_workers);
+    }
     mark("reward scorer");
   }
   // Memory, sized by the longest prompt kept (GRPO rows are that plus rollout.max_new_tokens).
-  MemoryPlanInputs in;
   in.longest_prompt = std::min(plan.max_prompt_tokens, std::max(plan.train.longest, plan.test.longest));
   in.baseline_bytes = plan.device.kind == DeviceKind::cpu ? double(current_rss_bytes()) : 0.0;
   plan.weight_file_bytes = weight_file_bytes(base);
@@ -296,10 +308,11 @@ nlohmann::json memory_json(const MemoryPlan& plan, const MemoryLimit& limit) {
   nlohmann::json parts = nlohmann::json::array(), phases = nlohmann::json::object();
   for (const MemoryPart& p : plan.parts)
     parts.push_back({{"what", p.what}, {"phase", p.phase.empty() ? "held" : p.phase}, {"bytes", p.bytes},
-                     {"keys", p.keys}, {"knob", p.knob}, {"host", !plan.on_device(p)}});
+                     {"keys", p.keys}, {"knob", p.knob}, {"host", !plan.on_device(p)},
+                     {"other_process", p.other_process}});
   for (const std::string& ph : plan.phases()) phases[ph] = plan.phase_peak(ph);
   return {{"peak_bytes", plan.peak()}, {"peak_phase", plan.peak_phase()}, {"held_bytes", plan.held()},
-          {"host_bytes", plan.host_bytes()},
+          {"host_bytes", plan.host_bytes()}, {"other_process_bytes", plan.other_process_bytes()},
           {"baseline_bytes", plan.baseline}, {"phase_peak_bytes", phases}, {"parts", parts},
           {"limit_bytes", limit.bytes}, {"limit", limit.where}, {"ranks_sharing_limit", limit.ranks}};
 }

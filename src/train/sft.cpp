@@ -23,6 +23,7 @@
 #include "unstuck/train/record_order.h"
 #include "unstuck/train/run_plan.h"
 #include "unstuck/train/skip_guard.h"
+#include "train/run_health.h"
 #include "unstuck/train/torch_device.h"
 #include "unstuck/train/trainable_weights.h"
 
@@ -100,6 +101,10 @@ SftResult run_sft(RunConfig config) {
   int64_t tokens_seen = 0;
   auto t_last = std::chrono::steady_clock::now();
   SkipGuard skip_guard(cfg, "sft");
+  HealthThresholds thresholds;
+  thresholds.loss_must_fall = true;
+  RunHealth health(1, cfg.sft.steps, 0, thresholds, "sft");
+  int64_t skipped_steps = 0;
   for (int64_t step = 1; step <= cfg.sft.steps; ++step) {
     std::vector<std::size_t> idx;
     while (int64_t(idx.size()) < cfg.sft.batch_size) idx.push_back(order.next());
@@ -117,7 +122,10 @@ SftResult run_sft(RunConfig config) {
                                    cfg.sft.warmup_steps, cfg.sft.min_lr_ratio);
     const OptimizerStepStats st = weights.optimizer_step(cfg.optim, lr);
     skip_guard.record(step, st.skipped, st.loss_scale, lr);
-    loss_sum += loss.item<double>();
+    const double step_loss = loss.item<double>();
+    loss_sum += step_loss;
+    skipped_steps += st.skipped ? 1 : 0;
+    health.observe({{"step", step}, {"loss", step_loss}, {"skipped_steps", skipped_steps}});
     tokens_seen += int64_t(host_mask.sum().item<double>());
 
     const bool last = step == cfg.sft.steps;
@@ -160,6 +168,12 @@ SftResult run_sft(RunConfig config) {
   result.accuracy = accuracy;
   result.steps = cfg.sft.steps;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  health.end_of_run();
+  result.health_summary = health.summary();
+  result.health_failed = health.failed();
+  if (health.warnings().empty() && !health.failed()) spdlog::info("{}", result.health_summary);
+  else spdlog::warn("{}", result.health_summary);
+  record_in_run_json(ctx, {{"health", health.to_json()}});
   io::write_json_file(result.model_dir / "sft_result.json",
                       {{"greedy_test_accuracy", result.accuracy}, {"eval_records", test_records.size()},
                        {"steps", result.steps}, {"seconds", result.seconds}});

@@ -261,5 +261,41 @@ TEST_F(RewardTerms, MistakesAreRefusedNamingTheItem) {
   EXPECT_EQ(again.reward.terms[1].weight, 0.5);
 }
 
+// One order decides which configured scorer scores, for make_verifier, the silence rule and the
+// benchmarks alike: terms, else a function, else a command, else the built-in verifier; a term's own
+// config is read the same way, and the workers a scorer keeps are counted from it.
+TEST(ScorerKind, OneOrderForEveryReader) {
+  RewardConfig c;
+  EXPECT_EQ(scorer_kind(c), ScorerKind::verifier);
+  EXPECT_STREQ(scorer_key(scorer_kind(c)), "reward.verifier");
+  EXPECT_EQ(scorer_workers(c), 0);
+  c.command = {"judge"};
+  c.function.workers = 3;
+  EXPECT_EQ(scorer_kind(c), ScorerKind::command);
+  EXPECT_EQ(scorer_workers(c), 3);
+  c.function.path = "f.py";
+  EXPECT_EQ(scorer_kind(c), ScorerKind::function);
+  EXPECT_STREQ(scorer_key(scorer_kind(c)), "reward.function");
+  RewardTerm math;
+  math.verifier = "math";
+  RewardTerm fn;
+  fn.function.path = "g.py";
+  fn.function.workers = 2;
+  RewardTerm cmd;
+  cmd.command = {"judge"};
+  cmd.function.workers = 4;
+  c.terms = {math, fn, cmd};
+  EXPECT_EQ(scorer_kind(c), ScorerKind::terms);
+  EXPECT_STREQ(scorer_key(scorer_kind(c)), "reward.terms");
+  EXPECT_EQ(scorer_kind(term_config(c, 0)), ScorerKind::verifier);
+  EXPECT_EQ(term_config(c, 0).verifier, "math");
+  EXPECT_EQ(scorer_kind(term_config(c, 1)), ScorerKind::function);
+  EXPECT_EQ(scorer_kind(term_config(c, 2)), ScorerKind::command);
+  EXPECT_TRUE(term_config(c, 2).terms.empty());
+  EXPECT_EQ(scorer_workers(c), 6);  // the function's 2 and the command's 4; the verifier runs here
+  EXPECT_EQ(error_limit(term_config(c, 0), "math").scorer, "reward.verifier math");
+  EXPECT_EQ(error_limit(term_config(c, 2), "math").scorer, "reward.command");
+}
+
 }  // namespace
 }  // namespace unstuck::reward

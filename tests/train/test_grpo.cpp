@@ -358,6 +358,44 @@ def always_fails(data_source, solution_str, ground_truth, extra_info=None):
   EXPECT_FALSE(fs::exists(dir_ / "runs" / "reward_missing"));
 }
 
+// The reward workers start once, in the plan, and the trainer scores with them (the module is
+// imported once per worker, not once more by a probe); their resident memory, measured at start, is
+// a part of the memory plan held by other processes, which the measured-peak check leaves out.
+TEST_F(GrpoTest, RewardWorkersStartOnceAndTheirMemoryIsPlanned) {
+  const fs::path file = dir_ / "counted_reward.py";
+  const fs::path starts = dir_ / "counted_reward.starts";
+  std::ofstream(file) << "import os\n"
+                         "with open(" << nlohmann::json(starts.string()).dump() << ", 'a') as f:\n"
+                         "    f.write(str(os.getpid()) + '\\n')\n"
+                         "ballast = b'x' * (64 << 20)  # 64 MiB resident in every worker\n"
+                         "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                         "    return 1.0 if solution_str.strip() else 0.0\n";
+  RunConfig c = grpo_config("reward_counted", precision::PrecisionMode::fp32);
+  c.grpo.steps = 1;
+  c.reward.function.path = file.string();
+  c.reward.function.name = "compute_score";
+  c.reward.function.python = UNSTUCK_PYTHON;
+  c.reward.function.workers = 2;
+  const GrpoResult r = run_grpo(c);
+  std::ifstream in(starts);
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) lines += line.empty() ? 0 : 1;
+  EXPECT_EQ(lines, 2) << "each of the 2 workers imports the module once; a probe worker would make 3";
+  const nlohmann::json run = nlohmann::json::parse(std::ifstream(r.run_dir / "run.json"));
+  const nlohmann::json& memory = run["plan"]["memory"];
+  const nlohmann::json* workers = nullptr;
+  for (const nlohmann::json& part : memory["parts"])
+    if (part["what"].get<std::string>().rfind("reward workers: 2 process(es)", 0) == 0) workers = &part;
+  ASSERT_NE(workers, nullptr) << memory.dump(1);
+  EXPECT_TRUE((*workers)["other_process"].get<bool>());
+  EXPECT_EQ((*workers)["phase"], "held");
+  const double bytes = (*workers)["bytes"].get<double>();
+  EXPECT_GE(bytes, 2 * 64.0 * (1 << 20)) << "two workers holding 64 MiB each";
+  EXPECT_LT(bytes, 2 * 1024.0 * (1 << 20));
+  EXPECT_EQ(memory["other_process_bytes"].get<double>(), bytes);
+  EXPECT_NE((*workers)["knob"].get<std::string>().find("reward.function.workers"), std::string::npos);
+}
+
 // A reward command (any program speaking the JSONL protocol; here a Python script) scores like the
 // built-in verifier, and its extra numbers are logged as reward_extra/<key> means; so are a verl
 // function's dict keys.

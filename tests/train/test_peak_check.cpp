@@ -65,5 +65,27 @@ TEST(PeakCheck, AGpuHasItsOwnAllowance) {
   EXPECT_TRUE(check.after("update", limit(plan, "update", kPeakAllowanceGpuBytes) + MiB, 1));
 }
 
+// The reward workers are other processes: the plan counts them against the machine (peak, load
+// included), and the check of this process's measured high-water leaves them out.
+TEST(PeakCheck, OtherProcessesPartsAreLeftOutOfThisProcesssPeak) {
+  MemoryPlan plan = toy_plan();
+  const double before = plan.peak();
+  plan.parts.push_back({"reward workers", "", 2000 * MiB, "", "", true, true});
+  EXPECT_DOUBLE_EQ(plan.peak(), before + 2000 * MiB);
+  EXPECT_DOUBLE_EQ(plan.phase_peak("load"), 150 * MiB + 2000 * MiB + 10 * MiB);
+  EXPECT_DOUBLE_EQ(plan.other_process_bytes(), 2000 * MiB);
+  PeakCheck check(plan, kPeakAllowanceCpuBytes);
+  // Over this process's own plan of the update: warned, though far below the plan with the workers.
+  const auto warning = check.after("update", limit(toy_plan(), "update", kPeakAllowanceCpuBytes) + MiB, 1);
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("(" + format_bytes(toy_plan().phase_peak("update")) + " for the phases run so far)"),
+            std::string::npos) << *warning;
+  // On a GPU they are host memory: neither in the device's peak nor subtracted from it.
+  plan.gpu = true;
+  EXPECT_DOUBLE_EQ(plan.other_process_bytes(), 0);
+  EXPECT_DOUBLE_EQ(plan.peak(), before);
+  EXPECT_DOUBLE_EQ(plan.host_bytes(), 2000 * MiB);
+}
+
 }  // namespace
 }  // namespace unstuck::train

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "train/run_health.h"
 
@@ -95,6 +96,47 @@ TEST(RunHealth, MostStepsSkippedFailsTheRun) {
   RunHealth half(2, 10);
   for (int64_t s = 1; s <= 10; ++s) half.observe(line(s, s));
   EXPECT_FALSE(half.failed());
+}
+
+// SFT's health (unstuck sft): its loss, non-finite or not falling, named with the "sft" prefix.
+TEST(RunHealth, SftWarnsWhenTheLossDoesNotFall) {
+  HealthThresholds t;
+  t.loss_must_fall = true;
+  const auto sft_run = [&](const std::vector<double>& losses) {
+    RunHealth h(1, int64_t(losses.size()), 0, t, "sft");
+    for (std::size_t i = 0; i < losses.size(); ++i)
+      h.observe({{"step", int64_t(i) + 1}, {"loss", losses[i]}, {"skipped_steps", 0}});
+    h.end_of_run();
+    return h;
+  };
+  // Falling: the last window (5 steps) below the first.
+  std::vector<double> falling;
+  for (int i = 0; i < 20; ++i) falling.push_back(3.0 * std::exp(-0.1 * i) + 0.05 * (i % 2));
+  const RunHealth good = sft_run(falling);
+  EXPECT_TRUE(good.warnings().empty()) << good.summary();
+  EXPECT_EQ(good.summary(), "sft: health over 20 step(s): 0 of 20 optimizer steps skipped; no warnings");
+  // Flat (a learning rate of 0) or rising (a diverging one): the loss did not fall, said once at the end.
+  for (const std::vector<double>& losses : {std::vector<double>(12, 2.5), std::vector<double>{2, 2, 2.1, 2.3, 2.8, 3, 3.5, 4}}) {
+    const RunHealth bad = sft_run(losses);
+    ASSERT_EQ(bad.warnings().size(), 1u) << bad.summary();
+    EXPECT_TRUE(has_signal(bad, "loss"));
+    EXPECT_NE(bad.warnings()[0].find("the loss did not fall"), std::string::npos) << bad.warnings()[0];
+    EXPECT_EQ(bad.warnings()[0].rfind("step " + std::to_string(losses.size()) + ":", 0), 0u) << bad.warnings()[0];
+    EXPECT_FALSE(bad.failed());  // a warning, not a failure
+  }
+  // A non-finite loss is named.
+  const RunHealth nan = sft_run({2.0, std::numeric_limits<double>::quiet_NaN(), 1.0, 0.5});
+  EXPECT_TRUE(has_signal(nan, "nonfinite"));
+  EXPECT_NE(nan.summary().find("loss is nan"), std::string::npos) << nan.summary();
+  // GRPO's lines are not held to a falling loss (it has no such key, and the check is off).
+  RunHealth grpo(1, 10);
+  for (int64_t s = 1; s <= 10; ++s) {
+    auto x = line(s);
+    x["loss"] = 1.0;
+    grpo.observe(x);
+  }
+  grpo.end_of_run();
+  EXPECT_TRUE(grpo.warnings().empty());
 }
 
 }  // namespace

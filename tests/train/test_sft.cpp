@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "unstuck/common/error.h"
@@ -73,6 +74,54 @@ TEST(Sft, LossFallsAndModelDirectoryLoadsBack) {
   std::string line;
   std::getline(g, line);
   EXPECT_EQ(line.rfind("1+2=\t", 0), 0u) << line;
+
+  // The run ends with its health, as `unstuck train` does: logged and in run.json.
+  EXPECT_EQ(r.health_summary, "sft: health over 60 step(s): 0 of 60 optimizer steps skipped; no warnings");
+  EXPECT_FALSE(r.health_failed);
+  const nlohmann::json run_json = nlohmann::json::parse(std::ifstream(run / "run.json"));
+  EXPECT_EQ(run_json["health"]["steps"], 60);
+  EXPECT_EQ(run_json["health"]["warnings"].size(), 0u);
+
+  // bench generate --config times that config's rollout: its policy, its training prompts x
+  // group_size, its sampling and stop tokens, its precision and threads; options override it.
+  const fs::path yaml = dir / "bench_generate.yaml";
+  std::ofstream(yaml) << "data: {task: arithmetic, train_path: " << (dir / "train.jsonl").string()
+                      << ", test_path: " << (dir / "test.jsonl").string() << "}\n"
+                      << "grpo: {base_model: " << r.model_dir.string() << ", prompts_per_step: 3, group_size: 2}\n"
+                      << "rollout: {max_new_tokens: 6, temperature: 0.7, top_k: 5}\n"
+                      << "precision: {mode: fp32, threads: 1}\n";
+  const auto bench = [&](const std::string& flags) {
+    const fs::path json = dir / "bench.json";
+    const std::string cmd = std::string(UNSTUCK_BINARY) + " bench generate --config " + yaml.string() +
+                            " --repeats 1 --json " + flags + " > " + json.string();
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return nlohmann::json::parse(std::ifstream(json));
+  };
+  const nlohmann::json b = bench("");
+  EXPECT_EQ(b["sequences"], 6);  // 3 prompts x 2
+  EXPECT_EQ(b["new_tokens"], 6);
+  EXPECT_EQ(b["threads"], 1);
+  EXPECT_EQ(b["sampling"]["temperature"], 0.7);
+  EXPECT_EQ(b["sampling"]["top_k"], 5);
+  EXPECT_FALSE(b["sampling"]["stop_ids"].empty());
+  EXPECT_EQ(b["model"]["path"], r.model_dir.string());
+  EXPECT_GT(b["prompt_tokens"].get<double>(), 2);  // "a+b=" formatted as training formats it
+  EXPECT_TRUE(b.contains("fp32") && !b.contains("bf16")) << b.dump();  // precision.mode fp32
+  EXPECT_GT(b["fp32"]["kv_tokens_per_s"].get<double>(), 0);
+  EXPECT_FALSE(b["fp32"].contains("recompute_tokens_per_s"));  // the user's rollout only
+  const nlohmann::json o = bench("--sequences 4 --dtype bf16");
+  EXPECT_EQ(o["sequences"], 4);
+  EXPECT_TRUE(o.contains("bf16") && !o.contains("fp32")) << o.dump();
+  EXPECT_EQ(o["sampling"]["temperature"], 0.7);
+  // A config whose base model is not there is named.
+  std::ofstream(yaml) << "grpo: {base_model: " << (dir / "no_model").string() << "}\n";
+  const std::string missing = std::string(UNSTUCK_BINARY) + " bench generate --config " + yaml.string() + " 2> " +
+                              (dir / "err.txt").string();
+  EXPECT_NE(std::system(missing.c_str()), 0);
+  std::ifstream err_in(dir / "err.txt");
+  const std::string err((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(err.find("grpo.base_model '" + (dir / "no_model").string() + "' is not a model directory"),
+            std::string::npos) << err;
   fs::remove_all(dir);
 }
 

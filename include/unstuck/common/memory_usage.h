@@ -13,6 +13,9 @@ namespace unstuck {
 int64_t current_rss_bytes();
 // Highest resident set size since the process started (VmHWM), in bytes; 0 when unknown.
 int64_t peak_rss_bytes();
+// Resident set size now of every process descended from this one (children, their children, ...;
+// the reward workers and their sandboxes), summed, in bytes; 0 when there are none.
+int64_t descendants_rss_bytes();
 
 // A memory ceiling the kernel enforces, and what is used of it now.
 struct MemoryCeiling {

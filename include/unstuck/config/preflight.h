@@ -22,6 +22,9 @@ struct MemoryPart {
   std::string knob;  // what to change when this part does not fit ("raise grpo.minibatches ..."); may be empty
   std::string phase;  // "" (held all run), "load", "rollout", "update", "log-probs", "optimizer", "checkpoint", "evaluation"
   bool host = false;  // in host memory even when the run computes on a GPU (precision.offload: optimizer)
+  // Held by other processes (the reward workers): counted against the machine's memory, never in
+  // this process's measured peak. Always also `host`.
+  bool other_process = false;
 };
 
 // What the plan is built from beyond the config.
@@ -38,11 +41,15 @@ struct MemoryPlanInputs {
   double weight_file_bytes = 0;
   // The run computes on a GPU: its parts marked `host` are host memory, planned apart.
   bool gpu = false;
+  // train: the reward workers the plan started and keeps for the run (reward.function, reward.command,
+  // the code verifier's sandboxes, or the terms'), and their resident memory measured then.
+  int64_t reward_workers = 0;
+  double reward_worker_bytes = 0;
 };
 
 // A run's memory per rank: what it holds all along plus, at each moment, the parts of one phase.
 // The peak is the largest phase's: baseline + held + that phase's parts, except "load", which
-// comes before the optimizer state exists (baseline + its own parts).
+// comes before the optimizer state exists (baseline + other processes' parts + its own parts).
 struct MemoryPlan {
   std::string command;
   double baseline = 0;
@@ -57,6 +64,7 @@ struct MemoryPlan {
   double peak() const;
   std::string peak_phase() const;  // the phase that sets the peak ("" when none)
   double host_bytes() const;       // on a GPU: the `host` parts (held all run); else 0
+  double other_process_bytes() const;  // the `other_process` parts counted on this device (0 on a GPU)
   bool on_device(const MemoryPart& p) const { return !(gpu && p.host); }
 };
 

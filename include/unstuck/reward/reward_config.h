@@ -3,6 +3,8 @@
 // Header-only options (visit() for the config code); validate() lives in src/reward/verifier.cpp.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -81,6 +83,24 @@ struct RewardConfig {
 // Checks ranges and names; throws UserError naming `prefix`.key, e.g. "reward.answer_formats:
 // unknown format 'latex' (known: answer_tag, boxed, hashes, ...)".
 void validate(const RewardConfig& config, const std::string& prefix = "reward");
+
+// Which configured scorer scores, in the one order every reader follows: reward.terms, else
+// reward.function (path set), else reward.command, else the built-in verifier (reward.verifier, or
+// the one data.task names). A term is read the same way through term_config().
+enum class ScorerKind { terms, function, command, verifier };
+ScorerKind scorer_kind(const RewardConfig& config);
+
+// The key of a kind: "reward.terms", "reward.function", "reward.command", "reward.verifier".
+const char* scorer_key(ScorerKind kind);
+
+// Term `i` of reward.terms as a single-scorer config: the run's reward options with the term's
+// verifier, function and command, and no terms.
+RewardConfig term_config(const RewardConfig& config, std::size_t i);
+
+// The worker processes the scorer keeps running: reward.function.workers for a function or a command,
+// the sum of the terms'; 0 for the built-in verifiers (in this process, or the code verifier's
+// sandboxes, started per program).
+int64_t scorer_workers(const RewardConfig& config);
 
 // The names of reward.terms in order (each term's name, or its default); empty without terms.
 std::vector<std::string> term_names(const RewardConfig& config);

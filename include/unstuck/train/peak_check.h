@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "unstuck/config/preflight.h"
 
@@ -23,15 +24,18 @@ inline constexpr double kPeakRatio = 1.1;
 
 class PeakCheck {
  public:
-  PeakCheck(const MemoryPlan& plan, double allowance_bytes) : plan_(plan), allowance_(allowance_bytes) {}
+  PeakCheck(const MemoryPlan& plan, double allowance_bytes)
+      : plan_(plan), phases_(plan.phases()), allowance_(allowance_bytes) {}
 
   // The process's high-water `measured` after `phase` ran at `step`: a warning the first time it
   // exceeds kPeakRatio x the largest planned peak of the phases run so far plus the allowance,
-  // naming `phase`; nullopt otherwise (and after the first warning).
+  // naming `phase`; nullopt otherwise (and after the first warning). Other processes' parts (the
+  // reward workers) are left out of the plan's side: `measured` is this process's.
   std::optional<std::string> after(const std::string& phase, double measured, int64_t step);
 
  private:
   const MemoryPlan& plan_;
+  std::vector<std::string> phases_;
   double allowance_;
   double planned_so_far_ = 0;
   bool warned_ = false;

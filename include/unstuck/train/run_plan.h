@@ -30,6 +30,10 @@ namespace unstuck::dist {
 class Communicator;
 }
 
+namespace unstuck::reward {
+class Verifier;
+}  // namespace unstuck::reward
+
 namespace unstuck::train {
 
 struct TrainerState;
@@ -41,6 +45,9 @@ struct RunRequest {
   std::filesystem::path model_dir;  // eval: --model
   std::string split = "test";      // eval: the split scored
   int64_t samples = 0;             // eval: records scored (0 = all)
+  // train: start the run's reward workers in full and keep them in the plan for the trainer
+  // (RunPlan::scorer); otherwise one probe worker proves the scorer can start and stops.
+  bool keep_scorer = false;
 };
 
 // One SFT example, tokenized: BOS + prompt, and completion + EOS (the loss is on the completion).
@@ -75,6 +82,9 @@ struct RunPlan {
   std::filesystem::path sft_model_dir;          // sft: where the model is written
   MemoryPlan memory;
   MemoryLimit limit;
+  // train with RunRequest::keep_scorer: the run's reward scorer when it runs workers (reward.function,
+  // reward.command, or terms with them), started once here and handed to the trainer; else null.
+  std::shared_ptr<reward::Verifier> scorer;
 
   // {"command", "device", "threads", "compute", "data", "stop_token_ids", "seeds", "memory", ...}.
   nlohmann::json to_json() const;
