@@ -352,7 +352,8 @@ def main():
         if not a.no_step and not (Path(a.base) / "config.json").exists():
             sys.exit(f"bench_peers: no SFT base at {a.base} (config.json missing); make it with "
                      "`build/unstuck sft --config configs/sft/countdown.yaml` or pass --base")
-        report = {"machine": {"cpus": len(os.sched_getaffinity(0)), "load_avg_start": os.getloadavg()},
+        report = {"machine": {"cpus": len(os.sched_getaffinity(0)), "cpu": cpu_name(),
+                              "load_avg_start": os.getloadavg()},
                   "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                                "trl": trl_version},
                   "config": {k: getattr(a, k) for k in ("base", "rounds", "warmup", "steps", "prompts", "group",
@@ -436,11 +437,17 @@ def fmt_r(s):
     return f"{s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f})"
 
 
+def cpu_name():
+    with open("/proc/cpuinfo") as f:
+        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unnamed CPU")
+
+
 def print_table(rep):
     c = rep["config"]
     trl = f", trl {rep['versions']['trl']}" if rep["versions"].get("trl") else ""
+    cpu = f" ({rep['machine']['cpu']})" if rep["machine"].get("cpu") else ""  # reports before it: not recorded
     print(f"unstuck vs peers: torch {rep['versions']['torch']}, transformers {rep['versions']['transformers']}"
-          f"{trl}; {rep['machine']['cpus']} CPUs, load average "
+          f"{trl}; {rep['machine']['cpus']} CPUs{cpu}, load average "
           f"{rep['machine']['load_avg_start'][0]:.1f} -> {rep['machine']['load_avg_end'][0]:.1f}")
     if rep["step"]:
         print(f"\nGRPO step ({c['prompts']} prompts x {c['group']}, {c['new_tokens']} new tokens, {c['rounds']} rounds x "

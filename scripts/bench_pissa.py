@@ -16,6 +16,7 @@ faster). Installs nothing (peft and transformers from requirements.txt).
 
   scripts/bench_pissa.py                                        # Qwen2.5-0.5B, rank 16, niter 4
   scripts/bench_pissa.py --shape qwen2.5-1.5b --layers 4 --rounds 2
+  scripts/bench_pissa.py --table A.json [B.json ...]            # saved --json reports as one markdown table
 """
 import argparse
 import json
@@ -49,6 +50,37 @@ def stage_seconds(stages, name):
     return next((s["seconds"] for s in stages or [] if s.get("stage") == name), None)
 
 
+def shape_label(rep):
+    """"Qwen2.5-0.5B (24 layers)", or "Qwen2.5-7B, 1 layer" for a stand-in with fewer layers than the public config."""
+    name = rep["shape"].replace("qwen", "Qwen").replace("llama", "Llama").replace("b", "B")
+    if rep["layers"] == scale_standin.SHAPES[rep["shape"]]["num_hidden_layers"]:
+        return f"{name} ({rep['layers']} layers)"
+    return f"{name}, {rep['layers']} layer" + ("s" if rep["layers"] != 1 else "")
+
+
+def markdown_table(reports):
+    """The markdown of saved --json reports (docs/GRPO.md, "PiSSA"): seconds per cell, then the peaks and the CPU."""
+    def secs(c):
+        d = 1 if c["median"] >= 10 else 2
+        return f"{c['median']:.{d}f} s ({c['min']:.{d}f}-{c['max']:.{d}f})"
+    cells = reports[0]["cells"]
+    setting = lambda c: c["unstuck"].split("lora.")[1].replace(" ", ": ")  # "pissa_niter: 4"
+    head = "| shape |" + "".join(f" Unstuck `{setting(c)}` | peft `\"{c['peft']}\"` | ratio |" for c in cells)
+    lines = [head, "|---|" + "---|---|---|" * len(cells)]
+    for rep in reports:
+        lines.append(f"| {shape_label(rep)} |" + "".join(
+            f" {secs(c['unstuck_s'])} | {secs(c['peft_s'])} | {c['ratio']:.2f} |" for c in rep["cells"]))
+    peaks = lambda rep, who: " / ".join(f"{c[who + '_peak_gib']:.2f}" for c in rep["cells"])
+    machines = sorted({f"{rep['cpus']} cores of {rep['cpu']}" for rep in reports})
+    lines += ["", "Peak resident memory of the whole process (" + " / ".join(c["peft"] for c in cells) + "): "
+              + "; ".join(f"{shape_label(rep)}: Unstuck {peaks(rep, 'unstuck')} GiB, peft {peaks(rep, 'peft')} GiB"
+                          for rep in reports)
+              + ". Unstuck's covers a full tiny GRPO step, peft's the load and the initialization. Ratio: peft / "
+              f"Unstuck (> 1: Unstuck faster). Measured on {' and '.join(machines)}, "
+              + ", ".join(sorted({f"{rep['rounds']} rounds" for rep in reports})) + "."]
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="qwen2.5-0.5b", choices=sorted(scale_standin.SHAPES))
@@ -60,10 +92,15 @@ def main():
     ap.add_argument("--mode", default="bf16_sr", help="Unstuck's precision.mode")
     ap.add_argument("--unstuck", default=str(ROOT / "build/unstuck"))
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    ap.add_argument("--table", nargs="+", metavar="JSON",
+                    help="print saved --json reports as a markdown table and exit")
     ap.add_argument("--worker", choices=["peft"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--init", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.table:
+        sys.stdout.write(markdown_table([json.loads(Path(p).read_text()) for p in a.table]))
+        return 0
     if a.worker:
         return peft_worker(a)
     if not Path(a.unstuck).exists():

@@ -34,6 +34,7 @@ Writes OUT/scale.json (updated after every part) and prints a summary; exits 0 w
 
   scripts/gpu_scale.py --unstuck build/unstuck --out /tmp/scale                  # on the GPU machine
   scripts/gpu_scale.py --unstuck build/unstuck --out /tmp/scale --rehearse       # here: 2 layers, tiny work, CPU
+  scripts/gpu_scale.py --table run1/scale.json run2/scale.json   # the rollout table of saved reports (markdown)
 """
 import argparse
 import json
@@ -418,10 +419,45 @@ def summary(rep):
     return "\n".join(lines)
 
 
+DECODE_LABELS = {"dynamic": "dynamic (op by op)", "fixed": "fixed (op by op)", "auto": "graphs (`auto` on a GPU)",
+                 "graphs": "graphs"}
+
+
+def rollout_table(reports):
+    """The markdown of the generate parts of saved scale.json reports, numbered as runs 1, 2, ... in the
+    order given (docs/RESULTS-gpu-scale.md): one row per shape, decode mode and run."""
+    lines = ["| shape | `rollout.decode` | run | BF16 tok/s | ms / step | of the bandwidth limit | FP32 tok/s | "
+             "BF16 / FP32 |", "|---|---|---|---|---|---|---|---|"]
+    machines, peers = [], []
+    for run, rep in enumerate(reports, 1):
+        m = rep["machine"]
+        machines.append(f"run {run}: {m.get('gpu', 'no GPU named')} ({m.get('sms', '?')} SMs), host {m['cpu']} "
+                        f"with {m['cpus']} CPUs, torch {m['torch']}")
+        for part, g in rep["parts"].items():
+            if not part.endswith("/generate"):
+                continue
+            shape = part.split("/")[0].split("-")[-1].upper()
+            for mode in DECODE_LABELS:
+                bf16, fp32 = g.get(f"unstuck_bf16_{mode}_tokens_per_s"), g.get(f"unstuck_fp32_{mode}_tokens_per_s")
+                if bf16 is None:
+                    continue
+                lines.append(f"| {shape} | {DECODE_LABELS[mode]} | {run} | {bf16:,.0f} | "
+                             f"{g[f'unstuck_bf16_{mode}_step_ms']:.2f} | "
+                             f"{100 * g[f'unstuck_bf16_{mode}_bandwidth_fraction']:.1f}% | "
+                             + (f"{fp32:,.0f} | {bf16 / fp32:.2f} |" if fp32 else "n/a | n/a |"))
+            if g.get("transformers_bf16_tokens_per_s"):
+                peers.append(f"{shape} run {run}: {g['transformers_bf16_tokens_per_s']:,.0f} tok/s")
+    lines += ["", "transformers' `generate`, BF16: " + ("; ".join(peers) or "not measured") + ". Machines: "
+              + "; ".join(machines) + "."]
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--unstuck", required=True)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--table", nargs="+", metavar="JSON", help="print the rollout table of saved scale.json "
+                    "reports (markdown) and exit")
+    ap.add_argument("--unstuck")
+    ap.add_argument("--out")
     ap.add_argument("--budget", type=float, default=420, help="seconds for all parts")
     ap.add_argument("--shapes", default="qwen2.5-0.5b,qwen2.5-1.5b")
     ap.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS)
@@ -434,6 +470,11 @@ def main():
     ap.add_argument("--rehearse", action="store_true",
                     help="on this machine's CPU: 2 layers, 4 x 8 tokens generated, 2 x 2 x 8 GRPO")
     a = ap.parse_args()
+    if a.table:
+        sys.stdout.write(rollout_table([json.loads(Path(p).read_text()) for p in a.table]))
+        return 0
+    if not a.unstuck or not a.out:
+        ap.error("--unstuck and --out are required (or --table)")
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401

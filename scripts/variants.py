@@ -10,7 +10,11 @@ table (reward, accuracy, KL to the reference, length, the variant's own metrics,
 again from the start.
 
     .venv/bin/python scripts/variants.py                 # every variant, 50 steps
-    .venv/bin/python scripts/variants.py --only rloo,tis --steps 20 --results /tmp/v.md
+    .venv/bin/python scripts/variants.py --only rloo,tis --steps 20 --results /tmp/v.md --data /tmp/v.json
+    .venv/bin/python scripts/variants.py --render docs/results/variants/variants.json   # the table from its data
+
+--data (default docs/results/variants/variants.json) keeps what the table renders (each run's summary,
+the machine, the commit), so the committed table can be rendered again without the runs.
 """
 import argparse
 import json
@@ -108,6 +112,57 @@ def fmt(x, digits=3):
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def render(data):
+    """The markdown table (docs/RESULTS-variants.md) of the data main() writes to --data."""
+    w = data["window"]
+    lines = [
+        "# Policy-gradient variants on the embedded default",
+        "",
+        f"One {data['steps']}-step run per variant of `{data['config']}` (the embedded countdown policy, BF16 with "
+        "stochastic rounding, 32 prompts x 8 completions, lr 1e-4, seed 1), each the config plus the "
+        "variant's overrides, one run at a time. One seed each: the differences between rows are single "
+        "runs, not measured effects. Written by",
+        "",
+        "```",
+        f".venv/bin/python scripts/variants.py --steps {data['steps']}"
+        + (f" --only {data['only']}" if data["only"] else ""),
+        f".venv/bin/python scripts/variants.py --render {data['data']}   # this table again from its data",
+        "```",
+        "",
+        f"on {data['cpu']} ({data['cores']} cores), commit {data['commit']}. Columns: the mean training "
+        f"reward of the first and the last {w} steps, the last {w} steps' sampled accuracy, KL to the reference "
+        f"(`kl_ref_k3`) and completion length, the final greedy test accuracy (`eval_accuracy`, "
+        "200 records), the mean clip fraction, the variant's own metric where it has one (means over the run "
+        "unless said), and the run's wall time (start-up and evaluations included). With dynamic sampling the "
+        "batch's reward is that of the groups kept, biased upwards by the filter; the reward of every sampled "
+        "completion is the one to compare.",
+        "",
+        f"| variant | overrides | reward first {w} | reward last {w} | accuracy last {w} | KL last {w} | "
+        f"length last {w} | eval accuracy | clip frac | variant metric | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in data["rows"]:
+        name, overrides, s, seconds = row["name"], row["overrides"], row["summary"], row["seconds"]
+        extra = "-"
+        if s["rounds"] is not None:
+            extra = (f"rounds {fmt(s['rounds'], 2)}, filled {fmt(s['filled'], 2)}, reward of every sampled "
+                     f"completion last {w} {fmt(s['sampled_last'])}")
+        elif s["kl_penalty"] is not None:
+            extra = f"kl_reward_penalty {s['kl_penalty']:.2e}"
+        elif s["tis_weight"] is not None:
+            extra = f"tis_weight_mean {fmt(s['tis_weight'], 4)}"
+        elif "overlong" in name or "penalty" in name:
+            extra = f"overlong_frac {fmt(s['overlong'], 4)}"
+        kl = "-" if s["kl_last"] is None else f"{s['kl_last']:.2e}"
+        cells = [name, " ".join("`" + o + "`" for o in overrides) or "(default)", fmt(s["reward_first"]),
+                 fmt(s["reward_last"]), fmt(s["accuracy_last"]), kl, fmt(s["len_last"], 2), fmt(s["eval_last"]),
+                 fmt(s["clip_frac"], 4), extra, fmt(seconds, 0)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "What each variant is:", ""]
+    lines += [f"- `{row['name']}`: {row['what']}." for row in data["rows"]]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="configs/grpo/countdown.yaml", help="the GRPO config every variant starts from")
@@ -118,7 +173,14 @@ def main(argv=None):
     ap.add_argument("--results", default="docs/RESULTS-variants.md", help="markdown table to write")
     ap.add_argument("--unstuck", default="build/unstuck", help="the unstuck binary")
     ap.add_argument("--window", type=int, default=10, help="steps averaged at the start and the end (default 10)")
+    ap.add_argument("--data", default="docs/results/variants/variants.json",
+                    help="JSON of what the table renders (default docs/results/variants/variants.json)")
+    ap.add_argument("--render", metavar="DATA", help="print the table of a saved --data file and exit")
     a = ap.parse_args(argv)
+    if a.render:
+        with open(a.render) as f:
+            sys.stdout.write(render(json.load(f)))
+        return 0
     os.chdir(ROOT)
     names = {v[0] for v in VARIANTS}
     chosen = VARIANTS
@@ -163,53 +225,17 @@ def main(argv=None):
                 seconds = None
         rows.append((name, overrides, what, summary(metrics, a.window), seconds))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    w = a.window
-    lines = [
-        "# Policy-gradient variants on the embedded default",
-        "",
-        f"One {a.steps}-step run per variant of `{a.config}` (the embedded countdown policy, BF16 with "
-        "stochastic rounding, 32 prompts x 8 completions, lr 1e-4, seed 1), each the config plus the "
-        "variant's overrides, one run at a time. One seed each: the differences between rows are single "
-        "runs, not measured effects. Written by",
-        "",
-        "```",
-        f".venv/bin/python scripts/variants.py --steps {a.steps}" + (f" --only {a.only}" if a.only else ""),
-        "```",
-        "",
-        f"on {cpu_name()} ({os.cpu_count()} cores), commit {commit or 'unknown'}. Columns: the mean training "
-        f"reward of the first and the last {w} steps, the last {w} steps' sampled accuracy, KL to the reference "
-        f"(`kl_ref_k3`) and completion length, the final greedy test accuracy (`eval_accuracy`, "
-        "200 records), the mean clip fraction, the variant's own metric where it has one (means over the run "
-        "unless said), and the run's wall time (start-up and evaluations included). With dynamic sampling the "
-        "batch's reward is that of the groups kept, biased upwards by the filter; the reward of every sampled "
-        "completion is the one to compare.",
-        "",
-        f"| variant | overrides | reward first {w} | reward last {w} | accuracy last {w} | KL last {w} | "
-        f"length last {w} | eval accuracy | clip frac | variant metric | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, overrides, what, s, seconds in rows:
-        extra = "-"
-        if s["rounds"] is not None:
-            extra = (f"rounds {fmt(s['rounds'], 2)}, filled {fmt(s['filled'], 2)}, reward of every sampled "
-                     f"completion last {a.window} {fmt(s['sampled_last'])}")
-        elif s["kl_penalty"] is not None:
-            extra = f"kl_reward_penalty {s['kl_penalty']:.2e}"
-        elif s["tis_weight"] is not None:
-            extra = f"tis_weight_mean {fmt(s['tis_weight'], 4)}"
-        elif "overlong" in name or "penalty" in name:
-            extra = f"overlong_frac {fmt(s['overlong'], 4)}"
-        kl = "-" if s["kl_last"] is None else f"{s['kl_last']:.2e}"
-        cells = [name, " ".join("`" + o + "`" for o in overrides) or "(default)", fmt(s["reward_first"]),
-                 fmt(s["reward_last"]), fmt(s["accuracy_last"]), kl, fmt(s["len_last"], 2), fmt(s["eval_last"]),
-                 fmt(s["clip_frac"], 4), extra, fmt(seconds, 0)]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "What each variant is:", ""]
-    lines += [f"- `{name}`: {what}." for name, _, what, _, _ in rows]
+    data = {"steps": a.steps, "config": a.config, "only": a.only, "window": a.window, "data": a.data, "cpu": cpu_name(),
+            "cores": os.cpu_count(), "commit": commit or "unknown",
+            "rows": [{"name": name, "overrides": overrides, "what": what, "summary": s, "seconds": seconds}
+                     for name, overrides, what, s, seconds in rows]}
+    os.makedirs(os.path.dirname(os.path.abspath(a.data)), exist_ok=True)
+    with open(a.data, "w") as f:
+        json.dump(data, f, indent=1)
     os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
     with open(a.results, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    say(f"table -> {a.results}")
+        f.write(render(data))
+    say(f"table -> {a.results}, data -> {a.data}")
     return 0
 
 

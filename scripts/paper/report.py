@@ -9,6 +9,11 @@ diagram's section (paper/phase.py) is embedded when its phase.json sits next to 
 
     .venv/bin/python scripts/paper_report.py --sweep runs/paper-quick --results docs/RESULTS.md \
         --plots docs/results/quick
+    .venv/bin/python scripts/paper_report.py --data docs/results/quick/report_data.json \
+        --results docs/RESULTS.md          # the same report from the committed data (report_data.json)
+
+report_data.json, written next to the plots, holds what the report renders: sweep.json, base_eval.json,
+drift.json and every run's per-step series (paper/runs.py, Run.to_data).
 """
 import argparse
 import json
@@ -31,16 +36,30 @@ ARM_COLORS = {"fp32": "black", "fp16": "tab:blue", "bf16": "tab:red", "bf16_lr_k
 OTHER_COLORS = ["tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray"]
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA_FILE = "report_data.json"  # written next to the plots: what the report renders, per run and step
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sweep", required=True, help="sweep folder written by scripts/compare.py")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--sweep", help="sweep folder written by scripts/compare.py")
+    src.add_argument("--data", help=f"a {DATA_FILE} that an earlier report wrote next to its plots: render the "
+                     "report again from it (no sweep folder; the plots are not redrawn; --timing and --min-gain "
+                     "are the data's)")
     ap.add_argument("--results", required=True, help="markdown file to write (e.g. docs/RESULTS.md)")
-    ap.add_argument("--plots", required=True, help="folder for the PNG plots")
+    ap.add_argument("--plots", help="folder for the PNG plots and the data (with --data: the data file's folder)")
+    ap.add_argument("--print", action="store_true", help="with --data: print the report on stdout and write "
+                    "nothing (scripts/reports.py --check compares it with the committed report)")
     ap.add_argument("--timing", default="", help="wall time of the sweep, as a phrase for the report")
     ap.add_argument("--min-gain", type=float, default=MIN_FP16_GAIN,
                     help="minimum absolute FP16 gain in training reward, every seed, before any claim can read "
                     f"reproduced or any size target be met (default {MIN_FP16_GAIN})")
     a = ap.parse_args()
+    if a.sweep and (not a.plots or a.print):
+        ap.error("--sweep needs --plots, and --print needs --data")
+    if a.data and a.plots:
+        ap.error("--data: the plots are the data file's folder; drop --plots")
     try:
         report(a)
     except ReportError as e:
@@ -48,20 +67,50 @@ def main():
         sys.exit(2)
 
 
-def report(a):
+def read_sweep(a):
+    """What the report renders, from a sweep folder: sweep.json, base_eval.json, drift.json and every
+    run's per-step series (Run.to_data), as one JSON-able dict (written as <plots>/report_data.json)."""
     sweep_path = os.path.join(a.sweep, "sweep.json")
     if not os.path.exists(sweep_path):
         raise ReportError(f"{sweep_path} is missing: not a sweep folder of scripts/compare.py")
     sweep = json.load(open(sweep_path))
     steps, n_seeds, arms = int(sweep["steps"]), int(sweep["seeds"]), sweep["arms"].split()
     base_path = os.path.join(a.sweep, "base_eval.json")
-    base_eval = json.load(open(base_path)) if os.path.exists(base_path) else None
-    runs = {arm: [Run(arm, s, os.path.join(a.sweep, arm, f"seed{s}"), steps) for s in range(1, n_seeds + 1)]
-            for arm in arms}
+    drift_path = os.path.join(a.sweep, "drift.json")
+    return {"sweep": sweep, "sweep_folder": a.sweep, "timing": a.timing, "min_gain": a.min_gain,
+            "base_eval": json.load(open(base_path)) if os.path.exists(base_path) else None,
+            "drift": json.load(open(drift_path)) if os.path.exists(drift_path) else None,
+            "runs": {arm: [Run(arm, s, os.path.join(a.sweep, arm, f"seed{s}"), steps).to_data()
+                           for s in range(1, n_seeds + 1)] for arm in arms}}
+
+
+def read_data(path):
+    try:
+        data = json.load(open(path))
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{path}: {e}")
+    missing = [k for k in ("sweep", "sweep_folder", "timing", "min_gain", "base_eval", "drift", "plots", "runs")
+               if k not in data]
+    if missing:
+        raise ReportError(f"{path}: not a {DATA_FILE} of paper_report.py (no {', '.join(missing)})")
+    return data
+
+
+def report(a):
+    if a.data:
+        data = read_data(a.data)
+        a.plots = os.path.dirname(a.data) or "."
+    else:
+        data = read_sweep(a)
+    # Rendered from the data in both cases, so the committed data renders the committed report exactly.
+    a.sweep, a.timing, a.min_gain = data["sweep_folder"], data["timing"], data["min_gain"]
+    sweep, drift = data["sweep"], data["drift"]
+    runs = {arm: [Run.from_data(d) for d in ds] for arm, ds in data["runs"].items()}
+    steps = len(next(iter(runs.values()))[0].step)
     labels = dict(PAPER_LABELS, **sweep.get("labels", {}))
     ref = sweep.get("reference", "fp16")
     if ref not in runs:
-        ref = arms[0]
+        ref = next(iter(runs))
     w = max(3, steps // 10)  # smoothing window and "final" window, in steps
     levels = GainLevels(runs[ref], w)
 
@@ -80,13 +129,28 @@ def report(a):
             "seconds": [r.seconds for r in rs],
         }
 
-    os.makedirs(a.plots, exist_ok=True)
-    plots = make_plots(runs, w, a.plots, ref, labels)
-    drift_path = os.path.join(a.sweep, "drift.json")
-    drift = json.load(open(drift_path)) if os.path.exists(drift_path) else None
-    if drift:
-        plots += [p for p in drift.get("plots", []) if os.path.exists(os.path.join(a.plots, p))]
-    write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plots, drift)
+    if not a.data:
+        os.makedirs(a.plots, exist_ok=True)
+        plots = make_plots(runs, w, a.plots, ref, labels)
+        if drift:
+            plots += [p for p in drift.get("plots", []) if os.path.exists(os.path.join(a.plots, p))]
+        data["plots"] = plots
+        path = os.path.join(a.plots, DATA_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump(data, f, separators=(",", ":"))
+        os.replace(path + ".tmp", path)
+    text = write_markdown(a, sweep, runs, rows, ref, labels, w, levels, data["base_eval"], data["plots"], drift,
+                          write_summary=not a.print)
+    if a.print:
+        sys.stdout.write(text)
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
+    tmp = a.results + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, a.results)
+    print(f"paper_report.py: wrote {a.results}" + ("" if a.data else f", {len(data['plots'])} plots and {DATA_FILE}")
+          + f" in {a.plots}")
 
 
 def make_plots(runs, w, folder, ref, labels):
@@ -164,7 +228,8 @@ def make_plots(runs, w, folder, ref, labels):
     return written
 
 
-def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plots, drift):
+def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plots, drift, write_summary=True):
+    """The report's markdown text; writes the sweep's summary.json next to the plots when write_summary."""
     n_seeds = len(next(iter(runs.values())))
     steps = len(next(iter(runs.values()))[0].step)
     paper = sweep.get("verdicts", True)
@@ -192,6 +257,13 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         "sampling stream and rounding key."
         + (" The calibration of the embedded default is in [CALIBRATION.md](CALIBRATION.md)." if paper else "")
         + (f" Wall time of the sweep: {a.timing}." if a.timing else ""))
+    add("")
+    data_rel = os.path.relpath(os.path.join(os.path.abspath(a.plots), DATA_FILE),
+                               os.path.dirname(os.path.abspath(a.results)))
+    add(f"Data: [{data_rel}]({data_rel}), every run's per-step series as this report read them; "
+        f"`scripts/paper_report.py --data {from_root(os.path.join(a.plots, DATA_FILE))} "
+        f"--results {from_root(a.results)}` renders this "
+        "report from it, and `scripts/reports.py --check` checks that it does, byte for byte.")
     add("")
     grids = sorted({r.bits for rs in runs.values() for r in rs})
     if grids != [0]:
@@ -320,9 +392,10 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         own = sweep_summary(sweep, runs, levels, outcomes, None, drift)
         summary_path = os.path.join(plots_dir, "summary.json")
         results_doc = os.path.relpath(os.path.abspath(a.results), os.path.dirname(summary_path))
-        with open(summary_path + ".tmp", "w") as f:
-            json.dump(dict(own, results=results_doc), f, indent=1)
-        os.replace(summary_path + ".tmp", summary_path)
+        if write_summary:
+            with open(summary_path + ".tmp", "w") as f:
+                json.dump(dict(own, results=results_doc), f, indent=1)
+            os.replace(summary_path + ".tmp", summary_path)
         others = []
         for name in ("quick", "fp8", "quick-analog", "quick-analog-pool"):
             path = os.path.join(os.path.dirname(plots_dir), name, "summary.json")
@@ -339,7 +412,6 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
     for p in plots:
         add(f"![{p}]({rel}/{p})")
         add("")
-    os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
     text, tail = "\n".join(lines[:own_lines]) + "\n", "\n".join(lines[own_lines:]) + "\n"
     if fp8:  # the rules' texts name BF16's arms: here they are FP8's
         for bf16, fp8_name in (("BF16-RN", "FP8-RN"), ("BF16-SR", "FP8-SR"), ("BF16 round-to-nearest", "FP8 round-to-nearest"),
@@ -347,12 +419,7 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
                                ("FP16 vs BF16 vs", "FP16 vs FP8 vs"), ("BF16 at a higher LR", "FP8 at a higher LR"),
                                ("* *bf16_sr*:", "* *FP8-SR @ x* (arm bf16_sr):")):
             text = text.replace(bf16, fp8_name)
-    text += tail
-    tmp = a.results + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, a.results)
-    print(f"paper_report.py: wrote {a.results} and {len(plots)} plots in {a.plots}")
+    return text + tail
 
 
 def write_verdicts(add, a, runs, rows, levels, steps, w):
@@ -425,6 +492,13 @@ def write_verdicts(add, a, runs, rows, levels, steps, w):
             add(line)
         add("")
     return outcomes
+
+
+def from_root(path):
+    """A path as written in a report: relative to the repository root when inside it (so the report reads
+    the same whichever folder its command ran from)."""
+    rel = os.path.relpath(os.path.abspath(path), ROOT)
+    return path if rel.startswith("..") else rel
 
 
 def first_bold(text):

@@ -1,5 +1,7 @@
 """One finished run of a sweep, loaded for the reports: its per-step metrics (metrics.jsonl) as arrays
 indexed by step - 1, and what its resolved config.yaml says of LR, precision mode and rounding grid.
+to_data() / Run.from_data() turn the part the reports read into JSON and back, exactly (a float's JSON
+text reads back as the same float), so a report can be rendered again from committed data.
 
 ReportError is the reports' one error: a missing or unfinished file, named with what to do.
 """
@@ -60,3 +62,24 @@ class Run:
         with open(cfg) as f:
             self.bits = analog_bits(f.read())
         self.seconds = float(col("step_seconds").sum())
+
+    # The fields the reports read; to_data() keeps exactly these, so a report rendered from them is the
+    # report rendered from the run folder.
+    SERIES = ("reward", "kl", "sticking", "changed", "eval_acc")
+
+    def to_data(self):
+        d = {"arm": self.arm, "seed": self.seed, "lr": self.lr, "mode": self.mode, "bits": self.bits,
+             "seconds": self.seconds, "eval_step": [int(s) for s in self.eval_step]}
+        d.update({k: [float(v) for v in getattr(self, k)] for k in self.SERIES})
+        return d
+
+    @classmethod
+    def from_data(cls, d):
+        r = cls.__new__(cls)
+        r.arm, r.seed, r.dir = d["arm"], d["seed"], None
+        r.lr, r.mode, r.bits, r.seconds = d["lr"], d["mode"], d["bits"], d["seconds"]
+        for k in cls.SERIES:
+            setattr(r, k, np.array(d[k], dtype=float))
+        r.step = np.arange(1, len(r.reward) + 1)
+        r.eval_step = np.array(d["eval_step"], dtype=int)
+        return r

@@ -51,6 +51,22 @@ def usable_cpus():
         return os.cpu_count() or 1
 
 
+def machine_name(device):
+    """The CPU (and on a CUDA sweep the GPU) a report's timing names: "2 cores of AMD EPYC"."""
+    cpu = "an unnamed CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    text = f"{usable_cpus()} cores of {cpu}"
+    if device == "cuda":
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True).stdout.strip().splitlines() if shutil.which("nvidia-smi") else []
+        text += f" and {gpu[0] if gpu else 'an unnamed GPU'}"
+    return text
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -544,7 +560,7 @@ def main(argv=None):
             say(f"interrupted after {done} of {total} runs; rerun `{command}` to resume")
             return 130
         elapsed = time.time() - t_sweep
-        timing = f"{int(elapsed) // 60} min {int(elapsed) % 60} s on {usable_cpus()} cores, {base_note}"
+        timing = f"{int(elapsed) // 60} min {int(elapsed) % 60} s on {machine_name(sweep.device)}, {base_note}"
         if resumed:
             timing = f"resumed with {resumed} of {total} runs done; this invocation took {timing}"
         say(f"all {total} runs finished in {fmt_time(elapsed)}; writing plots ({sweep.plots}) and {sweep.results}")

@@ -797,7 +797,7 @@ def build_report(pairs, args, math_verify_seconds, unstuck_seconds):
         return sum(c[key] for c in classes.values())
 
     return {
-        "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+        "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]), "cpu": cpu_name(),
         "seed": args.seed, "per_class": args.per_class, "min_agreement": args.min_agreement,
         "pairs": len(pairs), "agreement": total("agree") / len(pairs),
         "false_positives": total("false_positives"), "false_negatives": total("false_negatives"),
@@ -810,10 +810,15 @@ def build_report(pairs, args, math_verify_seconds, unstuck_seconds):
     }
 
 
+def cpu_name():
+    with open("/proc/cpuinfo") as f:
+        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unnamed CPU")
+
+
 def markdown(report):
     lines = [
         "# Unstuck math verifier vs math-verify 0.9.0", "",
-        f"`{report['command']}`", "",
+        f"`{report['command']}`" + (f" on {report['cpu']}" if "cpu" in report else ""), "",  # older: not recorded
         f"- pairs: {report['pairs']}, agreement: {report['agreement']:.4f} "
         f"(minimum {report['min_agreement']})",
         f"- false positives (Unstuck correct, math-verify not): {report['false_positives']}; "
@@ -867,12 +872,20 @@ def print_summary(report):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--unstuck", required=True, help="the unstuck binary")
-    parser.add_argument("--out", required=True, help="directory for pairs.jsonl, report.json, report.md")
+    parser.add_argument("--unstuck", help="the unstuck binary")
+    parser.add_argument("--out", help="directory for pairs.jsonl, report.json, report.md")
+    parser.add_argument("--markdown", metavar="REPORT_JSON", help="print the report.md of a saved report.json and "
+                        "exit (docs/results/math-differential/; scripts/reports.py --check)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the pair generators")
     parser.add_argument("--per-class", type=int, default=150, help="pairs per class, half equivalent")
     parser.add_argument("--min-agreement", type=float, default=0.95, help="fail below this overall agreement")
     args = parser.parse_args()
+    if args.markdown:
+        with open(args.markdown, encoding="utf-8") as f:
+            sys.stdout.write(markdown(json.load(f)))
+        return 0
+    if not args.unstuck or not args.out:
+        parser.error("--unstuck and --out are required (or --markdown REPORT_JSON)")
 
     try:
         import math_verify  # noqa: F401

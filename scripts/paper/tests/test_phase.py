@@ -134,6 +134,9 @@ def main():
         check(all(row["gain_sufficient"] for row in p["rows"]), "FP16's gain (0.14) counts as sufficient")
         text = open(results).read()
         check(text.count("\n| ") >= 4 and "phase_diagram.png" in text, "markdown table and plot link")
+        r = subprocess.run([sys.executable, PHASE, "--data", os.path.join(plots, "phase.json"), "--results", results,
+                            "--print"], capture_output=True, text=True)
+        check(r.returncode == 0 and r.stdout == text, "the report rendered from phase.json alone is the same bytes")
         # paper_report.py embeds the section when docs/results/phase/phase.json exists.
         with open(os.path.join(quick, "sweep.json")) as f:
             sw = json.load(f)

@@ -66,6 +66,14 @@ def run_report(folder, *extra):
     return r, (open(out).read() if os.path.exists(out) else "")
 
 
+def rerender(results, plots):
+    """The report rendered again from the report_data.json its run wrote next to the plots (--data --print),
+    and the committed text it must equal."""
+    r = subprocess.run([sys.executable, REPORT, "--data", os.path.join(plots, "report_data.json"), "--results", results,
+                        "--print"], capture_output=True, text=True)
+    return r.stdout if r.returncode == 0 else f"exit {r.returncode}: {r.stderr}", open(results).read()
+
+
 def check(cond, what):
     if not cond:
         print(f"FAILED: {what}")
@@ -137,6 +145,9 @@ def main():
         check("Rules: no claim can read reproduced unless FP16's gain" in text and "**0.05**" in text,
               "the minimum gain is stated in the report")
         check("not a real format" not in text, "a real-format sweep carries no analog label")
+        again, committed = rerender(os.path.join(d, "RESULTS.md"), os.path.join(d, "plots"))
+        check(again == committed and "Data: [plots/report_data.json](plots/report_data.json)" in committed,
+              "the report rendered from its report_data.json alone is the same bytes, and names that file")
         _, text = new_sweep(tmp, "analog", dict(base, bf16=0.002), dict(kl, bf16_lr_k=0.2), 1, analog_bits=5)
         check("**Grid-scaled analog, not a real format**" in text and "`precision.analog_mantissa_bits` 5" in text
               and "4x coarser" in text, "a sweep on the analog grid is labelled as such, with its grid")
@@ -156,6 +167,8 @@ def main():
         with open(os.path.join(d_analog, "drift.json"), "w") as f:
             json.dump({"arm": "fp16", "grid": "3-bit analog", "definition": "d", "rows": [row], "series": []}, f)
         r, text = run_report(d_analog)
+        again, committed = rerender(os.path.join(d_analog, "RESULTS.md"), os.path.join(d_analog, "plots"))
+        check(again == committed, "a report with a drift section renders the same from its report_data.json")
         check(r.returncode == 0 and "## Drift of FP16's weights in 3-bit analog half-ulps\n" in text
               and "probe was not run" in text and "retained gain" not in section(text, "Drift of FP16"),
               "a drift section without the probe has no probe columns and says so")
@@ -189,6 +202,15 @@ def main():
         run_report(d, "--plots", os.path.join(docs, "results", "quick"), "--results", os.path.join(docs, "RESULTS.md"))
         check("| [RESULTS-fp8.md](RESULTS-fp8.md) | FP8 E4M3 |" in section(open(os.path.join(docs, "RESULTS.md")).read(),
               "The claims across grids"), "the BF16 report gains the FP8 sweep's row")
+        for name, results in (("quick", "RESULTS.md"), ("fp8", "RESULTS-fp8.md")):
+            again, committed = rerender(os.path.join(docs, results), os.path.join(docs, "results", name))
+            check(again == committed,
+                  f"{results}, with the other sweeps' rows, renders the same from its report_data.json")
+        data = json.load(open(os.path.join(docs, "results", "quick", "report_data.json")))
+        data["runs"]["bf16"][0]["reward"][5] += 0.01
+        json.dump(data, open(os.path.join(docs, "results", "quick", "report_data.json"), "w"))
+        again, committed = rerender(os.path.join(docs, "RESULTS.md"), os.path.join(docs, "results", "quick"))
+        check(again != committed, "one changed reward in report_data.json changes the rendered report")
         for name in ("quick-analog", "fp8"):
             summary = os.path.join(docs, "results", name, "summary.json")
             json.dump(dict(json.load(open(summary)), base="another base"), open(summary, "w"))
