@@ -231,7 +231,14 @@ void score(const ScoreArgs& args_in) {
     for (const auto& [name, value] : out.result.terms) out.object["reward_terms"][name] = value;
   }
 
-  if (!args.output.empty()) {
+  // --output -: the JSONL on stdout, and the summary below on stderr so stdout stays JSONL.
+  const bool to_stdout = args.output == "-";
+  std::FILE* summary = to_stdout ? stderr : stdout;
+  if (to_stdout) {
+    for (const ScoredLine& s : scored) std::cout << s.object.dump() << "\n";
+    std::cout.flush();
+    if (!std::cout) throw UserError("failed writing the scored lines to stdout (--output -)");
+  } else if (!args.output.empty()) {
     std::ofstream file(args.output);
     if (!file) throw UserError("cannot write --output '" + args.output + "'");
     for (const ScoredLine& s : scored) file << s.object.dump() << "\n";
@@ -250,15 +257,15 @@ void score(const ScoreArgs& args_in) {
     ++histogram[static_cast<size_t>(s.result.status)];
   }
   const auto count = static_cast<int64_t>(scored.size());
-  std::printf("scored %lld completions from %s\n", static_cast<long long>(count),
+  std::fprintf(summary, "scored %lld completions from %s\n", static_cast<long long>(count),
               args.input.c_str());
-  std::printf("mean reward %.4f\n", applicable > 0 ? total / static_cast<double>(applicable) : 0.0);
+  std::fprintf(summary, "mean reward %.4f\n", applicable > 0 ? total / static_cast<double>(applicable) : 0.0);
   for (const auto& [status, name] : reward::kRewardStatusNames) {
     const int64_t k = histogram[static_cast<size_t>(status)];
-    std::printf("  %-14s %8lld  (%5.1f%%)\n", name, static_cast<long long>(k),
+    std::fprintf(summary, "  %-14s %8lld  (%5.1f%%)\n", name, static_cast<long long>(k),
                 count > 0 ? 100.0 * static_cast<double>(k) / static_cast<double>(count) : 0.0);
   }
-  if (!args.output.empty()) std::printf("wrote %s\n", args.output.c_str());
+  if (!args.output.empty() && !to_stdout) std::fprintf(summary, "wrote %s\n", args.output.c_str());
 }
 
 void add_score(CLI::App& parent) {
@@ -270,7 +277,8 @@ void add_score(CLI::App& parent) {
   cmd->add_option("--input", args->input, "JSONL of task records with a \"completion\" each")
       ->required();
   cmd->add_option("--output", args->output,
-                  "JSONL to write: each input line plus \"reward\" and \"status\"");
+                  "JSONL to write: each input line plus \"reward\" and \"status\" (-: stdout, the summary then "
+                  "goes to stderr)");
   CLI::Option* cfg = cmd->add_option("--config", args->run_config,
                                      "a run config: its reward.* scores (reward.function, reward.verifier or the "
                                      "verifier of its data.task) instead of each line's \"task\", and its data.* "

@@ -75,19 +75,17 @@ Why answers_extracted(const RunConfig& c, const std::string&, const std::string&
   return "answers are extracted by the math, arithmetic and countdown verifiers, and " + scorers_text(c);
 }
 
+// data.arithmetic.* and data.countdown.*: the task generators' settings.
+Why generator_settings(const RunConfig&, const std::string&, const std::string&) {
+  return "the task generators' settings are read by `unstuck data generate` (its flags), never by a run, which "
+         "reads data.train_path or the shipped data";
+}
+
 const std::vector<Rule>& rules() {
   static const std::vector<Rule> kRules = {
       // The generator's settings are `unstuck data generate`'s flags; runs read records.
-      {"data.arithmetic.",
-       [](const RunConfig&, const std::string&, const std::string&) -> Why {
-         return "the task generators' settings are read by `unstuck data generate` (its flags), never by a "
-                "run, which reads data.train_path or the shipped data";
-       }},
-      {"data.countdown.",
-       [](const RunConfig&, const std::string&, const std::string&) -> Why {
-         return "the task generators' settings are read by `unstuck data generate` (its flags), never by a "
-                "run, which reads data.train_path or the shipped data";
-       }},
+      {"data.arithmetic.", generator_settings},
+      {"data.countdown.", generator_settings},
       {"data.test_fraction",
        [](const RunConfig&, const std::string&, const std::string&) -> Why {
          return "the test share is read by `unstuck data generate --test-fraction`; a run reads data.test_path";

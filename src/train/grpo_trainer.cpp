@@ -732,12 +732,10 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
   return up;
 }
 
-MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling& smp, const algo::Advantages& adv,
-                                 const RolloutBatch& batch, const Measurement& meas, const UpdateStats& up,
-                                 const Timings& time) {
+StepSums GrpoTrainer::step_sums(const Scores& sc, const algo::Advantages& adv, const RolloutBatch& batch,
+                                const Measurement& meas, const UpdateStats& up) {
   const bool with_ref = meas.ref_logp.defined();
-  // Device-side sums, copied to the host in one go: sums over this rank's completion tokens, then
-  // the weight statistics.
+  // Device-side sums over this rank's completion tokens, copied to the host in one go.
   const torch::Tensor& mask = batch.mask;
   const auto masked_sum = [&](const torch::Tensor& x) { return (x * mask).sum(); };
   const torch::Tensor zero = torch::zeros({}, mask.options());
@@ -755,34 +753,54 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
   for (torch::Tensor& t : sums) t = t.to(torch::kDouble);  // exact for float sums and counts < 2^53
   const torch::Tensor host = torch::stack(sums).cpu();
   const double* h = host.data_ptr<double>();
-  // Summed over ranks by one all-reduce: counts, token sums, and per optimizer step the clipped
-  // tokens and tokens.
+  StepSums s;
+  s.correct = sc.correct;
+  s.generated_tokens = sc.gen_tokens;
+  s.truncated = sc.truncated;
+  s.kl_penalty = sc.kl_penalty;
+  s.reward_errors = double(sc.errors);
+  s.zero_variance_groups = double(adv.zero_variance_groups);
+  s.groups = double(adv.groups);
+  s.kl_ref_k3 = h[0];
+  s.kl_ref_exact = h[1];
+  s.entropy = h[2];
+  s.logprob_mismatch = h[3];
+  s.tokens = h[4];
+  s.logprob_mismatch_k3 = h[5];
+  s.tis_weight = tis_cap > 0 ? h[6] : 0.0;
+  s.tis_clipped = tis_cap > 0 ? h[7] : 0.0;
+  s.update_tokens = up.tokens;
+  s.clipped = up.clipped;
+  s.clipped_low = up.clipped_low;
+  s.clipped_high = up.clipped_high;
+  s.dual_clipped = up.dual_clipped;
+  s.forward_positions = up.forward_positions;
+  s.completion_positions = up.completion_positions;
+  s.completion_tokens = up.completion_tokens;
   const int64_t changed_here = changed_from_start();  // this rank's shard
-  std::vector<double> v{sc.correct, sc.gen_tokens, double(adv.zero_variance_groups), double(adv.groups),
-                        h[0], h[1], h[2], h[3], h[4], sc.truncated, h[5], sc.kl_penalty,
-                        tis_cap > 0 ? h[6] : 0.0, tis_cap > 0 ? h[7] : 0.0, double(sc.errors)};
-  const std::size_t fixed = v.size();  // then per optimizer step: clipped, tokens, low, high, dual
-  v.insert(v.end(), up.clipped.begin(), up.clipped.end());
-  v.insert(v.end(), up.tokens.begin(), up.tokens.end());
-  for (const std::vector<double>* part : {&up.clipped_low, &up.clipped_high, &up.dual_clipped})
-    v.insert(v.end(), part->begin(), part->end());
-  v.push_back(up.completion_positions);  // the completion padding the training forwards computed
-  v.push_back(up.completion_tokens);
-  v.push_back(changed_here < 0 ? 1.0 : 0.0);  // ranks that could not compare
-  v.push_back(double(std::max<int64_t>(changed_here, 0)));
-  // Positions through the training forwards and backwards: each distinct prompt once per row chunk,
-  // plus the completions, per optimizer pass.
-  v.push_back(up.forward_positions);
-  comm_.all_reduce_sum(v.data(), v.size());
-  const std::size_t updates = up.clipped.size();
-  const double correct = v[0], gen_tokens = v[1], zero_var = v[2], groups = v[3], tokens = std::max(v[8], 1.0);
-  // Each clip fraction: the mean over the optimizer steps of clipped tokens / tokens.
-  const auto clip_mean = [&](std::size_t part) {  // part 0: clip_frac, 2: low, 3: high, 4: dual (1: tokens)
-    double sum = 0;
-    for (std::size_t u = 0; u < updates; ++u) sum += v[fixed + part * updates + u] / v[fixed + updates + u];
-    return sum / double(updates);
-  };
-  const double clip_frac = clip_mean(0);
+  s.ranks_not_counting = changed_here < 0 ? 1.0 : 0.0;
+  s.changed = double(std::max<int64_t>(changed_here, 0));
+  return s;
+}
+
+MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling& smp, const algo::Advantages& adv,
+                                 const RolloutBatch& batch, const Measurement& meas, const UpdateStats& up,
+                                 const Timings& time) {
+  StepSums s = step_sums(sc, adv, batch, meas, up);
+  std::vector<double> flat = s.flat();
+  comm_.all_reduce_sum(flat.data(), flat.size());  // every rank's
+  s.assign(flat);
+  MetricsLine m;
+  m["step"] = step;
+  add_reward_metrics(m, sc, s);
+  add_policy_metrics(m, s, up, meas.ref_logp.defined());
+  add_scorer_metrics(m, sc, smp, s);
+  add_step_metrics(m, sc, s, up, time);
+  add_sticking_metrics(m, up);
+  return m;
+}
+
+void GrpoTrainer::add_reward_metrics(MetricsLine& m, const Scores& sc, const StepSums& s) const {
   // Rewards of the whole batch, back in global row order.
   const int64_t N_global = cfg_.grpo.prompts_per_step * cfg_.grpo.group_size;
   std::vector<float> gathered(static_cast<std::size_t>(N_global)), all_rewards(gathered.size());
@@ -791,43 +809,47 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
     for (int64_t row : rows_of_[r]) all_rewards[std::size_t(row)] = gathered[k++];
   const torch::Tensor all = torch::tensor(all_rewards);
   const torch::Tensor r = all.index({torch::logical_not(torch::isnan(all))});  // not_applicable ones left out
-  MetricsLine m;
-  m["step"] = step;
   m["reward_mean"] = r.numel() > 0 ? r.mean().item<double>() : 0.0;
   m["reward_std"] = r.numel() > 1 ? r.std().item<double>() : 0.0;
   if (r.numel() < all.numel()) m["not_applicable_frac"] = double(all.numel() - r.numel()) / double(all.numel());
-  m["accuracy"] = correct / double(N_global);
+  m["accuracy"] = s.correct / double(N_global);
+}
+
+void GrpoTrainer::add_policy_metrics(MetricsLine& m, const StepSums& s, const UpdateStats& up, bool with_ref) const {
+  const double rows = double(cfg_.grpo.prompts_per_step * cfg_.grpo.group_size), tokens = std::max(s.tokens, 1.0);
   // Steps without the reference pass (grpo.ref_metrics_every) leave its metrics out.
   m["ref_metrics"] = with_ref;
   if (with_ref) {
-    m["kl_ref_k3"] = v[4] / tokens;
-    m["kl_ref_exact"] = v[5] / tokens;
+    m["kl_ref_k3"] = s.kl_ref_k3 / tokens;
+    m["kl_ref_exact"] = s.kl_ref_exact / tokens;
   }
-  m["entropy"] = v[6] / tokens;
-  m["response_len_mean"] = gen_tokens / double(N_global);
-  m["overlong_frac"] = v[9] / double(N_global);  // completions cut at rollout.max_new_tokens
-  m["clip_frac"] = clip_frac;
-  m["clip_frac_low"] = clip_mean(2);
-  m["clip_frac_high"] = clip_mean(3);
-  if (cfg_.grpo.clip_ratio_c > 0) m["dual_clip_frac"] = clip_mean(4);
+  m["entropy"] = s.entropy / tokens;
+  m["response_len_mean"] = s.generated_tokens / rows;
+  m["overlong_frac"] = s.truncated / rows;  // completions cut at rollout.max_new_tokens
+  // Each clip fraction: the mean over the optimizer steps of clipped tokens / tokens.
+  m["clip_frac"] = s.clip_mean(s.clipped);
+  m["clip_frac_low"] = s.clip_mean(s.clipped_low);
+  m["clip_frac_high"] = s.clip_mean(s.clipped_high);
+  if (cfg_.grpo.clip_ratio_c > 0) m["dual_clip_frac"] = s.clip_mean(s.dual_clipped);
   m["grad_norm"] = up.grad_norm;
   m["lr"] = up.lr;
   m["loss_scale"] = up.loss_scale;
   m["skipped_steps"] = skipped_;
   m["sticking_frac"] = up.last.elements ? 1.0 - double(up.last.changed) / double(up.last.elements) : 0.0;
   m["update_ratio"] = up.update_ratio;
-  m["logprob_mismatch"] = v[7] / tokens;
-  m["logprob_mismatch_k3"] = v[10] / tokens;
-  if (cfg_.grpo.kl_in == algo::KlIn::reward) m["kl_reward_penalty"] = v[11] / double(N_global);
-  if (reward::scorer_can_fail(cfg_.reward, verifier_name_)) {
-    // Over every completion sampled (all rounds of dynamic sampling).
-    const double sampled = double(N_global) * double(smp.rounds), failed = v[14];
-    m["reward_error_frac"] = failed / sampled;
-  }
+  m["logprob_mismatch"] = s.logprob_mismatch / tokens;
+  m["logprob_mismatch_k3"] = s.logprob_mismatch_k3 / tokens;
+  if (cfg_.grpo.kl_in == algo::KlIn::reward) m["kl_reward_penalty"] = s.kl_penalty / rows;
+}
+
+void GrpoTrainer::add_scorer_metrics(MetricsLine& m, const Scores& sc, const Sampling& smp, const StepSums& s) const {
+  const double rows = double(cfg_.grpo.prompts_per_step * cfg_.grpo.group_size), tokens = std::max(s.tokens, 1.0);
+  // Over every completion sampled (all rounds of dynamic sampling).
+  if (reward::scorer_can_fail(cfg_.reward, verifier_name_)) m["reward_error_frac"] = s.reward_errors / (rows * double(smp.rounds));
   for (const auto& [metric, mean] : extra_means(comm_, sc.extra)) m[metric] = mean;
-  if (tis_cap > 0) {
-    m["tis_weight_mean"] = v[12] / tokens;
-    m["tis_clip_frac"] = v[13] / tokens;
+  if (cfg_.grpo.tis_cap > 0) {
+    m["tis_weight_mean"] = s.tis_weight / tokens;
+    m["tis_clip_frac"] = s.tis_clipped / tokens;
   }
   if (cfg_.grpo.filter_groups != algo::GroupFilter::none) {
     m["sampling_rounds"] = smp.rounds;
@@ -835,7 +857,11 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
     m["groups_filled"] = smp.filled;
     m["sampled_reward_mean"] = smp.reward_sum / std::max(smp.rows, 1.0);
   }
-  m["zero_adv_frac"] = zero_var / std::max(1.0, groups);
+}
+
+void GrpoTrainer::add_step_metrics(MetricsLine& m, const Scores& sc, const StepSums& s, const UpdateStats& up,
+                                   const Timings& time) const {
+  m["zero_adv_frac"] = s.zero_variance_groups / std::max(1.0, s.groups);
   m["tokens_per_s"] = sc.gen_tokens / std::max(time.rollout, 1e-9);
   m["step_seconds"] = time.step;
   m["rollout_seconds"] = time.rollout;
@@ -845,33 +871,33 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
   m["collective_seconds"] = comm_.stats().seconds - time.comm_before.seconds;
   m["collective_bytes"] = double(comm_.stats().bytes - time.comm_before.bytes);
   // Every rank counted its shard; left out once any rank could not.
-  if (v[v.size() - 3] == 0) m["changed_from_start_frac"] = v[v.size() - 2] / double(weights_.layout().total);
-  m["train_tokens"] = v.back();
+  if (s.ranks_not_counting == 0) m["changed_from_start_frac"] = s.changed / double(weights_.layout().total);
+  m["train_tokens"] = s.forward_positions;
   // The padding the training forwards computed: each row chunk runs to its longest completion.
-  m["completion_padding_frac"] = 1.0 - v[v.size() - 4] / std::max(v[v.size() - 5], 1.0);
-  m["train_padding_tokens"] = v[v.size() - 5] - v[v.size() - 4];  // of train_tokens: padding positions
+  m["completion_padding_frac"] = 1.0 - s.completion_tokens / std::max(s.completion_positions, 1.0);
+  m["train_padding_tokens"] = s.completion_positions - s.completion_tokens;  // of train_tokens: padding positions
+}
+
+void GrpoTrainer::add_sticking_metrics(MetricsLine& m, const UpdateStats& up) const {
+  const auto& entries = weights_.layout().entries;
+  const std::vector<uint64_t>& changed = up.last.changed_per_tensor;
   MetricsLine per_tensor = MetricsLine::object();
-  for (std::size_t i = 0; i < weights_.layout().entries.size() && i < up.last.changed_per_tensor.size(); ++i) {
-    const auto& e = weights_.layout().entries[i];
-    per_tensor[e.name] = 1.0 - double(up.last.changed_per_tensor[i]) / double(std::max<int64_t>(1, e.numel));
-  }
+  for (std::size_t i = 0; i < entries.size() && i < changed.size(); ++i)
+    per_tensor[entries[i].name] = 1.0 - double(changed[i]) / double(std::max<int64_t>(1, entries[i].numel));
   m["sticking_frac_per_tensor"] = per_tensor;
-  if (weights_.lora()) {
-    // The adapters by projection and factor ("q_proj.lora_A"), summed over the layers.
-    std::map<std::string, std::pair<double, double>> by_module;  // changed, elements
-    for (std::size_t i = 0; i < weights_.layout().entries.size() && i < up.last.changed_per_tensor.size(); ++i) {
-      const auto& e = weights_.layout().entries[i];
-      const std::string name = e.name.substr(0, e.name.rfind('.'));  // without ".weight"
-      const std::size_t cut = name.rfind('.', name.rfind('.') - 1);
-      auto& [changed, elements] = by_module[name.substr(cut + 1)];
-      changed += double(up.last.changed_per_tensor[i]);
-      elements += double(e.numel);
-    }
-    MetricsLine per_module = MetricsLine::object();
-    for (const auto& [module, ce] : by_module) per_module[module] = 1.0 - ce.first / std::max(1.0, ce.second);
-    m["sticking_frac_per_module"] = per_module;
+  if (!weights_.lora()) return;
+  // The adapters by projection and factor ("q_proj.lora_A"), summed over the layers.
+  std::map<std::string, std::pair<double, double>> by_module;  // changed, elements
+  for (std::size_t i = 0; i < entries.size() && i < changed.size(); ++i) {
+    const std::string name = entries[i].name.substr(0, entries[i].name.rfind('.'));  // without ".weight"
+    const std::size_t cut = name.rfind('.', name.rfind('.') - 1);
+    auto& [changed_sum, elements] = by_module[name.substr(cut + 1)];
+    changed_sum += double(changed[i]);
+    elements += double(entries[i].numel);
   }
-  return m;
+  MetricsLine per_module = MetricsLine::object();
+  for (const auto& [module, ce] : by_module) per_module[module] = 1.0 - ce.first / std::max(1.0, ce.second);
+  m["sticking_frac_per_module"] = per_module;
 }
 
 int64_t GrpoTrainer::changed_from_start() {

@@ -184,8 +184,23 @@ class GrpoTrainer {
   // training forward also yields the measurement (`*measured`), saving a forward pass.
   UpdateStats update(int64_t step, const RolloutBatch& batch, const torch::Tensor& advantages, bool with_ref,
                      std::optional<Measurement>* measured);
+  // The step's metrics line: this rank's sums (step_sums) added over the ranks, then each group of
+  // metrics in the line's order.
   MetricsLine metrics(int64_t step, const Scores& scores, const Sampling& smp, const algo::Advantages& adv,
                       const RolloutBatch& batch, const Measurement& meas, const UpdateStats& up, const Timings& time);
+  StepSums step_sums(const Scores& sc, const algo::Advantages& adv, const RolloutBatch& batch, const Measurement& meas,
+                     const UpdateStats& up);
+  // reward_mean, reward_std, not_applicable_frac, accuracy (the batch's rewards gathered: a collective).
+  void add_reward_metrics(MetricsLine& m, const Scores& sc, const StepSums& s) const;
+  // The reference KL, entropy, lengths, clip fractions, optimizer figures, log-prob mismatch.
+  void add_policy_metrics(MetricsLine& m, const StepSums& s, const UpdateStats& up, bool with_ref) const;
+  // reward_error_frac, the scorer's extras (a collective), TIS, dynamic sampling.
+  void add_scorer_metrics(MetricsLine& m, const Scores& sc, const Sampling& smp, const StepSums& s) const;
+  // zero_adv_frac, the times, changed_from_start_frac, the training forwards' tokens and padding.
+  void add_step_metrics(MetricsLine& m, const Scores& sc, const StepSums& s, const UpdateStats& up,
+                        const Timings& time) const;
+  // sticking_frac_per_tensor and, with LoRA, sticking_frac_per_module.
+  void add_sticking_metrics(MetricsLine& m, const UpdateStats& up) const;
   // Compute-weight elements of this rank's shard whose bits differ from the start policy's, a
   // bounded slice at a time: against the frozen reference (which holds the start weights) when one
   // is kept, else against the base model's files read again (as the run loaded and rounded them).

@@ -180,6 +180,19 @@ TEST_F(CliData, ScoreReadsFreeTextWithLastExpression) {
   const std::string stdout_text = read(out);
   EXPECT_NE(stdout_text.find("scored 3 completions"), std::string::npos) << stdout_text;
   EXPECT_EQ(stdout_text.find("[info]"), std::string::npos) << stdout_text;
+  // --output -: the scored JSONL alone on stdout (the summary on stderr), no file named "-".
+  const fs::path piped = dir_ / "piped.jsonl";
+  const std::string dash = std::string("cd '") + dir_.string() + "' && '" + UNSTUCK_BINARY +
+                           "' reward score --input free.jsonl --output - --answer-formats "
+                           "answer_tag,boxed,hashes,last_expression > '" + piped.string() + "' 2> '" +
+                           (dir_ / "summary.txt").string() + "'";
+  ASSERT_EQ(std::system(dash.c_str()), 0) << dash;
+  const auto piped_lines = lines(piped);
+  ASSERT_EQ(piped_lines.size(), 3u) << read(piped);
+  EXPECT_EQ(nlohmann::json::parse(piped_lines[0])["status"], "correct");
+  EXPECT_EQ(nlohmann::json::parse(piped_lines[1])["status"], "wrong");
+  EXPECT_NE(read(dir_ / "summary.txt").find("scored 3 completions"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir_ / "-"));
 }
 
 // --config: the run config's reward section scores, here a reward.function (verl's form) on its
