@@ -636,100 +636,136 @@ GrpoTrainer::UpdateStats GrpoTrainer::update(int64_t step, const RolloutBatch& b
                                              bool with_ref, std::optional<Measurement>* measured) {
   const auto& g = cfg_.grpo;
   const int64_t N = batch.rows();
-  const bool measure_here = !measured->has_value();
-  const bool need_ref_logits = loss_opts_.kl_coef > 0 || (measure_here && with_ref);
+  UpdatePass pass;
+  pass.step = step;
+  pass.with_ref = with_ref;
+  pass.measure_here = !measured->has_value();
+  pass.need_ref_logits = loss_opts_.kl_coef > 0 || (pass.measure_here && with_ref);
+  pass.measured = measured;
   std::vector<Measurement> measured_parts;
+  pass.measured_parts = &measured_parts;
   UpdateStats up;
+  const int64_t passes = g.ppo_epochs * g.minibatches;
   int64_t updates = 0;
   for (int64_t epoch = 0; epoch < g.ppo_epochs; ++epoch)
     for (int64_t mb = 0; mb < g.minibatches; ++mb) {
       const int64_t begin = N * mb / g.minibatches, end = N * (mb + 1) / g.minibatches;
       const auto chunks = row_chunks(begin, end, g.logprob_chunk_rows);
-      const double mb_tokens = batch.mask.narrow(0, begin, end - begin).sum().item<double>();
+      pass.epoch = epoch;
+      pass.mb_tokens = batch.mask.narrow(0, begin, end - begin).sum().item<double>();
+      pass.several_chunks = chunks.size() > 1;
       // The loss is normalized by the whole minibatch's tokens (or sequences) across ranks and chunks.
-      double counts[2] = {mb_tokens, double(end - begin)};
+      double counts[2] = {pass.mb_tokens, double(end - begin)};
       loss_opts_.normalizer = 0;
       if (comm_.world_size() > 1 || chunks.size() > 1) {
         if (comm_.world_size() > 1) comm_.all_reduce_sum(counts, 2);
         loss_opts_.normalizer =
             g.loss_aggregation == algo::LossAggregation::token_mean ? std::max(counts[0], 1.0) : counts[1];
       }
-      double clipped = 0, clipped_low = 0, clipped_high = 0, dual_clipped = 0;
-      const int64_t passes = g.ppo_epochs * g.minibatches;
+      ChunkSums sums;
       int64_t chunk_no = 0;
       for (const auto& [cb, ce] : chunks) {
         progress_.chunk("update", ++chunk_no, int64_t(chunks.size()), updates + 1, passes);
-        const torch::Tensor rows = torch::arange(cb, ce, torch::TensorOptions(torch::kLong).device(device_));
-        const int64_t w = batch.width(cb, ce);  // the chunk's longest completion: no padding past it
-        const torch::Tensor targets = batch.targets(rows, w);                         // (n, w)
-        trace_memory("update: chunk start");
-        const algo::HeadInput policy = completion_head(weights_.model(), batch, cb, ce, dropout_key(step, epoch));  // (n, T, D)
-        up.forward_positions += double(batch.forward_positions(cb, ce));
-        up.completion_positions += double((ce - cb) * w);
-        for (int64_t r = cb; r < ce; ++r) up.completion_tokens += double(batch.lengths_host[std::size_t(r)]);
-        algo::HeadInput ref_in;
-        if (need_ref_logits) {
-          torch::NoGradGuard no_grad;
-          ref_in = completion_head(*reference_, batch, cb, ce);
-        }
-        // The head fused with the log-probs: no (n, T, V) logits; its weight gradient goes to the
-        // flat gradient directly.
-        const algo::HeadLogProbs head = algo::head_log_probs(policy, ref_in, targets, g.logprob_chunk_tokens,
-                                                             weights_.model().head_grad_sink());
-        const torch::Tensor lp = head.logp;
-        const torch::Tensor ent = g.entropy_coef > 0 ? head.entropy : torch::Tensor();
-        const torch::Tensor ref = loss_opts_.kl_coef > 0 ? head.stats.ref_logp : torch::Tensor();
-        if (measure_here) {
-          Measurement m = head.stats;
-          if (!with_ref) m.kl_exact = m.ref_logp = torch::Tensor();
-          measured_parts.push_back(full_width(m, batch.mask.size(1)));
-        }
-        trace_memory("update: log-probs and measurement");
-        const torch::Tensor mask = batch.mask.index_select(0, rows).narrow(1, 0, w);
-        // grpo.tis_cap: the ratio against the trainer's own log-probs before the update (this
-        // forward's, detached, on one epoch of one minibatch), each token weighted by the truncated
-        // trainer / sampler probability ratio.
-        torch::Tensor old = batch.old_logp.index_select(0, rows).narrow(1, 0, w), tis;
-        if (g.tis_cap > 0) {
-          const torch::Tensor proximal =
-              measure_here ? lp.detach() : (*measured)->logp.index_select(0, rows).narrow(1, 0, w);
-          tis = algo::tis_weights(proximal, old, g.tis_cap);
-          old = proximal;
-        }
-        const algo::PolicyLoss pl =
-            algo::policy_loss(lp, old, advantages.index_select(0, rows), mask, ref, ent, loss_opts_, tis);
-        (pl.loss * weights_.loss_scale()).backward();
-        trace_memory("update: backward");
-        weights_.accumulate_grads();
-        const double chunk_tokens = chunks.size() > 1 ? std::max(mask.sum().item<double>(), 1.0) : std::max(mb_tokens, 1.0);
-        clipped += pl.clip_frac * chunk_tokens;
-        clipped_low += pl.clip_frac_low * chunk_tokens;
-        clipped_high += pl.clip_frac_high * chunk_tokens;
-        dual_clipped += pl.dual_clip_frac * chunk_tokens;
+        sums += update_chunk(pass, batch, advantages, cb, ce);
       }
-      up.lr = scheduled_lr(g.lr_schedule, cfg_.optim.lr, weights_.optimizer_steps() + 1, total_opt_steps_,
-                           g.warmup_steps, 0.1);
       progress_.optimizer(updates + 1, passes);
-      const auto t_opt = std::chrono::steady_clock::now();
-      up.last = weights_.optimizer_step(cfg_.optim, up.lr);
-      up.optimizer_seconds += seconds_since(t_opt);
-      trace_memory("update: optimizer step");
-      skipped_ += up.last.skipped;
-      skip_guard_.record(step, up.last.skipped, up.last.loss_scale, up.lr);
-      up.clipped.push_back(clipped);
-      up.clipped_low.push_back(clipped_low);
-      up.clipped_high.push_back(clipped_high);
-      up.dual_clipped.push_back(dual_clipped);
-      up.tokens.push_back(std::max(mb_tokens, 1.0));
-      up.grad_norm += up.last.grad_norm;
-      up.loss_scale = up.last.loss_scale;
-      up.update_ratio += std::sqrt(up.last.update_sumsq) / std::max(std::sqrt(up.last.weight_sumsq), 1e-30);
+      optimizer_pass(step, sums, pass.mb_tokens, &up);
       ++updates;
     }
   up.grad_norm /= double(updates);
   up.update_ratio /= double(updates);
-  if (measure_here) *measured = cat_rows(measured_parts);
+  if (pass.measure_here) *measured = cat_rows(measured_parts);
   return up;
+}
+
+GrpoTrainer::ChunkSums& GrpoTrainer::ChunkSums::operator+=(const ChunkSums& o) {
+  clipped += o.clipped;
+  clipped_low += o.clipped_low;
+  clipped_high += o.clipped_high;
+  dual_clipped += o.dual_clipped;
+  forward_positions += o.forward_positions;
+  completion_positions += o.completion_positions;
+  completion_tokens += o.completion_tokens;
+  return *this;
+}
+
+GrpoTrainer::ChunkSums GrpoTrainer::update_chunk(const UpdatePass& pass, const RolloutBatch& batch,
+                                                 const torch::Tensor& advantages, int64_t cb, int64_t ce) {
+  const auto& g = cfg_.grpo;
+  ChunkSums sums;
+  const torch::Tensor rows = torch::arange(cb, ce, torch::TensorOptions(torch::kLong).device(device_));
+  const int64_t w = batch.width(cb, ce);  // the chunk's longest completion: no padding past it
+  const torch::Tensor targets = batch.targets(rows, w);                         // (n, w)
+  trace_memory("update: chunk start");
+  const algo::HeadInput policy =
+      completion_head(weights_.model(), batch, cb, ce, dropout_key(pass.step, pass.epoch));  // (n, T, D)
+  sums.forward_positions = double(batch.forward_positions(cb, ce));
+  sums.completion_positions = double((ce - cb) * w);
+  for (int64_t r = cb; r < ce; ++r) sums.completion_tokens += double(batch.lengths_host[std::size_t(r)]);
+  algo::HeadInput ref_in;
+  if (pass.need_ref_logits) {
+    torch::NoGradGuard no_grad;
+    ref_in = completion_head(*reference_, batch, cb, ce);
+  }
+  // The head fused with the log-probs: no (n, T, V) logits; its weight gradient goes to the flat
+  // gradient directly.
+  const algo::HeadLogProbs head = algo::head_log_probs(policy, ref_in, targets, g.logprob_chunk_tokens,
+                                                       weights_.model().head_grad_sink());
+  const torch::Tensor lp = head.logp;
+  const torch::Tensor ent = g.entropy_coef > 0 ? head.entropy : torch::Tensor();
+  const torch::Tensor ref = loss_opts_.kl_coef > 0 ? head.stats.ref_logp : torch::Tensor();
+  if (pass.measure_here) {
+    Measurement m = head.stats;
+    if (!pass.with_ref) m.kl_exact = m.ref_logp = torch::Tensor();
+    pass.measured_parts->push_back(full_width(m, batch.mask.size(1)));
+  }
+  trace_memory("update: log-probs and measurement");
+  const torch::Tensor mask = batch.mask.index_select(0, rows).narrow(1, 0, w);
+  // grpo.tis_cap: the ratio against the trainer's own log-probs before the update (this forward's,
+  // detached, on one epoch of one minibatch), each token weighted by the truncated trainer / sampler
+  // probability ratio.
+  torch::Tensor old = batch.old_logp.index_select(0, rows).narrow(1, 0, w), tis;
+  if (g.tis_cap > 0) {
+    const torch::Tensor proximal =
+        pass.measure_here ? lp.detach() : (*pass.measured)->logp.index_select(0, rows).narrow(1, 0, w);
+    tis = algo::tis_weights(proximal, old, g.tis_cap);
+    old = proximal;
+  }
+  const algo::PolicyLoss pl =
+      algo::policy_loss(lp, old, advantages.index_select(0, rows), mask, ref, ent, loss_opts_, tis);
+  (pl.loss * weights_.loss_scale()).backward();
+  trace_memory("update: backward");
+  weights_.accumulate_grads();
+  const double chunk_tokens =
+      pass.several_chunks ? std::max(mask.sum().item<double>(), 1.0) : std::max(pass.mb_tokens, 1.0);
+  sums.clipped = pl.clip_frac * chunk_tokens;
+  sums.clipped_low = pl.clip_frac_low * chunk_tokens;
+  sums.clipped_high = pl.clip_frac_high * chunk_tokens;
+  sums.dual_clipped = pl.dual_clip_frac * chunk_tokens;
+  return sums;
+}
+
+void GrpoTrainer::optimizer_pass(int64_t step, const ChunkSums& sums, double mb_tokens, UpdateStats* up) {
+  const auto& g = cfg_.grpo;
+  up->lr = scheduled_lr(g.lr_schedule, cfg_.optim.lr, weights_.optimizer_steps() + 1, total_opt_steps_,
+                        g.warmup_steps, 0.1);
+  const auto t_opt = std::chrono::steady_clock::now();
+  up->last = weights_.optimizer_step(cfg_.optim, up->lr);
+  up->optimizer_seconds += seconds_since(t_opt);
+  trace_memory("update: optimizer step");
+  skipped_ += up->last.skipped;
+  skip_guard_.record(step, up->last.skipped, up->last.loss_scale, up->lr);
+  up->clipped.push_back(sums.clipped);
+  up->clipped_low.push_back(sums.clipped_low);
+  up->clipped_high.push_back(sums.clipped_high);
+  up->dual_clipped.push_back(sums.dual_clipped);
+  up->tokens.push_back(std::max(mb_tokens, 1.0));
+  up->forward_positions += sums.forward_positions;
+  up->completion_positions += sums.completion_positions;
+  up->completion_tokens += sums.completion_tokens;
+  up->grad_norm += up->last.grad_norm;
+  up->loss_scale = up->last.loss_scale;
+  up->update_ratio += std::sqrt(up->last.update_sumsq) / std::max(std::sqrt(up->last.weight_sumsq), 1e-30);
 }
 
 StepSums GrpoTrainer::step_sums(const Scores& sc, const algo::Advantages& adv, const RolloutBatch& batch,

@@ -184,6 +184,28 @@ class GrpoTrainer {
   // training forward also yields the measurement (`*measured`), saving a forward pass.
   UpdateStats update(int64_t step, const RolloutBatch& batch, const torch::Tensor& advantages, bool with_ref,
                      std::optional<Measurement>* measured);
+  // One optimizer pass of update() (an epoch's minibatch): what its row chunks share.
+  struct UpdatePass {
+    int64_t step = 0, epoch = 0;
+    bool with_ref = false, measure_here = false, need_ref_logits = false;
+    double mb_tokens = 0;         // the minibatch's completion tokens on this rank
+    bool several_chunks = false;  // the minibatch runs in more than one row chunk
+    std::optional<Measurement>* measured = nullptr;   // the measurement made before, when not measured here
+    std::vector<Measurement>* measured_parts = nullptr;  // measured here: each chunk's
+  };
+  // What one row chunk adds to its pass: tokens clipped (any side, low, high, dual; weighted by the
+  // chunk's tokens), and the training forward's positions.
+  struct ChunkSums {
+    double clipped = 0, clipped_low = 0, clipped_high = 0, dual_clipped = 0;
+    double forward_positions = 0, completion_positions = 0, completion_tokens = 0;
+    ChunkSums& operator+=(const ChunkSums& o);
+  };
+  // Rows [cb, ce) of a pass: the policy's forward through the fused head, the clipped loss and its
+  // backward into the flat gradient (and the measurement, when measured here).
+  ChunkSums update_chunk(const UpdatePass& pass, const RolloutBatch& batch, const torch::Tensor& advantages,
+                         int64_t cb, int64_t ce);
+  // The pass's optimizer step at the scheduled LR, recorded in `up` with the pass's sums.
+  void optimizer_pass(int64_t step, const ChunkSums& sums, double mb_tokens, UpdateStats* up);
   // The step's metrics line: this rank's sums (step_sums) added over the ranks, then each group of
   // metrics in the line's order.
   MetricsLine metrics(int64_t step, const Scores& scores, const Sampling& smp, const algo::Advantages& adv,
