@@ -22,12 +22,12 @@ import sys
 import numpy as np
 
 from .measures import GainLevels, area_lag, fmt
-from .runs import ReportError, Run
+from .runs import ReportError, Run, base_sha256
 from .verdicts import MIN_FP16_GAIN
 
 MODES = ("fp16", "bf16", "bf16_sr")
 LABELS = {"fp16": "FP16", "bf16": "BF16-RN", "bf16_sr": "BF16-SR"}
-MATCH_KEYS = ("steps", "base", "compute", "pool", "overrides")  # sweeps merged must agree on these
+MATCH_KEYS = ("steps", "base", "base_sha256", "compute", "pool", "overrides")  # sweeps merged must agree on these
 
 
 def load_runs(sweeps):
@@ -39,6 +39,7 @@ def load_runs(sweeps):
         if not os.path.exists(path):
             raise ReportError(f"{path} is missing: not a sweep folder of scripts/compare.py")
         sw = json.load(open(path))
+        sw["base_sha256"] = base_sha256(sw)
         if first is None:
             first = sw
         else:
@@ -292,8 +293,9 @@ def main():
         print(f"paper_phase.py: error: {e}", file=sys.stderr)
         sys.exit(2)
     plot(rows, a.plots, a.min_gain)
-    phase = {"rows": rows, "notes": notes, "steps": steps, "base": first.get("base"), "min_gain": a.min_gain,
-             "timing": a.timing, "plot": "phase_diagram.png"}
+    phase = {"rows": rows, "notes": notes, "steps": steps, "base": first.get("base"),
+             "base_sha256": base_sha256(first), "min_gain": a.min_gain, "timing": a.timing,
+             "plot": "phase_diagram.png"}
     with open(os.path.join(a.plots, "phase.json"), "w") as f:
         json.dump(phase, f, indent=1)
     os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)

@@ -27,7 +27,7 @@ from .arms import FP8_MODES, PAPER_LABELS, grid_name
 from .measures import (LEVELS, GainLevels, area_lag, calibrated_k, describe_diffs, fmt, format_ms, paired,
                        size_measures, smooth)
 from .phase import markdown as phase_markdown
-from .runs import ReportError, Run
+from .runs import ReportError, Run, base_sha256
 from .verdicts import (MIN_FP16_GAIN, REL_TOLERANCE, T_CLEAR, claim_verdicts, regime_targets, size_targets,
                        sr_noise, sr_vs_higher_lr)
 
@@ -74,6 +74,7 @@ def read_sweep(a):
     if not os.path.exists(sweep_path):
         raise ReportError(f"{sweep_path} is missing: not a sweep folder of scripts/compare.py")
     sweep = json.load(open(sweep_path))
+    sweep["base_sha256"] = base_sha256(sweep)  # an older record: the base as it is now, at its report
     steps, n_seeds, arms = int(sweep["steps"]), int(sweep["seeds"]), sweep["arms"].split()
     base_path = os.path.join(a.sweep, "base_eval.json")
     drift_path = os.path.join(a.sweep, "drift.json")
@@ -82,6 +83,12 @@ def read_sweep(a):
             "drift": json.load(open(drift_path)) if os.path.exists(drift_path) else None,
             "runs": {arm: [Run(arm, s, os.path.join(a.sweep, arm, f"seed{s}"), steps).to_data()
                            for s in range(1, n_seeds + 1)] for arm in arms}}
+
+
+def same_base(other, sweep):
+    """Whether another report's data (a phase.json, a summary.json) comes from this sweep's base policy:
+    the same model file, not the same folder name (see runs.base_sha256)."""
+    return other.get("base_sha256") is not None and other.get("base_sha256") == sweep.get("base_sha256")
 
 
 def read_data(path):
@@ -378,7 +385,7 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
             path = os.path.join(os.path.dirname(plots_dir), name, "phase.json")
             # (an FP8 sweep's report embeds no BF16 diagram: its arm names would read as FP8's)
             candidate = json.load(open(path)) if paper and not fp8 and os.path.exists(path) else None
-            if candidate and candidate.get("base") == sweep.get("base"):
+            if candidate and same_base(candidate, sweep):
                 phase, phase_json = candidate, path
         if phase:
             rel_phase = os.path.relpath(os.path.dirname(phase_json), os.path.dirname(os.path.abspath(a.results)))
@@ -400,7 +407,7 @@ def write_markdown(a, sweep, runs, rows, ref, labels, w, levels, base_eval, plot
         for name in ("quick", "fp8", "quick-analog", "quick-analog-pool"):
             path = os.path.join(os.path.dirname(plots_dir), name, "summary.json")
             sm = json.load(open(path)) if os.path.exists(path) and os.path.abspath(path) != summary_path else None
-            if sm and sm.get("base") == sweep.get("base") and own["bits"] == [0]:
+            if sm and same_base(sm, sweep) and own["bits"] == [0]:
                 sm["results"] = os.path.join(os.path.dirname(path), sm["results"])
                 others.append(sm)
         if others:
@@ -519,7 +526,7 @@ def sweep_summary(sweep, runs, levels, outcomes, results, drift):
         lag = {r.seed: area_lag(levels, r, bf16[r.seed]) for r in runs["fp16"] if r.seed in bf16}
     lr = {arm: rs[0].lr for arm, rs in runs.items()}
     fp8 = any(r.mode in FP8_MODES for rs in runs.values() for r in rs)
-    return {"base": sweep.get("base"), "results": results, "command": sweep.get("command"), "bits": bits, "fp8": fp8,
+    return {"base": sweep.get("base"), "base_sha256": sweep.get("base_sha256"), "results": results, "command": sweep.get("command"), "bits": bits, "fp8": fp8,
             "prompts": (pool.get("size") if isinstance(pool, dict) else None) or sweep.get("pool_stats", {}).get("kept"),
             "x": lr.get("fp16"),
             "k": lr["bf16_lr_k"] / lr["bf16"] if "bf16_lr_k" in lr and "bf16" in lr else None,
@@ -535,9 +542,9 @@ def grids_section(add, summaries, rel):
     add("## The claims across grids: BF16, FP8 E4M3 and the grid-scaled analog")
     add("")
     add("The same arms, seeds, rules and base on sweeps whose round-to-nearest and stochastic arms round to "
-        "another grid; each has its own report. The first row is this sweep. Rows are the sweeps of this base's "
-        "path; a base retrained there (on another machine, whose kernels differ) is another policy, told apart by "
-        "its prompt pool (the prompts column). BF16 and FP8 E4M3 (3 mantissa bits "
+        "another grid; each has its own report. The first row is this sweep. Rows are the sweeps of this base policy: "
+        "the same model file (its SHA-256 in each sweep's record), not only the same folder; a base retrained "
+        "there is another policy and its sweeps are left out. BF16 and FP8 E4M3 (3 mantissa bits "
         "with a power-of-two scale per output channel on the layers' matrices, `precision.mode` fp8_rn / fp8_sr) "
         "are real formats. **The analog rows are not a real format**: BF16 with fewer mantissa bits "
         "(`precision.analog_mantissa_bits`, docs/PRECISION.md: a grid 2^(7 - bits) times coarser than BF16's, so "

@@ -5,6 +5,7 @@ text reads back as the same float), so a report can be rendered again from commi
 
 ReportError is the reports' one error: a missing or unfinished file, named with what to do.
 """
+import hashlib
 import json
 import os
 
@@ -15,6 +16,23 @@ from .arms import SweepError, analog_bits, yaml_scalar
 
 class ReportError(Exception):
     pass
+
+
+def base_sha256(sweep):
+    """The identity of a sweep record's base policy: the SHA-256 of its model.safetensors (the record's
+    "base_sha256", or hashed from the "base" folder when an older record lacks it; None when neither is
+    there). The base's path says nothing: a base retrained in the same folder is another policy, and one
+    sweep's lags or claims must not be embedded in the report of another base's sweep."""
+    if sweep.get("base_sha256"):
+        return sweep["base_sha256"]
+    path = os.path.join(sweep.get("base") or "", "model.safetensors")
+    if not sweep.get("base") or not os.path.isfile(path):
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def read_jsonl(path):

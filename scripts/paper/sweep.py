@@ -25,6 +25,7 @@ import sys
 import time
 
 from .arms import PAPER_ARMS, PRESETS, SweepError, mode_arms, paper_arms, phase_arms, resolved_config, yaml_scalar
+from .runs import base_sha256
 
 # The command lines of the pool, drift, phase and report (scripts/paper_*.py) run as their own processes.
 SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -269,7 +270,8 @@ class Sweep:
                 "base_dtype": self.base_dtype, "eval_every": self.eval_every, "eval_samples": self.eval_samples,
                 "checkpoint_every": self.ckpt_every, "compute": self.compute or "as configured",
                 "overrides": self.overrides, "pool": self.pool_spec if self.pool_spec else self.pool,
-                "pool_path": self.pool, "phase": self.phase, "command": command, "commit": commit}
+                "pool_path": self.pool, "phase": self.phase, "command": command, "commit": commit,
+                "base_sha256": base_sha256({"base": self.base})}
 
     def train_args(self, arm, seed):
         d = self.run_dir(arm, seed)

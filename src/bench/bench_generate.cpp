@@ -104,8 +104,10 @@ ConfigWork config_work(const GenerateBenchOptions& opt) {
   const RunConfig c = load_run_config(opt.config);
   w.base_model = opt.model.empty() ? c.grpo.base_model : opt.model;
   if (!std::filesystem::is_regular_file(std::filesystem::path(w.base_model) / "config.json"))
-    throw UserError("bench generate --config " + opt.config + ": grpo.base_model '" + w.base_model +
-                    "' is not a model directory (config.json); train one (`unstuck sft`) or give --model");
+    throw UserError(opt.model.empty()
+                        ? "bench generate --config " + opt.config + ": grpo.base_model '" + w.base_model +
+                              "' is not a model directory (config.json); train one (`unstuck sft`) or give --model"
+                        : "bench generate --model '" + w.base_model + "' is not a model directory (config.json)");
   train::Policy p = train::load_policy(w.base_model, {"run.device=cpu"});  // its FP32 master, on the host
   w.model = p.config.model;
   w.master = std::move(p.master);

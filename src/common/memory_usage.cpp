@@ -62,6 +62,17 @@ MemoryCeiling ceiling_in(const std::string& dir) {
   return c;
 }
 
+// Fields 3.. of a /proc/<pid>/stat file (field k at index k - 3), read after the command name in
+// parentheses, which may hold spaces; empty when the file is gone or malformed.
+std::vector<std::string> stat_fields(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  const std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const std::size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 > stat.size()) return {};
+  std::istringstream text(stat.substr(close + 2));
+  return {std::istream_iterator<std::string>(text), std::istream_iterator<std::string>()};
+}
+
 // This process's v2 cgroup directory ("0::/path" in /proc/self/cgroup), "" when none.
 std::string own_v2_cgroup() {
   std::ifstream in("/proc/self/cgroup");
@@ -102,26 +113,18 @@ int64_t current_rss_bytes() { return status_kib("VmRSS") * 1024; }
 int64_t peak_rss_bytes() { return status_kib("VmHWM") * 1024; }
 
 int64_t descendants_rss_bytes() {
-  // Every process's parent and resident pages from /proc/<pid>/stat (fields 4 and 24, after the
-  // command name in parentheses, which may hold spaces), then the tree under this process.
+  // Every process's parent and resident pages from /proc/<pid>/stat (fields 4 and 24), then the
+  // tree under this process.
   std::map<long, std::vector<long>> children;
   std::map<long, int64_t> rss_pages;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "stat");
-    const std::string stat((std::istreambuf_iterator<char>(in)), {});
-    const std::size_t close = stat.rfind(')');
-    if (close == std::string::npos || close + 2 > stat.size()) continue;  // gone meanwhile
-    std::istringstream fields(stat.substr(close + 2));
-    std::string field;
-    long ppid = -1;
-    int64_t rss = 0;
-    for (int i = 3; i <= 24 && fields >> field; ++i) {
-      if (i == 4) ppid = std::stol(field);
-      if (i == 24) rss = std::stoll(field);
-    }
+    const std::vector<std::string> fields = stat_fields(entry.path() / "stat");
+    if (fields.size() < 24 - 3 + 1) continue;  // gone meanwhile
+    const long ppid = std::stol(fields[4 - 3]);
+    const int64_t rss = std::stoll(fields[24 - 3]);
     const long pid = std::stol(name);
     children[ppid].push_back(pid);
     rss_pages[pid] = rss;
@@ -141,20 +144,11 @@ int64_t descendants_rss_bytes() {
 }
 
 double seconds_since_process_start() {
-  std::ifstream in("/proc/self/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), {});
-  const std::size_t close = stat.rfind(')');  // the command name may hold spaces
-  if (close == std::string::npos) return -1;
-  std::istringstream fields(stat.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i)
-    if (i == 22) {
-      const long ticks = ::sysconf(_SC_CLK_TCK);
-      timespec now{};
-      if (ticks <= 0 || ::clock_gettime(CLOCK_BOOTTIME, &now) != 0) return -1;
-      return double(now.tv_sec) + double(now.tv_nsec) * 1e-9 - std::stod(field) / double(ticks);
-    }
-  return -1;
+  const std::vector<std::string> fields = stat_fields("/proc/self/stat");
+  const long ticks = ::sysconf(_SC_CLK_TCK);
+  timespec now{};
+  if (fields.size() < 22 - 3 + 1 || ticks <= 0 || ::clock_gettime(CLOCK_BOOTTIME, &now) != 0) return -1;
+  return double(now.tv_sec) + double(now.tv_nsec) * 1e-9 - std::stod(fields[22 - 3]) / double(ticks);  // starttime
 }
 
 }  // namespace unstuck

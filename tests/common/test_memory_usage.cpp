@@ -1,5 +1,6 @@
 // descendants_rss_bytes(): the resident memory of this process's children and their children (the
-// reward workers and their sandboxes), which the memory plan counts as other processes' part.
+// reward workers and their sandboxes), which the memory plan counts as other processes' part; and
+// seconds_since_process_start(), from the same /proc stat fields.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -54,6 +55,18 @@ TEST(MemoryUsage, DescendantsRssCountsChildrenAndGrandchildren) {
   EXPECT_GE(during - before, 96 * MiB) << "before " << before << " during " << during;
   EXPECT_LT(during - before, 96 * MiB + current_rss_bytes() * 2 + 64 * MiB);
   EXPECT_LE(descendants_rss_bytes(), before + 8 * MiB);  // gone once they exit
+}
+
+// seconds_since_process_start() reads the start time from /proc/self/stat (after the command name):
+// this test process started before the test ran, and the clock advances with the wall clock.
+TEST(MemoryUsage, SecondsSinceProcessStartFollowsTheWallClock) {
+  const double first = seconds_since_process_start();
+  ASSERT_GE(first, 0.0);
+  EXPECT_LT(first, 3600.0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double second = seconds_since_process_start();
+  EXPECT_GE(second - first, 0.18);  // the start time has a tick's resolution (10 ms); the clocks agree
+  EXPECT_LT(second - first, 5.0);
 }
 
 }  // namespace

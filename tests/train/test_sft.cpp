@@ -122,6 +122,15 @@ TEST(Sft, LossFallsAndModelDirectoryLoadsBack) {
   const std::string err((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
   EXPECT_NE(err.find("grpo.base_model '" + (dir / "no_model").string() + "' is not a model directory"),
             std::string::npos) << err;
+  // With --model, the error names --model's path, not the config's key.
+  const std::string given = std::string(UNSTUCK_BINARY) + " bench generate --config " + yaml.string() +
+                            " --model " + (dir / "other").string() + " 2> " + (dir / "err2.txt").string();
+  EXPECT_NE(std::system(given.c_str()), 0);
+  std::ifstream err2_in(dir / "err2.txt");
+  const std::string err2((std::istreambuf_iterator<char>(err2_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(err2.find("--model '" + (dir / "other").string() + "' is not a model directory"), std::string::npos)
+      << err2;
+  EXPECT_EQ(err2.find("grpo.base_model"), std::string::npos) << err2;
   fs::remove_all(dir);
 }
 

@@ -34,15 +34,21 @@ def check(cond, what):
     print(f"ok: {what}")
 
 
-def write_sweep(folder, arms, seeds, rng, steps=STEPS, preset="paper-phase"):
+def write_sweep(folder, arms, seeds, rng, steps=STEPS, preset="paper-phase", base_sha256=None):
     """arms: {name: (mode, lr, speed[, analog mantissa bits])}; reward = 0.4 + speed * step + seed offset
-    + noise."""
+    + noise. The sweeps share one base policy folder (its model.safetensors); `base_sha256`: the identity
+    the sweep recorded at its start (None: the record has none, as older ones)."""
     os.makedirs(folder)
+    base = os.path.join(os.path.dirname(folder), "base")
+    if not os.path.exists(base):
+        os.makedirs(base)
+        with open(os.path.join(base, "model.safetensors"), "wb") as f:
+            f.write(b"the base policy's weights")
     with open(os.path.join(folder, "sweep.json"), "w") as f:
-        json.dump({"preset": preset, "steps": steps, "seeds": seeds, "arms": " ".join(arms), "base": "base",
-                   "compute": "fp32", "pool": {"records": 8}, "overrides": [], "eval_every": 10,
-                   "eval_samples": 10, "command": "scripts/paper/tests/test_phase.py", "verdicts": False,
-                   "reference": "fp16"}, f)
+        json.dump(dict({"preset": preset, "steps": steps, "seeds": seeds, "arms": " ".join(arms), "base": base,
+                        "compute": "fp32", "pool": {"records": 8}, "overrides": [], "eval_every": 10,
+                        "eval_samples": 10, "command": "scripts/paper/tests/test_phase.py", "verdicts": False,
+                        "reference": "fp16"}, **({"base_sha256": base_sha256} if base_sha256 else {})), f)
     offsets = rng.normal(0, 0.01, seeds)
     for arm, (mode, lr, speed, *bits) in arms.items():
         for s in range(1, seeds + 1):
@@ -110,9 +116,13 @@ def main():
         other = os.path.join(tmp, "other")
         write_sweep(other, {"fp16": ("fp16", 2e-5, 0.004), "bf16": ("bf16", 2e-5, 0.004)}, 1,
                     np.random.default_rng(3), steps=STEPS + 10)
+        # A sweep of the base as it was before it was trained again in the same folder (its record's identity).
+        retrained = os.path.join(tmp, "retrained")
+        write_sweep(retrained, {"fp16": ("fp16", 4e-5, 0.004), "bf16": ("bf16", 4e-5, 0.004)}, 1,
+                    np.random.default_rng(5), base_sha256="0" * 64)
         plots = os.path.join(tmp, "docs", "results", "phase")
         results = os.path.join(tmp, "docs", "RESULTS-phase.md")
-        r = subprocess.run([sys.executable, PHASE, "--sweeps", phase, quick, other, "--results", results,
+        r = subprocess.run([sys.executable, PHASE, "--sweeps", phase, quick, other, retrained, "--results", results,
                             "--plots", plots], capture_output=True, text=True)
         check(r.returncode == 0, f"paper_phase.py exits 0 ({r.stderr.strip()})")
         check(os.path.exists(os.path.join(plots, "phase_diagram.png")), "phase_diagram.png written")
@@ -120,6 +130,8 @@ def main():
         rows = {row["lr"]: row for row in p["rows"]}
         check(sorted(rows) == [2e-6, 5e-6, 1e-5], f"LRs 2e-6, 5e-6 (from the second sweep), 1e-5; got {sorted(rows)}")
         check(any("left out" in n and "steps" in n for n in p["notes"]), "the sweep with other steps is left out")
+        check(any("left out" in n and "base_sha256" in n and "retrained" in n for n in p["notes"]),
+              f"the sweep of another base in the same folder is left out ({p['notes']})")
         lag = rows[1e-5]["arms"]["bf16"]["area_lag"]
         check(len(lag) == 1 and abs(lag[0] - 0.5) < 0.1, f"BF16-RN at half speed: area lag 0.5 +- 0.1, got {lag}")
         ratio = rows[1e-5]["arms"]["bf16"]["steps50_ratio"][0]

@@ -30,9 +30,14 @@ def write_sweep(folder, speed, kl_gain, rng, noise=0.002, kl_offset=None, analog
     modes: precision.mode per arm where it is not MODES' (an FP8 sweep's)."""
     kl_offset = kl_offset or {}
     arms = list(speed)
+    base = os.path.join(os.path.dirname(folder), "base")  # one base policy for the sweeps of a case
+    if not os.path.exists(os.path.join(base, "model.safetensors")):
+        os.makedirs(base, exist_ok=True)
+        with open(os.path.join(base, "model.safetensors"), "wb") as f:
+            f.write(b"the base policy's weights")
     with open(os.path.join(folder, "sweep.json"), "w") as f:
         json.dump({"preset": "test", "steps": STEPS, "seeds": SEEDS, "arms": " ".join(arms),
-                   "base": "base", "eval_every": 10, "eval_samples": 100,
+                   "base": base, "eval_every": 10, "eval_samples": 100,
                    "command": "scripts/paper/tests/test_report.py"}, f)
     with open(os.path.join(folder, "base_eval.json"), "w") as f:
         json.dump({"greedy_accuracy": 0.4}, f)
@@ -211,12 +216,21 @@ def main():
         json.dump(data, open(os.path.join(docs, "results", "quick", "report_data.json"), "w"))
         again, committed = rerender(os.path.join(docs, "RESULTS.md"), os.path.join(docs, "results", "quick"))
         check(again != committed, "one changed reward in report_data.json changes the rendered report")
-        for name in ("quick-analog", "fp8"):
-            summary = os.path.join(docs, "results", name, "summary.json")
-            json.dump(dict(json.load(open(summary)), base="another base"), open(summary, "w"))
+        # The base retrained in the same folder is another policy: the sweeps of the old one (their
+        # summary.json's base_sha256) are no longer listed, although the path is the same.
+        with open(os.path.join(tmp, "base", "model.safetensors"), "wb") as f:
+            f.write(b"the base policy's weights, trained again")
         run_report(d, "--plots", os.path.join(docs, "results", "quick"), "--results", os.path.join(docs, "RESULTS.md"))
         check("The claims across grids" not in open(os.path.join(docs, "RESULTS.md")).read(),
-              "sweeps of another base are not listed")
+              "sweeps of a base retrained in the same folder are not listed")
+        for name in ("quick-analog", "fp8"):  # a summary without the base's identity (an older one): not listed
+            summary = os.path.join(docs, "results", name, "summary.json")
+            json.dump({k: v for k, v in json.load(open(summary)).items() if k != "base_sha256"}, open(summary, "w"))
+        with open(os.path.join(tmp, "base", "model.safetensors"), "wb") as f:
+            f.write(b"the base policy's weights")
+        run_report(d, "--plots", os.path.join(docs, "results", "quick"), "--results", os.path.join(docs, "RESULTS.md"))
+        check("The claims across grids" not in open(os.path.join(docs, "RESULTS.md")).read(),
+              "sweeps whose base is not identified are not listed")
         r, text_strict = run_report(d, "--min-gain", "0.5")
         check(r.returncode == 0 and "not testable" in verdict(text_strict, 1) and target(text_strict, 1) ==
               "not testable", "--min-gain above FP16's gain makes the claims and targets not testable")
