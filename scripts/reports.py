@@ -55,6 +55,17 @@ def paper_gap(name, doc, plots, sweep, command, machine=NO_CPU):
                f"the per-step metrics of its runs (`{sweep}`)", f"`{command}`", machine)
 
 
+def paper(name, doc, plots):
+    """A paper report (paper_report.py), the whole document, from its sweep's report_data.json; it also
+    embeds what it finds of its base's other sweeps (their summary.json) and phase diagrams (phase.json)."""
+    data = f"{plots}/report_data.json"
+    others = [f"docs/results/{n}/summary.json" for n in ("quick", "fp8", "quick-analog", "quick-analog-pool")
+              if f"docs/results/{n}" != plots]
+    return dict(name=name, doc=doc, whole=True,
+                data=[data] + others + ["docs/results/phase/phase.json", "docs/results/phase-analog/phase.json"],
+                command=["scripts/paper_report.py", "--data", data, "--results", doc, "--print"])
+
+
 REPORTS = [
     # The phase diagrams: rendered from their committed phase.json.
     phase("phase", "docs/RESULTS-phase.md", "docs/results/phase/phase.json"),
@@ -87,15 +98,13 @@ REPORTS = [
     # data=[<plots>/report_data.json], command=["scripts/paper_report.py", "--data", <that file>,
     # "--results", doc, "--print"]) (RESULTS-variants.md: scripts/variants.py --render <its --data>).
     # The quick sweep (the README's main job), rerun at 5d3ff9c with its data.
-    dict(name="results-quick", doc="docs/RESULTS.md", whole=True, data=["docs/results/quick/report_data.json"],
-         command=["scripts/paper_report.py", "--data", "docs/results/quick/report_data.json", "--results",
-                  "docs/RESULTS.md", "--print"]),
+    paper("results-quick", "docs/RESULTS.md", "docs/results/quick"),
     paper_gap("results-full", "docs/RESULTS-full.md", "docs/results/full", "runs/paper-full",
               "scripts/reproduce.sh --full"),
     paper_gap("results-full-wide", "docs/RESULTS-full-wide.md", "docs/results/full-wide", "runs/paper-full-wide",
               "scripts/reproduce.sh --full"),
-    paper_gap("results-fp8", "docs/RESULTS-fp8.md", "docs/results/fp8", "runs/paper-quick-fp8",
-              "scripts/reproduce.sh --quick-fp8"),
+    # The FP8 sweep, rerun at d4a9304 with its data.
+    paper("results-fp8", "docs/RESULTS-fp8.md", "docs/results/fp8"),
     paper_gap("results-quick-analog", "docs/RESULTS-quick-analog.md", "docs/results/quick-analog",
               "runs/paper-quick-analog", "scripts/reproduce.sh --quick-analog"),
     paper_gap("results-quick-analog-k2", "docs/RESULTS-quick-analog-k2.md", "docs/results/quick-analog-k2",
