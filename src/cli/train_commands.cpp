@@ -19,6 +19,7 @@
 #include "unstuck/dist/communicator.h"
 #include "unstuck/reward/verifier.h"
 #include "unstuck/rollout/sampler.h"
+#include "unstuck/train/checkpoint.h"
 #include "unstuck/train/evaluate.h"
 #include "unstuck/train/grpo.h"
 #include "unstuck/train/policy_dir.h"

@@ -189,7 +189,9 @@ std::string docs_markdown(const Field& root) {
   for_each_leaf(root, "", [&out](const std::string& key, const Field& field) {
     std::string type = type_name(field);
     if (field.kind == Kind::enumeration) type = "`" + join(field.choices, "`, `") + "`";
-    out += "| `" + key + "` | " + type + " | `" + value_text(field) + "` | " + field.doc + " |\n";
+    std::string doc;  // a '|' in a doc ("constant | warmup") would end the cell: escaped
+    for (char c : field.doc) doc += c == '|' ? std::string("\\|") : std::string(1, c);
+    out += "| `" + key + "` | " + type + " | `" + value_text(field) + "` | " + doc + " |\n";
   });
   return out;
 }

@@ -493,11 +493,6 @@ void check_memory(const MemoryPlan& plan, const MemoryLimit& limit) {
                   (others.empty() ? std::string() : "; next:" + others.substr(1)) + "\n" + memory_report(plan));
 }
 
-MemoryLimit memory_limit(const RunConfig& c, double limit_bytes) {
-  // Given bytes of host memory, or this rank's device: its GPU's free memory, else the host's available memory.
-  return limit_bytes >= 0 ? host_memory_limit(limit_bytes) : device_memory_limit(rank_device(c));
-}
-
 MemoryLimit device_memory_limit(const ResolvedDevice& d) {
   if (d.kind == DeviceKind::cuda) return gpu_memory_limit(d.index);
   // A cgroup limit (a container's, a Slurm job's) below what the machine has free is the one the
@@ -510,16 +505,6 @@ MemoryLimit device_memory_limit(const ResolvedDevice& d) {
                 format_bytes(std::max(0.0, cg.limit - cg.used)) + " of it free",
             host.ranks};
   return host;
-}
-
-MemoryPlan preflight(const RunConfig& c, const std::string& command, double limit_bytes, const MemoryPlanInputs& in) {
-  check_limits(c);
-  MemoryLimit limit = memory_limit(c, limit_bytes);
-  // The available memory already leaves out what this process holds (its baseline; 0 on a GPU).
-  if (limit_bytes < 0) limit.bytes += in.baseline_bytes;
-  MemoryPlan plan = plan_memory(c, command, in);
-  check_memory(plan, limit);
-  return plan;
 }
 
 }  // namespace unstuck

@@ -81,6 +81,17 @@ Why generator_settings(const RunConfig&, const std::string&, const std::string&)
          "reads data.train_path or the shipped data";
 }
 
+// <section>.warmup_steps and <section>.min_lr_ratio: read by the schedules that have a warm-up and a floor.
+Why schedule_key(const train::LrScheduleConfig& s, const std::string& key) {
+  const std::string section = key.substr(0, key.find('.'));
+  const std::string schedule = section + ".lr_schedule is " + std::string(config::enum_name(s.schedule));
+  if (key == section + ".warmup_steps" && s.schedule == train::LrSchedule::constant)
+    return "the warm-up of the warmup and cosine schedules; " + schedule;
+  if (key == section + ".min_lr_ratio" && s.schedule != train::LrSchedule::cosine)
+    return "the floor of the cosine schedule; " + schedule;
+  return std::nullopt;
+}
+
 const std::vector<Rule>& rules() {
   static const std::vector<Rule> kRules = {
       // The generator's settings are `unstuck data generate`'s flags; runs read records.
@@ -92,13 +103,13 @@ const std::vector<Rule>& rules() {
        }},
       // The other command's section.
       {"sft.",
-       [](const RunConfig&, const std::string& command, const std::string&) -> Why {
-         if (command == "sft") return std::nullopt;
+       [](const RunConfig& c, const std::string& command, const std::string& key) -> Why {
+         if (command == "sft") return schedule_key(c.sft.lr, key);
          return "sft.* is read by `unstuck sft`; this is a `unstuck " + command + "` run";
        }},
       {"grpo.",
-       [](const RunConfig&, const std::string& command, const std::string&) -> Why {
-         if (command == "train") return std::nullopt;
+       [](const RunConfig& c, const std::string& command, const std::string& key) -> Why {
+         if (command == "train") return schedule_key(c.grpo.lr, key);
          return "grpo.* is read by `unstuck train`; this is a `unstuck " + command + "` run";
        }},
       {"rollout.",

@@ -132,11 +132,16 @@ void validate_rollout(const rollout::SamplingConfig& r) {
           "in [1, " + std::to_string(kMaxTokens) + "]", std::to_string(r.max_new_tokens));
 }
 
+void validate_lr_schedule(const train::LrScheduleConfig& s, const std::string& section) {
+  const std::string warmup = section + ".warmup_steps", floor = section + ".min_lr_ratio";
+  require(s.warmup_steps >= 0, warmup.c_str(), ">= 0", std::to_string(s.warmup_steps));
+  require(s.min_lr_ratio >= 0 && s.min_lr_ratio <= 1, floor.c_str(), "in [0, 1]", s.min_lr_ratio);
+}
+
 void validate_sft(const train::SftConfig& s) {
   require(s.steps >= 1, "sft.steps", ">= 1", std::to_string(s.steps));
   require(s.batch_size >= 1, "sft.batch_size", ">= 1", std::to_string(s.batch_size));
-  require(s.warmup_steps >= 0, "sft.warmup_steps", ">= 0", std::to_string(s.warmup_steps));
-  require(s.min_lr_ratio >= 0 && s.min_lr_ratio <= 1, "sft.min_lr_ratio", "in [0, 1]", s.min_lr_ratio);
+  validate_lr_schedule(s.lr, "sft");
   require(s.log_every >= 1, "sft.log_every", ">= 1", std::to_string(s.log_every));
   require(s.eval_every >= 0, "sft.eval_every", ">= 0 (0 = at the end only)", std::to_string(s.eval_every));
   require(s.eval_samples >= 0, "sft.eval_samples", ">= 0 (0 = all)", std::to_string(s.eval_samples));
@@ -170,7 +175,7 @@ void validate_grpo(const train::GrpoConfig& g) {
           "loss unless grpo.kl_coef > 0 (reward with kl_coef 0 subtracts nothing)", "'reward'");
   require(g.tis_cap == 0 || (g.tis_cap >= 1 && g.tis_cap <= kMaxCoef), "grpo.tis_cap",
           "0 (off) or in [1, " + shown(kMaxCoef) + "]", shown(g.tis_cap));
-  require(g.warmup_steps >= 0, "grpo.warmup_steps", ">= 0", std::to_string(g.warmup_steps));
+  validate_lr_schedule(g.lr, "grpo");
   require(g.eval_every >= 0, "grpo.eval_every", ">= 0", std::to_string(g.eval_every));
   require(g.eval_samples >= 0, "grpo.eval_samples", ">= 0", std::to_string(g.eval_samples));
   require(g.checkpoint_every >= 0, "grpo.checkpoint_every", ">= 0", std::to_string(g.checkpoint_every));

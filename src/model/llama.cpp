@@ -1,7 +1,8 @@
 // Llama-family forward passes (full and KV-cached) on named parameters that view one flat buffer,
 // helper tensors on the weights' device, optional activation checkpointing per block. Shapes use
 // B batch, T new tokens, Tk attended keys, H query heads, G kv heads, hd head size, D model width,
-// F MLP width.
+// F MLP width. The KV cache's row operations are in kv_cache.cpp, the autograd functions (checkpointed
+// blocks, lora.dropout's product, gradients into sinks) in llama_autograd.cpp.
 #include "unstuck/model/llama.h"
 
 #include <ATen/ATen.h>
@@ -21,6 +22,7 @@
 #include "unstuck/common/error.h"
 #include "unstuck/model/cpu_kernels.h"
 #include "unstuck/model/lora_dropout.h"
+#include "model/llama_autograd.h"
 
 namespace unstuck::model {
 namespace {
@@ -256,258 +258,6 @@ void LlamaModel::set_adapters(const LoraSpec& spec, torch::Tensor flat) {
 
 namespace {
 
-// Parameters of one block that take gradients, in a fixed order (the checkpointed block's inputs):
-// the base's, then its adapters'.
-std::vector<torch::Tensor> trainable(const LlamaModel& model, int64_t layer) {
-  const LayerWeights& w = model.layer_weights(layer);
-  std::vector<torch::Tensor> out;
-  for (const torch::Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.bo, &w.q_norm,
-                                 &w.k_norm, &w.mlp_norm, &w.w_gate, &w.w_up, &w.w_down})
-    if (t->defined() && t->requires_grad()) out.push_back(*t);
-  if (model.has_adapters())
-    for (int m = 0; m < kLoraModules; ++m) {
-      const auto& [a, b] = model.adapter(layer, LoraModule(m));
-      for (const torch::Tensor* t : {&a, &b})
-        if (t->defined() && t->requires_grad()) out.push_back(*t);
-    }
-  return out;
-}
-
-// Activation checkpointing: the forward keeps only the block's input; the backward recomputes the
-// block with gradients on and differentiates it. The recomputation is the same deterministic code
-// on the same inputs, so the gradients equal the plain path's. With shared prompts
-// (forward_completions) a prompt-pass block also returns its keys and values (`capture`), and a
-// completion-pass block takes its prompt's (prompt_k, prompt_v, of_row) as inputs whose gradients
-// it returns.
-struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
-  using Opt = std::optional<torch::Tensor>;
-  static bool given(const Opt& t) { return t.has_value() && t->defined(); }
-
-  // Runs the block; `prompt` holds the prompt keys/values of a completion pass (else undefined).
-  static torch::autograd::variable_list run(const LlamaModel* model, int64_t layer, const torch::Tensor& x,
-                                            const torch::Tensor& cos, const torch::Tensor& sin,
-                                            const torch::Tensor& mask, bool causal, bool capture,
-                                            const torch::Tensor& prompt_k, const torch::Tensor& prompt_v,
-                                            const torch::Tensor& of_row, const DropoutPass* dropout) {
-    PromptKV kv;
-    PromptKV* io = nullptr;
-    if (capture) {
-      kv.capture = true;
-      io = &kv;
-    } else if (prompt_k.defined()) {
-      kv.k.resize(std::size_t(layer) + 1);
-      kv.v.resize(std::size_t(layer) + 1);
-      kv.k.back() = prompt_k;
-      kv.v.back() = prompt_v;
-      kv.of_row = of_row;
-      io = &kv;
-    }
-    torch::Tensor y = model->block(layer, x, cos, sin, mask, causal, nullptr, io, dropout);
-    if (capture) return {y, kv.k[0], kv.v[0]};
-    return {y};
-  }
-
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                                                const torch::Tensor& cos, const torch::Tensor& sin, const Opt& mask,
-                                                const Opt& prompt_k, const Opt& prompt_v, const Opt& of_row,
-                                                at::TensorList weights, const LlamaModel* model, int64_t layer,
-                                                bool causal, bool capture, const DropoutPass* dropout) {
-    const bool has_mask = given(mask), has_prompt = given(prompt_k);
-    ctx->saved_data["model"] = int64_t(reinterpret_cast<intptr_t>(model));
-    ctx->saved_data["layer"] = layer;
-    ctx->saved_data["causal"] = causal;
-    ctx->saved_data["capture"] = capture;
-    ctx->saved_data["has_mask"] = has_mask;
-    ctx->saved_data["has_prompt"] = has_prompt;
-    ctx->saved_data["weights"] = int64_t(weights.size());
-    ctx->saved_data["dropout"] = dropout != nullptr;
-    if (dropout) {  // the recompute regenerates the same masks from these
-      ctx->saved_data["drop_key"] = int64_t(dropout->key);
-      ctx->saved_data["drop_prompts"] = dropout->prompts;
-      ctx->saved_data["drop_ids"] = dropout->ids;
-      ctx->saved_data["drop_positions"] = dropout->positions;
-    }
-    torch::autograd::variable_list saved{x, cos, sin, has_mask ? *mask : torch::Tensor()};
-    if (has_prompt) saved.insert(saved.end(), {*prompt_k, *prompt_v, *of_row});
-    ctx->save_for_backward(saved);
-    return run(model, layer, x, cos, sin, has_mask ? *mask : torch::Tensor(), causal, capture,
-               has_prompt ? *prompt_k : torch::Tensor(), has_prompt ? *prompt_v : torch::Tensor(),
-               has_prompt ? *of_row : torch::Tensor(), dropout);
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_out) {
-    const auto saved = ctx->get_saved_variables();
-    const auto* model = reinterpret_cast<const LlamaModel*>(intptr_t(ctx->saved_data["model"].toInt()));
-    const int64_t layer = ctx->saved_data["layer"].toInt();
-    const bool capture = ctx->saved_data["capture"].toBool(), has_prompt = ctx->saved_data["has_prompt"].toBool();
-    const torch::Tensor x = saved[0].detach().requires_grad_(true);
-    const torch::Tensor mask = ctx->saved_data["has_mask"].toBool() ? saved[3] : torch::Tensor();
-    torch::Tensor prompt_k, prompt_v;
-    if (has_prompt) {
-      prompt_k = saved[4].detach().requires_grad_(true);
-      prompt_v = saved[5].detach().requires_grad_(true);
-    }
-    DropoutPass dropout;
-    const bool dropped = ctx->saved_data["dropout"].toBool();
-    if (dropped)
-      dropout = {uint64_t(ctx->saved_data["drop_key"].toInt()), ctx->saved_data["drop_prompts"].toBool(),
-                 ctx->saved_data["drop_ids"].toTensor(), ctx->saved_data["drop_positions"].toTensor()};
-    torch::autograd::variable_list outputs;
-    {
-      torch::AutoGradMode grad_on(true);
-      outputs = run(model, layer, x, saved[1], saved[2], mask, ctx->saved_data["causal"].toBool(), capture,
-                    prompt_k, prompt_v, has_prompt ? saved[6] : torch::Tensor(), dropped ? &dropout : nullptr);
-    }
-    torch::autograd::variable_list grads_of_outputs;
-    for (std::size_t i = 0; i < outputs.size(); ++i)  // a captured key/value no later layer used: zero
-      grads_of_outputs.push_back(grad_out[i].defined() ? grad_out[i] : torch::zeros_like(outputs[i]));
-    torch::autograd::variable_list inputs{x};
-    if (has_prompt) inputs.insert(inputs.end(), {prompt_k, prompt_v});
-    for (const torch::Tensor& w : trainable(*model, layer)) inputs.push_back(w);
-    TORCH_INTERNAL_ASSERT(int64_t(inputs.size()) == 1 + 2 * has_prompt + ctx->saved_data["weights"].toInt());
-    const auto grads = torch::autograd::grad(outputs, inputs, grads_of_outputs, false, false, /*allow_unused=*/true);
-    // One entry per forward argument: x, cos, sin, mask, prompt_k, prompt_v, of_row, each weight,
-    // model, layer, causal, capture, dropout.
-    torch::autograd::variable_list out{grads[0], {}, {}, {}};
-    out.push_back(has_prompt ? grads[1] : torch::Tensor());
-    out.push_back(has_prompt ? grads[2] : torch::Tensor());
-    out.push_back(torch::Tensor());
-    out.insert(out.end(), grads.begin() + 1 + 2 * has_prompt, grads.end());
-    out.insert(out.end(), 5, torch::Tensor());
-    return out;
-  }
-};
-
-// lora.dropout's keep bits (B, T, features) uint8 of one module in a pass (model/lora_dropout.h),
-// on the pass's device.
-torch::Tensor dropout_keep(const torch::Tensor& ids, const torch::Tensor& positions, int64_t features,
-                           DropoutStream stream, uint32_t threshold) {
-  const int64_t B = positions.size(0), T = positions.size(1);
-  torch::Tensor keep = torch::empty({B, T, features}, positions.options().dtype(torch::kUInt8));
-  if (keep.is_cuda()) {
-#if defined(UNSTUCK_HAVE_CUDA)
-    const torch::Tensor i = ids.contiguous(), p = positions.contiguous();
-    dropout_keep_cuda(keep.data_ptr<uint8_t>(), i.data_ptr<int64_t>(), p.data_ptr<int64_t>(), B, T, features, stream,
-                      threshold, c10::cuda::getCurrentCUDAStream().stream());
-    return keep;
-#else
-    throw std::logic_error("lora.dropout on CUDA needs a build with CUDA kernels");
-#endif
-  }
-  const torch::Tensor i = ids.contiguous(), p = positions.contiguous();
-  const int64_t *ip = i.data_ptr<int64_t>(), *pp = p.data_ptr<int64_t>();
-  uint8_t* out = keep.data_ptr<uint8_t>();
-  at::parallel_for(0, B * T, std::max<int64_t>(1, 16384 / std::max<int64_t>(features, 1)), [&](int64_t first, int64_t last) {
-    for (int64_t bt = first; bt < last; ++bt)
-      dropout_keep_row(stream, threshold, uint32_t(ip[bt / T]), uint32_t(pp[bt]), features, out + bt * features);
-  });
-  return keep;
-}
-
-// x A^T of an adapter with lora.dropout on its input: (x * keep / (1 - p)) A^T. The keep bits are
-// regenerated in the backward from (key, tag, ids, positions) instead of being kept, so the pass
-// holds x (which the adapter's product keeps anyway) and no mask.
-struct DroppedLinear : public torch::autograd::Function<DroppedLinear> {
-  static torch::Tensor dropped(const torch::Tensor& x, const torch::Tensor& ids, const torch::Tensor& positions,
-                               int64_t key, int64_t tag, double p) {
-    const torch::Tensor keep = dropout_keep(ids, positions, x.size(-1), DropoutStream{uint64_t(key), uint32_t(tag)},
-                                            dropout_threshold(p));
-    return x.mul(keep).mul_(1.0 / (1.0 - p));
-  }
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& a,
-                               const torch::Tensor& ids, const torch::Tensor& positions, int64_t key, int64_t tag,
-                               double p) {
-    ctx->save_for_backward({x, a});
-    ctx->saved_data["ids"] = ids;
-    ctx->saved_data["positions"] = positions;
-    ctx->saved_data["key"] = key;
-    ctx->saved_data["tag"] = tag;
-    ctx->saved_data["p"] = p;
-    return at::linear(dropped(x, ids, positions, key, tag, p), a);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_out) {
-    const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x = saved[0], &a = saved[1];
-    const torch::Tensor ids = ctx->saved_data["ids"].toTensor(), positions = ctx->saved_data["positions"].toTensor();
-    const int64_t key = ctx->saved_data["key"].toInt(), tag = ctx->saved_data["tag"].toInt();
-    const double p = ctx->saved_data["p"].toDouble();
-    const torch::Tensor keep = dropout_keep(ids, positions, x.size(-1), DropoutStream{uint64_t(key), uint32_t(tag)},
-                                            dropout_threshold(p));
-    const double scale = 1.0 / (1.0 - p);
-    const torch::Tensor g = grad_out[0].reshape({-1, a.size(0)});  // (N, r)
-    const torch::Tensor grad_a = g.t().mm(x.mul(keep).mul_(scale).reshape({-1, a.size(1)}));  // (r, in)
-    const torch::Tensor grad_x = g.mm(a).view(x.sizes()).mul_(keep).mul_(scale);
-    return {grad_x, grad_a, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
-  }
-};
-
-// Weight-gradient rows formed at a time by LinearIntoSink (a BF16 / FP16 temporary of this many rows).
-constexpr int64_t kSinkRows = 4096;
-
-// sink (out, in) FP32 += g^T x for g (N, out), x (N, in): in place for FP32, else a block of rows at
-// a time in the operands' dtype (the product autograd's linear backward forms), then widened.
-void add_weight_grad(torch::Tensor& sink, const torch::Tensor& g, const torch::Tensor& x) {
-  if (g.scalar_type() == torch::kFloat32 && x.scalar_type() == torch::kFloat32) {
-    sink.addmm_(g.t(), x);
-    return;
-  }
-  for (int64_t r = 0; r < sink.size(0); r += kSinkRows) {
-    const int64_t rows = std::min(kSinkRows, sink.size(0) - r);
-    sink.narrow(0, r, rows).add_(g.narrow(1, r, rows).t().mm(x));
-  }
-}
-
-// A linear layer whose weight (and bias) gradients are added straight into FP32 sinks (their ranges
-// of the trainer's flat gradient) in the backward pass: they are never autograd outputs, so the
-// engine never holds one layer's weight gradient while it waits for the other uses of the weight
-// (a shared prompt pass, the completion pass) to be differentiated.
-struct LinearIntoSink : public torch::autograd::Function<LinearIntoSink> {
-  using Opt = std::optional<torch::Tensor>;
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
-                               const Opt& b, const torch::Tensor& w_sink, const Opt& b_sink) {
-    ctx->save_for_backward({x, w});
-    ctx->saved_data["w_sink"] = w_sink;
-    ctx->saved_data["b_sink"] = b_sink.has_value() ? *b_sink : torch::Tensor();
-    return b.has_value() && b->defined() ? at::linear(x, w, *b) : at::linear(x, w);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_out) {
-    const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x = saved[0], &w = saved[1];
-    torch::Tensor w_sink = ctx->saved_data["w_sink"].toTensor(), b_sink = ctx->saved_data["b_sink"].toTensor();
-    const torch::Tensor g = grad_out[0].reshape({-1, w.size(0)});  // (N, out)
-    const torch::Tensor x2 = x.reshape({-1, w.size(1)});          // (N, in)
-    add_weight_grad(w_sink, g, x2);
-    if (b_sink.defined()) b_sink.add_(g.sum(0, false, torch::kFloat32));
-    return {g.mm(w).view(x.sizes()), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
-  }
-};
-
-// The embedding lookup whose backward adds each looked-up row's gradient into an FP32 sink (the
-// embedding's range of a flat gradient) instead of building a dense (V, D) gradient.
-struct EmbeddingIntoSink : public torch::autograd::Function<EmbeddingIntoSink> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& weight,
-                               const torch::Tensor& tokens, const torch::Tensor& sink) {
-    ctx->saved_data["tokens"] = tokens;
-    ctx->saved_data["sink"] = sink;
-    return at::embedding(weight, tokens);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_out) {
-    const torch::Tensor ids = ctx->saved_data["tokens"].toTensor().reshape({-1});
-    torch::Tensor sink = ctx->saved_data["sink"].toTensor();
-    const torch::Tensor g = grad_out[0].reshape({ids.size(0), -1});  // (B*T, D)
-    constexpr int64_t kRows = 4096;  // rows widened to FP32 at a time
-    for (int64_t r = 0; r < ids.size(0); r += kRows) {
-      const int64_t n = std::min(kRows, ids.size(0) - r);
-      sink.index_add_(0, ids.narrow(0, r, n), g.narrow(0, r, n).to(torch::kFloat32));
-    }
-    return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
-  }
-};
-
 // Whether each row of `valid` (B, T) is padding, one run of real tokens, padding; and gather indices
 // that rotate every row so its run starts at 0, and back. One host read for the three checks.
 struct RowRotation {
@@ -595,17 +345,6 @@ torch::Tensor decode_attention(const torch::Tensor& q_in, const torch::Tensor& k
 
 }  // namespace
 
-torch::Tensor lora_dropout_keep(const DropoutPass& pass, int64_t layer, LoraModule m, int64_t features, double p) {
-  return dropout_keep(pass.ids, pass.positions, features,
-                      DropoutStream{pass.key, dropout_tag(layer, int(m), pass.prompts)}, dropout_threshold(p));
-}
-
-torch::Tensor lora_dropout_linear(const torch::Tensor& x, const torch::Tensor& a, const DropoutPass& pass,
-                                  int64_t layer, LoraModule m, double p) {
-  return DroppedLinear::apply(x, a, pass.ids, pass.positions, int64_t(pass.key),
-                              int64_t(dropout_tag(layer, int(m), pass.prompts)), p);
-}
-
 torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const torch::Tensor& cos,
                                 const torch::Tensor& sin, const torch::Tensor& mask, bool causal,
                                 KVCache* cache, PromptKV* prompt_kv, const DropoutPass* dropout) const {
@@ -632,7 +371,7 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
   const auto opt = [](const torch::Tensor& t) { return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt; };
   const auto proj = [&](const torch::Tensor& in, const torch::Tensor& weight, const torch::Tensor& bias,
                         const torch::Tensor& weight_sink, const torch::Tensor& bias_sink) {
-    return sink ? LinearIntoSink::apply(in, weight, opt(bias), weight_sink, opt(bias_sink)) : linear(in, weight, bias);
+    return sink ? linear_into_sink(in, weight, opt(bias), weight_sink, opt(bias_sink)) : linear(in, weight, bias);
   };
   const torch::Tensor h = rms_norm(x_in, w.attn_norm, config_.norm_eps);
   torch::Tensor q, k, v;
@@ -743,7 +482,7 @@ torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tenso
                                  const DropoutPass* dropout_rows) const {
   const auto dtype = flat_.scalar_type();
   const bool into_sink = embed_sink_.defined() && torch::GradMode::is_enabled() && embed_.requires_grad();
-  torch::Tensor x = into_sink ? EmbeddingIntoSink::apply(embed_, tokens, embed_sink_)
+  torch::Tensor x = into_sink ? embedding_into_sink(embed_, tokens, embed_sink_)
                               : at::embedding(embed_, tokens);  // (B, T, D)
   // Rotary tables as Hugging Face builds them: FP32 angles (times yarn's attention factor), cast to
   // the compute dtype.
@@ -766,12 +505,12 @@ torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tenso
   const auto opt = [](const torch::Tensor& t) { return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt; };
   for (int64_t layer = 0; layer < config_.n_layers; ++layer) {
     if (checkpoint) {
-      const std::vector<torch::Tensor> weights = trainable(*this, layer);
+      const std::vector<torch::Tensor> weights = block_trainable(*this, layer);
       const bool capture = prompt_kv && prompt_kv->capture, prepend = prompt_kv && !capture;
       if (!weights.empty() || x.requires_grad() ||
           (prepend && prompt_kv->k[std::size_t(layer)].requires_grad())) {
         const torch::Tensor none;
-        const auto outs = CheckpointedBlock::apply(
+        const auto outs = checkpointed_block(
             x, cos, sin, opt(mask), opt(prepend ? prompt_kv->k[std::size_t(layer)] : none),
             opt(prepend ? prompt_kv->v[std::size_t(layer)] : none), opt(prepend ? prompt_kv->of_row : none),
             at::TensorList(weights), this, layer, causal, capture, drop);
@@ -915,49 +654,6 @@ KVCache LlamaModel::new_cache(int64_t batch, int64_t capacity) const {
   return cache;
 }
 
-void KVCache::reserve(int64_t slots) {
-  if (slots <= allocated()) return;
-  if (slots > capacity)
-    throw UserError("KV cache full: " + std::to_string(slots) + " slots exceed its capacity of " +
-                    std::to_string(capacity));
-  const int64_t n = std::min(capacity, (slots + grow_slots - 1) / grow_slots * grow_slots);
-  const auto grown = [&](const torch::Tensor& t, int64_t dim) {
-    std::vector<int64_t> shape = t.sizes().vec();
-    shape[std::size_t(dim)] = n;
-    torch::Tensor out = torch::zeros(shape, t.options());
-    out.narrow(dim, 0, length).copy_(t.narrow(dim, 0, length));
-    return out;
-  };
-  for (std::vector<torch::Tensor>* kv : {&k, &v})
-    for (torch::Tensor& t : *kv) t = grown(t, 2);
-  key_valid = grown(key_valid, 1);
-  key_position = grown(key_position, 1);
-}
-
-void KVCache::keep_rows(const torch::Tensor& rows) {
-  move_rows_to_front(rows);
-  *this = first_rows(rows.size(0));  // the first n rows of the same buffers
-}
-
-void KVCache::move_rows_to_front(const torch::Tensor& rows) {
-  const int64_t n = rows.size(0);
-  // index_select first: a row may move onto a row that another one is read from.
-  for (std::vector<torch::Tensor>* kv : {&k, &v})
-    for (torch::Tensor& t : *kv) t.narrow(0, 0, n).narrow(2, 0, length).copy_(t.narrow(2, 0, length).index_select(0, rows));
-  for (torch::Tensor* t : {&key_valid, &key_position}) t->narrow(0, 0, n).copy_(t->index_select(0, rows));
-  next_position.narrow(0, 0, n).copy_(next_position.index_select(0, rows));
-}
-
-KVCache KVCache::first_rows(int64_t n) const {
-  KVCache c = *this;
-  for (std::vector<torch::Tensor>* kv : {&c.k, &c.v})
-    for (torch::Tensor& t : *kv) t = t.narrow(0, 0, n);
-  c.key_valid = key_valid.narrow(0, 0, n);
-  c.key_position = key_position.narrow(0, 0, n);
-  c.next_position = next_position.narrow(0, 0, n);
-  return c;
-}
-
 torch::Tensor LlamaModel::decode_step(const torch::Tensor& tokens, KVCache& cache) const {
   const int64_t A = tokens.size(0), S = cache.attend_slots, W = config_.sliding_window;
   if (!cache.slot.defined() || tokens.size(1) != 1 || A != cache.batch() || S > cache.allocated() ||
@@ -974,23 +670,6 @@ torch::Tensor LlamaModel::decode_step(const torch::Tensor& tokens, KVCache& cach
   cache.next_position.add_(1);
   cache.slot.add_(1);
   return head(x);
-}
-
-void KVCache::copy_rows_from(const KVCache& from, const torch::Tensor& rows) {
-  if (rows.dim() != 1 || rows.size(0) != batch() || from.length > capacity || from.k.size() != k.size())
-    throw std::invalid_argument("KVCache::copy_rows_from: expected one source row per row and room for " +
-                                std::to_string(from.length) + " slots");
-  const int64_t L = from.length;
-  reserve(L);
-  for (std::size_t i = 0; i < k.size(); ++i) {
-    k[i].narrow(2, 0, L).copy_(from.k[i].narrow(2, 0, L).index_select(0, rows));
-    v[i].narrow(2, 0, L).copy_(from.v[i].narrow(2, 0, L).index_select(0, rows));
-  }
-  key_valid.narrow(1, 0, L).copy_(from.key_valid.narrow(1, 0, L).index_select(0, rows));
-  key_position.narrow(1, 0, L).copy_(from.key_position.narrow(1, 0, L).index_select(0, rows));
-  next_position = from.next_position.index_select(0, rows);
-  length = L;
-  has_holes = from.has_holes;
 }
 
 torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KVCache& cache, const torch::Tensor& valid_in,

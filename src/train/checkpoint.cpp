@@ -180,6 +180,15 @@ fs::path latest_checkpoint(const fs::path& root) {
   return all.empty() ? fs::path() : all.back();
 }
 
+fs::path resolve_resume_checkpoint(const fs::path& path) {
+  if (fs::exists(path / "manifest.json")) return path;
+  const fs::path latest = latest_checkpoint(path / "checkpoints");
+  if (latest.empty())
+    throw UserError("nothing to resume in '" + path.string() +
+                    "': no checkpoint (expected <run dir>/checkpoints/step_N/manifest.json)");
+  return latest;
+}
+
 namespace {
 
 // A JSON field of a checkpoint file, reached by `keys` (object members; names may hold dots) with its

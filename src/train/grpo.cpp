@@ -64,19 +64,6 @@ class StopSignals {
   void (*prev_term_)(int);
 };
 
-}  // namespace
-
-std::filesystem::path resolve_resume_checkpoint(const std::filesystem::path& path) {
-  if (std::filesystem::exists(path / "manifest.json")) return path;
-  const std::filesystem::path latest = latest_checkpoint(path / "checkpoints");
-  if (latest.empty())
-    throw UserError("nothing to resume in '" + path.string() +
-                    "': no checkpoint (expected <run dir>/checkpoints/step_N/manifest.json)");
-  return latest;
-}
-
-namespace {
-
 // This process's peak memory on `device` so far: RSS high-water on the CPU, the CUDA caching
 // allocator's peak allocated bytes on a GPU.
 double device_peak_bytes(const torch::Device& device) {

@@ -747,8 +747,7 @@ GrpoTrainer::ChunkSums GrpoTrainer::update_chunk(const UpdatePass& pass, const R
 
 void GrpoTrainer::optimizer_pass(int64_t step, const ChunkSums& sums, double mb_tokens, UpdateStats* up) {
   const auto& g = cfg_.grpo;
-  up->lr = scheduled_lr(g.lr_schedule, cfg_.optim.lr, weights_.optimizer_steps() + 1, total_opt_steps_,
-                        g.warmup_steps, 0.1);
+  up->lr = g.lr.lr_at(cfg_.optim.lr, weights_.optimizer_steps() + 1, total_opt_steps_);
   const auto t_opt = std::chrono::steady_clock::now();
   up->last = weights_.optimizer_step(cfg_.optim, up->lr);
   up->optimizer_seconds += seconds_since(t_opt);

@@ -118,8 +118,7 @@ SftResult run_sft(RunConfig config) {
     const torch::Tensor loss = (nll * mask.reshape({-1})).sum() / mask.sum();
     (loss * weights.loss_scale()).backward();
     weights.accumulate_grads();
-    const double lr = scheduled_lr(LrSchedule::cosine, cfg.optim.lr, step, cfg.sft.steps,
-                                   cfg.sft.warmup_steps, cfg.sft.min_lr_ratio);
+    const double lr = cfg.sft.lr.lr_at(cfg.optim.lr, step, cfg.sft.steps);
     const OptimizerStepStats st = weights.optimizer_step(cfg.optim, lr);
     skip_guard.record(step, st.skipped, st.loss_scale, lr);
     const double step_loss = loss.item<double>();

@@ -335,8 +335,17 @@ TEST_F(ConfigTest, DocsListEveryKeyWithDefaultAndDoc) {
   EXPECT_NE(text.find("precision.mode (fp32 | fp16 | bf16 | bf16_sr | fp16_sr | fp8_rn | fp8_sr, default: bf16_sr)"),
             std::string::npos);
   EXPECT_NE(text.find("optim.lr (number, default: 1e-05)"), std::string::npos);
-  EXPECT_NE(run_config_docs(true).find("| `optim.grad_clip` | number | `1.0` |"),
+  const std::string table = run_config_docs(true);
+  EXPECT_NE(table.find("| `optim.grad_clip` | number | `1.0` |"), std::string::npos);
+  // Every row has the table's four cells: a '|' inside a doc is escaped.
+  EXPECT_NE(table.find("| `grpo.lr_schedule` | `constant`, `warmup`, `cosine` | `constant` | constant \\| warmup"),
             std::string::npos);
+  std::istringstream rows(table);
+  for (std::string row; std::getline(rows, row);) {
+    int cells = -1;
+    for (std::size_t i = 0; i < row.size(); ++i) cells += row[i] == '|' && (i == 0 || row[i - 1] != '\\');
+    EXPECT_EQ(cells, 4) << row;
+  }
 }
 
 TEST(PrecisionConfig, RoundModeAndLossScalingPerMode) {

@@ -71,6 +71,13 @@ RunConfig big_vocab_run() {
 
 double total(const RunConfig& c) { return plan_memory(c, "train").peak(); }
 
+// What a run's plan checks before step 1 (train/run_plan.cpp): the context's limits, then the memory
+// plan against `limit` (LOCAL_WORLD_SIZE ranks sharing the host's `bytes`, or this rank's device).
+void check_plan(const RunConfig& c, const MemoryLimit& limit, const MemoryPlanInputs& in = {}) {
+  check_limits(c);
+  check_memory(plan_memory(c, "train", in), limit);
+}
+
 double part_bytes(const MemoryPlan& plan, const std::string& what) {
   for (const MemoryPart& p : plan.parts)
     if (has(p.what, what)) return p.bytes;
@@ -82,7 +89,7 @@ TEST(TrainMemory, RefusedWithTheKnobToTurn) {
   ::unsetenv("WORLD_SIZE");
   const double k64 = 64.0 * (1 << 30);
   RunConfig c = big_vocab_run();
-  const std::string e = error_of([&] { preflight(c, "train", k64); });
+  const std::string e = error_of([&] { check_plan(c, host_memory_limit(k64)); });
   EXPECT_TRUE(has(e, "train: planned peak memory") && has(e, "(update) exceeds this machine's 64.0 GiB")) << e;
   EXPECT_TRUE(has(e, "largest part: activations kept for the backward")) << e;
   EXPECT_TRUE(has(e, "raise grpo.minibatches or lower grpo.logprob_chunk_rows")) << e;
@@ -103,10 +110,10 @@ TEST(TrainMemory, RefusedWithTheKnobToTurn) {
   checkpointed.model.activation_checkpointing = true;
   EXPECT_LT(part_bytes(plan_memory(checkpointed, "train"), "activations kept"),
             part_bytes(plan_memory(c, "train"), "activations kept") / 5);
-  EXPECT_EQ(error_of([&] { preflight(chunked, "train", k64); }), "<no UserError>");
+  EXPECT_EQ(error_of([&] { check_plan(chunked, host_memory_limit(k64)); }), "<no UserError>");
   RunConfig more_minibatches = c;
   more_minibatches.grpo.minibatches = 32;
-  EXPECT_EQ(error_of([&] { preflight(more_minibatches, "train", k64); }), "<no UserError>");
+  EXPECT_EQ(error_of([&] { check_plan(more_minibatches, host_memory_limit(k64)); }), "<no UserError>");
   // Without a reference (no KL penalty, no reference metrics) its weights are not counted.
   RunConfig no_ref = chunked;
   no_ref.grpo.ref_metrics_every = 0;
@@ -169,8 +176,8 @@ TEST(TrainMemory, SizedByTheLongestPromptNotTheContext) {
   c.grpo.ref_metrics_every = 1;  // a reference forward
   c.grpo.entropy_coef = 0;
   c.grpo.logprob_chunk_tokens = 256;
-  EXPECT_EQ(error_of([&] { preflight(c, "train", k64, MemoryPlanInputs{200}); }), "<no UserError>");
-  const std::string e = error_of([&] { preflight(c, "train", k64); });
+  EXPECT_EQ(error_of([&] { check_plan(c, host_memory_limit(k64), MemoryPlanInputs{200}); }), "<no UserError>");
+  const std::string e = error_of([&] { check_plan(c, host_memory_limit(k64)); });
   EXPECT_TRUE(has(e, "model.max_seq_len - rollout.max_new_tokens (32256)")) << e;
   MemoryPlanInputs in;
   in.longest_prompt = 200;
@@ -194,9 +201,9 @@ TEST(TrainMemory, RanksOnOneMachineShareIt) {
   c.grpo.logprob_chunk_rows = 8;
   const double limit = total(c) * 2.5;
   ::setenv("LOCAL_WORLD_SIZE", "2", 1);
-  EXPECT_EQ(error_of([&] { preflight(c, "train", limit); }), "<no UserError>");
+  EXPECT_EQ(error_of([&] { check_plan(c, host_memory_limit(limit)); }), "<no UserError>");
   ::setenv("LOCAL_WORLD_SIZE", "3", 1);
-  const std::string e = error_of([&] { preflight(c, "train", limit); });
+  const std::string e = error_of([&] { check_plan(c, host_memory_limit(limit)); });
   ::unsetenv("LOCAL_WORLD_SIZE");
   EXPECT_TRUE(has(e, "per rank x LOCAL_WORLD_SIZE 3")) << e;
 }
@@ -298,7 +305,7 @@ TEST(TrainMemory, OffloadMovesTheOptimizerStateToTheHost) {
 
 TEST(TrainMemory, GpuFreeMemoryOnThisMachine) {
   if (cuda_device_count() == 0) {
-    EXPECT_EQ(gpu_memory_limit(0).bytes, 0.0);  // unknown: preflight checks nothing
+    EXPECT_EQ(gpu_memory_limit(0).bytes, 0.0);  // unknown: the plan checks nothing
     GTEST_SKIP() << "no CUDA device: only the no-device answer is checked";
   }
   const MemoryLimit limit = gpu_memory_limit(0);
@@ -307,7 +314,7 @@ TEST(TrainMemory, GpuFreeMemoryOnThisMachine) {
   RunConfig c = big_vocab_run();
   c.run.device = DeviceKind::cuda;
   c.model.n_layers = 24000;  // about 10 TiB of weights and optimizer state: no GPU holds it
-  const std::string e = error_of([&] { preflight(c, "train"); });
+  const std::string e = error_of([&] { check_plan(c, device_memory_limit(rank_device(c))); });
   EXPECT_TRUE(has(e, "exceeds the free memory of cuda:0")) << e;
 }
 

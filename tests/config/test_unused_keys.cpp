@@ -193,6 +193,34 @@ TEST(UnusedKeys, WhatIsReadIsNeverRefused) {
   EXPECT_EQ(unused_keys(cmd, "train")[0].key, "reward.function.name");
 }
 
+// The schedule's keys (grpo.* and sft.* alike): warmup_steps is read by the warmup and cosine
+// schedules, min_lr_ratio by cosine only.
+TEST(UnusedKeys, TheScheduleKeysAreReadByTheSchedulesThatUseThem) {
+  const auto refused = [](const RunConfig& c, const std::string& command) {
+    std::string keys;
+    for (const UnusedKey& u : unused_keys(c, command)) keys += u.key + " (" + u.why + ") ";
+    return keys;
+  };
+  RunConfig g;
+  g.grpo.lr.warmup_steps = 10;
+  g.grpo.lr.min_lr_ratio = 0.2;
+  EXPECT_EQ(refused(g, "train"),
+            "grpo.warmup_steps (the warm-up of the warmup and cosine schedules; grpo.lr_schedule is constant) "
+            "grpo.min_lr_ratio (the floor of the cosine schedule; grpo.lr_schedule is constant) ");
+  g.grpo.lr.schedule = train::LrSchedule::warmup;
+  EXPECT_EQ(refused(g, "train"), "grpo.min_lr_ratio (the floor of the cosine schedule; grpo.lr_schedule is warmup) ");
+  g.grpo.lr.schedule = train::LrSchedule::cosine;
+  EXPECT_EQ(refused(g, "train"), "");
+  RunConfig s;  // sft: a 50-step warm-up, then cosine
+  s.sft.lr.min_lr_ratio = 0.2;
+  EXPECT_EQ(refused(s, "sft"), "");
+  s.sft.lr.schedule = train::LrSchedule::constant;
+  s.sft.lr.warmup_steps = 10;
+  EXPECT_EQ(refused(s, "sft"),
+            "sft.warmup_steps (the warm-up of the warmup and cosine schedules; sft.lr_schedule is constant) "
+            "sft.min_lr_ratio (the floor of the cosine schedule; sft.lr_schedule is constant) ");
+}
+
 // train reads the model's shape from the base's config.json: the defaults and that shape (a resumed
 // run's saved config) are not "set"; another value is.
 TEST(UnusedKeys, TrainComparesTheModelKeysWithTheBaseModel) {

@@ -148,7 +148,8 @@ TEST(HostileConfig, AbsurdSizesNameTheKey) {
     return user_error([&] {
       RunConfig c = load_run_config("", overrides);
       if (c.model.vocab_size == 0) c.model.vocab_size = 1000;
-      preflight(c, command, kMachine);
+      check_limits(c);  // what a run's plan checks before step 1 (train/run_plan.cpp)
+      check_memory(plan_memory(c, command), host_memory_limit(kMachine));
     });
   };
   // Sizes past any real model (2^38 parameters) are refused when the config loads.

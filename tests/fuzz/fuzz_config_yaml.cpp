@@ -24,7 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     }
     unstuck::validate(config);
     if (config.model.vocab_size == 0) config.model.vocab_size = 1000;
-    for (const char* command : {"sft", "train", "eval"}) unstuck::preflight(config, command, 1e12);
+    unstuck::check_limits(config);
+    for (const char* command : {"sft", "train", "eval"})
+      unstuck::check_memory(unstuck::plan_memory(config, command), unstuck::host_memory_limit(1e12));
     (void)unstuck::resolved_yaml(config);
   } catch (const unstuck::UserError&) {
   }

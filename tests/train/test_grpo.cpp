@@ -126,6 +126,19 @@ TEST_F(GrpoTest, LogsEveryMetricAndReproducesWithTheSameSeed) {
       EXPECT_EQ(ma[i][key], mb[i][key]) << "step " << i + 1 << " " << key;
 }
 
+// grpo.lr_schedule, grpo.warmup_steps and grpo.min_lr_ratio (the keys sft.* shares): a one-step
+// warm-up, then cosine down to the floor at the last of 3 optimizer steps.
+TEST_F(GrpoTest, LearningRateFollowsTheScheduleToItsFloor) {
+  RunConfig c = grpo_config("lr_schedule", precision::PrecisionMode::fp32);
+  c.grpo.lr = {LrSchedule::cosine, 1, 0.5};
+  const auto m = read_metrics(run_grpo(c).run_dir);
+  ASSERT_EQ(m.size(), 3u);
+  const double lr = c.optim.lr;
+  EXPECT_DOUBLE_EQ(m[0]["lr"].get<double>(), lr);                      // the end of the warm-up
+  EXPECT_DOUBLE_EQ(m[1]["lr"].get<double>(), lr * (0.5 + 0.5 * 0.5));  // half way: cos(pi / 2) = 0
+  EXPECT_DOUBLE_EQ(m[2]["lr"].get<double>(), lr * 0.5);                // the floor
+}
+
 // Every policy-gradient variant of docs/GRPO.md trains 3 steps on the tiny task: finite metrics, and
 // a first step whose rollouts (sampled before any update) are the default run's, so each variant
 // differs only from its update on.

@@ -48,7 +48,7 @@ inline RunConfig tiny_setup(const std::filesystem::path& dir) {
   cfg.rollout.max_new_tokens = 8;
   cfg.sft.steps = 60;
   cfg.sft.batch_size = 32;
-  cfg.sft.warmup_steps = 5;
+  cfg.sft.lr.warmup_steps = 5;
   cfg.sft.log_every = 10;
   cfg.sft.eval_every = 0;
   cfg.sft.eval_samples = 32;

@@ -104,23 +104,13 @@ MemoryLimit gpu_memory_limit(int device);
 // grpo.minibatches ...)".
 void check_memory(const MemoryPlan& plan, const MemoryLimit& limit);
 
-// Throws UserError when rollout.max_new_tokens leaves no room for a prompt within model.max_seq_len,
-// or when the memory estimate does not fit this rank's device (check_memory): with `limit_bytes` < 0,
-// the free memory of its GPU when run.device resolves to one (LOCAL_RANK's), else the available
-// memory of this machine shared by its LOCAL_WORLD_SIZE ranks; otherwise `limit_bytes` of host memory.
-// Returns the plan it checked.
-MemoryPlan preflight(const RunConfig& config, const std::string& command, double limit_bytes = -1,
-                     const MemoryPlanInputs& in = {});
-// The limit preflight() checks against: `limit_bytes` >= 0 of host memory, else this rank's device:
-// its GPU's free memory, or the machine's available memory, or the free part of the cgroup's memory
-// limit when that is smaller (cgroup_memory_ceiling()).
-MemoryLimit memory_limit(const RunConfig& config, double limit_bytes = -1);
 // The limit of a resolved device (the GPU's free memory; on the CPU the machine's available memory,
 // or the cgroup limit's free part when smaller).
 MemoryLimit device_memory_limit(const ResolvedDevice& device);
 
-// The checks of preflight() that need no memory estimate (prompt room in the context); `unstuck
-// train` runs these first and its memory check once the data gives the longest prompt.
+// Throws UserError when rollout.max_new_tokens leaves no room for a prompt within model.max_seq_len.
+// A run's plan (train/run_plan.h) runs these first, then checks plan_memory() against its device's
+// limit (check_memory, device_memory_limit) once the data gives the longest prompt.
 void check_limits(const RunConfig& config);
 
 }  // namespace unstuck

@@ -75,5 +75,8 @@ void check_checkpoint_fits(const TrainerState& state, int64_t flat_params, std::
 
 // The newest step_* directory under `checkpoints_dir` that has a manifest (empty path if none).
 std::filesystem::path latest_checkpoint(const std::filesystem::path& checkpoints_dir);
+// The checkpoint to resume from for `path` (a checkpoint directory, or a run directory's newest).
+// Throws UserError when there is none.
+std::filesystem::path resolve_resume_checkpoint(const std::filesystem::path& path);
 
 }  // namespace unstuck::train

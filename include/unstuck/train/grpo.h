@@ -40,8 +40,4 @@ GrpoResult run_grpo(RunConfig config, const std::filesystem::path& resume = {},
 // process gets its previous handlers back after every run.
 void keep_stop_signals_after_a_failed_run();
 
-// The checkpoint to resume from for `path` (a checkpoint directory, or a run directory's newest).
-// Throws UserError when there is none.
-std::filesystem::path resolve_resume_checkpoint(const std::filesystem::path& path);
-
 }  // namespace unstuck::train

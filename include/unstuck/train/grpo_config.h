@@ -42,8 +42,7 @@ struct GrpoConfig {
   algo::KlEstimator kl_estimator = algo::KlEstimator::k3;
   algo::KlIn kl_in = algo::KlIn::loss;  // the KL penalty in the loss, or in the reward
   double entropy_coef = 0.0;        // entropy bonus (0 = off)
-  LrSchedule lr_schedule = LrSchedule::constant;
-  int64_t warmup_steps = 0;         // optimizer steps of linear warm-up (warmup, cosine)
+  LrScheduleConfig lr;              // grpo.lr_schedule, grpo.warmup_steps, grpo.min_lr_ratio (constant by default)
   int64_t eval_every = 20;          // rollout batches between greedy test evaluations; 0 = end only
   int64_t eval_samples = 200;       // test records per evaluation (0 = all)
   int64_t checkpoint_every = 25;    // rollout batches between checkpoints (and at the end); 0 = end only
@@ -112,8 +111,7 @@ struct GrpoConfig {
       "completion's reward before the advantages: r - kl_coef x the sum of the estimator over its tokens, with "
       "the sampler's log-probs; verl's use_kl_in_reward)");
     v("entropy_coef", entropy_coef, "weight of the entropy bonus; 0 = off");
-    v("lr_schedule", lr_schedule, "constant | warmup (linear) | cosine (after warm-up, to 0.1 x lr)");
-    v("warmup_steps", warmup_steps, "optimizer steps of linear learning-rate warm-up");
+    lr.visit(v);
     v("eval_every", eval_every, "rollout batches between greedy test evaluations; 0 = at the end only");
     v("eval_samples", eval_samples, "test records per evaluation; 0 = the whole split");
     v("checkpoint_every", checkpoint_every,

@@ -32,4 +32,26 @@ inline double scheduled_lr(LrSchedule schedule, double lr, int64_t step, int64_t
   return lr * (min_ratio + (1.0 - min_ratio) * cosine);
 }
 
+// A run's learning-rate schedule over its optimizer steps: the same three keys in `grpo` and `sft`,
+// each section with its own defaults (GRPO constant, SFT a 50-step warm-up then cosine to 0.1 x lr).
+struct LrScheduleConfig {
+  LrSchedule schedule = LrSchedule::constant;
+  int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.1;
+
+  template <class V>
+  void visit(V& v) {
+    v("lr_schedule", schedule,
+      "constant | warmup (linear over warmup_steps, then constant) | cosine (after the warm-up, down to "
+      "min_lr_ratio x optim.lr at the last optimizer step)");
+    v("warmup_steps", warmup_steps, "optimizer steps of linear learning-rate warm-up (warmup, cosine)");
+    v("min_lr_ratio", min_lr_ratio, "where the cosine decay ends, as a fraction of optim.lr (cosine)");
+  }
+
+  // optim.lr as scheduled at the 1-based optimizer `step` of `total`.
+  double lr_at(double lr, int64_t step, int64_t total) const {
+    return scheduled_lr(schedule, lr, step, total, warmup_steps, min_lr_ratio);
+  }
+};
+
 }  // namespace unstuck::train

@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 
+#include "unstuck/train/lr_schedule.h"
+
 namespace unstuck::train {
 
 // Format of the weights in a saved model directory.
@@ -22,8 +24,7 @@ constexpr const auto& enum_names(SaveDtype) { return kSaveDtypeNames; }
 struct SftConfig {
   int64_t steps = 1200;          // optimizer steps
   int64_t batch_size = 64;       // sequences per step
-  int64_t warmup_steps = 50;     // linear warm-up of the learning rate
-  double min_lr_ratio = 0.1;     // cosine decay ends at this fraction of optim.lr
+  LrScheduleConfig lr{LrSchedule::cosine, 50, 0.1};  // sft.lr_schedule, sft.warmup_steps, sft.min_lr_ratio
   int64_t log_every = 25;        // steps between progress lines
   int64_t eval_every = 300;      // steps between greedy evaluations (and at the end); 0 = end only
   int64_t eval_samples = 256;    // test records per evaluation (0 = all)
@@ -34,8 +35,7 @@ struct SftConfig {
   void visit(V& v) {
     v("steps", steps, "optimizer steps");
     v("batch_size", batch_size, "sequences per optimizer step");
-    v("warmup_steps", warmup_steps, "steps of linear learning-rate warm-up");
-    v("min_lr_ratio", min_lr_ratio, "cosine decay ends at this fraction of optim.lr");
+    lr.visit(v);
     v("log_every", log_every, "steps between progress lines");
     v("eval_every", eval_every, "steps between greedy test evaluations (and at the end); 0 = end only");
     v("eval_samples", eval_samples, "test records per evaluation; 0 = the whole test split");
