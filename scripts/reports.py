@@ -70,6 +70,16 @@ REPORTS = [
     # The phase diagrams: rendered from their committed phase.json.
     phase("phase", "docs/RESULTS-phase.md", "docs/results/phase/phase.json"),
     phase("phase-analog", "docs/RESULTS-phase-analog.md", "docs/results/phase-analog/phase.json"),
+    # The README's table of the reproduce.sh presets: wall times and outcomes from their committed runs.
+    dict(name="readme-presets", doc="README.md",
+         data=[f"docs/results/{n}/{f}" for n in ("quick", "fp8", "quick-analog", "quick-analog-pool")
+               for f in ("report_data.json", "summary.json")]
+         + ["docs/results/phase/phase.json", "docs/results/phase-analog/phase.json"],
+         command=["scripts/paper_presets.py", "--table"]),
+    # Every config key, its type, default and doc (docs/CONFIG.md's table): rendered by the binary from
+    # the config structs' visit(), so the page cannot drift from the keys a run reads.
+    dict(name="config-keys", doc="docs/CONFIG.md", data=["include/unstuck/config/run_config.h"],
+         command=["unstuck", "config", "docs", "--markdown"]),
     # The math verifier against math-verify (docs/TASKS.md cites it).
     dict(name="math-differential", doc="docs/results/math-differential/report.md", whole=True,
          data=["docs/results/math-differential/report.json"],
@@ -105,12 +115,11 @@ REPORTS = [
               "scripts/reproduce.sh --full"),
     # The FP8 sweep, rerun at d4a9304 with its data.
     paper("results-fp8", "docs/RESULTS-fp8.md", "docs/results/fp8"),
-    paper_gap("results-quick-analog", "docs/RESULTS-quick-analog.md", "docs/results/quick-analog",
-              "runs/paper-quick-analog", "scripts/reproduce.sh --quick-analog"),
+    # The analog sweeps, rerun at 498c5cc's binary with their data.
+    paper("results-quick-analog", "docs/RESULTS-quick-analog.md", "docs/results/quick-analog"),
     paper_gap("results-quick-analog-k2", "docs/RESULTS-quick-analog-k2.md", "docs/results/quick-analog-k2",
               "runs/paper-quick-analog-k2", "scripts/reproduce.sh --quick-analog (at k = 2)"),
-    paper_gap("results-quick-analog-pool", "docs/RESULTS-quick-analog-pool.md", "docs/results/quick-analog-pool",
-              "runs/paper-quick-analog-pool", "scripts/reproduce.sh --quick-analog-pool"),
+    paper("results-quick-analog-pool", "docs/RESULTS-quick-analog-pool.md", "docs/results/quick-analog-pool"),
     paper_gap("results-gpu", "docs/RESULTS-gpu.md", "docs/results/gpu", "runs/paper-gpu",
               "scripts/reproduce.sh --gpu", "It ran on one NVIDIA H200 (paper_gpu_run.log names the device; "
               "the host CPU is not recorded)."),
@@ -127,7 +136,6 @@ REPORTS = [
 # Hand-written figures with no committed data behind them, not yet withdrawn or backed (issue 47, item 3):
 # --check prints them as known gaps so they cannot pass for checked. (document, section, what)
 UNBACKED = [
-    ("README.md", "Quick start", "the wall times of the reproduce.sh presets (--quick, --full, --quick-fp8, --gpu)"),
     ("docs/PRECISION.md", "Compute dtype: `precision.compute`", "the probe's BF16 / FP32 times per model shape"),
     ("docs/PRECISION.md", "FP8 E4M3 compute weights", "`bench precision` rates of the FP8 pass"),
     ("docs/PRECISION.md", "Benchmark: `unstuck bench precision`", "the GB/s and ratios of the reruns"),
@@ -173,6 +181,10 @@ def render(e):
         cmd = list(e["command"])
         if cmd[0].endswith(".py"):
             cmd = [sys.executable] + cmd
+        elif cmd[0] == "unstuck":  # the binary of this checkout (ctest gives its path)
+            cmd[0] = os.environ.get("UNSTUCK_BINARY") or os.path.join(ROOT, "build", "unstuck")
+            if not os.path.exists(cmd[0]):
+                return None, f"{cmd[0]} not found: build it, or give its path in UNSTUCK_BINARY"
         r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             return None, f"`{' '.join(e['command'])}` exited {r.returncode}: {r.stderr.strip()[-800:]}"

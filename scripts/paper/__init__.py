@@ -13,6 +13,6 @@ LAYERS = (
     ("measures",),                    # paired differences, gain levels, lags: numbers, no rules
     ("verdicts",),                    # the claims' rules and the targets, judged on the measures
     ("drift", "phase"),               # the drift analysis of FP16's weights; the phase diagram
-    ("report",),                      # RESULTS.md and its plots (embeds the phase section)
+    ("report", "presets"),            # RESULTS.md and its plots (embeds the phase section); the README's presets table
     ("sweep",),                       # scripts/compare.py: runs the arms, then drift, phase, report
 )
