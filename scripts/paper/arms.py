@@ -124,6 +124,17 @@ class Arm:
         self.name, self.label, self.config, self.overrides = name, label, config, list(overrides)
 
 
+def published(preset, suffix=""):
+    """Where a preset's report and plots are committed: (docs/RESULTS[-<results_doc>]<suffix>.md,
+    docs/results/<results_doc><suffix>), or (None, None) for a preset that publishes none. `suffix`:
+    "-native" for a sweep run with precision.compute native against an fp32 preset."""
+    public = PRESETS[preset].get("results_doc")
+    if public is None:
+        return None, None
+    doc = "" if public == "quick" else "-" + public
+    return f"docs/RESULTS{doc}{suffix}.md", f"docs/results/{public}{suffix}"
+
+
 def paper_arms(spec, default=PAPER_ARMS):
     """Arms of configs/paper/ named by `spec` (space- or comma-separated; None: `default`)."""
     names = spec.replace(",", " ").split() if spec else default

@@ -44,6 +44,8 @@ def load_runs(sweeps):
             first = sw
         else:
             diff = [k for k in MATCH_KEYS if sw.get(k) != first.get(k)]
+            if sw["base_sha256"] is None:  # two unidentified bases are not the same base
+                diff.append("base_sha256 (its base policy's model file is not there to identify it)")
             if diff:
                 notes.append(f"`{folder}` left out: it differs from `{sweeps[0]}` in {', '.join(diff)}")
                 continue

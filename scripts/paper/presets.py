@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from .arms import PRESETS
+from .arms import published
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The CPU presets in README order, with what each one is, in a few words.
@@ -32,7 +32,7 @@ def load(path):
 
 def pct(values):
     """The range of fractions as whole percents: "3-4%", "-1 to 1%", "0%"."""
-    lo, hi = (round(100 * v) + 0 for v in (min(values), max(values)))  # + 0: no "-0"
+    lo, hi = (round(100 * v) for v in (min(values), max(values)))
     if lo == hi:
         return f"{lo}%"
     return f"{lo} to {hi}%" if lo < 0 else f"{lo}-{hi}%"
@@ -54,10 +54,9 @@ def phase_outcome(phase):
 
 
 def row(preset, what):
-    folder = PRESETS["paper-" + preset]["results_doc"]
-    doc = "RESULTS.md" if folder == "quick" else f"RESULTS-{folder}.md"
-    link = f"[{doc}](docs/{doc})"
-    data = f"docs/results/{folder}/"
+    doc, plots = published("paper-" + preset)
+    link = f"[{os.path.basename(doc)}]({doc})"
+    data = plots + "/"
     if preset.startswith("phase"):
         phase = load(data + "phase.json")
         return f"| `--{preset}` | {what} | {link} | {phase['timing']} | {phase_outcome(phase)} |"

@@ -24,7 +24,8 @@ import subprocess
 import sys
 import time
 
-from .arms import PAPER_ARMS, PRESETS, SweepError, mode_arms, paper_arms, phase_arms, resolved_config, yaml_scalar
+from .arms import (PAPER_ARMS, PRESETS, SweepError, mode_arms, paper_arms, phase_arms, published, resolved_config,
+                   yaml_scalar)
 from .runs import base_sha256
 
 # The command lines of the pool, drift, phase and report (scripts/paper_*.py) run as their own processes.
@@ -193,10 +194,9 @@ class Sweep:
                 if s.get("size"):  # the first `size` prompts of that pool, in the sweep folder
                     self.pool_full = self.pool
                     self.pool = os.path.join(self.out, f"pool-first{s['size']}.jsonl")
-            public = p.get("results_doc")
-            doc = "" if public in ("quick", None) else "-" + public
-            self.results = a.results or (f"docs/RESULTS{doc}{native}.md" if public else os.path.join(self.out, "RESULTS.md"))
-            self.plots = a.plots or (f"docs/results/{public}{native}" if public else os.path.join(self.out, "plots"))
+            doc, plots = published(a.preset, native)
+            self.results = a.results or doc or os.path.join(self.out, "RESULTS.md")
+            self.plots = a.plots or plots or os.path.join(self.out, "plots")
             self.base_dtype = "bf16"
         else:
             self.preset = "compare"

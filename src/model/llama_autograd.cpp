@@ -18,22 +18,6 @@
 namespace unstuck::model {
 namespace {
 
-// Parameters of one block that take gradients, in a fixed order (the checkpointed block's inputs):
-// the base's, then its adapters'.
-std::vector<torch::Tensor> trainable_of(const LlamaModel& model, int64_t layer) {
-  const LayerWeights& w = model.layer_weights(layer);
-  std::vector<torch::Tensor> out;
-  for (const torch::Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.bo, &w.q_norm,
-                                 &w.k_norm, &w.mlp_norm, &w.w_gate, &w.w_up, &w.w_down})
-    if (t->defined() && t->requires_grad()) out.push_back(*t);
-  if (model.has_adapters())
-    for (int m = 0; m < kLoraModules; ++m) {
-      const auto& [a, b] = model.adapter(layer, LoraModule(m));
-      for (const torch::Tensor* t : {&a, &b})
-        if (t->defined() && t->requires_grad()) out.push_back(*t);
-    }
-  return out;
-}
 
 // Activation checkpointing: the forward keeps only the block's input; the backward recomputes the
 // block with gradients on and differentiates it. The recomputation is the same deterministic code
@@ -126,7 +110,7 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
       grads_of_outputs.push_back(grad_out[i].defined() ? grad_out[i] : torch::zeros_like(outputs[i]));
     torch::autograd::variable_list inputs{x};
     if (has_prompt) inputs.insert(inputs.end(), {prompt_k, prompt_v});
-    for (const torch::Tensor& w : trainable_of(*model, layer)) inputs.push_back(w);
+    for (const torch::Tensor& w : block_trainable(*model, layer)) inputs.push_back(w);
     TORCH_INTERNAL_ASSERT(int64_t(inputs.size()) == 1 + 2 * has_prompt + ctx->saved_data["weights"].toInt());
     const auto grads = torch::autograd::grad(outputs, inputs, grads_of_outputs, false, false, /*allow_unused=*/true);
     // One entry per forward argument: x, cos, sin, mask, prompt_k, prompt_v, of_row, each weight,
@@ -272,7 +256,20 @@ struct EmbeddingIntoSink : public torch::autograd::Function<EmbeddingIntoSink> {
 
 }  // namespace
 
-std::vector<torch::Tensor> block_trainable(const LlamaModel& model, int64_t layer) { return trainable_of(model, layer); }
+std::vector<torch::Tensor> block_trainable(const LlamaModel& model, int64_t layer) {
+  const LayerWeights& w = model.layer_weights(layer);
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.bo, &w.q_norm,
+                                 &w.k_norm, &w.mlp_norm, &w.w_gate, &w.w_up, &w.w_down})
+    if (t->defined() && t->requires_grad()) out.push_back(*t);
+  if (model.has_adapters())
+    for (int m = 0; m < kLoraModules; ++m) {
+      const auto& [a, b] = model.adapter(layer, LoraModule(m));
+      for (const torch::Tensor* t : {&a, &b})
+        if (t->defined() && t->requires_grad()) out.push_back(*t);
+    }
+  return out;
+}
 
 std::vector<torch::Tensor> checkpointed_block(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                               const std::optional<torch::Tensor>& mask,

@@ -34,13 +34,14 @@ def check(cond, what):
     print(f"ok: {what}")
 
 
-def write_sweep(folder, arms, seeds, rng, steps=STEPS, preset="paper-phase", base_sha256=None):
+def write_sweep(folder, arms, seeds, rng, steps=STEPS, preset="paper-phase", base_sha256=None, base=None):
     """arms: {name: (mode, lr, speed[, analog mantissa bits])}; reward = 0.4 + speed * step + seed offset
     + noise. The sweeps share one base policy folder (its model.safetensors); `base_sha256`: the identity
-    the sweep recorded at its start (None: the record has none, as older ones)."""
+    the sweep recorded at its start (None: the record has none, as older ones); `base`: another base folder."""
     os.makedirs(folder)
-    base = os.path.join(os.path.dirname(folder), "base")
-    if not os.path.exists(base):
+    if base is None:  # the shared base (another `base` is named as it is, even where nothing is)
+        base = os.path.join(os.path.dirname(folder), "base")
+    if base == os.path.join(os.path.dirname(folder), "base") and not os.path.exists(base):
         os.makedirs(base)
         with open(os.path.join(base, "model.safetensors"), "wb") as f:
             f.write(b"the base policy's weights")
@@ -120,9 +121,14 @@ def main():
         retrained = os.path.join(tmp, "retrained")
         write_sweep(retrained, {"fp16": ("fp16", 4e-5, 0.004), "bf16": ("bf16", 4e-5, 0.004)}, 1,
                     np.random.default_rng(5), base_sha256="0" * 64)
+        # A sweep whose base is gone and whose record does not name its hash: no base to match, left out.
+        unidentified = os.path.join(tmp, "unidentified")
+        write_sweep(unidentified, {"fp16": ("fp16", 3e-5, 0.004), "bf16": ("bf16", 3e-5, 0.004)}, 1,
+                    np.random.default_rng(6), base=os.path.join(tmp, "base-gone"))
         plots = os.path.join(tmp, "docs", "results", "phase")
         results = os.path.join(tmp, "docs", "RESULTS-phase.md")
-        r = subprocess.run([sys.executable, PHASE, "--sweeps", phase, quick, other, retrained, "--results", results,
+        r = subprocess.run([sys.executable, PHASE, "--sweeps", phase, quick, other, retrained, unidentified,
+                            "--results", results,
                             "--plots", plots], capture_output=True, text=True)
         check(r.returncode == 0, f"paper_phase.py exits 0 ({r.stderr.strip()})")
         check(os.path.exists(os.path.join(plots, "phase_diagram.png")), "phase_diagram.png written")
@@ -132,6 +138,8 @@ def main():
         check(any("left out" in n and "steps" in n for n in p["notes"]), "the sweep with other steps is left out")
         check(any("left out" in n and "base_sha256" in n and "retrained" in n for n in p["notes"]),
               f"the sweep of another base in the same folder is left out ({p['notes']})")
+        check(any("left out" in n and "not there to identify" in n for n in p["notes"]),
+              f"the sweep whose base cannot be identified is left out ({p['notes']})")
         lag = rows[1e-5]["arms"]["bf16"]["area_lag"]
         check(len(lag) == 1 and abs(lag[0] - 0.5) < 0.1, f"BF16-RN at half speed: area lag 0.5 +- 0.1, got {lag}")
         ratio = rows[1e-5]["arms"]["bf16"]["steps50_ratio"][0]
