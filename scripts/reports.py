@@ -117,8 +117,8 @@ REPORTS = [
     paper("results-fp8", "docs/RESULTS-fp8.md", "docs/results/fp8"),
     # The analog sweeps, rerun at 498c5cc's binary with their data.
     paper("results-quick-analog", "docs/RESULTS-quick-analog.md", "docs/results/quick-analog"),
-    paper_gap("results-quick-analog-k2", "docs/RESULTS-quick-analog-k2.md", "docs/results/quick-analog-k2",
-              "runs/paper-quick-analog-k2", "scripts/reproduce.sh --quick-analog (at k = 2)"),
+    # --quick-analog at k = 2 (its arm's own k before the calibration), rerun at a1332d4 with its data.
+    paper("results-quick-analog-k2", "docs/RESULTS-quick-analog-k2.md", "docs/results/quick-analog-k2"),
     paper("results-quick-analog-pool", "docs/RESULTS-quick-analog-pool.md", "docs/results/quick-analog-pool"),
     paper_gap("results-gpu", "docs/RESULTS-gpu.md", "docs/results/gpu", "runs/paper-gpu",
               "scripts/reproduce.sh --gpu", "It ran on one NVIDIA H200 (paper_gpu_run.log names the device; "
