@@ -7,6 +7,8 @@ file(GLOB UNSTUCK_CORE_SOURCES CONFIGURE_DEPENDS
   ${UNSTUCK_SRC_DIR}/tokenizer/*.cpp ${UNSTUCK_SRC_DIR}/io/*.cpp ${UNSTUCK_SRC_DIR}/model/param_layout.cpp
   ${UNSTUCK_SRC_DIR}/model/cpu_kernels.cpp ${UNSTUCK_SRC_DIR}/dist/launch_env.cpp
   ${UNSTUCK_SRC_DIR}/model/hf_config.cpp)
+# The weight formats keep device buffers and count on the device with libtorch: in unstuck_torch.
+list(REMOVE_ITEM UNSTUCK_CORE_SOURCES ${UNSTUCK_SRC_DIR}/precision/weight_format.cpp)
 
 # Kernel files: ISA flags per file, and no floating-point contraction anywhere in the kernels, so
 # scalar, AVX2, AVX-512 and CUDA paths produce identical bits (-ffp-contract=off on the target).

@@ -27,26 +27,10 @@
 #include "unstuck/precision/loss_scaler.h"
 #include "unstuck/precision/optim_config.h"
 #include "unstuck/precision/precision_config.h"
+#include "unstuck/precision/weight_format.h"
+#include "unstuck/train/weight_rounding.h"
 
 namespace unstuck::train {
-
-// precision.mode fp8_rn / fp8_sr: the FP8 channels of a model, every row (output channel) of the
-// linear layers' matrices (the attention and MLP projections; not the embedding or the head), and
-// their scale exponents for one master (precision/fp8.h's rule).
-struct Fp8Channels {
-  std::vector<precision::Fp8Matrix> matrices;
-  std::vector<int32_t> exponent;  // per channel: fp8_scale_exponent of its largest finite |x|
-};
-// The channels of a whole master read a slice at a time: read(begin, n, out) writes FP32 elements
-// [begin, begin + n) of it into out[0, n).
-Fp8Channels fp8_channels(const model::ParamLayout& layout, const std::function<void(int64_t, int64_t, float*)>& read,
-                         int threads = 0);
-// The same for a whole master in host memory (layout.total elements).
-Fp8Channels fp8_channels(const model::ParamLayout& layout, const float* master, int threads = 0);
-
-// The setting of `precision` that runs on the CPU only, as errors name it ("precision.analog_mantissa_bits
-// (the grid-scaled analog) runs on the CPU only"), or "" when it runs anywhere.
-std::string cpu_only_precision(const precision::PrecisionConfig& precision);
 
 struct OptimizerStepStats {
   bool skipped = false;        // FP16 modes: the gradients overflowed and the step was skipped
@@ -74,12 +58,6 @@ struct FrozenBase {
   // the reference adds to the base and the PEFT export converts with. Undefined otherwise.
   torch::Tensor start;
 };
-
-// The frozen base a LoRA run computes with: `base` (FP32, moved in) rounded to nearest into the
-// compute dtype of precision.mode (onto precision.analog_mantissa_bits' grid first in a BF16 mode;
-// left as it is in fp32), then held in `forward` (widened to FP32 when the forward runs in FP32).
-torch::Tensor frozen_base_weights(torch::Tensor base, const precision::PrecisionConfig& precision,
-                                  torch::ScalarType forward);
 
 class TrainableWeights {
  public:
@@ -151,10 +129,12 @@ class TrainableWeights {
   // The compute-weight bits of master[0, n) (FP32, global elements [begin, begin + n)) at optimizer
   // step `step`, as materialize_compute() writes them, into `out` (host memory of compute().dtype,
   // n elements). Used to regenerate the start weights a slice at a time.
-  // FP8 modes: the channel exponents are those of `fp8` (another master's, e.g. the base), or by
-  // default this state's current master's.
+  // Formats with scales (FP8): those of `scales` (another master's, e.g. the base), or by default
+  // this state's current master's.
   void materialize_slice(const float* master, int64_t begin, int64_t n, void* out, int64_t step,
-                         const struct Fp8Channels* fp8 = nullptr) const;
+                         const Fp8Channels* scales = nullptr) const;
+  // The number format of the compute weights (precision.mode), in the master's place.
+  const precision::WeightFormat& format() const { return *format_; }
 
   // Restores a checkpointed state (full buffers; this rank takes its shard) and regenerates the compute weights from the master: with the
   // rounding keyed by (seed, optimizer step) they come out bit-identical to the saved run's.
@@ -167,61 +147,36 @@ class TrainableWeights {
   void restore(const BufferReader& read, int64_t optimizer_steps, const precision::LossScalerState& scaler);
 
  private:
+  // What one optimizer step changed in this rank's shard: elements per tensor (layout order), and
+  // per block of kNormBlock elements the sums of (after - before)^2 and before^2 of the compute weights.
+  struct StepCounts {
+    std::vector<int64_t> changed;
+    std::vector<double> delta, weight;
+  };
+  // The constructor's parts: the inputs' checks, this rank's buffers (the compute weights rounded
+  // from `master`, which is released at the end), the model viewing them.
+  void check_inputs(const model::ModelConfig& config, const torch::Tensor& master, const FrozenBase& base) const;
+  void allocate(torch::Tensor master);
+  void build_model(const model::ModelConfig& config, FrozenBase base);
   void refresh_forward_weights();
   // The model's leaves whose gradients this state takes: every parameter, or with LoRA the adapters.
   const std::vector<torch::Tensor>& trainable_params() const {
     return model_->has_adapters() ? model_->adapter_parameters() : model_->parameters();
   }
-  // Rounds the full master (layout.total elements, on this state's device) into the compute
-  // weights with the key of the current optimizer step.
+  // Rounds the full master (layout.total elements, on the master's device) into the compute weights
+  // with the key of the current optimizer step.
   void materialize_compute(const torch::Tensor& full_master);
-  // precision.analog_mantissa_bits in a BF16 mode: the compute weights sit on the coarser analog grid.
-  bool analog_grid() const;
-  bool fp8() const { return precision::is_fp8(precision_.mode); }
-  // FP8 modes: the channel maxima of master[0, n) (global index `offset` first; a pointer on this
-  // state's device), a float tensor there, one per channel.
-  torch::Tensor fp8_channel_amax(const float* master, int64_t n, int64_t offset) const;
-  // FP8 modes: the channel exponents of this state's master (every rank's part of each row).
-  void update_fp8_exponents();
-  // FP8 modes: fp8_'s channel exponents as an int32 tensor on this state's device (a view of them in
-  // host memory on the CPU, a copy on a GPU).
-  torch::Tensor fp8_exponents() const;
-  // FP8 modes: rounds master[0, n) (global index `begin` first) into out by the FP8 rule at this
-  // optimizer step, on this state's device, with `exponent` (fp8_exponents()).
-  void materialize_fp8_slice(const float* master, int64_t begin, int64_t n, void* out,
-                             const torch::Tensor& exponent) const;
-  // FP8 modes, an optimizer step after the reduce: the fused AdamW updates master and moments a
-  // slice at a time (its BF16 output discarded), the channel exponents of the new master are
-  // taken, then each slice is rounded by the FP8 rule and its changes counted as update_slice does.
-  void fp8_update(const precision::AdamWHyper& hyper, precision::SrKey key, std::vector<int64_t>& changed,
-                  std::vector<double>& delta, std::vector<double>& weight);
   // The tensors of the shard overlapping [begin, begin + n), clipped to it, and their layout index.
-  void slice_segments(int64_t begin, int64_t n, std::vector<precision::Segment>& segments,
-                      std::vector<std::size_t>& tensor) const;
-  // Changed elements per tensor and the per-block update sums of a slice whose compute weights went
-  // from `before` to `after` (on this state's device; one copy of the results to the host).
-  void count_slice_changes(int64_t begin, int64_t n, const std::vector<precision::Segment>& segments,
-                           const std::vector<std::size_t>& tensor, const torch::Tensor& before,
-                           const torch::Tensor& after, std::vector<int64_t>& changed, double* delta,
-                           double* weight) const;
-  // The device half of count_slice_changes: the same comparisons as tensor operations.
-  void count_device_slice_changes(int64_t begin, int64_t n, const std::vector<precision::Segment>& segments,
-                                  const std::vector<std::size_t>& tensor, const torch::Tensor& before,
-                                  const torch::Tensor& after, std::vector<int64_t>& changed, double* delta,
-                                  double* weight) const;
-  // Rounds the master's [begin, begin + n) (global indices; master_data points at begin) onto the
-  // analog grid at this optimizer step.
-  void materialize_analog(const float* master_data, int64_t begin, int64_t n);
+  precision::SliceTensors slice_tensors(int64_t begin, int64_t n) const;
+  // One slice [begin, begin + n) of this rank's shard through the format's fused AdamW: saves its
+  // compute weights, updates it, then counts the changes (a deferred format: the update only).
+  void update_slice(int64_t begin, int64_t n, const precision::AdamWHyper& hyper, StepCounts& counts);
+  // A deferred format, after every slice is updated: its scales from the whole new master (every
+  // rank's part of each), then each slice rounded and its changes counted.
+  void round_deferred(StepCounts& counts);
+  void count_changes(const precision::SliceTensors& slice, const torch::Tensor& before, const torch::Tensor& after,
+                     StepCounts& counts) const;
   double device_grad_sumsq(int64_t blocks) const;
-  // The fused AdamW over `buffers` on this state's device (the CPU kernel or the CUDA one), writing
-  // compute weights rounded by `mode`.
-  void fused_adamw(const precision::AdamWBuffers& buffers, const std::vector<precision::Segment>& segments,
-                   const precision::AdamWHyper& hyper, precision::RoundMode mode, precision::SrKey key) const;
-  // One slice [begin, begin + n) of this rank's shard through the fused AdamW: saves its compute
-  // weights, updates it, then counts the changed bits per tensor and adds the per-block update sums
-  // (blocks of kNormBlock from `begin`, which is block-aligned).
-  void update_slice(int64_t begin, int64_t n, const precision::AdamWBuffers& buffers, const precision::AdamWHyper& hyper,
-                    precision::SrKey key, std::vector<int64_t>& changed, double* delta, double* weight);
   // Sums of the per-block partials of every rank, in global block order (world-size invariant).
   double global_block_sum(const std::vector<double>& partial) const;
   // Global L2 norm of the reduced gradient, summed in a fixed order whatever the world size.
@@ -250,39 +205,12 @@ class TrainableWeights {
   torch::Device device_ = torch::kCPU;  // the model's, gradient's and compute weights' device
   bool offload_ = false;                // precision.offload: optimizer (master and moments on the host)
   torch::Tensor stage_grad_, stage_compute_;  // offload: (kSliceElems) host staging of one slice
-  std::unique_ptr<struct Fp8Channels> fp8_;  // FP8 modes: the channels and their current exponents
-  torch::Tensor fp8_discard_;  // FP8 modes: (kSliceElems) where the fused AdamW's BF16 output goes
+  std::unique_ptr<precision::WeightFormat> format_;  // in the master's place
+  torch::Tensor discard_;      // a deferred format: (kSliceElems) where the fused AdamW's output goes
   model::ParamLayout layout_;  // of the trainable tensors
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<precision::LossScaler> scaler_;
   int64_t adam_step_ = 0;
 };
-
-// Dtype of the compute weights of a round mode (fp32, bf16 or fp16).
-torch::ScalarType compute_dtype(precision::RoundMode mode);
-
-// The compute-weight bits of master[0, n) (FP32, global elements [begin, begin + n)) at optimizer
-// step `step`, as TrainableWeights materializes them (precision.mode, the rounding seed, the analog
-// grid), into host memory `out` of compute_dtype (n elements). A checkpoint's compute weights are
-// regenerated with it a slice at a time (export, resume).
-// FP8 modes need the channels' exponents of the master being rounded (fp8_channels); else fp8 is unused.
-void materialize_compute_slice(const precision::PrecisionConfig& precision, uint64_t rounding_seed,
-                               const float* master, int64_t begin, int64_t n, void* out, int64_t step,
-                               const Fp8Channels* fp8 = nullptr);
-
-// grpo.round_base_to_fp8: the FP32 base put on fp8_rn's grid in place (FP8 channels by their own
-// scales, computed from this master; every other element to nearest BF16), as FP32 values; CPU.
-void round_base_to_fp8_(torch::Tensor& master, const model::ParamLayout& layout, int threads = 0);
-// The same for global elements [begin, begin + n) of a base, in place, with the unrounded base's
-// channels (fp8_channels of it).
-void round_base_to_fp8(float* x, int64_t begin, int64_t n, const Fp8Channels& channels, int threads = 0);
-
-// grpo.round_base_to_bf16: the FP32 base rounded to nearest BF16, or onto the grid of
-// precision.analog_mantissa_bits when that is set (1-6), as FP32 again (on master's device).
-torch::Tensor round_base_to_grid(const torch::Tensor& master, int analog_mantissa_bits);
-// The same in place, a bounded slice at a time (no full-size temporary). `master`: contiguous FP32.
-void round_base_to_grid_(torch::Tensor& master, int analog_mantissa_bits);
-// round_base_to_grid_ of host FP32 values x[0, n).
-void round_base_to_grid(float* x, int64_t n, int analog_mantissa_bits);
 
 }  // namespace unstuck::train
