@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   CLI::App app{
-      "unstuck: RLVR (GRPO) training of language models with FP32 master weights and FP16, BF16 "
-      "or BF16-stochastic-rounding compute weights",
+      "unstuck: RLVR (GRPO) training of language models with FP32 master weights and FP16, BF16 or FP8 "
+      "compute weights, rounded to nearest or stochastically",
       "unstuck"};
   app.set_version_flag("--version", version_report,
                        "Print the versions of unstuck and libtorch, CUDA and NCCL availability and "

@@ -86,151 +86,187 @@ void sort_largest_first(std::vector<MemoryPart>& parts) {
   });
 }
 
-void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<MemoryPart>& parts) {
+// The sizes, key names and knobs train_parts' parts are made of.
+struct TrainShape {
+  double P, V, L, D, kv_dim, S, T;
+  double Pp, row_len;  // prompt tokens of a GRPO row (the longest prompt kept, or all the context leaves), a row
+  double W;            // ranks (WORLD_SIZE): they shard the master and moments and split the batch
+  double cb, fb;       // compute and forward dtype bytes
+  double A;            // trainable elements: every parameter, or with LoRA the adapters
+  double N, N_rank, prompts_rank;  // rows of the batch, of this rank, and this rank's prompts
+  bool fp32, lora, offload, ref, pissa;
+  std::string prompt_keys, adapters_knob, shard_knob, mk, what, batch, rows_knob;
+};
+
+std::string joined_knobs(const std::vector<std::string>& knobs) {
+  std::string out;
+  for (const std::string& k : knobs)
+    if (!k.empty()) out += (out.empty() ? "" : ", or ") + k;
+  return out;
+}
+
+TrainShape train_shape(const RunConfig& c, const MemoryPlanInputs& in) {
   const model::ModelConfig& m = c.model;
-  const double P = param_count(m), V = double(m.vocab_size), L = double(m.n_layers), D = double(m.dim);
-  const double kv_dim = double(m.n_kv_heads) * double(m.head_dim());
-  const double S = double(m.max_seq_len), T = double(c.rollout.max_new_tokens);
-  // Prompt tokens of a GRPO row: the longest prompt kept, or all the context leaves (upper bound).
-  const double Pp = in.longest_prompt >= 0 ? std::min(double(in.longest_prompt), std::max(0.0, S - T))
-                                           : std::max(0.0, S - T);
-  const double row_len = Pp + T;
-  const std::string prompt_keys = in.longest_prompt >= 0 ? "the longest prompt (" + num(int64_t(Pp)) + " tokens)"
-                                                         : "model.max_seq_len - rollout.max_new_tokens (" +
-                                                               num(int64_t(Pp)) + ")";
-  // Per rank (GrpoTrainer): the ranks of WORLD_SIZE shard the master and moments and split the batch.
-  const double W = double(env_count("WORLD_SIZE"));
-  const bool fp32 = c.precision.mode == precision::PrecisionMode::fp32;
-  const double cb = fp32 ? 4 : 2;  // compute dtype bytes
+  TrainShape s;
+  s.P = param_count(m), s.V = double(m.vocab_size), s.L = double(m.n_layers), s.D = double(m.dim);
+  s.kv_dim = double(m.n_kv_heads) * double(m.head_dim());
+  s.S = double(m.max_seq_len), s.T = double(c.rollout.max_new_tokens);
+  s.Pp = in.longest_prompt >= 0 ? std::min(double(in.longest_prompt), std::max(0.0, s.S - s.T)) : std::max(0.0, s.S - s.T);
+  s.row_len = s.Pp + s.T;
+  s.prompt_keys = in.longest_prompt >= 0 ? "the longest prompt (" + num(int64_t(s.Pp)) + " tokens)"
+                                         : "model.max_seq_len - rollout.max_new_tokens (" + num(int64_t(s.Pp)) + ")";
+  s.W = double(env_count("WORLD_SIZE"));
+  s.fp32 = c.precision.mode == precision::PrecisionMode::fp32;
+  s.cb = s.fp32 ? 4 : 2;
   // FP16 weights compute in FP32 on the CPU, and precision.compute: fp32 always does (DESIGN.md).
   const bool fp16 = c.precision.mode == precision::PrecisionMode::fp16 ||
                     c.precision.mode == precision::PrecisionMode::fp16_sr;
   // auto may resolve to fp32 at start-up: counted as fp32 (the larger of the two).
-  const double fb = c.precision.compute != precision::ComputeMode::native || fp16 ? 4 : cb;  // forward dtype
+  s.fb = c.precision.compute != precision::ComputeMode::native || fp16 ? 4 : s.cb;
   // What lowers the trainable state on one machine too: adapters instead of every parameter, and on
   // a GPU the optimizer state on the host (16-bit modes; not with LoRA, whose state is small).
-  const bool lora_on = c.lora.enabled();
-  const bool can_offload = in.gpu && W == 1 && !lora_on && c.precision.mode != precision::PrecisionMode::fp32 &&
-                           !precision::is_fp8(c.precision.mode);
-  const std::string adapters_knob = lora_on ? "" : "lora.rank > 0 (train adapters; their state only)";
-  const auto joined = [](std::vector<std::string> knobs) {
-    std::string out;
-    for (const std::string& k : knobs)
-      if (!k.empty()) out += (out.empty() ? "" : ", or ") + k;
-    return out;
-  };
-  const std::string shard_knob = joined({"more ranks (WORLD_SIZE) shard them",
-                                         can_offload ? "precision.offload: optimizer (host memory)" : "",
-                                         adapters_knob});
+  s.lora = c.lora.enabled();
+  const bool can_offload = in.gpu && s.W == 1 && !s.lora && !s.fp32 && !precision::is_fp8(c.precision.mode);
+  s.adapters_knob = s.lora ? "" : "lora.rank > 0 (train adapters; their state only)";
+  s.shard_knob = joined_knobs({"more ranks (WORLD_SIZE) shard them",
+                               can_offload ? "precision.offload: optimizer (host memory)" : "", s.adapters_knob});
   // The trainable state: every parameter, or with LoRA the adapters (A of them) on a frozen base
   // held once in the forward dtype, which is also the reference (no copy). Rounding the FP32 base
   // into it happens as the load ends, the FP32 weights beside their compute-dtype copy: no more
   // than the load phase's FP32 weights beside the mapped files (BF16 or FP32 files).
-  const bool lora = lora_on;
-  const bool offload = c.precision.offload == precision::Offload::optimizer;  // validate(): 16-bit, world size 1
-  const double A = lora ? lora_param_count(m, c.lora) : P;
-  const std::string mk = lora ? "lora.rank (" + num(c.lora.rank) + ") x lora.target_modules (" +
-                                    num(int64_t(c.lora.target_modules.size())) + ") x model.n_layers (" +
-                                    num(m.n_layers) + ")"
-                              : model_keys(m);
-  const std::string what = lora ? "adapter " : "";
+  s.offload = c.precision.offload == precision::Offload::optimizer;  // validate(): 16-bit, world size 1
+  s.A = s.lora ? lora_param_count(m, c.lora) : s.P;
+  s.mk = s.lora ? "lora.rank (" + num(c.lora.rank) + ") x lora.target_modules (" +
+                      num(int64_t(c.lora.target_modules.size())) + ") x model.n_layers (" + num(m.n_layers) + ")"
+                : model_keys(m);
+  s.what = s.lora ? "adapter " : "";
+  s.ref = c.grpo.kl_coef > 0 || c.grpo.ref_metrics_every > 0;
+  s.pissa = s.lora && c.lora.init == model::LoraInit::pissa && c.grpo.base_adapter.empty();
+  s.N = double(c.grpo.prompts_per_step) * double(c.grpo.group_size), s.N_rank = std::ceil(s.N / s.W);
+  s.prompts_rank = std::ceil(double(c.grpo.prompts_per_step) / s.W);
+  s.batch = "grpo.prompts_per_step (" + num(c.grpo.prompts_per_step) + ") x grpo.group_size (" +
+            num(c.grpo.group_size) + ")";
+  s.rows_knob = "lower grpo.prompts_per_step or rollout.max_new_tokens";
+  return s;
+}
 
-  // Held for the whole run (TrainableWeights, GrpoTrainer).
-  if (lora)
-    parts.push_back({"frozen base weights (forward dtype; also the reference policy)", model_keys(m), P * fb,
-                     fb == 4 && cb != 4 ? "precision.compute: native keeps them in the compute dtype" : "", ""});
-  const std::string fp32_knob = joined({adapters_knob, "a 16-bit precision.mode (bf16_sr) keeps 2-byte compute "
-                                                     "weights beside a sharded master"});
-  if (fp32 && W == 1)
-    parts.push_back({"FP32 master " + what + "weights (also the compute weights)", mk, A * 4, fp32_knob, ""});
-  else if (fp32)
-    parts.push_back({"FP32 compute " + what + "weights (all of them; this rank's master is its shard of them)", mk,
-                     A * 4, fp32_knob, ""});
-  else if (offload)
-    parts.push_back({"FP32 master weights (host: precision.offload)", mk, A * 4, "", "", true});
-  else
-    parts.push_back({"FP32 master " + what + "weights (this rank's shard)", mk, A * 4 / W, shard_knob, ""});
-  if (offload) {
-    parts.push_back({"AdamW moments (host: precision.offload)", mk, A * 8, "", "", true});
-    parts.push_back({"offload staging slices of the gradient and compute weights (pinned host)", "min(parameters, 2^22)",
-                     std::min(A, kSliceElems) * (4 + cb), "", "", true});
-  } else {
-    parts.push_back({"AdamW moments (this rank's shard)", mk, A * 8 / W, shard_knob, ""});
+// The input width of the widest adapted projection, and the (out, in) shape of the largest one.
+struct AdaptedShapes {
+  double widest_in = 0, svd_out = 0, svd_in = 0;
+};
+AdaptedShapes adapted_shapes(const RunConfig& c) {
+  const model::ModelConfig& m = c.model;
+  AdaptedShapes a;
+  if (!c.lora.enabled()) return a;
+  const double D = double(m.dim);
+  for (const std::string& t : c.lora.target_modules) {
+    const double q = double(m.n_heads * m.head_dim()), kv = double(m.n_kv_heads * m.head_dim()), F = double(m.ffn_dim);
+    const double out = t == "q_proj" ? q : t == "k_proj" || t == "v_proj" ? kv : t == "o_proj" ? D
+                       : t == "down_proj" ? D : F;
+    const double in_f = t == "o_proj" ? q : t == "down_proj" ? F : D;
+    a.widest_in = std::max(a.widest_in, in_f);
+    if (out * in_f > a.svd_out * a.svd_in) std::tie(a.svd_out, a.svd_in) = std::pair(out, in_f);
   }
-  parts.push_back({W > 1 ? "flat FP32 gradient and this rank's reduced shard" : "flat FP32 gradient", mk,
-                   A * 4 * (1 + (W > 1 ? 1 / W : 0)), adapters_knob, ""});
-  if (!fp32)
-    parts.push_back({"compute " + what + "weights (" + std::string(cb == 2 ? "16-bit" : "FP32") + ")", mk, A * cb,
-                     adapters_knob, ""});
-  if (fb == 4 && cb != 4)
-    parts.push_back({"FP32 forward copy of the compute " + what + "weights (precision.compute)", mk, A * 4,
+  return a;
+}
+
+// Held for the whole run (TrainableWeights, GrpoTrainer).
+void state_parts(const RunConfig& c, const TrainShape& s, std::vector<MemoryPart>& parts) {
+  const model::ModelConfig& m = c.model;
+  if (s.lora)
+    parts.push_back({"frozen base weights (forward dtype; also the reference policy)", model_keys(m), s.P * s.fb,
+                     s.fb == 4 && s.cb != 4 ? "precision.compute: native keeps them in the compute dtype" : "", ""});
+  const std::string fp32_knob = joined_knobs({s.adapters_knob,
+                                              "a 16-bit precision.mode (bf16_sr) keeps 2-byte compute "
+                                              "weights beside a sharded master"});
+  if (s.fp32 && s.W == 1)
+    parts.push_back({"FP32 master " + s.what + "weights (also the compute weights)", s.mk, s.A * 4, fp32_knob, ""});
+  else if (s.fp32)
+    parts.push_back({"FP32 compute " + s.what + "weights (all of them; this rank's master is its shard of them)", s.mk,
+                     s.A * 4, fp32_knob, ""});
+  else if (s.offload)
+    parts.push_back({"FP32 master weights (host: precision.offload)", s.mk, s.A * 4, "", "", true});
+  else
+    parts.push_back({"FP32 master " + s.what + "weights (this rank's shard)", s.mk, s.A * 4 / s.W, s.shard_knob, ""});
+  if (s.offload) {
+    parts.push_back({"AdamW moments (host: precision.offload)", s.mk, s.A * 8, "", "", true});
+    parts.push_back({"offload staging slices of the gradient and compute weights (pinned host)",
+                     "min(parameters, 2^22)", std::min(s.A, kSliceElems) * (4 + s.cb), "", "", true});
+  } else {
+    parts.push_back({"AdamW moments (this rank's shard)", s.mk, s.A * 8 / s.W, s.shard_knob, ""});
+  }
+  parts.push_back({s.W > 1 ? "flat FP32 gradient and this rank's reduced shard" : "flat FP32 gradient", s.mk,
+                   s.A * 4 * (1 + (s.W > 1 ? 1 / s.W : 0)), s.adapters_knob, ""});
+  if (!s.fp32)
+    parts.push_back({"compute " + s.what + "weights (" + std::string(s.cb == 2 ? "16-bit" : "FP32") + ")", s.mk,
+                     s.A * s.cb, s.adapters_knob, ""});
+  if (s.fb == 4 && s.cb != 4)
+    parts.push_back({"FP32 forward copy of the compute " + s.what + "weights (precision.compute)", s.mk, s.A * 4,
                      "precision.compute: native computes in the compute dtype", ""});
-  const bool ref = c.grpo.kl_coef > 0 || c.grpo.ref_metrics_every > 0;
-  if (ref && !lora)
-    parts.push_back({"frozen reference policy (forward dtype)", mk, P * fb,
+  if (s.ref && !s.lora)
+    parts.push_back({"frozen reference policy (forward dtype)", s.mk, s.P * s.fb,
                      "grpo.ref_metrics_every: 0 with grpo.kl_coef: 0 keeps no reference", ""});
-  if (lora)
-    parts.push_back({"adapters' start compute weights (changed_from_start)", mk, A * cb, "", ""});
-  const bool pissa = lora && c.lora.init == model::LoraInit::pissa && c.grpo.base_adapter.empty();
-  if (pissa)
-    parts.push_back({ref ? "PiSSA start adapters (FP32, for the export) and the reference's copy (forward dtype)"
-                         : "PiSSA start adapters (FP32, for the export)",
-                     mk, A * (4 + (ref ? fb : 0)), "", ""});
-  parts.push_back({"optimizer scratch slice", "min(parameters, 2^22)", std::min(A, kSliceElems) * cb, "", ""});
+  if (s.lora) parts.push_back({"adapters' start compute weights (changed_from_start)", s.mk, s.A * s.cb, "", ""});
+  if (s.pissa)
+    parts.push_back({s.ref ? "PiSSA start adapters (FP32, for the export) and the reference's copy (forward dtype)"
+                           : "PiSSA start adapters (FP32, for the export)",
+                     s.mk, s.A * (4 + (s.ref ? s.fb : 0)), "", ""});
+  parts.push_back({"optimizer scratch slice", "min(parameters, 2^22)", std::min(s.A, kSliceElems) * s.cb, "", ""});
   if (precision::is_fp8(c.precision.mode)) {
     // The output channels of the linear layers: an amax and an exponent each.
     const double channels = double(precision::fp8_channel_count(model::llama_layout(m).fp8_matrices()));
-    parts.push_back({"FP8 channel maxima and exponents", mk, channels * 8, "", ""});
+    parts.push_back({"FP8 channel maxima and exponents", s.mk, channels * 8, "", ""});
     parts.push_back({"FP8 update slice (the fused AdamW's discarded BF16 output)", "min(parameters, 2^22)",
-                     std::min(P, kSliceElems) * 2, "", ""});
+                     std::min(s.P, kSliceElems) * 2, "", ""});
   }
+}
 
+// Loading the base model (and PiSSA's start, one adapted matrix at a time).
+void load_parts(const RunConfig& c, const MemoryPlanInputs& in, const TrainShape& s, std::vector<MemoryPart>& parts) {
+  const model::ModelConfig& m = c.model;
+  const AdaptedShapes adapted = adapted_shapes(c);
+  const double svd_out = adapted.svd_out, svd_in = adapted.svd_in;
   // Loading the base model: its files mapped while the FP32 buffer fills (before anything else).
   // Offloaded, the loaded buffer is the host master (held above) and the files are read on the host.
-  if (!offload) parts.push_back({"FP32 weights being loaded", model_keys(m), P * 4, "", "load"});  // the whole model, LoRA too
+  if (!s.offload)
+    parts.push_back({"FP32 weights being loaded", model_keys(m), s.P * 4, "", "load"});  // the whole model, LoRA too
   parts.push_back({"base model files, mapped while converted", "the weight files of grpo.base_model",
-                   in.weight_file_bytes > 0 ? in.weight_file_bytes : P * 4, "", "load", offload});
-  // The input width of the widest adapted projection's and its (out, in) shape.
-  double widest_in = 0, svd_out = 0, svd_in = 0;
-  if (lora)
-    for (const std::string& t : c.lora.target_modules) {
-      const double q = double(m.n_heads * m.head_dim()), kv = double(m.n_kv_heads * m.head_dim()), F = double(m.ffn_dim);
-      const double out = t == "q_proj" ? q : t == "k_proj" || t == "v_proj" ? kv : t == "o_proj" ? D
-                         : t == "down_proj" ? D : F;
-      const double in_f = t == "o_proj" ? q : t == "down_proj" ? F : D;
-      widest_in = std::max(widest_in, in_f);
-      if (out * in_f > svd_out * svd_in) std::tie(svd_out, svd_in) = std::pair(out, in_f);
-    }
-  if (pissa && c.lora.pissa_niter == 0) {  // one matrix at a time: LAPACK's copy of it, U, S, V^T, its workspace (about 5 k^2)
+                   in.weight_file_bytes > 0 ? in.weight_file_bytes : s.P * 4, "", "load", s.offload});
+  if (s.pissa &&
+      c.lora.pissa_niter == 0) {  // one matrix at a time: LAPACK's copy of it, U, S, V^T, its workspace (about 5 k^2)
     const double k = std::min(svd_out, svd_in);
     parts.push_back({"PiSSA: the SVD of the largest adapted matrix", model_keys(m),
-                     (svd_out * svd_in + svd_out * k + k * svd_in + 5 * k * k) * 4, "lora.pissa_niter > 0 (a randomized SVD)",
-                     "load"});
-  } else if (pissa) {  // one matrix at a time: the (in, r) and (out, r) bases, Q^T W (r, in) and its SVD
+                     (svd_out * svd_in + svd_out * k + k * svd_in + 5 * k * k) * 4,
+                     "lora.pissa_niter > 0 (a randomized SVD)", "load"});
+  } else if (s.pissa) {  // one matrix at a time: the (in, r) and (out, r) bases, Q^T W (r, in) and its SVD
     const double r = double(c.lora.rank);
     parts.push_back({"PiSSA: the randomized SVD of the largest adapted matrix", model_keys(m) + ", lora.rank",
                      (4 * (svd_out + svd_in) * r + 2 * r * svd_in) * 4, "", "load"});
   }
+}
 
-  const double N = double(c.grpo.prompts_per_step) * double(c.grpo.group_size), N_rank = std::ceil(N / W);
-  const double prompts_rank = std::ceil(double(c.grpo.prompts_per_step) / W);
-  const std::string batch = "grpo.prompts_per_step (" + num(c.grpo.prompts_per_step) + ") x grpo.group_size (" +
-                            num(c.grpo.group_size) + ")";
-  const std::string rows_knob = "lower grpo.prompts_per_step or rollout.max_new_tokens";
+void rollout_parts(const RunConfig& c, const TrainShape& s, std::vector<MemoryPart>& parts) {
+  const model::ModelConfig& m = c.model;
   // Rollout: this rank's KV cache (2 x layers x rows x row length x kv_dim), the prompts' shared
   // prefill cache, the sampling uniforms of the whole batch (N, T) and one decode step's logits and
   // sampling buffers.
-  parts.push_back({"KV cache of the rollout",
-                   "(rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") + " + prompt_keys + ") x " + batch,
-                   2 * L * N_rank * row_len * kv_dim * fb + 2 * L * prompts_rank * Pp * kv_dim * fb, rows_knob,
-                   "rollout"});
-  parts.push_back({"sampling uniforms and one decode step's logits", batch + " x model.vocab_size (" +
-                                                                          num(m.vocab_size) + ")",
-                   N * T * 4 + N_rank * V * (fb + 12), rows_knob, "rollout"});
+  parts.push_back(
+      {"KV cache of the rollout",
+       "(rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") + " + s.prompt_keys + ") x " + s.batch,
+       2 * s.L * s.N_rank * s.row_len * s.kv_dim * s.fb + 2 * s.L * s.prompts_rank * s.Pp * s.kv_dim * s.fb,
+       s.rows_knob, "rollout"});
+  parts.push_back({"sampling uniforms and one decode step's logits",
+                   s.batch + " x model.vocab_size (" + num(m.vocab_size) + ")",
+                   s.N * s.T * 4 + s.N_rank * s.V * (s.fb + 12), s.rows_knob, "rollout"});
+}
 
+// The log-prob passes: with gradients (the update) and without (old and reference log-probs).
+void update_parts(const RunConfig& c, const TrainShape& s, std::vector<MemoryPart>& parts) {
+  const model::ModelConfig& m = c.model;
+  const double widest_in = adapted_shapes(c).widest_in;
   // Rows per forward of the log-prob passes: a minibatch, or grpo.logprob_chunk_rows of it.
-  double rows = std::ceil(N_rank / std::max<double>(1.0, double(c.grpo.minibatches)));
-  std::string row_keys = batch + " / grpo.minibatches (" + num(c.grpo.minibatches) + ")";
+  double rows = std::ceil(s.N_rank / std::max<double>(1.0, double(c.grpo.minibatches)));
+  std::string row_keys = s.batch + " / grpo.minibatches (" + num(c.grpo.minibatches) + ")";
   if (c.grpo.logprob_chunk_rows > 0 && double(c.grpo.logprob_chunk_rows) < rows) {
     rows = double(c.grpo.logprob_chunk_rows);
     row_keys = "grpo.logprob_chunk_rows (" + num(c.grpo.logprob_chunk_rows) + ")";
@@ -238,63 +274,75 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
   const std::string knob = "raise grpo.minibatches or lower grpo.logprob_chunk_rows (sequences per forward)";
   // Tokens per forward: the rows' completions and each group's prompt once (the full rows when a
   // sliding window shorter than a row makes forward_completions fall back to them).
-  const bool shared = !(m.sliding_window > 0 && double(m.sliding_window) < row_len);
-  const double tokens = shared ? rows * T + std::ceil(rows / std::max(1.0, double(c.grpo.group_size))) * Pp
-                               : rows * row_len;
+  const bool shared = !(m.sliding_window > 0 && double(m.sliding_window) < s.row_len);
+  const double tokens =
+      shared ? rows * s.T + std::ceil(rows / std::max(1.0, double(c.grpo.group_size))) * s.Pp : rows * s.row_len;
   const std::string token_keys = row_keys + " x (rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") + " +
-                                 prompt_keys +
+                                 s.prompt_keys +
                                  (shared ? " / grpo.group_size (" + num(c.grpo.group_size) + ")" : std::string()) + ")";
   // With LoRA each adapted projection also keeps its x A^T (r per token) for B's gradient, and s B (x A^T).
-  const double lora_out = lora ? double(c.lora.rank) * double(c.lora.target_modules.size()) * 2 * fb : 0;
-  const double per_layer = layer_activation_bytes(m, fb) + lora_out;
+  const double lora_out = s.lora ? double(c.lora.rank) * double(c.lora.target_modules.size()) * 2 * s.fb : 0;
+  const double per_layer = layer_activation_bytes(m, s.fb) + lora_out;
   // Activations kept for the backward; with model.activation_checkpointing each layer's input, plus
   // one layer's activations recomputed.
   parts.push_back({"activations kept for the backward",
                    token_keys + " x model.n_layers (" + num(m.n_layers) + ")" +
                        (m.activation_checkpointing ? " with model.activation_checkpointing" : ""),
-                   m.activation_checkpointing ? tokens * (L * D * fb + per_layer) : tokens * L * per_layer,
+                   m.activation_checkpointing ? tokens * (s.L * s.D * s.fb + per_layer) : tokens * s.L * per_layer,
                    m.activation_checkpointing ? knob : knob + ", or set model.activation_checkpointing: true",
                    "update"});
   // lora.dropout: one module's keep bits (a byte each) and its dropped input at a time, in the
   // forward and again in the backward (regenerated, never kept).
-  if (lora && c.lora.dropout > 0)
-    parts.push_back({"lora.dropout: one adapted module's mask and dropped input", token_keys, tokens * widest_in * (1 + 2 * fb),
-                     knob, "update"});
+  if (s.lora && c.lora.dropout > 0)
+    parts.push_back({"lora.dropout: one adapted module's mask and dropped input", token_keys,
+                     tokens * widest_in * (1 + 2 * s.fb), knob, "update"});
   // The fused head: grpo.logprob_chunk_tokens positions of each row at a time, its logits in the
   // forward dtype, their FP32 log-softmax and, in the backward, the recomputed logits and their
   // gradient (the head's weight gradient goes into the flat gradient).
-  const double slice = c.grpo.logprob_chunk_tokens > 0 ? std::min(T, double(c.grpo.logprob_chunk_tokens)) : T;
+  const double slice = c.grpo.logprob_chunk_tokens > 0 ? std::min(s.T, double(c.grpo.logprob_chunk_tokens)) : s.T;
   const std::string head_keys = row_keys + " x min(grpo.logprob_chunk_tokens (" + num(c.grpo.logprob_chunk_tokens) +
                                 "), rollout.max_new_tokens) x model.vocab_size (" + num(m.vocab_size) + ")";
   const std::string head_knob = "lower grpo.logprob_chunk_tokens or grpo.logprob_chunk_rows";
   parts.push_back({"LM head slice: logits, log-softmax and their gradient", head_keys,
-                   rows * slice * V * (2 * fb + 12), head_knob, "update"});
+                   rows * slice * s.V * (2 * s.fb + 12), head_knob, "update"});
   parts.push_back({"hidden states and per-token log-probs of the rows", token_keys,
-                   tokens * D * fb * 3 + rows * T * 4 * 8, knob, "update"});
+                   tokens * s.D * s.fb * 3 + rows * s.T * 4 * 8, knob, "update"});
   // The no-gradient passes (old log-probs, the reference's): one layer's outputs at a time and
   // the head's slices, with the reference's beside the policy's.
   parts.push_back({"activations of one layer (no gradient)", token_keys,
-                   tokens * (3 * D + 3 * double(m.ffn_dim)) * fb + tokens * D * fb * 2, knob, "log-probs"});
+                   tokens * (3 * s.D + 3 * double(m.ffn_dim)) * s.fb + tokens * s.D * s.fb * 2, knob, "log-probs"});
   parts.push_back({"LM head slices (no gradient; the reference's beside the policy's)", head_keys,
-                   rows * slice * V * (fb + 8) * (ref ? 2 : 1), head_knob, "log-probs"});
+                   rows * slice * s.V * (s.fb + 8) * (s.ref ? 2 : 1), head_knob, "log-probs"});
+}
 
+// The optimizer step, checkpoints and evaluations.
+void late_parts(const RunConfig& c, const TrainShape& s, std::vector<MemoryPart>& parts) {
   // Optimizer step and weight statistics: bounded slices of the flat buffers; with several ranks the
   // copy of this rank's shard of the compute weights that the all-gather sends.
   parts.push_back({"optimizer and weight-statistics slices", "min(parameters, 2^22)",
-                   std::min(A, kSliceElems) * (4 * 3 + 8), "", "optimizer"});
-  if (W > 1)
-    parts.push_back({"this rank's shard of the compute weights, copied for the all-gather", mk + " / WORLD_SIZE",
-                     A * cb / W, "", "optimizer"});
+                   std::min(s.A, kSliceElems) * (4 * 3 + 8), "", "optimizer"});
+  if (s.W > 1)
+    parts.push_back({"this rank's shard of the compute weights, copied for the all-gather", s.mk + " / WORLD_SIZE",
+                     s.A * s.cb / s.W, "", "optimizer"});
   // Checkpoints: one rank's shards gathered into the full master and moments on every rank.
-  if (W > 1)
-    parts.push_back({"gathered FP32 master and moments (checkpoint)", mk, A * 12, "", "checkpoint"});
+  if (s.W > 1) parts.push_back({"gathered FP32 master and moments (checkpoint)", s.mk, s.A * 12, "", "checkpoint"});
   // Greedy evaluation of the test records, 128 at a time (EvalOptions::batch_size).
-  const double eval_rows = std::ceil(std::min(128.0, c.grpo.eval_samples > 0 ? double(c.grpo.eval_samples) : 128.0) / W);
+  const double eval_rows =
+      std::ceil(std::min(128.0, c.grpo.eval_samples > 0 ? double(c.grpo.eval_samples) : 128.0) / s.W);
   parts.push_back({"evaluation KV cache and logits",
                    "min(128, grpo.eval_samples (" + num(c.grpo.eval_samples) + ")) x (rollout.max_new_tokens (" +
-                       num(c.rollout.max_new_tokens) + ") + " + prompt_keys + ")",
-                   2 * L * eval_rows * row_len * kv_dim * fb + eval_rows * V * (fb + 12),
+                       num(c.rollout.max_new_tokens) + ") + " + s.prompt_keys + ")",
+                   2 * s.L * eval_rows * s.row_len * s.kv_dim * s.fb + eval_rows * s.V * (s.fb + 12),
                    "lower grpo.eval_samples", "evaluation"});
+}
+
+void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<MemoryPart>& parts) {
+  const TrainShape s = train_shape(c, in);
+  state_parts(c, s, parts);
+  load_parts(c, in, s, parts);
+  rollout_parts(c, s, parts);
+  update_parts(c, s, parts);
+  late_parts(c, s, parts);
 }
 
 }  // namespace

@@ -343,82 +343,88 @@ torch::Tensor decode_attention(const torch::Tensor& q_in, const torch::Tensor& k
   return at::matmul(probs, v).view({B, H, 1, hd});  // (B, H, 1, hd)
 }
 
-}  // namespace
+using LayerAdapters = std::array<std::pair<torch::Tensor, torch::Tensor>, kLoraModules>;
+using Field = torch::Tensor LayerWeights::*;
 
-torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const torch::Tensor& cos,
-                                const torch::Tensor& sin, const torch::Tensor& mask, bool causal,
-                                KVCache* cache, PromptKV* prompt_kv, const DropoutPass* dropout) const {
-  const int64_t B = x_in.size(0), T = x_in.size(1);
-  const int64_t H = config_.n_heads, G = config_.n_kv_heads, hd = config_.head_dim();
-  const LayerWeights& w = layers_[std::size_t(layer)];
-  const bool grad = torch::GradMode::is_enabled() && w.wq.requires_grad();
-  // Training into the flat gradient: every product through LinearIntoSink (its gradients go to the
-  // layer's sinks), and like inference on the fused q/k/v and gate/up matrices (their gradients are
-  // as adjacent as they are).
-  const LayerWeights* sink = grad && !layer_sinks_.empty() ? &layer_sinks_[std::size_t(layer)] : nullptr;
-  const auto* adapters = adapters_.empty() ? nullptr : &adapters_[std::size_t(layer)];
-  const bool fused = (!grad || sink) && !adapters;
-  // LoRA: out + s (in A^T) B^T for an adapted module (PEFT's order: the two products, then the
-  // scale); with lora.dropout in this pass, in is dropped out first.
-  const bool drop = dropout && lora_dropout_ > 0;
-  const auto lora = [&](LoraModule m, const torch::Tensor& in, const torch::Tensor& out) {
+// One layer's projections in one pass, chosen once per layer: the base product (through
+// LinearIntoSink when training into the flat gradient: its gradients go to the layer's sinks), plus
+// the LoRA adapter's where the module has one (PEFT's order: out + s (in A^T) B^T; with lora.dropout
+// in this pass, `in` dropped out first).
+struct Projections {
+  const LayerWeights& w;
+  const LayerWeights* sink;       // training into the flat gradient: the layer's gradient ranges
+  const LayerAdapters* adapters;  // LoRA
+  const DropoutPass* dropout;     // lora.dropout in this pass
+  int64_t layer;
+  double dropout_p, scaling;
+  // Inference, or training into the flat gradient, without adapters: the fused q/k/v and gate/up
+  // matrices (their gradients are as adjacent as they are).
+  bool fused;
+
+  torch::Tensor base(const torch::Tensor& in, Field weight, Field bias) const {
+    const torch::Tensor& b = bias ? w.*bias : undefined();
+    if (!sink) return linear(in, w.*weight, b);
+    const auto opt = [](const torch::Tensor& t) {
+      return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt;
+    };
+    return linear_into_sink(in, w.*weight, opt(b), sink->*weight, opt(bias ? sink->*bias : undefined()));
+  }
+  torch::Tensor operator()(LoraModule m, const torch::Tensor& in, Field weight, Field bias = nullptr) const {
+    const torch::Tensor out = base(in, weight, bias);
     if (!adapters) return out;
     const auto& [a, b] = (*adapters)[std::size_t(m)];
     if (!a.defined()) return out;
-    const torch::Tensor xa = drop ? lora_dropout_linear(in, a, *dropout, layer, m, lora_dropout_) : at::linear(in, a);
-    return out + at::linear(xa, b) * lora_scaling_;
-  };
-  const auto opt = [](const torch::Tensor& t) { return t.defined() ? std::optional<torch::Tensor>(t) : std::nullopt; };
-  const auto proj = [&](const torch::Tensor& in, const torch::Tensor& weight, const torch::Tensor& bias,
-                        const torch::Tensor& weight_sink, const torch::Tensor& bias_sink) {
-    return sink ? linear_into_sink(in, weight, opt(bias), weight_sink, opt(bias_sink)) : linear(in, weight, bias);
-  };
-  const torch::Tensor h = rms_norm(x_in, w.attn_norm, config_.norm_eps);
+    const torch::Tensor xa = dropout ? lora_dropout_linear(in, a, *dropout, layer, m, dropout_p) : at::linear(in, a);
+    return out + at::linear(xa, b) * scaling;
+  }
+  static const torch::Tensor& undefined() {
+    static const torch::Tensor none;
+    return none;
+  }
+};
+
+// q (B, T, H, hd), k and v (B, T, G, hd) of the normed input h; `rotated`: RoPE is applied already.
+struct Qkv {
   torch::Tensor q, k, v;
-  bool rotated = false;  // RoPE already applied to q and k
-  if (fused && w.wqkv.defined()) {
-    const torch::Tensor qkv = sink ? proj(h, w.wqkv, w.bqkv, sink->wqkv, sink->bqkv)
-                                   : linear(h, w.wqkv, w.bqkv);  // (B, T, (H+2G)*hd)
-    v = qkv.narrow(-1, (H + G) * hd, G * hd).view({B, T, G, hd});
-    if (!w.q_norm.defined()) {  // q and k rotated together: half the elementwise ops, the same values
-      torch::Tensor qk = qkv.narrow(-1, 0, (H + G) * hd).view({B, T, H + G, hd});
-      if (fp32_cpu_kernel({&qkv, &cos, &sin})) {  // in place in qkv, the same bits as the ops below
-        float* xp = qkv.data_ptr<float>();
-        const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
-        at::parallel_for(0, B * T, std::max<int64_t>(1, 4096 / ((H + G) * hd)), [&](int64_t first, int64_t last) {
-          rope_f32(xp, cp, sp, H + G, hd, (H + 2 * G) * hd, first, last);
-        });
-      } else {
-        const torch::Tensor c = cos.transpose(1, 2), s = sin.transpose(1, 2);  // (B, T, 1, hd)
-        qk = qk * c + rotate_half(qk) * s;
-      }
-      q = qk.narrow(2, 0, H);
-      k = qk.narrow(2, H, G);
-      rotated = true;
-    } else {
-      q = qkv.narrow(-1, 0, H * hd).view({B, T, H, hd});
-      k = qkv.narrow(-1, H * hd, G * hd).view({B, T, G, hd});
-    }
+  bool rotated = false;
+};
+
+Qkv project_qkv(const Projections& p, const torch::Tensor& h, const torch::Tensor& cos, const torch::Tensor& sin,
+                const ModelConfig& c) {
+  const int64_t B = h.size(0), T = h.size(1), H = c.n_heads, G = c.n_kv_heads, hd = c.head_dim();
+  if (!p.fused || !p.w.wqkv.defined())
+    return {p(LoraModule::q_proj, h, &LayerWeights::wq, &LayerWeights::bq).view({B, T, H, hd}),
+            p(LoraModule::k_proj, h, &LayerWeights::wk, &LayerWeights::bk).view({B, T, G, hd}),
+            p(LoraModule::v_proj, h, &LayerWeights::wv, &LayerWeights::bv).view({B, T, G, hd})};
+  const torch::Tensor qkv = p.base(h, &LayerWeights::wqkv, &LayerWeights::bqkv);  // (B, T, (H+2G)*hd)
+  Qkv out;
+  out.v = qkv.narrow(-1, (H + G) * hd, G * hd).view({B, T, G, hd});
+  if (p.w.q_norm.defined()) {  // Qwen3 normalizes each head before RoPE
+    out.q = qkv.narrow(-1, 0, H * hd).view({B, T, H, hd});
+    out.k = qkv.narrow(-1, H * hd, G * hd).view({B, T, G, hd});
+    return out;
+  }
+  // q and k rotated together: half the elementwise ops, the same values.
+  torch::Tensor qk = qkv.narrow(-1, 0, (H + G) * hd).view({B, T, H + G, hd});
+  if (fp32_cpu_kernel({&qkv, &cos, &sin})) {  // in place in qkv, the same bits as the ops below
+    float* xp = qkv.data_ptr<float>();
+    const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+    at::parallel_for(0, B * T, std::max<int64_t>(1, 4096 / ((H + G) * hd)), [&](int64_t first, int64_t last) {
+      rope_f32(xp, cp, sp, H + G, hd, (H + 2 * G) * hd, first, last);
+    });
   } else {
-    const auto sk = [&](torch::Tensor LayerWeights::*field) { return sink ? (*sink).*field : torch::Tensor(); };
-    q = lora(LoraModule::q_proj, h, proj(h, w.wq, w.bq, sk(&LayerWeights::wq), sk(&LayerWeights::bq)))
-            .view({B, T, H, hd});  // (B, T, H, hd)
-    k = lora(LoraModule::k_proj, h, proj(h, w.wk, w.bk, sk(&LayerWeights::wk), sk(&LayerWeights::bk)))
-            .view({B, T, G, hd});  // (B, T, G, hd)
-    v = lora(LoraModule::v_proj, h, proj(h, w.wv, w.bv, sk(&LayerWeights::wv), sk(&LayerWeights::bv)))
-            .view({B, T, G, hd});
+    const torch::Tensor cs = cos.transpose(1, 2), sn = sin.transpose(1, 2);  // (B, T, 1, hd)
+    qk = qk * cs + rotate_half(qk) * sn;
   }
-  if (w.q_norm.defined()) {  // Qwen3: RMSNorm over each head's hd values, before RoPE
-    q = rms_norm(q, w.q_norm, config_.norm_eps);
-    k = rms_norm(k, w.k_norm, config_.norm_eps);
-  }
-  q = q.transpose(1, 2);  // (B, H, T, hd)
-  k = k.transpose(1, 2);  // (B, G, T, hd)
-  v = v.transpose(1, 2);  // (B, G, T, hd)
-  if (!rotated) {
-    q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
-  }
+  out.q = qk.narrow(2, 0, H);
+  out.k = qk.narrow(2, H, G);
+  out.rotated = true;
+  return out;
+}
+
+// The keys and values a layer attends over (B, G, Tk, hd): a shared prompt's captured, or each
+// row's prompt keys put first; or the cache's, after this step's are written into it.
+void attach_keys(int64_t layer, torch::Tensor& k, torch::Tensor& v, KVCache* cache, PromptKV* prompt_kv, int64_t T) {
   if (prompt_kv && prompt_kv->capture) {
     prompt_kv->k.push_back(k);
     prompt_kv->v.push_back(v);
@@ -437,53 +443,81 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
     k = cache->k[layer].narrow(2, 0, cache->length + T);  // (B, G, Tk, hd)
     v = cache->v[layer].narrow(2, 0, cache->length + T);
   }
-  torch::Tensor attn;  // (B, H, T, hd)
-  if (cache && !cache->slot.defined() && decodes_over_capacity(*cache, T)) {
+}
+
+// Attention of q (B, H, T, hd) over k, v (B, G, Tk, hd), the kernel chosen by where it runs: (B, H, T, hd).
+torch::Tensor attend(int64_t layer, const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& mask,
+                     bool causal, const KVCache* cache) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3), G = k.size(1);
+  if (cache && !cache->slot.defined() && decodes_over_capacity(*cache, T))
     // CPU decoding attends over the whole (contiguous) cache; `mask` hides unfilled slots.
-    attn = decode_attention(q, cache->k[layer], cache->v[layer], mask, cache->length + T);
-  } else if (T == 1 && mask.defined() && x_in.is_cuda() && G != H) {
+    return decode_attention(q, cache->k[layer], cache->v[layer], mask, cache->length + T);
+  if (T == 1 && mask.defined() && q.is_cuda() && G != H)
     // One query per row with a key mask on CUDA (padded prompts, a sliding window): the
     // memory-efficient kernel takes masks but not GQA, so the H/G query heads of each KV group are
     // stacked as H/G query rows of that group, (B, G, H/G, hd) against its (B, G, Tk, hd) keys: the
     // scores of grouped-query attention (head h reads group h / (H/G)) without copying the keys.
-    attn = at::scaled_dot_product_attention(q.reshape({B, G, H / G, hd}), k, v, mask, 0.0, false)
-               .reshape({B, H, 1, hd});  // (B, H, 1, hd); the kernel's output is laid out (B, H/G, G, hd)
-  } else {
-    // Grouped-query attention without copying keys/values, except where a mask is needed on CUDA:
-    // there the memory-efficient kernel takes masks but not enable_gqa (flash takes GQA, not masks).
-    const bool native_gqa = !(mask.defined() && x_in.is_cuda());
-    if (G != H && !native_gqa) {
-      k = k.repeat_interleave(H / G, 1);
-      v = v.repeat_interleave(H / G, 1);
-    }
-    attn = at::scaled_dot_product_attention(q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
-                                            0.0, causal, std::nullopt, /*enable_gqa=*/G != H && native_gqa);
+    return at::scaled_dot_product_attention(q.reshape({B, G, H / G, hd}), k, v, mask, 0.0, false)
+        .reshape({B, H, 1, hd});  // (B, H, 1, hd); the kernel's output is laid out (B, H/G, G, hd)
+  // Grouped-query attention without copying keys/values, except where a mask is needed on CUDA:
+  // there the memory-efficient kernel takes masks but not enable_gqa (flash takes GQA, not masks).
+  const bool native_gqa = !(mask.defined() && q.is_cuda());
+  if (G != H && !native_gqa) {
+    k = k.repeat_interleave(H / G, 1);
+    v = v.repeat_interleave(H / G, 1);
   }
-  const torch::Tensor none;
-  const auto s = [&](torch::Tensor LayerWeights::*field) { return sink ? (*sink).*field : torch::Tensor(); };
-  const torch::Tensor attn_out = attn.transpose(1, 2).reshape({B, T, H * hd});
-  const torch::Tensor x =
-      x_in + lora(LoraModule::o_proj, attn_out, proj(attn_out, w.wo, w.bo, s(&LayerWeights::wo), s(&LayerWeights::bo)));
-  const torch::Tensor h2 = rms_norm(x, w.mlp_norm, config_.norm_eps);
-  if (fused && w.w_gate_up.defined()) {
-    const torch::Tensor gate_up = proj(h2, w.w_gate_up, none, s(&LayerWeights::w_gate_up), none);  // (B, T, 2F)
-    const int64_t F = config_.ffn_dim;
-    return x + proj(torch::silu(gate_up.narrow(-1, 0, F)) * gate_up.narrow(-1, F, F), w.w_down, none,
-                    s(&LayerWeights::w_down), none);
-  }
-  const torch::Tensor act =
-      torch::silu(lora(LoraModule::gate_proj, h2, proj(h2, w.w_gate, none, s(&LayerWeights::w_gate), none))) *
-      lora(LoraModule::up_proj, h2, proj(h2, w.w_up, none, s(&LayerWeights::w_up), none));
-  return x + lora(LoraModule::down_proj, act, proj(act, w.w_down, none, s(&LayerWeights::w_down), none));  // (B, T, D)
+  return at::scaled_dot_product_attention(q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
+                                          0.0, causal, std::nullopt, /*enable_gqa=*/G != H && native_gqa);
 }
 
-torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                 const torch::Tensor& mask, bool causal, KVCache* cache, PromptKV* prompt_kv,
+// The MLP of the normed input h: down(silu(gate(h)) * up(h)).
+torch::Tensor mlp(const Projections& p, const torch::Tensor& h, int64_t F) {
+  if (p.fused && p.w.w_gate_up.defined()) {
+    const torch::Tensor gate_up = p.base(h, &LayerWeights::w_gate_up, nullptr);  // (B, T, 2F)
+    const torch::Tensor act = torch::silu(gate_up.narrow(-1, 0, F)) * gate_up.narrow(-1, F, F);
+    return p.base(act, &LayerWeights::w_down, nullptr);
+  }
+  const torch::Tensor act =
+      torch::silu(p(LoraModule::gate_proj, h, &LayerWeights::w_gate)) * p(LoraModule::up_proj, h, &LayerWeights::w_up);
+  return p(LoraModule::down_proj, act, &LayerWeights::w_down);
+}
+
+}  // namespace
+
+torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const torch::Tensor& cos,
+                                const torch::Tensor& sin, const torch::Tensor& mask, bool causal, KVCache* cache,
+                                PromptKV* prompt_kv, const DropoutPass* dropout) const {
+  const int64_t B = x_in.size(0), T = x_in.size(1), H = config_.n_heads, hd = config_.head_dim();
+  const LayerWeights& w = layers_[std::size_t(layer)];
+  const bool grad = torch::GradMode::is_enabled() && w.wq.requires_grad();
+  const LayerWeights* sink = grad && !layer_sinks_.empty() ? &layer_sinks_[std::size_t(layer)] : nullptr;
+  const LayerAdapters* adapters = adapters_.empty() ? nullptr : &adapters_[std::size_t(layer)];
+  const DropoutPass* drop = dropout && lora_dropout_ > 0 ? dropout : nullptr;
+  const Projections p{w, sink, adapters, drop, layer, lora_dropout_, lora_scaling_, (!grad || sink) && !adapters};
+  // norm -> q, k, v -> (Qwen3's q/k norms) -> RoPE -> the keys attended over -> attention -> o -> MLP
+  Qkv a = project_qkv(p, rms_norm(x_in, w.attn_norm, config_.norm_eps), cos, sin, config_);
+  if (w.q_norm.defined()) {
+    a.q = rms_norm(a.q, w.q_norm, config_.norm_eps);
+    a.k = rms_norm(a.k, w.k_norm, config_.norm_eps);
+  }
+  torch::Tensor q = a.q.transpose(1, 2), k = a.k.transpose(1, 2), v = a.v.transpose(1, 2);  // (B, H|G, T, hd)
+  if (!a.rotated) {
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+  }
+  attach_keys(layer, k, v, cache, prompt_kv, T);
+  const torch::Tensor attn = attend(layer, q, k, v, mask, causal, cache).transpose(1, 2).reshape({B, T, H * hd});
+  const torch::Tensor x = x_in + p(LoraModule::o_proj, attn, &LayerWeights::wo, &LayerWeights::bo);
+  return x + mlp(p, rms_norm(x, w.mlp_norm, config_.norm_eps), config_.ffn_dim);  // (B, T, D)
+}
+
+torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& mask,
+                                 bool causal, KVCache* cache, PromptKV* prompt_kv,
                                  const DropoutPass* dropout_rows) const {
   const auto dtype = flat_.scalar_type();
   const bool into_sink = embed_sink_.defined() && torch::GradMode::is_enabled() && embed_.requires_grad();
-  torch::Tensor x = into_sink ? embedding_into_sink(embed_, tokens, embed_sink_)
-                              : at::embedding(embed_, tokens);  // (B, T, D)
+  torch::Tensor x =
+      into_sink ? embedding_into_sink(embed_, tokens, embed_sink_) : at::embedding(embed_, tokens);  // (B, T, D)
   // Rotary tables as Hugging Face builds them: FP32 angles (times yarn's attention factor), cast to
   // the compute dtype.
   const torch::Tensor freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_;  // (B, T, hd/2)

@@ -155,8 +155,10 @@ std::unique_ptr<WeightFormat> WeightFormat::make(const PrecisionConfig& precisio
   const RoundMode mode = round_mode_for(precision.mode);
   if (precision.analog_mantissa_bits > 0 && (mode == RoundMode::bf16_rn || mode == RoundMode::bf16_sr)) {
     if (place.cuda)
-      throw UserError("precision.analog_mantissa_bits (the grid-scaled analog) runs on the CPU only, and the weights "
-                      "are on cuda:" + std::to_string(place.device) + ": set run.device: cpu");
+      throw UserError(
+          "precision.analog_mantissa_bits (the grid-scaled analog) runs on the CPU only, and the weights "
+          "are on cuda:" +
+          std::to_string(place.device) + ": set run.device: cpu");
     return std::make_unique<AnalogGrid>(precision, rounding_seed, place);
   }
   return std::make_unique<Rounded>(precision, rounding_seed, place);
@@ -165,8 +167,10 @@ std::unique_ptr<WeightFormat> WeightFormat::make(const PrecisionConfig& precisio
 WeightFormat::WeightFormat(const PrecisionConfig& precision, uint64_t rounding_seed, Place place)
     : storage_(round_mode_for(precision.mode)), place_(place), seed_(rounding_seed), threads_(precision.threads) {
 #if !defined(UNSTUCK_HAVE_CUDA)
-  if (place.cuda) throw UserError("the weights are on a CUDA device but this build has no CUDA kernels "
-                                  "(configure with UNSTUCK_CUDA=ON)");
+  if (place.cuda)
+    throw UserError(
+        "the weights are on a CUDA device but this build has no CUDA kernels "
+        "(configure with UNSTUCK_CUDA=ON)");
 #endif
 }
 
@@ -215,11 +219,13 @@ void count_slice_changes(RoundMode storage, Place place, const SliceTensors& sli
   }
   // The same comparisons as tensor operations on the device, one copy of the results to the host.
   const c10::OptionalDeviceGuard guard(device_of(place));
-  const at::ScalarType value = storage == RoundMode::fp32   ? at::kFloat
+  const at::ScalarType value = storage == RoundMode::fp32                                       ? at::kFloat
                                : storage == RoundMode::fp16_rn || storage == RoundMode::fp16_sr ? at::kHalf
-                                                                                                   : at::kBFloat16;
+                                                                                                : at::kBFloat16;
   const int64_t n = int64_t(slice.n), b = int64_t(block);
-  const auto view = [&](const void* p) { return at::from_blob(const_cast<void*>(p), {n}, options_of(place).dtype(value)); };
+  const auto view = [&](const void* p) {
+    return at::from_blob(const_cast<void*>(p), {n}, options_of(place).dtype(value));
+  };
   const at::Tensor old_v = view(before), new_v = view(after);
   const at::ScalarType bits = bytes == 4 ? at::kInt : at::kShort;
   const at::Tensor differ = old_v.view(bits).ne(new_v.view(bits));  // (n) bool

@@ -52,31 +52,127 @@ std::pair<torch::Tensor, torch::Tensor> sample(const torch::Tensor& logits, cons
   return {next, scaled.gather(1, next.unsqueeze(1)).squeeze(1) - lse.squeeze(1)};
 }
 
-// Fixed-shape decode steps (DecodeMode fixed and graphs) over a cache whose buffers stay where they
-// are: the step for A unfinished rows computes decode_bucket(A, rows) rows (those after the first A
-// are stale: finished or moved rows, never read) and attends over the filled slots rounded up to a
-// multiple of kAttendSlots, so a run meets a handful of shapes. Each step writes its inputs into
-// buffers of its own and runs the forward and the sampling as one unit: eagerly, or as a CUDA graph
-// captured the first time its (rows, slots) shape comes up (decode_graphs.h).
-class FixedDecoder {
+// The decode loop's model side, one implementation per decode mode: the prompts' prefill gives the
+// first step's logits; each later step turns the previous step's tokens into the next (a forward and
+// the sampling); rows that finished leave the decode batch when compacting is worth it.
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // Tokens and log-probs (A) of step t for the A rows of the decode batch: `prev` (A) are step t-1's
+  // tokens (unread at t = 0), `u` (A) the uniforms (undefined when greedy).
+  std::pair<torch::Tensor, torch::Tensor> step(int64_t t, const torch::Tensor& prev, const torch::Tensor& u, int64_t A,
+                                               const SamplingConfig& s) {
+    if (t == 0) return sample(first_, s, u);
+    return next(t, prev, u, A, s);
+  }
+  // Whether `finished` of the A rows (of B at the start) should leave now: a compaction costs about
+  // one step's attention reads, so the batch drops rows once an eighth of it has finished.
+  virtual bool compact(int64_t finished, int64_t A, int64_t /*B*/) const { return finished * 8 >= A; }
+  // Keeps the rows `keep` (ascending) of the decode batch.
+  virtual void keep_rows(const torch::Tensor& keep) = 0;
+
+ protected:
+  virtual std::pair<torch::Tensor, torch::Tensor> next(int64_t t, const torch::Tensor& prev, const torch::Tensor& u,
+                                                       int64_t A, const SamplingConfig& s) = 0;
+  torch::Tensor first_;  // (B, V) the prefill's logits at each row's last prompt position
+};
+
+// Without a cache (the reference path): a full forward over the growing sequence every step.
+class RecomputeDecoder : public Decoder {
+ public:
+  RecomputeDecoder(const model::LlamaModel& model, const torch::Tensor& prompt, const torch::Tensor& valid, int64_t N,
+                   int32_t pad_id)
+      : model_(model), P_(prompt.size(1)) {
+    seq_ = torch::cat({prompt, torch::full({prompt.size(0), N}, int64_t(pad_id), prompt.options())}, 1);
+    if (valid.defined()) valid_ = torch::cat({valid, torch::ones({prompt.size(0), N}, valid.options())}, 1);
+    first_ = model.forward(prompt, valid).select(1, P_ - 1);
+  }
+  void keep_rows(const torch::Tensor& keep) override {
+    seq_ = seq_.index_select(0, keep);
+    if (valid_.defined()) valid_ = valid_.index_select(0, keep);
+  }
+
+ protected:
+  std::pair<torch::Tensor, torch::Tensor> next(int64_t t, const torch::Tensor& prev, const torch::Tensor& u, int64_t,
+                                               const SamplingConfig& s) override {
+    seq_.select(1, P_ + t - 1).copy_(prev);
+    const int64_t L = P_ + t;
+    const torch::Tensor logits =
+        model_.forward(seq_.narrow(1, 0, L), valid_.defined() ? valid_.narrow(1, 0, L) : torch::Tensor())
+            .select(1, L - 1);
+    return sample(logits, s, u);
+  }
+
+ private:
+  const model::LlamaModel& model_;
+  int64_t P_;
+  torch::Tensor seq_, valid_;  // (A, P + N) tokens and validity
+};
+
+// DecodeMode dynamic: one cached forward of the previous tokens per step, over a cache that
+// shrinks with the batch. The prefill runs once per distinct prompt when rows share one (a GRPO
+// group), its keys and values copied to the rows.
+class CachedDecoder : public Decoder {
+ public:
+  CachedDecoder(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                const torch::Tensor& prompt, const torch::Tensor& valid, int64_t N, bool share_prompts)
+      : model_(model), cache_(model.new_cache(prompt.size(0), prompt.size(1) + N)) {
+    const PromptGroups groups = share_prompts ? consecutive_prompt_groups(prompts) : PromptGroups{};
+    if (!share_prompts || int64_t(groups.first_rows.size()) == prompt.size(0)) {
+      first_ = model.forward_cached(prompt, cache_, valid, /*last_only=*/true).select(1, 0);
+      return;
+    }
+    const torch::Tensor firsts = torch::tensor(groups.first_rows, torch::kLong).to(prompt.device());
+    const torch::Tensor rows = torch::tensor(groups.of_row, torch::kLong).to(prompt.device());
+    model::KVCache shared = model.new_cache(int64_t(groups.first_rows.size()), prompt.size(1));
+    first_ = model
+                 .forward_cached(prompt.index_select(0, firsts), shared,
+                                 valid.defined() ? valid.index_select(0, firsts) : torch::Tensor(), /*last_only=*/true)
+                 .select(1, 0)
+                 .index_select(0, rows);
+    cache_.copy_rows_from(shared, rows);
+  }
+  void keep_rows(const torch::Tensor& keep) override { cache_.keep_rows(keep); }
+
+ protected:
+  std::pair<torch::Tensor, torch::Tensor> next(int64_t, const torch::Tensor& prev, const torch::Tensor& u, int64_t,
+                                               const SamplingConfig& s) override {
+    return sample(model_.forward_cached(prev.unsqueeze(1), cache_, {}, /*last_only=*/true).select(1, 0), s, u);
+  }
+  const model::LlamaModel& model_;
+  model::KVCache cache_;
+};
+
+// DecodeMode fixed and graphs: fixed-shape steps over a cache whose buffers stay where they are. The
+// step for A unfinished rows computes decode_bucket(A, rows) rows (those after the first A are stale:
+// finished or moved rows, never read) and attends over the filled slots rounded up to a multiple of
+// kAttendSlots, so a run meets a handful of shapes. Each step writes its inputs into buffers of its
+// own and runs the forward and the sampling as one unit: eagerly, or as a CUDA graph captured the
+// first time its (rows, slots) shape comes up (decode_graphs.h).
+class FixedDecoder : public CachedDecoder {
  public:
   static constexpr int64_t kAttendSlots = 128;
 
-  FixedDecoder(const model::LlamaModel& model, model::KVCache& cache, int64_t rows, bool graphs)
-      : model_(model),
-        cache_(cache),
+  FixedDecoder(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+               const torch::Tensor& prompt, const torch::Tensor& valid, int64_t N, bool share_prompts, bool graphs)
+      : CachedDecoder(model, prompts, prompt, valid, N, share_prompts),
         graphs_(graphs ? std::make_unique<DecodeGraphs>(model.flat_weights().device().index()) : nullptr) {
     cache_.reserve(cache_.capacity);  // every slot allocated: the buffers never move
     const auto opts = cache_.next_position.options();
     cache_.slot = torch::full({1}, cache_.length, opts);
-    tokens_ = torch::zeros({rows, 1}, opts);                         // (rows, 1) each row's last token
-    uniforms_ = torch::zeros({rows}, opts.dtype(torch::kFloat32));  // (rows) this step's uniforms
+    tokens_ = torch::zeros({prompt.size(0), 1}, opts);                        // (rows, 1) each row's last token
+    uniforms_ = torch::zeros({prompt.size(0)}, opts.dtype(torch::kFloat32));  // (rows) this step's uniforms
   }
+  // Rows leave when the unfinished ones fit a smaller bucket (the rows a step computes), at the same
+  // points on every device.
+  bool compact(int64_t finished, int64_t A, int64_t B) const override {
+    return decode_bucket(A - finished, B) < decode_bucket(A, B);
+  }
+  void keep_rows(const torch::Tensor& keep) override { cache_.move_rows_to_front(keep); }
 
-  // The next tokens and log-probs (A) of the first A rows, whose last tokens are `prev` (A); `u` (A)
-  // their uniforms, undefined when greedy.
-  std::pair<torch::Tensor, torch::Tensor> step(const torch::Tensor& prev, const torch::Tensor& u, int64_t A,
-                                               const SamplingConfig& s) {
+ protected:
+  std::pair<torch::Tensor, torch::Tensor> next(int64_t, const torch::Tensor& prev, const torch::Tensor& u, int64_t A,
+                                               const SamplingConfig& s) override {
     const int64_t R = decode_bucket(A, tokens_.size(0));
     const int64_t S = std::min(cache_.capacity, (cache_.length + kAttendSlots) / kAttendSlots * kAttendSlots);
     tokens_.narrow(0, 0, A).copy_(prev.unsqueeze(1));
@@ -95,24 +191,9 @@ class FixedDecoder {
   }
 
  private:
-  const model::LlamaModel& model_;
-  model::KVCache& cache_;
   std::unique_ptr<DecodeGraphs> graphs_;
   torch::Tensor tokens_, uniforms_;
 };
-
-DecodeMode resolve_decode_mode(DecodeMode mode, const torch::Device& device, bool use_cache) {
-  if (mode == DecodeMode::graphs && !device.is_cuda())
-    throw UserError("rollout.decode: graphs needs a CUDA device, the model is on " + device.str() +
-                    " (use auto, dynamic or fixed)");
-  if (mode == DecodeMode::graphs && !decode_graphs_compiled())
-    throw UserError("rollout.decode: graphs needs a build with CUDA kernels (UNSTUCK_CUDA=ON); use auto, dynamic "
-                    "or fixed");
-  if (!use_cache) return DecodeMode::dynamic;  // the recompute path has no cache to fix
-  if (mode == DecodeMode::automatic)
-    return device.is_cuda() && decode_graphs_compiled() ? DecodeMode::graphs : DecodeMode::dynamic;
-  return mode;
-}
 
 }  // namespace
 
@@ -127,8 +208,10 @@ int64_t decode_bucket(int64_t rows, int64_t max_rows) {
 void validate_sampling(const SamplingConfig& s) {
   if (!(s.temperature >= 0)) throw UserError("rollout.temperature must be >= 0, got " + std::to_string(s.temperature));
   if (s.top_k < 0) throw UserError("rollout.top_k must be >= 0, got " + std::to_string(s.top_k));
-  if (!(s.top_p > 0 && s.top_p <= 1)) throw UserError("rollout.top_p must be in (0, 1], got " + std::to_string(s.top_p));
-  if (s.max_new_tokens < 1) throw UserError("rollout.max_new_tokens must be >= 1, got " + std::to_string(s.max_new_tokens));
+  if (!(s.top_p > 0 && s.top_p <= 1))
+    throw UserError("rollout.top_p must be in (0, 1], got " + std::to_string(s.top_p));
+  if (s.max_new_tokens < 1)
+    throw UserError("rollout.max_new_tokens must be >= 1, got " + std::to_string(s.max_new_tokens));
 }
 
 PromptGroups consecutive_prompt_groups(const std::vector<std::vector<int32_t>>& prompts) {
@@ -170,146 +253,75 @@ torch::Tensor sampling_uniforms(uint64_t seed, int64_t step, const std::vector<i
   return u.to(device);
 }
 
-std::vector<Completion> generate(const model::LlamaModel& model,
-                                 const std::vector<std::vector<int32_t>>& prompts,
-                                 const GenerateOptions& o, at::Generator gen) {
-  validate_sampling(o.sampling);
-  torch::NoGradGuard no_grad;
-  const int64_t B = int64_t(prompts.size());
-  std::vector<Completion> out(static_cast<std::size_t>(B));
-  if (B == 0) return out;
+namespace {
+
+// The longest prompt's length, after the prompts and the uniforms are checked against the model.
+int64_t checked_prompt_length(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                              const GenerateOptions& o) {
   int64_t P = 0;
   for (const auto& p : prompts) {
     if (p.empty()) throw UserError("generate: empty prompt");
     P = std::max<int64_t>(P, int64_t(p.size()));
   }
-  const int64_t N = o.sampling.max_new_tokens;
+  const int64_t B = int64_t(prompts.size()), N = o.sampling.max_new_tokens;
   if (o.uniforms.defined() && (o.uniforms.dim() != 2 || o.uniforms.size(0) != B || o.uniforms.size(1) < N))
     throw std::invalid_argument("generate: uniforms must be (prompts, max_new_tokens)");
   if (P + N > model.config().max_seq_len)
-    throw UserError("generate: prompt (" + std::to_string(P) + " tokens) + max_new_tokens (" +
-                    std::to_string(N) + ") exceed model.max_seq_len (" +
-                    std::to_string(model.config().max_seq_len) + ")");
-  const torch::Device device = model.flat_weights().device();
-  const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
-
-  // (B, N) uniforms; without given ones, rows 0..B-1 at step 0 under a seed from the generator.
-  torch::Tensor uniforms;
-  if (o.sampling.temperature > 0) {
-    if (o.uniforms.defined()) {
-      uniforms = o.uniforms.narrow(1, 0, N).to(device, torch::kFloat32);
-    } else {
-      const auto seed = at::randint(std::numeric_limits<int64_t>::max(), {1}, gen, torch::kLong).item<int64_t>();
-      std::vector<int64_t> rows(static_cast<std::size_t>(B));
-      for (int64_t b = 0; b < B; ++b) rows[std::size_t(b)] = b;
-      uniforms = sampling_uniforms(uint64_t(seed), 0, rows, N, device);
-    }
-  }
-
-  const auto [prompt, prompt_valid] = pad_prompts(prompts, P, o.pad_id, device);  // (B, P), (B, P) or undefined
-  // Results of every row, written by tensor ops: (B, N) tokens and log-probs.
-  const torch::Tensor gen_tokens = torch::full({B, N}, int64_t(o.pad_id), long_opts);
-  const torch::Tensor gen_logp = torch::zeros({B, N}, long_opts.dtype(torch::kFloat32));
-  torch::Tensor active = torch::arange(B, long_opts);  // (A) original row of each decode-batch row
-  const std::vector<int64_t> stop_list(o.stop_ids.begin(), o.stop_ids.end());
-  const torch::Tensor stop = torch::tensor(stop_list, torch::kLong).to(device);
-  int64_t A = B;
-
-  model::KVCache cache;
-  torch::Tensor seq, seq_valid;  // recompute path: (A, P + N) tokens and validity
-  torch::Tensor logits;          // (A, V) at the last position
-  if (o.use_cache) {
-    cache = model.new_cache(B, P + N);
-    const PromptGroups groups = o.share_prompts ? consecutive_prompt_groups(prompts) : PromptGroups{};
-    if (o.share_prompts && int64_t(groups.first_rows.size()) < B) {  // one prefill per distinct prompt, copied to its rows
-      const torch::Tensor firsts = torch::tensor(groups.first_rows, torch::kLong).to(device);
-      const torch::Tensor rows = torch::tensor(groups.of_row, torch::kLong).to(device);
-      model::KVCache shared = model.new_cache(int64_t(groups.first_rows.size()), P);
-      logits = model.forward_cached(prompt.index_select(0, firsts), shared,
-                                    prompt_valid.defined() ? prompt_valid.index_select(0, firsts) : torch::Tensor(),
-                                    /*last_only=*/true)
-                   .select(1, 0)
-                   .index_select(0, rows);
-      cache.copy_rows_from(shared, rows);
-    } else {
-      logits = model.forward_cached(prompt, cache, prompt_valid, /*last_only=*/true).select(1, 0);
-    }
-  } else {
-    seq = torch::cat({prompt, torch::full({B, N}, int64_t(o.pad_id), long_opts)}, 1);
-    if (prompt_valid.defined())
-      seq_valid = torch::cat({prompt_valid, torch::ones({B, N}, prompt_valid.options())}, 1);
-    logits = model.forward(prompt, prompt_valid).select(1, P - 1);
-  }
+    throw UserError("generate: prompt (" + std::to_string(P) + " tokens) + max_new_tokens (" + std::to_string(N) +
+                    ") exceed model.max_seq_len (" + std::to_string(model.config().max_seq_len) + ")");
   if (o.stop_check_every < 0) throw std::invalid_argument("generate: stop_check_every must be >= 0");
-  const int64_t check_every = o.stop_check_every > 0 ? o.stop_check_every : (device.is_cuda() ? 8 : 1);
-  const DecodeMode mode = resolve_decode_mode(o.sampling.decode, device, o.use_cache);
-  // Fixed-shape steps (fixed, graphs) keep the cache's buffers in place and compute a bucket of rows.
-  std::optional<FixedDecoder> fixed;
-  if (mode != DecodeMode::dynamic) fixed.emplace(model, cache, B, mode == DecodeMode::graphs);
-  // Rows that sampled a stop token but are still in the decode batch (they leave at bucket boundaries).
-  torch::Tensor done = torch::zeros({A}, long_opts.dtype(torch::kBool));
-  GenerateProgress progress{0, N, B, 0, 0};
-  torch::Tensor next, logp;  // (A) the tokens sampled at step t and their log-probs
-  for (int64_t t = 0; t < N; ++t) {
-    const torch::Tensor u = uniforms.defined() ? uniforms.select(1, t).index_select(0, active) : torch::Tensor();
-    if (t == 0 || !fixed)
-      std::tie(next, logp) = sample(logits, o.sampling, u);
-    else
-      std::tie(next, logp) = fixed->step(next, u, A, o.sampling);
-    // Rows already finished keep sampling until dropped; what they sample after their stop is never read.
-    gen_tokens.select(1, t).index_copy_(0, active, next);
-    gen_logp.select(1, t).index_copy_(0, active, logp);
-    if (o.progress) {
-      progress.tokens_done = t + 1;
-      progress.sampled += A;
-      o.progress(progress);
-    }
-    if (t + 1 == N) break;
-    if (!stop_list.empty()) {
-      done = done | (stop_list.size() == 1 ? next.eq(stop_list[0]) : torch::isin(next, stop));
-    }
-    if (!stop_list.empty() && (t + 1) % check_every == 0) {
-      const int64_t finished = done.sum().item<int64_t>();  // the decode loop's one host read
-      progress.finished = B - A + finished;
-      if (finished == A) break;
-      // Compacting the cache costs about one step's attention reads: dynamic steps drop rows once an
-      // eighth of the batch has finished; fixed-shape steps when the unfinished rows fit a smaller
-      // bucket (decode_bucket: the rows they compute), at the same points on every device.
-      const bool compact = fixed ? decode_bucket(A - finished, B) < decode_bucket(A, B) : finished * 8 >= A;
-      if (o.drop_finished && finished > 0 && compact) {
-        const torch::Tensor keep = done.logical_not().nonzero().squeeze(1);  // (A') ascending
-        active = active.index_select(0, keep);
-        next = next.index_select(0, keep);
-        if (fixed) {
-          cache.move_rows_to_front(keep);
-        } else if (o.use_cache) {
-          cache.keep_rows(keep);
-        } else {
-          seq = seq.index_select(0, keep);
-          if (seq_valid.defined()) seq_valid = seq_valid.index_select(0, keep);
-        }
-        A -= finished;
-        done = torch::zeros({A}, done.options());
-      }
-    }
-    if (fixed) continue;  // its next step runs at the top of the loop (the forward and the sampling together)
-    if (o.use_cache) {
-      logits = model.forward_cached(next.unsqueeze(1), cache, {}, /*last_only=*/true).select(1, 0);
-    } else {
-      seq.select(1, P + t).copy_(next);
-      const int64_t L = P + t + 1;
-      logits = model.forward(seq.narrow(1, 0, L), seq_valid.defined() ? seq_valid.narrow(1, 0, L) : torch::Tensor())
-                   .select(1, L - 1);
-    }
-  }
+  return P;
+}
 
-  // One read of the results: each row up to and including its first stop token.
-  const torch::Tensor tokens_host = gen_tokens.cpu(), logp_host = gen_logp.cpu();
+// (B, N) uniforms, undefined when greedy; without given ones, rows 0..B-1 at step 0 under a seed from
+// the generator.
+torch::Tensor step_uniforms(const GenerateOptions& o, at::Generator gen, int64_t B, const torch::Device& device) {
+  const int64_t N = o.sampling.max_new_tokens;
+  if (o.sampling.temperature <= 0) return {};
+  if (o.uniforms.defined()) return o.uniforms.narrow(1, 0, N).to(device, torch::kFloat32);
+  const auto seed = at::randint(std::numeric_limits<int64_t>::max(), {1}, gen, torch::kLong).item<int64_t>();
+  std::vector<int64_t> rows(static_cast<std::size_t>(B));
+  for (int64_t b = 0; b < B; ++b) rows[std::size_t(b)] = b;
+  return sampling_uniforms(uint64_t(seed), 0, rows, N, device);
+}
+
+// The decode mode a run takes on `device`: auto resolved, graphs refused where they cannot run.
+DecodeMode resolve_decode_mode(DecodeMode mode, const torch::Device& device, bool use_cache) {
+  if (mode == DecodeMode::graphs && !device.is_cuda())
+    throw UserError("rollout.decode: graphs needs a CUDA device, the model is on " + device.str() +
+                    " (use auto, dynamic or fixed)");
+  if (mode == DecodeMode::graphs && !decode_graphs_compiled())
+    throw UserError("rollout.decode: graphs needs a build with CUDA kernels (UNSTUCK_CUDA=ON); use auto, dynamic "
+                    "or fixed");
+  if (!use_cache) return DecodeMode::dynamic;  // the recompute path has no cache to fix
+  if (mode == DecodeMode::automatic)
+    return device.is_cuda() && decode_graphs_compiled() ? DecodeMode::graphs : DecodeMode::dynamic;
+  return mode;
+}
+
+std::unique_ptr<Decoder> make_decoder(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                                      const torch::Tensor& prompt, const torch::Tensor& valid,
+                                      const GenerateOptions& o) {
+  const int64_t N = o.sampling.max_new_tokens;
+  const DecodeMode mode = resolve_decode_mode(o.sampling.decode, prompt.device(), o.use_cache);
+  if (mode == DecodeMode::fixed || mode == DecodeMode::graphs)
+    return std::make_unique<FixedDecoder>(model, prompts, prompt, valid, N, o.share_prompts,
+                                          mode == DecodeMode::graphs);
+  if (!o.use_cache) return std::make_unique<RecomputeDecoder>(model, prompt, valid, N, o.pad_id);
+  return std::make_unique<CachedDecoder>(model, prompts, prompt, valid, N, o.share_prompts);
+}
+
+// Each row's completion, read once from the (B, N) tokens and log-probs: up to and including its
+// first stop token.
+std::vector<Completion> read_completions(const torch::Tensor& tokens, const torch::Tensor& logp,
+                                         const std::vector<int64_t>& stop_list) {
+  const torch::Tensor tokens_host = tokens.cpu(), logp_host = logp.cpu();
   const auto tok = tokens_host.accessor<int64_t, 2>();
   const auto lp = logp_host.accessor<float, 2>();
-  for (int64_t b = 0; b < B; ++b) {
+  std::vector<Completion> out(static_cast<std::size_t>(tokens.size(0)));
+  for (int64_t b = 0; b < tokens.size(0); ++b) {
     Completion& c = out[std::size_t(b)];
-    for (int64_t t = 0; t < N; ++t) {
+    for (int64_t t = 0; t < tokens.size(1); ++t) {
       c.tokens.push_back(int32_t(tok[b][t]));
       c.logprobs.push_back(lp[b][t]);
       if (std::find(stop_list.begin(), stop_list.end(), tok[b][t]) != stop_list.end()) {
@@ -319,6 +331,61 @@ std::vector<Completion> generate(const model::LlamaModel& model,
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<Completion> generate(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                                 const GenerateOptions& o, at::Generator gen) {
+  validate_sampling(o.sampling);
+  torch::NoGradGuard no_grad;
+  const int64_t B = int64_t(prompts.size());
+  if (B == 0) return {};
+  const int64_t P = checked_prompt_length(model, prompts, o), N = o.sampling.max_new_tokens;
+  const torch::Device device = model.flat_weights().device();
+  const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
+  const torch::Tensor uniforms = step_uniforms(o, gen, B, device);
+  const auto [prompt, prompt_valid] = pad_prompts(prompts, P, o.pad_id, device);  // (B, P), (B, P) or undefined
+  const std::unique_ptr<Decoder> decoder = make_decoder(model, prompts, prompt, prompt_valid, o);
+  // Results of every row, written by tensor ops: (B, N) tokens and log-probs.
+  const torch::Tensor gen_tokens = torch::full({B, N}, int64_t(o.pad_id), long_opts);
+  const torch::Tensor gen_logp = torch::zeros({B, N}, long_opts.dtype(torch::kFloat32));
+  torch::Tensor active = torch::arange(B, long_opts);  // (A) original row of each decode-batch row
+  const std::vector<int64_t> stop_list(o.stop_ids.begin(), o.stop_ids.end());
+  const torch::Tensor stop = torch::tensor(stop_list, torch::kLong).to(device);
+  const int64_t check_every = o.stop_check_every > 0 ? o.stop_check_every : (device.is_cuda() ? 8 : 1);
+  int64_t A = B;
+  // Rows that sampled a stop token but are still in the decode batch (they leave when compacting).
+  torch::Tensor done = torch::zeros({A}, long_opts.dtype(torch::kBool));
+  GenerateProgress progress{0, N, B, 0, 0};
+  torch::Tensor next, logp;  // (A) the tokens sampled at step t and their log-probs
+  for (int64_t t = 0; t < N; ++t) {
+    const torch::Tensor u = uniforms.defined() ? uniforms.select(1, t).index_select(0, active) : torch::Tensor();
+    std::tie(next, logp) = decoder->step(t, next, u, A, o.sampling);
+    // Rows already finished keep sampling until dropped; what they sample after their stop is never read.
+    gen_tokens.select(1, t).index_copy_(0, active, next);
+    gen_logp.select(1, t).index_copy_(0, active, logp);
+    if (o.progress) {
+      progress.tokens_done = t + 1;
+      progress.sampled += A;
+      o.progress(progress);
+    }
+    if (t + 1 == N || stop_list.empty()) continue;
+    done = done | (stop_list.size() == 1 ? next.eq(stop_list[0]) : torch::isin(next, stop));
+    if ((t + 1) % check_every != 0) continue;
+    const int64_t finished = done.sum().item<int64_t>();  // the decode loop's one host read
+    progress.finished = B - A + finished;
+    if (finished == A) break;
+    if (o.drop_finished && finished > 0 && decoder->compact(finished, A, B)) {
+      const torch::Tensor keep = done.logical_not().nonzero().squeeze(1);  // (A') ascending
+      active = active.index_select(0, keep);
+      next = next.index_select(0, keep);
+      decoder->keep_rows(keep);
+      A -= finished;
+      done = torch::zeros({A}, done.options());
+    }
+  }
+  return read_completions(gen_tokens, gen_logp, stop_list);
 }
 
 }  // namespace unstuck::rollout

@@ -40,7 +40,9 @@ torch::Tensor padded(const torch::Tensor& t, int64_t n) {
   return out;
 }
 
-precision::Place place_of(const torch::Device& device) { return {device.is_cuda(), device.is_cuda() ? device.index() : 0}; }
+precision::Place place_of(const torch::Device& device) {
+  return {device.is_cuda(), device.is_cuda() ? device.index() : 0};
+}
 
 }  // namespace
 
@@ -57,9 +59,8 @@ void TrainableWeights::materialize_compute(const torch::Tensor& full_master) {
 }
 
 TrainableWeights::TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
-                                   const precision::PrecisionConfig& precision,
-                                   uint64_t rounding_seed, dist::Communicator* comm, FrozenBase base,
-                                   std::optional<torch::Device> device)
+                                   const precision::PrecisionConfig& precision, uint64_t rounding_seed,
+                                   dist::Communicator* comm, FrozenBase base, std::optional<torch::Device> device)
     : precision_(precision),
       round_mode_(precision::round_mode_for(precision.mode)),
       rounding_seed_(rounding_seed),
@@ -90,9 +91,10 @@ void TrainableWeights::check_inputs(const model::ModelConfig& config, const torc
   if (master.scalar_type() != torch::kFloat32 || master.numel() != layout_.total)
     throw UserError("trainable weights: expected an FP32 master of " + std::to_string(layout_.total) +
                     (lora ? " elements (the adapters)" : " elements"));
-  if (lora && (base.weights.scalar_type() != torch::kFloat32 || base.weights.numel() != model::llama_layout(config).total ||
-               base.weights.device() != master.device()))
-    throw std::invalid_argument("TrainableWeights: the frozen base must be the model's FP32 weights on the master's device");
+  if (lora && (base.weights.scalar_type() != torch::kFloat32 ||
+               base.weights.numel() != model::llama_layout(config).total || base.weights.device() != master.device()))
+    throw std::invalid_argument(
+        "TrainableWeights: the frozen base must be the model's FP32 weights on the master's device");
   const int64_t world = world_of(comm_);
   if (offload_) {
     // validate() refuses these configs by key; this guards direct use.
@@ -129,8 +131,8 @@ void TrainableWeights::allocate(torch::Tensor master) {
   owned_ = std::min(shard_size_, total_ - shard_begin_);
   // The caller's buffer is adopted when nothing else refers to it (it was moved in); a shard, or a
   // buffer someone else still sees, is copied.
-  const bool adopt = world == 1 && master.use_count() == 1 && master.storage().use_count() == 1 &&
-                     master.storage_offset() == 0;
+  const bool adopt =
+      world == 1 && master.use_count() == 1 && master.storage().use_count() == 1 && master.storage_offset() == 0;
   const bool fp32 = round_mode_ == precision::RoundMode::fp32;
   if (fp32 && world == 1) {
     // FP32 compute weights equal the master: one buffer serves both.
@@ -166,8 +168,7 @@ void TrainableWeights::build_model(const model::ModelConfig& config, FrozenBase 
   // computes in FP16 natively.
   const bool fp32_forward = precision_.compute == precision::ComputeMode::fp32 ||
                             (compute_.scalar_type() == torch::kHalf && !device_.is_cuda());
-  forward_ = fp32_forward && compute_.scalar_type() != torch::kFloat32 ? compute_.to(torch::kFloat32)
-                                                                       : compute_;
+  forward_ = fp32_forward && compute_.scalar_type() != torch::kFloat32 ? compute_.to(torch::kFloat32) : compute_;
   const bool lora = base.weights.defined();
   if (lora) {
     // The base is frozen (no gradient is taken for it); the adapters' gradients arrive in their
@@ -194,7 +195,8 @@ TrainableWeights::~TrainableWeights() {
 
 void TrainableWeights::materialize_slice(const float* master, int64_t begin, int64_t n, void* out, int64_t step,
                                          const Fp8Channels* scales) const {
-  materialize_compute_slice(precision_, rounding_seed_, master, begin, n, out, step, scales ? scales : format_->scales());
+  materialize_compute_slice(precision_, rounding_seed_, master, begin, n, out, step,
+                            scales ? scales : format_->scales());
 }
 
 void TrainableWeights::restore(const torch::Tensor& master, const torch::Tensor& exp_avg,

@@ -118,7 +118,8 @@ void materialize_compute_slice(const precision::PrecisionConfig& precision, uint
                                int64_t begin, int64_t n, void* out, int64_t step, const Fp8Channels* fp8) {
   if (precision::is_fp8(precision.mode) && !fp8)
     throw std::invalid_argument("materialize_compute_slice: an FP8 mode needs the master's channels");
-  const auto format = precision::WeightFormat::make(precision, rounding_seed, {}, fp8 ? fp8->matrices : std::vector<precision::Fp8Matrix>{});
+  const auto format = precision::WeightFormat::make(precision, rounding_seed, {},
+                                                    fp8 ? fp8->matrices : std::vector<precision::Fp8Matrix>{});
   format->materialize(master, uint64_t(begin), std::size_t(n), out, uint64_t(step), fp8);
 }
 

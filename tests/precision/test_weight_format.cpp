@@ -147,7 +147,8 @@ TEST(WeightFormat, ShardScalesCombinedOverRanksAreTheWholeMasters) {
   const std::size_t cut = 1234;  // inside a row of the first matrix
   std::vector<std::vector<float>> part(2);
   std::vector<std::unique_ptr<WeightFormat>> rank;
-  for (int r = 0; r < 2; ++r) rank.push_back(WeightFormat::make(precision_of(PrecisionMode::fp8_rn), kSeed, {}, kMatrices));
+  for (int r = 0; r < 2; ++r)
+    rank.push_back(WeightFormat::make(precision_of(PrecisionMode::fp8_rn), kSeed, {}, kMatrices));
   // Rank 0's maxima first, then rank 1's combined with them (the all-gather's max, by hand).
   std::vector<float> seen;
   rank[0]->rescale(master.data(), 0, cut, [&](float* v, std::size_t n) { seen.assign(v, v + n); });

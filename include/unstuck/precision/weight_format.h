@@ -1,6 +1,7 @@
 // A number format of the compute weights, as one object: how the FP32 master is rounded into them
-// (materialize), the fused AdamW step that writes them (update), and any state the rounding needs (FP8's per-channel scales). The CPU or CUDA
-// kernels are chosen once, when the format is made for the memory its buffers live in.
+// (materialize), the fused AdamW step that writes them (update), and any state the rounding needs
+// (FP8's per-channel scales). The CPU or CUDA kernels are chosen once, when the format is made for
+// the memory its buffers live in.
 //
 // The formats: fp32 (the master itself), fp16 / bf16 rounded to nearest or stochastically, the
 // grid-scaled analog (precision.analog_mantissa_bits in a BF16 mode: BF16 patterns on a coarser
