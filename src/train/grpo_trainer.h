@@ -165,6 +165,12 @@ class GrpoTrainer {
   // This rank's rows of the step's batch, scored: one rollout round, or with grpo.filter_groups as
   // many as it takes (at most 1 + grpo.oversample) to fill it with informative groups.
   void sample(int64_t step, Rollouts* ro, Scores* sc, Sampling* smp, Timings* time);
+  // The step's rollout phase: sample(), then the reward functions' failures checked (too many stop
+  // the run) and their None results reported.
+  void rollout_phase(int64_t step, Rollouts* ro, Scores* sc, Sampling* smp, Timings* time);
+  // The rows' rewards as the advantages take them: with grpo.kl_in: reward, less kl_coef x each
+  // row's KL to the reference (added up in sc->kl_penalty).
+  std::vector<float> shaped_rewards(const RolloutBatch& batch, Scores* sc) const;
   // The step's prompts_per_step records, drawn from the data order (the same on every rank).
   std::vector<const data::TaskRecord*> draw_records();
   // This rank's rows of `records` (round r of a step draws its uniforms for global rows + r x N).
