@@ -23,7 +23,7 @@ APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3-venv
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libsentencepiece-dev sentencepiece
   libcli11-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libutf8proc-dev libgmp-dev
-  clang libclang-rt-14-dev libomp-14-dev)
+  clang libclang-rt-14-dev libomp-14-dev clang-format-14)
 
 step() { printf '\n[setup] %s\n' "$*"; }
 

@@ -12,10 +12,13 @@ RewardScale resolved_scale(AdvantageMode mode, RewardScale scale) {
   if (scale != RewardScale::auto_) return scale;
   switch (mode) {
     case AdvantageMode::grpo:
-    case AdvantageMode::grpo_passk: return RewardScale::group;
-    case AdvantageMode::reinforce_pp: return RewardScale::batch;
+    case AdvantageMode::grpo_passk:
+      return RewardScale::group;
+    case AdvantageMode::reinforce_pp:
+      return RewardScale::batch;
     case AdvantageMode::mean_only:
-    case AdvantageMode::rloo: break;
+    case AdvantageMode::rloo:
+      break;
   }
   return RewardScale::none;
 }
@@ -36,8 +39,8 @@ RewardMoments reward_moments(const std::vector<float>& rewards) {
   return m;
 }
 
-Advantages group_advantages(const std::vector<float>& rewards, int64_t group_size, AdvantageMode mode,
-                            double eps, RewardScale scale_in, const RewardMoments* batch_in) {
+Advantages group_advantages(const std::vector<float>& rewards, int64_t group_size, AdvantageMode mode, double eps,
+                            RewardScale scale_in, const RewardMoments* batch_in) {
   if (group_size < 2 || rewards.size() % std::size_t(group_size) != 0)
     throw std::invalid_argument("group_advantages: " + std::to_string(rewards.size()) +
                                 " rewards do not split into groups of " + std::to_string(group_size) +
@@ -82,10 +85,18 @@ Advantages group_advantages(const std::vector<float>& rewards, int64_t group_siz
       double centered = 0;
       switch (mode) {
         case AdvantageMode::grpo:
-        case AdvantageMode::mean_only: centered = rewards[i] - mean; break;
-        case AdvantageMode::rloo: centered = k > 1 ? k / (k - 1) * (rewards[i] - mean) : 0.0; break;
-        case AdvantageMode::reinforce_pp: centered = rewards[i] - batch.mean(); break;
-        case AdvantageMode::grpo_passk: centered = i == best ? rewards[i] - second : 0.0; break;
+        case AdvantageMode::mean_only:
+          centered = rewards[i] - mean;
+          break;
+        case AdvantageMode::rloo:
+          centered = k > 1 ? k / (k - 1) * (rewards[i] - mean) : 0.0;
+          break;
+        case AdvantageMode::reinforce_pp:
+          centered = rewards[i] - batch.mean();
+          break;
+        case AdvantageMode::grpo_passk:
+          centered = i == best ? rewards[i] - second : 0.0;
+          break;
       }
       // A flat group has no signal of its own: 0, not eps-divided rounding noise.
       const bool group_centered = mode != AdvantageMode::reinforce_pp;

@@ -11,9 +11,12 @@ namespace unstuck::algo {
 torch::Tensor kl_estimate(const torch::Tensor& logp, const torch::Tensor& ref_logp, KlEstimator e) {
   const torch::Tensor d = ref_logp - logp;
   switch (e) {
-    case KlEstimator::k1: return -d;
-    case KlEstimator::k2: return 0.5 * d * d;
-    case KlEstimator::k3: return torch::exp(d) - d - 1.0;
+    case KlEstimator::k1:
+      return -d;
+    case KlEstimator::k2:
+      return 0.5 * d * d;
+    case KlEstimator::k3:
+      return torch::exp(d) - d - 1.0;
   }
   return -d;
 }
@@ -29,12 +32,11 @@ torch::Tensor tis_weights(const torch::Tensor& proximal, const torch::Tensor& sa
   return torch::exp((proximal - sampling).clamp(-kMaxLogRatio, kMaxLogRatio)).clamp_max(cap);
 }
 
-PolicyLoss policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp,
-                       const torch::Tensor& advantages, const torch::Tensor& mask_in,
-                       const torch::Tensor& ref_logp, const torch::Tensor& entropy,
+PolicyLoss policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& advantages,
+                       const torch::Tensor& mask_in, const torch::Tensor& ref_logp, const torch::Tensor& entropy,
                        const PolicyLossOptions& o, const torch::Tensor& pg_weight) {
   const torch::Tensor mask = mask_in.to(logp.scalar_type());
-  const torch::Tensor adv = advantages.to(logp.scalar_type()).unsqueeze(1);  // (B, 1)
+  const torch::Tensor adv = advantages.to(logp.scalar_type()).unsqueeze(1);        // (B, 1)
   torch::Tensor log_ratio = (logp - old_logp).clamp(-kMaxLogRatio, kMaxLogRatio);  // (B, T)
   if (o.importance == ImportanceRatio::sequence)  // (B, 1): the row's mean over its completion tokens
     log_ratio = ((log_ratio * mask).sum(1, /*keepdim=*/true) / mask.sum(1, true).clamp_min(1.0))
@@ -50,7 +52,9 @@ PolicyLoss policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp,
   const double n_tokens = std::max(mask.sum().item<double>(), 1.0);
   {
     torch::NoGradGuard no_grad;
-    const auto frac = [&](const torch::Tensor& hit) { return (hit.to(mask.scalar_type()) * mask).sum().item<double>() / n_tokens; };
+    const auto frac = [&](const torch::Tensor& hit) {
+      return (hit.to(mask.scalar_type()) * mask).sum().item<double>() / n_tokens;
+    };
     out.clip_frac = frac(surr2 < surr1);
     out.clip_frac_low = frac((adv < 0) & (ratio < 1.0 - o.clip_low));
     out.clip_frac_high = frac((adv > 0) & (ratio > 1.0 + o.clip_high));

@@ -78,14 +78,15 @@ struct HeadLogProbFunction : torch::autograd::Function<HeadLogProbFunction> {
     const int64_t n = hidden.size(0), T = hidden.size(1);
     const auto f32 = hidden.options().dtype(torch::kFloat32);
     const bool with_ref = given(ref_hidden);
-    torch::Tensor logp = torch::empty({n, T}, f32), entropy = torch::empty({n, T}, f32), lse = torch::empty({n, T}, f32);
+    torch::Tensor logp = torch::empty({n, T}, f32), entropy = torch::empty({n, T}, f32),
+                  lse = torch::empty({n, T}, f32);
     torch::Tensor kl = with_ref ? torch::empty({n, T}, f32) : torch::empty({0}, f32);
     torch::Tensor ref_logp = with_ref ? torch::empty({n, T}, f32) : torch::empty({0}, f32);
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
       const int64_t len = std::min(chunk, T - t0);
       const torch::Tensor idx = targets.narrow(1, t0, len).unsqueeze(2);
       torch::Tensor z = chunk_logits(hidden, weight, t0, len);  // (n, len, V)
-      const torch::Tensor l = z.logsumexp(-1);                    // (n, len)
+      const torch::Tensor l = z.logsumexp(-1);                  // (n, len)
       lse.narrow(1, t0, len).copy_(l);
       logp.narrow(1, t0, len).copy_(z.gather(2, idx).squeeze(2) - l);
       z.sub_(l.unsqueeze(2));  // log p
@@ -123,7 +124,7 @@ struct HeadLogProbFunction : torch::autograd::Function<HeadLogProbFunction> {
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
       const int64_t len = std::min(chunk, T - t0);
       torch::Tensor z = chunk_logits(hidden, weight, t0, len);  // recomputed (n, len, V)
-      z.sub_(lse.narrow(1, t0, len).unsqueeze(2));               // log p
+      z.sub_(lse.narrow(1, t0, len).unsqueeze(2));              // log p
       const torch::Tensor g = g_logp.narrow(1, t0, len).unsqueeze(2);
       // d logp / dz = onehot(target) - p; d entropy / dz = -p (log p + entropy). In place: at most
       // two (n, len, V) FP32 slices.
@@ -151,7 +152,8 @@ struct HeadLogProbFunction : torch::autograd::Function<HeadLogProbFunction> {
       }
     }
     torch::Tensor weight_out = sink.defined() || !weight_grad ? torch::Tensor() : grad_weight.to(weight.scalar_type());
-    return {grad_hidden, weight_out, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_hidden,     weight_out,      torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 

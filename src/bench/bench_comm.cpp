@@ -28,7 +28,8 @@ using Json = nlohmann::ordered_json;
 
 // The config's policy shape: its base model's when present, else the `model` section.
 model::ModelConfig model_shape(const RunConfig& cfg) {
-  if (fs::exists(fs::path(cfg.grpo.base_model) / "config.json")) return model::load_pretrained(cfg.grpo.base_model).config;
+  if (fs::exists(fs::path(cfg.grpo.base_model) / "config.json"))
+    return model::load_pretrained(cfg.grpo.base_model).config;
   model::ModelConfig m = cfg.model;
   if (m.vocab_size == 0) m.vocab_size = 1024;
   return m;
@@ -82,15 +83,25 @@ void run_comm_bench(const CommBenchOptions& opt, std::ostream& out) {
   const Json one = measure(*single, cfg, steps);
   const fs::path tmp = fs::temp_directory_path() / ("unstuck_bench_comm_" + std::to_string(::getpid()) + ".json");
   dist::LaunchOptions lo;
-  lo.command = {fs::read_symlink("/proc/self/exe").string(), "bench", "comm", "--config", opt.config,
-                "--steps", std::to_string(steps), "--worker-out", tmp.string()};
+  lo.command = {fs::read_symlink("/proc/self/exe").string(),
+                "bench",
+                "comm",
+                "--config",
+                opt.config,
+                "--steps",
+                std::to_string(steps),
+                "--worker-out",
+                tmp.string()};
   lo.nproc = 2;
   if (dist::launch_local(lo, std::cerr) != 0) throw std::runtime_error("bench comm: the world-size-2 ranks failed");
   std::ifstream in(tmp);
   const Json two = Json::parse(in);
   fs::remove(tmp);
-  const Json result{{"config", opt.config}, {"precision", config::enum_name(cfg.precision.mode)},
-                    {"measured_steps", steps - 1}, {"world_size_1", one}, {"world_size_2", two}};
+  const Json result{{"config", opt.config},
+                    {"precision", config::enum_name(cfg.precision.mode)},
+                    {"measured_steps", steps - 1},
+                    {"world_size_1", one},
+                    {"world_size_2", two}};
   if (opt.json) {
     out << result.dump() << "\n";
     return;
@@ -99,7 +110,8 @@ void run_comm_bench(const CommBenchOptions& opt, std::ostream& out) {
       << config::enum_name(cfg.precision.mode) << "), mean of " << steps - 1 << " steps after a warm-up\n\n"
       << std::left << std::setw(7) << "world" << std::right << std::setw(10) << "backend" << std::setw(15)
       << "bytes/step" << std::setw(15) << "ZeRO-1 min" << std::setw(9) << "ratio" << std::setw(8) << "calls"
-      << std::setw(14) << "collective s" << std::setw(12) << "step s" << "\n";
+      << std::setw(14) << "collective s" << std::setw(12) << "step s"
+      << "\n";
   for (const Json* j : {&one, &two})
     out << std::left << std::setw(7) << (*j)["world_size"].get<int>() << std::right << std::setw(10)
         << (*j)["backend"].get<std::string>() << std::setw(15) << std::fixed << std::setprecision(0)

@@ -10,9 +10,9 @@
 namespace unstuck::bench {
 
 struct CommBenchOptions {
-  bool json = false;   // one JSON object instead of the table
+  bool json = false;                                   // one JSON object instead of the table
   std::string config = "configs/grpo/countdown.yaml";  // model shape (its base_model) and precision
-  int64_t steps = 6;   // optimizer steps per world size (the first is a warm-up)
+  int64_t steps = 6;                                   // optimizer steps per world size (the first is a warm-up)
   std::string worker_out;  // internal: run as one rank of the world-size-2 measurement, rank 0 writes here
 };
 

@@ -81,7 +81,8 @@ Json throughput(const std::vector<Run>& runs, const char* prefix) {
   }
   const auto [lo, hi] = std::minmax_element(rates.begin(), rates.end());
   const std::string p(prefix);
-  return {{p + "_tokens_per_s", median(rates)}, {p + "_tokens_per_s_range", {*lo, *hi}}, {p + "_seconds", median(seconds)}};
+  return {
+      {p + "_tokens_per_s", median(rates)}, {p + "_tokens_per_s_range", {*lo, *hi}}, {p + "_seconds", median(seconds)}};
 }
 
 bool given(const GenerateBenchOptions& opt, const char* option) {
@@ -144,112 +145,82 @@ ConfigWork config_work(const GenerateBenchOptions& opt) {
 
 }  // namespace
 
-void run_generate_bench(const GenerateBenchOptions& options, std::ostream& out) {
-  std::optional<ConfigWork> work;
-  if (!options.config.empty()) work = config_work(options);
-  const GenerateBenchOptions& opt = work ? work->options : options;
-  at::set_num_threads(resolve_threads(opt.threads));
-  const torch::Device device(opt.device);
-  model::ModelConfig cfg;  // the default model shape (configs use it for the embedded tasks)
-  torch::Tensor master;
-  if (work) {
-    cfg = work->model;
-    master = std::move(work->master);
-  } else if (opt.model.empty()) {
-    cfg.vocab_size = 32;  // about the size of the embedded tasks' character tokenizers
-    master = torch::empty({model::llama_layout(cfg).total});
-    model::init_llama_weights(model::llama_layout(cfg), cfg, master, 1);
+namespace {
+
+// Without --config: the default shape with random weights, or --model's checkpoint, and random
+// prompts of --prompt-tokens ids generating --new-tokens each (no EOS).
+void default_work(ConfigWork& w) {
+  const GenerateBenchOptions& opt = w.options;
+  if (opt.model.empty()) {    // the default model shape (configs use it for the embedded tasks)
+    w.model.vocab_size = 32;  // about the size of the embedded tasks' character tokenizers
+    w.master = torch::empty({model::llama_layout(w.model).total});
+    model::init_llama_weights(model::llama_layout(w.model), w.model, w.master, 1);
   } else {
     // A real checkpoint: its shape and weights (prompts are random ids of its vocabulary).
     model::LoadedModel loaded = model::load_pretrained(opt.model);
-    cfg = loaded.config;
-    master = std::move(loaded.flat);
+    w.model = loaded.config;
+    w.master = std::move(loaded.flat);
+    w.base_model = opt.model;
   }
-  if (!work && opt.prompt_tokens + opt.new_tokens > cfg.max_seq_len) {
+  if (opt.prompt_tokens + opt.new_tokens > w.model.max_seq_len) {
     if (!opt.model.empty())
-      throw UserError("bench generate: --prompt-tokens + --new-tokens (" + std::to_string(opt.prompt_tokens + opt.new_tokens) +
-                      ") exceed the model's context (" + std::to_string(cfg.max_seq_len) + ")");
-    cfg.max_seq_len = opt.prompt_tokens + opt.new_tokens;
+      throw UserError("bench generate: --prompt-tokens + --new-tokens (" +
+                      std::to_string(opt.prompt_tokens + opt.new_tokens) + ") exceed the model's context (" +
+                      std::to_string(w.model.max_seq_len) + ")");
+    w.model.max_seq_len = opt.prompt_tokens + opt.new_tokens;
   }
-  const model::ParamLayout layout = model::llama_layout(cfg);
+  torch::manual_seed(0);
+  w.prompts.resize(std::size_t(opt.sequences));
+  for (auto& p : w.prompts)
+    for (int64_t i = 0; i < opt.prompt_tokens; ++i)
+      p.push_back(int32_t(torch::randint(4, w.model.vocab_size, {1}).item<int64_t>()));
+  w.generate.sampling.max_new_tokens = opt.new_tokens;
+}
 
-  std::vector<std::vector<int32_t>> prompts;
-  rollout::GenerateOptions o;
-  if (work) {
-    prompts = work->prompts;
-    o = work->generate;
-  } else {
-    torch::manual_seed(0);
-    prompts.resize(std::size_t(opt.sequences));
-    for (auto& p : prompts)
-      for (int64_t i = 0; i < opt.prompt_tokens; ++i) p.push_back(int32_t(torch::randint(4, cfg.vocab_size, {1}).item<int64_t>()));
-    o.sampling.max_new_tokens = opt.new_tokens;  // no EOS: every sequence generates all tokens
+// One compute dtype's figures: tokens/s with the KV cache in each --decode mode (the first is the
+// kv_* figure) and, unless --no-recompute, without it.
+Json time_dtype(const model::LlamaModel& m, const ConfigWork& w,
+                const std::vector<std::pair<std::string, rollout::DecodeMode>>& modes) {
+  const GenerateBenchOptions& opt = w.options;
+  rollout::GenerateOptions o = w.generate;
+  o.use_cache = true;
+  Json r;
+  for (std::size_t i = 0; i < modes.size(); ++i) {
+    o.sampling.decode = modes[i].second;
+    const std::vector<Run> runs = time_runs(m, w.prompts, o, opt.repeats);
+    if (i == 0) r.update(throughput(runs, "kv"));
+    r.update(throughput(runs, ("kv_" + modes[i].first).c_str()));
   }
-  int64_t prompt_total = 0, prompt_max = 0;
-  for (const auto& p : prompts) {
-    prompt_total += int64_t(p.size());
-    prompt_max = std::max<int64_t>(prompt_max, int64_t(p.size()));
+  o.sampling.decode = modes[0].second;
+  if (opt.recompute) {
+    o.use_cache = false;
+    // The baseline is ~30x slower: at most 2 timed runs of it.
+    r.update(throughput(time_runs(m, w.prompts, o, std::min(opt.repeats, 2)), "recompute"));
+    r["kv_speedup"] = r["kv_tokens_per_s"].get<double>() / r["recompute_tokens_per_s"].get<double>();
   }
-  Json result;
-  if (work) {
-    result["config"] = opt.config;
-    result["sampling"] = {{"temperature", o.sampling.temperature}, {"top_k", o.sampling.top_k},
-                          {"top_p", o.sampling.top_p}, {"stop_ids", o.stop_ids}};
-  }
-  result["sequences"] = opt.sequences;
-  result["prompt_tokens"] = work ? Json(double(prompt_total) / double(prompts.size())) : Json(opt.prompt_tokens);
-  result["prompt_tokens_max"] = prompt_max;
-  result["new_tokens"] = opt.new_tokens;
-  result["repeats"] = opt.repeats;
-  result["model"] = {{"dim", cfg.dim}, {"n_layers", cfg.n_layers}, {"n_heads", cfg.n_heads},
-                     {"vocab_size", cfg.vocab_size}, {"params", layout.total}};
-  if (work) result["model"]["path"] = work->base_model;
-  else if (!opt.model.empty()) result["model"]["path"] = opt.model;
-  result["device"] = device.str();
-  result["threads"] = at::get_num_threads();
-  std::vector<std::pair<std::string, rollout::DecodeMode>> modes;  // --decode: config name, mode
-  for (rollout::DecodeMode m : enum_list<rollout::DecodeMode>(opt.decode, "--decode"))
-    modes.emplace_back(config::enum_name(m), m);
-  if (modes.empty()) throw UserError("bench generate --decode: no mode given");
-  result["decode"] = opt.decode;
-  for (auto [name, dtype] : {std::pair{"fp32", torch::kFloat32}, std::pair{"bf16", torch::kBFloat16}}) {
-    if (opt.dtype != "both" && opt.dtype != name) continue;
-    const model::LlamaModel m(cfg, master.to(device, dtype));
-    o.use_cache = true;
-    Json r;
-    for (std::size_t i = 0; i < modes.size(); ++i) {
-      o.sampling.decode = modes[i].second;
-      const std::vector<Run> runs = time_runs(m, prompts, o, opt.repeats);
-      if (i == 0) r.update(throughput(runs, "kv"));
-      r.update(throughput(runs, ("kv_" + modes[i].first).c_str()));
-    }
-    o.sampling.decode = modes[0].second;
-    if (opt.recompute) {
-      o.use_cache = false;
-      // The baseline is ~30x slower: at most 2 timed runs of it.
-      r.update(throughput(time_runs(m, prompts, o, std::min(opt.repeats, 2)), "recompute"));
-      r["kv_speedup"] = r["kv_tokens_per_s"].get<double>() / r["recompute_tokens_per_s"].get<double>();
-    }
-    result[name] = r;
-  }
-  if (opt.recompute && result.contains("fp32")) result["kv_speedup"] = result["fp32"]["kv_speedup"];
-  if (opt.json) {
-    out << result.dump() << "\n";
-    return;
-  }
-  out << "unstuck bench generate: " << opt.sequences << " sequences x " << (work ? "up to " : "") << opt.new_tokens
-      << " new tokens (prompt " << (work ? std::to_string(prompt_max) + " at most" : std::to_string(opt.prompt_tokens))
-      << "), model " << (work ? work->base_model : opt.model.empty() ? std::string("(default shape)") : opt.model)
-      << " dim " << cfg.dim << " x "
-      << cfg.n_layers << " layers, " << layout.total << " params, " << device.str() << ", "
+  return r;
+}
+
+// The table of `result` (as --json prints it).
+void print_generate_table(const Json& result, const ConfigWork& w, bool from_config, int64_t params,
+                          const std::vector<std::pair<std::string, rollout::DecodeMode>>& modes, std::ostream& out) {
+  const GenerateBenchOptions& opt = w.options;
+  const rollout::GenerateOptions& o = w.generate;
+  const int64_t prompt_max = result["prompt_tokens_max"].get<int64_t>();
+  out << "unstuck bench generate: " << opt.sequences << " sequences x " << (from_config ? "up to " : "")
+      << opt.new_tokens << " new tokens (prompt "
+      << (from_config ? std::to_string(prompt_max) + " at most" : std::to_string(opt.prompt_tokens)) << "), model "
+      << (w.base_model.empty() ? std::string("(default shape)") : w.base_model) << " dim " << w.model.dim << " x "
+      << w.model.n_layers << " layers, " << params << " params, " << result["device"].get<std::string>() << ", "
       << result["threads"].get<int>() << " threads\n";
-  if (work)
+  if (from_config)
     out << "the work of " << opt.config << ": rollout temperature " << o.sampling.temperature << ", top_k "
         << o.sampling.top_k << ", top_p " << o.sampling.top_p << ", stops at " << o.stop_ids.size()
         << " token id(s); compute " << opt.dtype << " (precision.mode); tokens/s counts the tokens generated\n";
   out << "\n";
   out << std::left << std::setw(8) << "compute" << std::right << std::setw(30) << "KV cache tok/s (range)"
-      << std::setw(30) << "recompute tok/s (range)" << std::setw(10) << "speedup" << "\n";
+      << std::setw(30) << "recompute tok/s (range)" << std::setw(10) << "speedup"
+      << "\n";
   const auto cell = [&](const Json& r, const std::string& p) {
     std::ostringstream c;
     c << std::fixed << std::setprecision(0) << r[p + "_tokens_per_s"].get<double>() << " ("
@@ -267,8 +238,60 @@ void run_generate_bench(const GenerateBenchOptions& options, std::ostream& out) 
       out << std::left << std::setw(8) << "" << std::right << std::setw(30) << cell(r, "kv_" + modes[i].first)
           << "   (rollout.decode: " << modes[i].first << ")\n";
   }
-  out << "\nKV cache column: rollout.decode " << modes[0].first << "; medians over " << opt.repeats << " runs after a warm-up" << (opt.recompute ? "; target: kv_speedup >= 5" : "")
-      << "\n";
+  out << "\nKV cache column: rollout.decode " << modes[0].first << "; medians over " << opt.repeats
+      << " runs after a warm-up" << (opt.recompute ? "; target: kv_speedup >= 5" : "") << "\n";
+}
+
+}  // namespace
+
+void run_generate_bench(const GenerateBenchOptions& options, std::ostream& out) {
+  const bool from_config = !options.config.empty();
+  ConfigWork w = from_config ? config_work(options) : ConfigWork{options};
+  const GenerateBenchOptions& opt = w.options;
+  at::set_num_threads(resolve_threads(opt.threads));
+  const torch::Device device(opt.device);
+  if (!from_config) default_work(w);
+  const model::ParamLayout layout = model::llama_layout(w.model);
+  int64_t prompt_total = 0, prompt_max = 0;
+  for (const auto& p : w.prompts) {
+    prompt_total += int64_t(p.size());
+    prompt_max = std::max<int64_t>(prompt_max, int64_t(p.size()));
+  }
+  Json result;
+  if (from_config) {
+    result["config"] = opt.config;
+    const rollout::SamplingConfig& s = w.generate.sampling;
+    result["sampling"] = {
+        {"temperature", s.temperature}, {"top_k", s.top_k}, {"top_p", s.top_p}, {"stop_ids", w.generate.stop_ids}};
+  }
+  result["sequences"] = opt.sequences;
+  result["prompt_tokens"] =
+      from_config ? Json(double(prompt_total) / double(w.prompts.size())) : Json(opt.prompt_tokens);
+  result["prompt_tokens_max"] = prompt_max;
+  result["new_tokens"] = opt.new_tokens;
+  result["repeats"] = opt.repeats;
+  result["model"] = {{"dim", w.model.dim},
+                     {"n_layers", w.model.n_layers},
+                     {"n_heads", w.model.n_heads},
+                     {"vocab_size", w.model.vocab_size},
+                     {"params", layout.total}};
+  if (!w.base_model.empty()) result["model"]["path"] = w.base_model;
+  result["device"] = device.str();
+  result["threads"] = at::get_num_threads();
+  std::vector<std::pair<std::string, rollout::DecodeMode>> modes;  // --decode: config name, mode
+  for (rollout::DecodeMode m : enum_list<rollout::DecodeMode>(opt.decode, "--decode"))
+    modes.emplace_back(config::enum_name(m), m);
+  if (modes.empty()) throw UserError("bench generate --decode: no mode given");
+  result["decode"] = opt.decode;
+  for (auto [name, dtype] : {std::pair{"fp32", torch::kFloat32}, std::pair{"bf16", torch::kBFloat16}}) {
+    if (opt.dtype != "both" && opt.dtype != name) continue;
+    result[name] = time_dtype(model::LlamaModel(w.model, w.master.to(device, dtype)), w, modes);
+  }
+  if (opt.recompute && result.contains("fp32")) result["kv_speedup"] = result["fp32"]["kv_speedup"];
+  if (opt.json)
+    out << result.dump() << "\n";
+  else
+    print_generate_table(result, w, from_config, layout.total, modes, out);
 }
 
 }  // namespace unstuck::bench

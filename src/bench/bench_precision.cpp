@@ -80,9 +80,8 @@ Json measure(Buffers& b, std::size_t n, int threads, int repeats) {
     });
   };
   const std::vector<double> t = best_seconds(
-      repeats, {copy, round_with(RoundMode::bf16_sr), round_with(RoundMode::bf16_rn),
-                round_with(RoundMode::fp16_sr), [&] { b.out16.copy_(b.master); },
-                [&] { (void)unfused_sr_bf16(b.master); }});
+      repeats, {copy, round_with(RoundMode::bf16_sr), round_with(RoundMode::bf16_rn), round_with(RoundMode::fp16_sr),
+                [&] { b.out16.copy_(b.master); }, [&] { (void)unfused_sr_bf16(b.master); }});
   const double copy_s = t[0], sr_bf16_s = t[1], rn_bf16_s = t[2], sr_fp16_s = t[3];
   const double torch_rn_s = t[4], unfused_s = t[5];
 
@@ -100,26 +99,26 @@ Json measure(Buffers& b, std::size_t n, int threads, int repeats) {
     };
   };
   const std::vector<double> t8 = best_seconds(
-      repeats, {fp8_with(false), fp8_with(true), [&] { precision::fp8_channel_amax(master, n, 0, fp8, amax.data(), kopt); }});
+      repeats,
+      {fp8_with(false), fp8_with(true), [&] { precision::fp8_channel_amax(master, n, 0, fp8, amax.data(), kopt); }});
 
   // Fused AdamW + SR vs libtorch's AdamW step followed by our (fast) SR pass.
   precision::AdamWHyper hyper;
   hyper.lr = 1e-5;
   hyper.weight_decay = 0.01;
   const std::vector<precision::Segment> segments{{0, n, true}};
-  precision::AdamWBuffers fb{b.master.data_ptr<float>(), b.grad.data_ptr<float>(),
-                             b.m.data_ptr<float>(), b.v.data_ptr<float>(), out16, 0};
+  precision::AdamWBuffers fb{
+      b.master.data_ptr<float>(), b.grad.data_ptr<float>(), b.m.data_ptr<float>(), b.v.data_ptr<float>(), out16, 0};
   torch::Tensor param = b.master.clone().set_requires_grad(true);
   param.mutable_grad() = b.grad;
   torch::optim::AdamW torch_adamw({param}, torch::optim::AdamWOptions(hyper.lr).weight_decay(0.01));
   const std::vector<double> ta = best_seconds(
-      repeats,
-      {[&] { (void)precision::fused_adamw_step(fb, segments, hyper, RoundMode::bf16_sr, key, kopt); },
-       [&] {
-         torch_adamw.step();
-         torch::NoGradGuard no_grad;
-         precision::materialize(param.data_ptr<float>(), out16, n, RoundMode::bf16_sr, key, 0, kopt);
-       }});
+      repeats, {[&] { (void)precision::fused_adamw_step(fb, segments, hyper, RoundMode::bf16_sr, key, kopt); },
+                [&] {
+                  torch_adamw.step();
+                  torch::NoGradGuard no_grad;
+                  precision::materialize(param.data_ptr<float>(), out16, n, RoundMode::bf16_sr, key, 0, kopt);
+                }});
   const double fused_s = ta[0], unfused_adamw_s = ta[1];
 
   const double bytes6 = 6.0 * double(n);
@@ -147,14 +146,13 @@ void print_table(const Json& result, std::ostream& out) {
   out << "unstuck bench precision: " << result["elements"].get<std::size_t>() << " FP32 elements, SIMD "
       << result["simd"].get<std::string>() << ", best of " << result["repeats"].get<int>()
       << " (GB/s count bytes read + written)\n\n";
-  out << std::left << std::setw(26) << "metric" << std::right << std::setw(14) << "1 thread"
-      << std::setw(14) << (std::to_string(result["threads"].get<int>()) + " threads") << "\n";
+  out << std::left << std::setw(26) << "metric" << std::right << std::setw(14) << "1 thread" << std::setw(14)
+      << (std::to_string(result["threads"].get<int>()) + " threads") << "\n";
   const Json& one = result["at_1_thread"];
   const Json& all = result["at_all_threads"];
   for (auto it = one.begin(); it != one.end(); ++it) {
-    out << std::left << std::setw(26) << it.key() << std::right << std::fixed << std::setprecision(2)
-        << std::setw(14) << it.value().get<double>() << std::setw(14) << all[it.key()].get<double>()
-        << "\n";
+    out << std::left << std::setw(26) << it.key() << std::right << std::fixed << std::setprecision(2) << std::setw(14)
+        << it.value().get<double>() << std::setw(14) << all[it.key()].get<double>() << "\n";
   }
   out << "\ntargets (all threads): sr_vs_copy >= 0.8, sr_vs_torch_rn >= 1.0, sr_vs_unfused >= 4, "
          "adamw_fused_vs_unfused >= 2.5\n";

@@ -45,8 +45,8 @@ std::vector<Scored> read_corpus(const std::string& path) {
     const Json j = data::parse_json_line(line, path + ":" + std::to_string(n));
     Json record = j;
     record.erase("completion");
-    rows.push_back({data::record_from_json(record), j.at("completion").get<std::string>(),
-                    j.value("human", "") == "correct"});
+    rows.push_back(
+        {data::record_from_json(record), j.at("completion").get<std::string>(), j.value("human", "") == "correct"});
   }
   return rows;
 }
@@ -54,8 +54,7 @@ std::vector<Scored> read_corpus(const std::string& path) {
 volatile int64_t sink_ = 0;
 
 // Completions per second of `verifier` over `rows`, best of three timings of `repeats` passes.
-double completions_per_second(const reward::Verifier& verifier, const std::vector<Scored>& rows,
-                              int repeats) {
+double completions_per_second(const reward::Verifier& verifier, const std::vector<Scored>& rows, int repeats) {
   double best = 0.0;
   for (int t = 0; t < 3; ++t) {
     const auto start = Clock::now();
@@ -110,9 +109,11 @@ Json worst_case(const reward::Verifier& verifier, size_t max_answer_chars) {
       }
     }
   }
-  return Json{{"completions", count}, {"answer_chars", max_answer_chars},
+  return Json{{"completions", count},
+              {"answer_chars", max_answer_chars},
               {"completion_chars", reasoning.size() + max_answer_chars + 17},
-              {"worst_ms", worst * 1e3}, {"worst_answer_prefix", worst_answer}};
+              {"worst_ms", worst * 1e3},
+              {"worst_answer_prefix", worst_answer}};
 }
 
 // math-verify on the corpus in a child process: {"n", "seconds", "correct": [...]}, or null when
@@ -205,8 +206,8 @@ Json worker_rates(const RewardBenchOptions& o) {
   reward::RewardConfig config;
   const auto builtin = reward::make_verifier("math", config);
   const double builtin_rate = batch_rate(*builtin, numbers);
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("unstuck-bench-reward-" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("unstuck-bench-reward-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string file = (dir / "gsm8k_reward.py").string();
   std::ofstream(file) << kBenchFunction;
@@ -250,7 +251,8 @@ void run_reward_bench(const RewardBenchOptions& o, std::ostream& out) {
     false_positives += ours && !s.human;
   }
   const double math_rate = completions_per_second(*math, corpus, o.repeats);
-  result["math"] = {{"completions", corpus.size()}, {"completions_per_s", math_rate},
+  result["math"] = {{"completions", corpus.size()},
+                    {"completions_per_s", math_rate},
                     {"human_agreement", static_cast<double>(agree) / static_cast<double>(corpus.size())},
                     {"false_positives", false_positives}};
   result["countdown"] = {{"completions", cd.size()},
@@ -275,12 +277,11 @@ void run_reward_bench(const RewardBenchOptions& o, std::ostream& out) {
     out << result.dump() << "\n";
     return;
   }
-  out << "unstuck bench reward: math on " << corpus.size() << " graded completions, countdown on "
-      << cd.size() << " generated ones\n\n"
+  out << "unstuck bench reward: math on " << corpus.size() << " graded completions, countdown on " << cd.size()
+      << " generated ones\n\n"
       << std::fixed << std::setprecision(0);
-  out << "math        " << std::setw(12) << math_rate << " completions/s   agreement "
-      << std::setprecision(1) << 100.0 * result["math"]["human_agreement"].get<double>()
-      << "%, false positives " << false_positives << "\n";
+  out << "math        " << std::setw(12) << math_rate << " completions/s   agreement " << std::setprecision(1)
+      << 100.0 * result["math"]["human_agreement"].get<double>() << "%, false positives " << false_positives << "\n";
   out << std::setprecision(0) << "countdown   " << std::setw(12)
       << result["countdown"]["completions_per_s"].get<double>() << " completions/s\n";
   if (!result["math_verify"].is_null()) {

@@ -11,11 +11,11 @@
 namespace unstuck::bench {
 
 struct RewardBenchOptions {
-  bool json = false;                                        // one JSON object instead of the table
-  std::string corpus = "tests/reward/math_corpus.jsonl";    // graded math corpus (task records)
-  std::string python = ".venv/bin/python";                  // interpreter with math-verify ("" skips it)
+  bool json = false;                                      // one JSON object instead of the table
+  std::string corpus = "tests/reward/math_corpus.jsonl";  // graded math corpus (task records)
+  std::string python = ".venv/bin/python";                // interpreter with math-verify ("" skips it)
   std::string math_verify_script = "tests/reward/math_corpus/math_verify_score.py";
-  int repeats = 20;                                         // passes over the corpus per timing
+  int repeats = 20;                 // passes over the corpus per timing
   int function_completions = 4000;  // completions a reward function (verl form, on 1 and 2 workers) scores
   int code_completions = 48;        // MBPP-style completions the code verifier runs (on 1 and 2 sandboxes)
 };

@@ -48,7 +48,9 @@ double estimated_cpu_peak_flops() {
   for (std::string line; std::getline(in, line) && mhz == 0;)
     if (line.rfind("cpu MHz", 0) == 0) mhz = std::stod(line.substr(line.find(':') + 1));
   if (mhz <= 0) mhz = 2500;
-  const double per_cycle = detect_simd_level() == SimdLevel::avx512 ? 64 : detect_simd_level() == SimdLevel::avx2 ? 32 : 8;
+  const double per_cycle = detect_simd_level() == SimdLevel::avx512 ? 64
+                           : detect_simd_level() == SimdLevel::avx2 ? 32
+                                                                    : 8;
   return double(at::get_num_threads()) * mhz * 1e6 * per_cycle;
 }
 
@@ -99,9 +101,9 @@ void run_step_bench(const StepBenchOptions& opt, std::ostream& out) {
   base.grpo.eval_samples = 1;
   base.grpo.checkpoint_every = 0;
   base.run.device = enum_of<DeviceKind>(opt.device, "--device");
-  std::vector<precision::PrecisionMode> modes = {
-      precision::PrecisionMode::fp32, precision::PrecisionMode::fp16, precision::PrecisionMode::bf16,
-      precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16_sr};
+  std::vector<precision::PrecisionMode> modes = {precision::PrecisionMode::fp32, precision::PrecisionMode::fp16,
+                                                 precision::PrecisionMode::bf16, precision::PrecisionMode::bf16_sr,
+                                                 precision::PrecisionMode::fp16_sr};
   if (!opt.modes.empty()) modes = enum_list<precision::PrecisionMode>(opt.modes, "--modes");
   std::map<std::string, std::map<std::string, double>> best;
   double params = 0;
@@ -126,7 +128,8 @@ void run_step_bench(const StepBenchOptions& opt, std::ostream& out) {
   Json result;
   result["config"] = opt.config;
   result["base_model"] = opt.model.empty() && base.grpo.base_model.find("random_policy") != std::string::npos
-                             ? "random init" : base.grpo.base_model;
+                             ? "random init"
+                             : base.grpo.base_model;
   result["prompts_per_step"] = base.grpo.prompts_per_step;
   result["group_size"] = base.grpo.group_size;
   result["measured_steps"] = base.grpo.steps - 1;
@@ -146,8 +149,8 @@ void run_step_bench(const StepBenchOptions& opt, std::ostream& out) {
     // Useful tokens only: the positions the training forwards computed less their padding.
     const double useful = b["train_tokens"] - b["train_padding_tokens"];
     b["training_tokens_per_s"] = useful / std::max(b["forward_backward_seconds"], 1e-12);
-    b["model_flop_utilization"] = (6 * params * useful + 2 * params * generated) /
-                                  std::max(b["step_seconds"], 1e-12) / peak;
+    b["model_flop_utilization"] =
+        (6 * params * useful + 2 * params * generated) / std::max(b["step_seconds"], 1e-12) / peak;
     b["training_mfu"] = 6 * params * useful / std::max(b["forward_backward_seconds"], 1e-12) / peak;
     result[config::enum_name(mode)] = b;
   }
@@ -160,8 +163,8 @@ void run_step_bench(const StepBenchOptions& opt, std::ostream& out) {
     return;
   }
   out << "unstuck bench step: " << base.grpo.prompts_per_step << " prompts x " << base.grpo.group_size
-      << " samples per step, mean of " << base.grpo.steps - 1 << " steps after a warm-up, best of "
-      << opt.repeats << " (seconds)\n\n"
+      << " samples per step, mean of " << base.grpo.steps - 1 << " steps after a warm-up, best of " << opt.repeats
+      << " (seconds)\n\n"
       << std::left << std::setw(9) << "mode" << std::right;
   for (const char* h : {"step", "rollout", "reward", "fwd+bwd", "optim+round", "rollout tok/s", "train tok/s", "MFU"})
     out << std::setw(13) << h;

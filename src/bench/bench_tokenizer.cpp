@@ -103,8 +103,8 @@ void run_tokenizer_bench(const TokenizerBenchOptions& opt, std::ostream& out) {
     text = work / "corpus.txt";
     run(py + "corpus " + quoted(text) + " " + std::to_string(opt.megabytes));
   }
-  const Json baseline = Json::parse(run(py + "time " + quoted(tokenizer_json) + " " + quoted(text) + " " +
-                                        std::to_string(opt.repeats)));
+  const Json baseline =
+      Json::parse(run(py + "time " + quoted(tokenizer_json) + " " + quoted(text) + " " + std::to_string(opt.repeats)));
 
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tokenizer_json);
   const std::vector<std::string> lines = read_lines(text);

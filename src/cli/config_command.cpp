@@ -24,12 +24,11 @@ struct ShowArgs {
 
 void add_show(CLI::App& config) {
   auto args = std::make_shared<ShowArgs>();
-  CLI::App* show = config.add_subcommand(
-      "show",
-      "Load a run config, apply key=value overrides, validate it and print the resolved "
-      "YAML (what a run would write to <run dir>/config.yaml)");
-  show->add_option("file", args->file, "run config YAML, e.g. configs/precision/default.yaml")
-      ->required();
+  CLI::App* show =
+      config.add_subcommand("show",
+                            "Load a run config, apply key=value overrides, validate it and print the resolved "
+                            "YAML (what a run would write to <run dir>/config.yaml)");
+  show->add_option("file", args->file, "run config YAML, e.g. configs/precision/default.yaml")->required();
   show->add_option("overrides", args->overrides,
                    "overrides applied after the file, e.g. precision.mode=fp16 optim.lr=3e-6");
   show->add_flag("--no-docs", args->no_docs, "omit the doc comments");
@@ -66,8 +65,10 @@ void add_check(CLI::App& config) {
   auto* file = check->add_option("--config", a->file, "run config YAML, e.g. configs/grpo/countdown.yaml");
   auto* resume = check->add_option("--resume", a->resume, "check a resume of this run or checkpoint directory (train)");
   file->excludes(resume);
-  check->add_option("--command", a->command, "the command to check: train or sft (default: the one whose section, grpo "
-                                             "or sft, the file sets)")
+  check
+      ->add_option("--command", a->command,
+                   "the command to check: train or sft (default: the one whose section, grpo "
+                   "or sft, the file sets)")
       ->check(CLI::IsMember({"train", "sft"}));
   check->add_flag("--json", a->json, "print the plan as one JSON object (as run.json's \"plan\")");
   check->add_option("overrides", a->overrides, "key=value overrides, e.g. grpo.prompts_per_step=64");
@@ -89,8 +90,7 @@ void add_check(CLI::App& config) {
 
 void add_docs(CLI::App& config) {
   auto markdown = std::make_shared<bool>(false);
-  CLI::App* docs =
-      config.add_subcommand("docs", "List every config key with its type, default and description");
+  CLI::App* docs = config.add_subcommand("docs", "List every config key with its type, default and description");
   docs->add_flag("--markdown", *markdown, "print a Markdown table (as in docs/CONFIG.md)");
   docs->callback([markdown] { std::cout << run_config_docs(*markdown); });
 }
@@ -99,8 +99,9 @@ void add_docs(CLI::App& config) {
 
 void add_config_command(CLI::App& app) {
   CLI::App* config = app.add_subcommand(
-      "config", "Inspect run configs: print a resolved config, check a run's plan before starting it, or print the "
-                "reference of every key");
+      "config",
+      "Inspect run configs: print a resolved config, check a run's plan before starting it, or print the "
+      "reference of every key");
   add_show(*config);
   add_check(*config);
   add_docs(*config);

@@ -38,26 +38,24 @@ void generate(const GenerateArgs& args) {
   data::DataConfig config = args.config;
   config.task = args.task == "countdown" ? data::TaskKind::countdown : data::TaskKind::arithmetic;
   data::validate(config);
-  const auto n_test =
-      static_cast<int64_t>(std::llround(static_cast<double>(args.n) * config.test_fraction));
+  const auto n_test = static_cast<int64_t>(std::llround(static_cast<double>(args.n) * config.test_fraction));
   const int64_t n_train = args.n - n_test;
   const std::filesystem::path dir = args.out;
   const auto train = data::generate_records(config, args.seed, n_train, data::Split::train);
   const auto test = data::generate_records(config, args.seed, n_test, data::Split::test);
   data::write_jsonl(dir / "train.jsonl", train);
   data::write_jsonl(dir / "test.jsonl", test);
-  std::cout << "wrote " << train.size() << " train records to " << (dir / "train.jsonl").string()
-            << "\nwrote " << test.size() << " test records to " << (dir / "test.jsonl").string()
-            << "\n";
+  std::cout << "wrote " << train.size() << " train records to " << (dir / "train.jsonl").string() << "\nwrote "
+            << test.size() << " test records to " << (dir / "test.jsonl").string() << "\n";
 }
 
 void add_generate(CLI::App& parent) {
   auto args = std::make_shared<GenerateArgs>();
   data::DataConfig& c = args->config;
-  CLI::App* gen = parent.add_subcommand(
-      "generate",
-      "Generate disjoint train/test splits of a synthetic task into DIR/train.jsonl and "
-      "DIR/test.jsonl");
+  CLI::App* gen =
+      parent.add_subcommand("generate",
+                            "Generate disjoint train/test splits of a synthetic task into DIR/train.jsonl and "
+                            "DIR/test.jsonl");
   gen->add_option("--task", args->task, "task to generate: arithmetic or countdown")
       ->required()
       ->check(CLI::IsMember({"arithmetic", "countdown"}));
@@ -70,23 +68,16 @@ void add_generate(CLI::App& parent) {
                   "share of the records (and of the problem space) that goes to test")
       ->check(CLI::Range(0.0, 0.999))
       ->capture_default_str();
-  gen->add_option("--min-digits", c.arithmetic.min_digits, "arithmetic: fewest operand digits")
-      ->capture_default_str();
-  gen->add_option("--max-digits", c.arithmetic.max_digits, "arithmetic: most operand digits")
-      ->capture_default_str();
+  gen->add_option("--min-digits", c.arithmetic.min_digits, "arithmetic: fewest operand digits")->capture_default_str();
+  gen->add_option("--max-digits", c.arithmetic.max_digits, "arithmetic: most operand digits")->capture_default_str();
   gen->add_option("--ops", c.arithmetic.ops, "arithmetic: operations, add and/or mul")
       ->delimiter(',')
       ->capture_default_str();
-  gen->add_option("--count", c.countdown.count, "countdown: numbers per instance")
-      ->capture_default_str();
-  gen->add_option("--min-number", c.countdown.min_number, "countdown: smallest number")
-      ->capture_default_str();
-  gen->add_option("--max-number", c.countdown.max_number, "countdown: largest number")
-      ->capture_default_str();
-  gen->add_option("--min-target", c.countdown.min_target, "countdown: smallest target")
-      ->capture_default_str();
-  gen->add_option("--max-target", c.countdown.max_target, "countdown: largest target")
-      ->capture_default_str();
+  gen->add_option("--count", c.countdown.count, "countdown: numbers per instance")->capture_default_str();
+  gen->add_option("--min-number", c.countdown.min_number, "countdown: smallest number")->capture_default_str();
+  gen->add_option("--max-number", c.countdown.max_number, "countdown: largest number")->capture_default_str();
+  gen->add_option("--min-target", c.countdown.min_target, "countdown: smallest target")->capture_default_str();
+  gen->add_option("--max-target", c.countdown.max_target, "countdown: largest target")->capture_default_str();
   gen->callback([args] { generate(*args); });
 }
 
@@ -121,7 +112,8 @@ void check(const CheckArgs& args) {
             << " tokens (model.max_seq_len " << cfg.model.max_seq_len << " - rollout.max_new_tokens "
             << cfg.rollout.max_new_tokens << ")\n";
   std::vector<data::TaskRecord> shown;
-  for (const auto& [split, path] : {std::pair{"train", data::train_file(cfg.data)}, {"test", data::test_file(cfg.data)}}) {
+  for (const auto& [split, path] :
+       {std::pair{"train", data::train_file(cfg.data)}, {"test", data::test_file(cfg.data)}}) {
     if (!std::filesystem::exists(path)) {
       std::cout << split << ": " << path.string() << " does not exist\n";
       continue;
@@ -142,15 +134,17 @@ void check(const CheckArgs& args) {
   for (size_t i = 0; i < shown.size(); ++i) {
     const std::vector<int32_t> ids = train::prompt_ids(shown[i], prompts, tok);
     std::cout << "--- prompt " << i + 1 << " (" << ids.size() << " tokens; reference answer: " << shown[i].answer
-              << ") ---\n" << bos << prompts.render(shown[i]) << "\n--- end of prompt " << i + 1 << " ---\n";
+              << ") ---\n"
+              << bos << prompts.render(shown[i]) << "\n--- end of prompt " << i + 1 << " ---\n";
   }
 }
 
 void add_check(CLI::App& parent) {
   auto args = std::make_shared<CheckArgs>();
   CLI::App* cmd = parent.add_subcommand(
-      "check", "Load a run config's datasets as a run would: record counts, prompt-length percentiles in tokens, "
-               "prompts dropped as too long, and prompts exactly as the model sees them");
+      "check",
+      "Load a run config's datasets as a run would: record counts, prompt-length percentiles in tokens, "
+      "prompts dropped as too long, and prompts exactly as the model sees them");
   cmd->add_option("--config", args->config, "run config YAML, e.g. configs/examples/gsm8k_qwen2.5.yaml")->required();
   cmd->add_option("--examples", args->examples, "rendered prompts to print")->capture_default_str();
   cmd->add_option("overrides", args->overrides, "key=value overrides, e.g. data.train_path=...");

@@ -35,8 +35,7 @@ std::string version_report() {
       << "CUDA kernels: " << cuda_line() << "\n"
       << "torch CUDA: " << (torch::cuda::is_available() ? "available" : "not available") << ", "
       << static_cast<int>(torch::cuda::device_count()) << " device(s)\n"
-      << "NCCL: " << (unstuck::nccl_compiled() ? "compiled in, " : "") << unstuck::nccl_version()
-      << "\n"
+      << "NCCL: " << (unstuck::nccl_compiled() ? "compiled in, " : "") << unstuck::nccl_version() << "\n"
       << "CPU SIMD: " << unstuck::simd_level_name(unstuck::detect_simd_level());
   return out.str();
 }

@@ -61,9 +61,8 @@ bool inspect(const fs::path& dir, std::ostream& out) {
       << "vocab: " << c.vocab_size << "\n"
       << "context length: " << c.max_seq_len << "\n"
       << "layers: " << c.n_layers << ", hidden " << c.dim << ", MLP " << c.ffn_dim << "\n"
-      << "attention: " << c.n_heads << " query heads, " << c.n_kv_heads << " key/value heads, head_dim "
-      << c.head_dim() << (c.sliding_window > 0 ? ", sliding window " + std::to_string(c.sliding_window) : "")
-      << "\n"
+      << "attention: " << c.n_heads << " query heads, " << c.n_kv_heads << " key/value heads, head_dim " << c.head_dim()
+      << (c.sliding_window > 0 ? ", sliding window " + std::to_string(c.sliding_window) : "") << "\n"
       << "rope: " << rope_text(c) << "\n"
       << "tied embeddings: " << yes_no(c.tie_embeddings) << "; q/k/v bias: " << yes_no(c.qkv_bias)
       << "; o bias: " << yes_no(c.o_bias) << "; q/k norm: " << yes_no(c.qk_norm) << "\n";
@@ -92,9 +91,10 @@ bool inspect(const fs::path& dir, std::ostream& out) {
 
 void add_inspect(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
-  CLI::App* cmd = app.add_subcommand(
-      "inspect", "Describe a Hugging Face model directory (family, parameters, dtype, vocabulary, context "
-                 "length) and whether Unstuck computes it, without loading its weights; exit 1 when not");
+  CLI::App* cmd =
+      app.add_subcommand("inspect",
+                         "Describe a Hugging Face model directory (family, parameters, dtype, vocabulary, context "
+                         "length) and whether Unstuck computes it, without loading its weights; exit 1 when not");
   cmd->add_option("model_dir", *dir, "directory with config.json (and optionally safetensors weights)")->required();
   cmd->callback([dir] {
     if (!inspect(*dir, std::cout)) throw ExitCode{1};
@@ -108,8 +108,9 @@ void add_export(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
-      "export", "Write a GRPO checkpoint as a Hugging Face model directory (config.json, generation_config.json, "
-                "sharded safetensors, tokenizer files)");
+      "export",
+      "Write a GRPO checkpoint as a Hugging Face model directory (config.json, generation_config.json, "
+      "sharded safetensors, tokenizer files)");
   cmd->add_option("--run", a->run, "run directory (holds checkpoints/step_N)")->required();
   cmd->add_option("--step", a->step, "checkpoint step (default: the newest)");
   cmd->add_option("--out", a->out, "output directory")->required();

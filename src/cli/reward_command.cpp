@@ -99,11 +99,13 @@ data::TaskRecord record_of(const nlohmann::ordered_json& record_json, const data
   nlohmann::ordered_json line = record_json;
   if (!line.contains("task")) {
     if (task.empty())
-      throw UserError("missing \"task\" (the verifier: math, arithmetic, countdown, code); give it in the line, "
-                      "or --task NAME for every line, or --config a run config");
+      throw UserError(
+          "missing \"task\" (the verifier: math, arithmetic, countdown, code); give it in the line, "
+          "or --task NAME for every line, or --config a run config");
     line["task"] = task;
   }
-  if (line.contains("answer") || !data::find_path(line, "reward_model.ground_truth")) return data::record_from_json(line);
+  if (line.contains("answer") || !data::find_path(line, "reward_model.ground_truth"))
+    return data::record_from_json(line);
   data::DataConfig verl;  // verl's layout: the prompt as messages, the answer under reward_model
   verl.answer_key = "reward_model.ground_truth";
   return data::record_from_mapping(line, verl);
@@ -130,7 +132,8 @@ ScoreInput read_input(const ScoreArgs& args_in) {
     args.config = run.reward;
     input.config_task = config::enum_name(run.data.task);
     mapping = run.data;
-    if (!args.task.empty()) throw UserError("reward score: --task goes without --config (its data.task names the verifier)");
+    if (!args.task.empty())
+      throw UserError("reward score: --task goes without --config (its data.task names the verifier)");
   } else if (!args.overrides.empty()) {
     throw UserError("reward score: key=value overrides go with --config (got '" + args.overrides[0] + "')");
   }
@@ -221,8 +224,9 @@ void score(const ScoreArgs& args_in) {
   std::vector<ScoredLine>& scored = input.scored;
   ScoreGroups(input).score(input, scored);
   for (ScoredLine& out : scored) {
-    out.object["reward"] = out.result.status == reward::RewardStatus::not_applicable ? nlohmann::json(nullptr)
-                                                                                       : nlohmann::json(out.result.reward);
+    out.object["reward"] = out.result.status == reward::RewardStatus::not_applicable
+                               ? nlohmann::json(nullptr)
+                               : nlohmann::json(out.result.reward);
     out.object["status"] = config::enum_name(out.result.status);
     if (out.result.status == reward::RewardStatus::error) out.object["error"] = out.result.error;
     for (const auto& [key, value] : out.result.extra) out.object["reward_extra"][key] = value;
@@ -257,25 +261,23 @@ void score(const ScoreArgs& args_in) {
     ++histogram[static_cast<size_t>(s.result.status)];
   }
   const auto count = static_cast<int64_t>(scored.size());
-  std::fprintf(summary, "scored %lld completions from %s\n", static_cast<long long>(count),
-              args.input.c_str());
+  std::fprintf(summary, "scored %lld completions from %s\n", static_cast<long long>(count), args.input.c_str());
   std::fprintf(summary, "mean reward %.4f\n", applicable > 0 ? total / static_cast<double>(applicable) : 0.0);
   for (const auto& [status, name] : reward::kRewardStatusNames) {
     const int64_t k = histogram[static_cast<size_t>(status)];
     std::fprintf(summary, "  %-14s %8lld  (%5.1f%%)\n", name, static_cast<long long>(k),
-                count > 0 ? 100.0 * static_cast<double>(k) / static_cast<double>(count) : 0.0);
+                 count > 0 ? 100.0 * static_cast<double>(k) / static_cast<double>(count) : 0.0);
   }
   if (!args.output.empty() && !to_stdout) std::fprintf(summary, "wrote %s\n", args.output.c_str());
 }
 
 void add_score(CLI::App& parent) {
   auto args = std::make_shared<ScoreArgs>();
-  CLI::App* cmd = parent.add_subcommand(
-      "score",
-      "Score completions: each JSONL line is a task record plus \"completion\"; \"task\" names "
-      "the verifier (math, arithmetic, countdown, code)");
-  cmd->add_option("--input", args->input, "JSONL of task records with a \"completion\" each")
-      ->required();
+  CLI::App* cmd =
+      parent.add_subcommand("score",
+                            "Score completions: each JSONL line is a task record plus \"completion\"; \"task\" names "
+                            "the verifier (math, arithmetic, countdown, code)");
+  cmd->add_option("--input", args->input, "JSONL of task records with a \"completion\" each")->required();
   cmd->add_option("--output", args->output,
                   "JSONL to write: each input line plus \"reward\" and \"status\" (-: stdout, the summary then "
                   "goes to stderr)");
@@ -309,11 +311,14 @@ void add_score(CLI::App& parent) {
 // "reward.function fn.py:compute_score", "reward.terms (2)", "reward.verifier code", ...
 std::string scorer_text(const reward::RewardConfig& c, const std::string& verifier) {
   switch (reward::scorer_kind(c)) {
-    case reward::ScorerKind::terms: return "reward.terms (" + std::to_string(c.terms.size()) + " terms)";
+    case reward::ScorerKind::terms:
+      return "reward.terms (" + std::to_string(c.terms.size()) + " terms)";
     case reward::ScorerKind::function:
       return "reward.function " + c.function.path + (c.function.name.empty() ? "" : ":" + c.function.name);
-    case reward::ScorerKind::command: return "reward.command " + c.command.front();
-    case reward::ScorerKind::verifier: break;
+    case reward::ScorerKind::command:
+      return "reward.command " + c.command.front();
+    case reward::ScorerKind::verifier:
+      break;
   }
   return "the " + verifier + " verifier";
 }
@@ -355,19 +360,18 @@ void time_configured_scorer(const std::string& config, const std::vector<std::st
     }
   }
   const std::string verifier = reward::verifier_name(in.args.config, in.config_task);
-  const nlohmann::ordered_json result = {
-      {"config", config},
-      {"input", input},
-      {"scorer", reward::scorer_key(reward::scorer_kind(in.args.config))},
-      {"verifier", verifier},
-      {"completions", in.scored.size()},
-      {"start_seconds", start_seconds},
-      {"passes", passes},
-      {"seconds", seconds},
-      {"completions_per_s", n / std::max(best, 1e-9)},
-      {"completions_per_s_median", n / std::max(median, 1e-9)},
-      {"mean_reward", applicable > 0 ? total / double(applicable) : 0.0},
-      {"statuses", statuses}};
+  const nlohmann::ordered_json result = {{"config", config},
+                                         {"input", input},
+                                         {"scorer", reward::scorer_key(reward::scorer_kind(in.args.config))},
+                                         {"verifier", verifier},
+                                         {"completions", in.scored.size()},
+                                         {"start_seconds", start_seconds},
+                                         {"passes", passes},
+                                         {"seconds", seconds},
+                                         {"completions_per_s", n / std::max(best, 1e-9)},
+                                         {"completions_per_s_median", n / std::max(median, 1e-9)},
+                                         {"mean_reward", applicable > 0 ? total / double(applicable) : 0.0},
+                                         {"statuses", statuses}};
   if (json) {
     out << result.dump() << "\n";
     return;

@@ -41,27 +41,27 @@ struct TrainArgs {
 void add_train(CLI::App& parent) {
   auto args = std::make_shared<TrainArgs>();
   tokenizer::TrainOptions& opts = args->options;
-  CLI::App* train = parent.add_subcommand(
-      "train", "Train a SentencePiece tokenizer (writes <out> and its .vocab next to it)");
-  train->add_option("--input", opts.input, "training corpus: UTF-8 text, one sentence per line")
-      ->required();
+  CLI::App* train =
+      parent.add_subcommand("train", "Train a SentencePiece tokenizer (writes <out> and its .vocab next to it)");
+  train->add_option("--input", opts.input, "training corpus: UTF-8 text, one sentence per line")->required();
   train->add_option("--out", opts.output, "path of the .model file to write")->required();
   std::vector<std::string> type_names;
   for (const auto& entry : tokenizer::kModelTypeNames) type_names.emplace_back(entry.second);
   train->add_option("--model-type", args->model_type, "char, bpe or unigram")
       ->check(CLI::IsMember(type_names))
       ->capture_default_str();
-  train->add_option("--vocab-size", opts.vocab_size,
-                    "pieces including the 4 special ids and user symbols; bpe/unigram: exact "
-                    "size (required); char: upper bound, 0 = every character of the corpus")
+  train
+      ->add_option("--vocab-size", opts.vocab_size,
+                   "pieces including the 4 special ids and user symbols; bpe/unigram: exact "
+                   "size (required); char: upper bound, 0 = every character of the corpus")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  train->add_option("--user-symbols", opts.user_defined_symbols,
-                    "comma-separated pieces that always encode as one token, e.g. "
-                    "'<answer>,</answer>'")
+  train
+      ->add_option("--user-symbols", opts.user_defined_symbols,
+                   "comma-separated pieces that always encode as one token, e.g. "
+                   "'<answer>,</answer>'")
       ->delimiter(',');
-  train->add_flag("--no-whitespace-pieces", args->no_whitespace_pieces,
-                  "do not add newline and tab as pieces");
+  train->add_flag("--no-whitespace-pieces", args->no_whitespace_pieces, "do not add newline and tab as pieces");
   train->callback([args] {
     tokenizer::TrainOptions& opts = args->options;
     for (const auto& [type, name] : tokenizer::kModelTypeNames) {
@@ -71,10 +71,9 @@ void add_train(CLI::App& parent) {
     const auto model = tokenizer::train_tokenizer(opts);
     const auto tok = tokenizer::Tokenizer::load(model);
     std::cout << "wrote " << model.string() << " and "
-              << std::filesystem::path(model).replace_extension(".vocab").string() << ": "
-              << args->model_type << " model, " << tok.vocab_size() << " pieces (pad "
-              << tok.pad_id() << ", unk " << tok.unk_id() << ", bos " << tok.bos_id() << ", eos "
-              << tok.eos_id() << ")\n";
+              << std::filesystem::path(model).replace_extension(".vocab").string() << ": " << args->model_type
+              << " model, " << tok.vocab_size() << " pieces (pad " << tok.pad_id() << ", unk " << tok.unk_id()
+              << ", bos " << tok.bos_id() << ", eos " << tok.eos_id() << ")\n";
   });
 }
 
@@ -83,8 +82,9 @@ void add_encode(CLI::App& parent) {
   auto text = std::make_shared<std::string>();
   auto special = std::make_shared<bool>(false);
   CLI::App* encode = parent.add_subcommand("encode", "Print the token ids and pieces of a text");
-  encode->add_option("--model", *model,
-                     "model directory (tokenizer.json or tokenizer.model), tokenizer.json or .model file")
+  encode
+      ->add_option("--model", *model,
+                   "model directory (tokenizer.json or tokenizer.model), tokenizer.json or .model file")
       ->required();
   encode->add_option("--text", *text, "text to encode")->required();
   encode->add_flag("--special", *special,
@@ -108,8 +108,8 @@ void add_encode(CLI::App& parent) {
 }  // namespace
 
 void add_tokenizer_command(CLI::App& app) {
-  CLI::App* command =
-      app.add_subcommand("tokenizer", "Train SentencePiece tokenizers and inspect encodings (tokenizer.json or .model)");
+  CLI::App* command = app.add_subcommand(
+      "tokenizer", "Train SentencePiece tokenizers and inspect encodings (tokenizer.json or .model)");
   add_train(*command);
   add_encode(*command);
   // Bare `unstuck tokenizer` prints this command's help.

@@ -14,7 +14,7 @@
 #include "unstuck/common/parallel.h"
 #include "unstuck/config/config.h"
 #include "unstuck/data/dataset.h"
-#include "unstuck/config/preflight.h"
+#include "unstuck/train/memory_plan.h"
 #include "unstuck/data/record.h"
 #include "unstuck/dist/communicator.h"
 #include "unstuck/reward/verifier.h"
@@ -66,15 +66,16 @@ void add_sft(CLI::App& app) {
     std::vector<std::string> overrides;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand(
-      "sft", "Train the base policy from scratch on the task's solutions (loss on the completion), "
-             "evaluate greedy accuracy, write a model directory");
+  CLI::App* cmd =
+      app.add_subcommand("sft",
+                         "Train the base policy from scratch on the task's solutions (loss on the completion), "
+                         "evaluate greedy accuracy, write a model directory");
   cmd->add_option("--config", a->config, "run config YAML, e.g. configs/sft/arithmetic.yaml")->required();
   cmd->add_option("overrides", a->overrides, "key=value overrides, e.g. sft.steps=200 model.dim=64");
   cmd->callback([a] {
     const train::SftResult r = train::run_sft(load_run_config(a->config, a->overrides));
-    std::cout << "greedy test accuracy " << r.accuracy << " after " << r.steps << " steps ("
-              << r.seconds << " s); model: " << r.model_dir.string() << "\n";
+    std::cout << "greedy test accuracy " << r.accuracy << " after " << r.steps << " steps (" << r.seconds
+              << " s); model: " << r.model_dir.string() << "\n";
     if (r.health_failed) {
       std::cerr << "error: the run failed: " << r.health_summary << "\n";
       throw ExitCode{3};
@@ -88,9 +89,10 @@ void add_train(CLI::App& app) {
     std::vector<std::string> overrides;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand(
-      "train", "GRPO from a base policy with verifiable rewards, in the configured precision mode; "
-               "metrics per step in <run dir>/metrics.jsonl");
+  CLI::App* cmd =
+      app.add_subcommand("train",
+                         "GRPO from a base policy with verifiable rewards, in the configured precision mode; "
+                         "metrics per step in <run dir>/metrics.jsonl");
   auto* config = cmd->add_option("--config", a->config, "run config YAML, e.g. configs/grpo/countdown.yaml");
   auto* resume = cmd->add_option("--resume", a->resume,
                                  "continue a run: its directory (newest checkpoint) or a checkpoint directory; "
@@ -137,7 +139,8 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--model", a->model, "policy directory (an `unstuck sft` output)")->required();
   cmd->add_option("--split", a->split, "test or train")->check(CLI::IsMember({"test", "train"}))->capture_default_str();
   cmd->add_option("--samples", a->samples, "records to evaluate (0 = all)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--k", a->k, "sampled completions per prompt for pass@k (0 = greedy only)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--k", a->k, "sampled completions per prompt for pass@k (0 = greedy only)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--temperature", a->temperature, "temperature of the pass@k samples")->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed of the pass@k samples")->capture_default_str();
   cmd->add_option("--batch", a->batch, "prompts decoded together")->check(CLI::PositiveNumber)->capture_default_str();
@@ -167,7 +170,8 @@ void add_eval(CLI::App& app) {
     const RunConfig& c = plan.config;
     const model::LoadedModel loaded = model::load_pretrained(plan.model_dir, plan.hf);
     const model::LlamaModel model(c.model, loaded.flat.to(train::torch_device(plan.device), parse_dtype(a->dtype)));
-    const auto verifier = reward::make_verifier(reward::verifier_name(c.reward, config::enum_name(c.data.task)), c.reward);
+    const auto verifier =
+        reward::make_verifier(reward::verifier_name(c.reward, config::enum_name(c.data.task)), c.reward);
     train::EvalOptions o;
     o.max_new_tokens = c.rollout.max_new_tokens;
     o.batch_size = a->batch;
@@ -176,9 +180,13 @@ void add_eval(CLI::App& app) {
     o.seed = a->seed;
     o.stop_ids = plan.ctx.stop_ids;
     const auto& path = plan.test_file;
-    const train::EvalResult r = train::evaluate(model, plan.ctx.tokenizer, plan.test.kept, plan.ctx.prompts, *verifier, o);
-    nlohmann::ordered_json j{{"model", a->model}, {"split", a->split}, {"records", r.records},
-                             {"greedy_accuracy", r.accuracy}, {"mean_reward", r.mean_reward},
+    const train::EvalResult r =
+        train::evaluate(model, plan.ctx.tokenizer, plan.test.kept, plan.ctx.prompts, *verifier, o);
+    nlohmann::ordered_json j{{"model", a->model},
+                             {"split", a->split},
+                             {"records", r.records},
+                             {"greedy_accuracy", r.accuracy},
+                             {"mean_reward", r.mean_reward},
                              {"statuses", r.statuses}};
     if (a->k > 0) j["pass_at_" + std::to_string(a->k)] = r.pass_at_k;
     if (a->json) {
@@ -193,21 +201,116 @@ void add_eval(CLI::App& app) {
   });
 }
 
+// `unstuck generate`'s arguments.
+struct GenerateArgs {
+  std::string model, prompt, prompts_file, dtype = "fp32", config;
+  std::vector<std::string> overrides;
+  double temperature = 0.0, top_p = 1.0;
+  int64_t top_k = 0, max_new_tokens = 0;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool json = false;
+  bool temperature_given = false, top_k_given = false, top_p_given = false;
+};
+
+// --prompt, or --prompts-file's non-empty lines.
+std::vector<std::string> prompt_texts(const GenerateArgs& a) {
+  if (a.prompt.empty() && a.prompts_file.empty()) throw UserError("give --prompt or --prompts-file");
+  std::vector<std::string> texts;
+  if (!a.prompt.empty()) texts.push_back(a.prompt);
+  if (!a.prompts_file.empty()) {
+    std::ifstream in(a.prompts_file);
+    if (!in) throw UserError("cannot open prompts file '" + a.prompts_file + "'");
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) texts.push_back(line);
+  }
+  return texts;
+}
+
+// Sampling: the flags given, else the --config's rollout section, else greedy.
+rollout::GenerateOptions generate_options(const GenerateArgs& a, const train::Policy& p) {
+  rollout::GenerateOptions o;
+  o.sampling = p.config.rollout;
+  const bool from_config = !a.config.empty();
+  if (!from_config || a.temperature_given) o.sampling.temperature = a.temperature;
+  if (!from_config || a.top_k_given) o.sampling.top_k = a.top_k;
+  if (!from_config || a.top_p_given) o.sampling.top_p = a.top_p;
+  if (a.max_new_tokens > 0) o.sampling.max_new_tokens = a.max_new_tokens;
+  o.stop_ids = p.stop_ids;
+  o.pad_id = p.tokenizer.pad_id();
+  return o;
+}
+
+// --json: one object per prompt, then the timing and sampling.
+void print_generations_json(const GenerateArgs& a, const std::vector<std::string>& texts,
+                            const std::vector<std::vector<int32_t>>& prompts,
+                            const std::vector<rollout::Completion>& outs, const train::Policy& p,
+                            const rollout::GenerateOptions& o, double load_seconds, double seconds) {
+  int64_t tokens = 0;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    tokens += int64_t(outs[i].tokens.size());
+    const nlohmann::ordered_json j = {{"prompt", texts[i]},
+                                      {"prompt_ids", prompts[i]},
+                                      {"ids", outs[i].tokens},
+                                      {"logprobs", outs[i].logprobs},
+                                      {"text", train::completion_text(outs[i].tokens, p.tokenizer, p.stop_ids)},
+                                      {"finish", config::enum_name(outs[i].finish)}};
+    // Invalid UTF-8 a random model may sample is replaced, never an exception.
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  const nlohmann::ordered_json timing = {{"timing",
+                                          {{"load_seconds", load_seconds},
+                                           {"generate_seconds", seconds},
+                                           {"prompts", outs.size()},
+                                           {"tokens", tokens},
+                                           {"tokens_per_s", double(tokens) / std::max(seconds, 1e-9)},
+                                           {"threads", at::get_num_threads()}}},
+                                         {"sampling",
+                                          {{"temperature", o.sampling.temperature},
+                                           {"top_k", o.sampling.top_k},
+                                           {"top_p", o.sampling.top_p},
+                                           {"max_new_tokens", o.sampling.max_new_tokens},
+                                           {"seed", a.seed}}}};
+  std::cout << timing.dump() << "\n";
+}
+
+void run_generate(const GenerateArgs& a) {
+  const std::vector<std::string> texts = prompt_texts(a);
+  at::set_num_threads(resolve_threads(a.threads));
+  const auto t_load = std::chrono::steady_clock::now();
+  train::Policy p = train::load_policy(a.model, a.overrides, parse_dtype(a.dtype));
+  if (!a.config.empty()) {
+    // The user's run config formats the prompts as its training would (its overrides on top).
+    const RunConfig user = load_run_config(a.config, a.overrides);
+    p.config.data = user.data;
+    p.config.rollout = user.rollout;
+  }
+  const rollout::GenerateOptions o = generate_options(a, p);
+  const data::PromptFormatter formatter(p.config.data, a.model);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& t : texts) {
+    data::TaskRecord r;
+    r.task = config::enum_name(p.config.data.task);
+    r.prompt = t;
+    prompts.push_back(train::prompt_ids(r, formatter, p.tokenizer));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto outs = rollout::generate(*p.model, prompts, o, at::make_generator<at::CPUGeneratorImpl>(a.seed));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double load_seconds = std::chrono::duration<double>(t0 - t_load).count();
+  if (a.json) return print_generations_json(a, texts, prompts, outs, p, o, load_seconds, seconds);
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    std::cout << texts[i] << "\t" << train::completion_text(outs[i].tokens, p.tokenizer, p.stop_ids) << "\t["
+              << config::enum_name(outs[i].finish) << "]\n";
+}
+
 void add_generate(CLI::App& app) {
-  struct Args {
-    std::string model, prompt, prompts_file, dtype = "fp32", config;
-    std::vector<std::string> overrides;
-    double temperature = 0.0, top_p = 1.0;
-    int64_t top_k = 0, max_new_tokens = 0;
-    uint64_t seed = 0;
-    int threads = 0;
-    bool json = false;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Sample completions of a policy for prompts");
   cmd->add_option("--model", a->model, "policy directory (an `unstuck sft` output or a Hugging Face model directory)")
       ->required();
-  auto* one = cmd->add_option("--prompt", a->prompt, "problem text, e.g. \"12+35=\" (the model's prompt template applies)");
+  auto* one =
+      cmd->add_option("--prompt", a->prompt, "problem text, e.g. \"12+35=\" (the model's prompt template applies)");
   auto* many = cmd->add_option("--prompts-file", a->prompts_file, "file with one problem per line");
   one->excludes(many);
   cmd->add_option("--config", a->config,
@@ -226,76 +329,10 @@ void add_generate(CLI::App& app) {
                 "one JSON object per prompt (prompt, prompt_ids, ids, logprobs, text, finish) and a last one with "
                 "the timing, instead of tab-separated lines");
   cmd->callback([a, temperature, top_k, top_p] {
-    if (a->prompt.empty() && a->prompts_file.empty()) throw UserError("give --prompt or --prompts-file");
-    std::vector<std::string> texts;
-    if (!a->prompt.empty()) texts.push_back(a->prompt);
-    if (!a->prompts_file.empty()) {
-      std::ifstream in(a->prompts_file);
-      if (!in) throw UserError("cannot open prompts file '" + a->prompts_file + "'");
-      for (std::string line; std::getline(in, line);)
-        if (!line.empty()) texts.push_back(line);
-    }
-    at::set_num_threads(resolve_threads(a->threads));
-    const auto t_load = std::chrono::steady_clock::now();
-    train::Policy p = train::load_policy(a->model, a->overrides, parse_dtype(a->dtype));
-    if (!a->config.empty()) {
-      // The user's run config formats the prompts as its training would (its overrides on top).
-      const RunConfig user = load_run_config(a->config, a->overrides);
-      p.config.data = user.data;
-      p.config.rollout = user.rollout;
-    }
-    rollout::GenerateOptions o;
-    o.sampling = p.config.rollout;
-    // Sampling: the flags given, else the --config's rollout section, else greedy.
-    const bool from_config = !a->config.empty();
-    if (!from_config || temperature->count() > 0) o.sampling.temperature = a->temperature;
-    if (!from_config || top_k->count() > 0) o.sampling.top_k = a->top_k;
-    if (!from_config || top_p->count() > 0) o.sampling.top_p = a->top_p;
-    if (a->max_new_tokens > 0) o.sampling.max_new_tokens = a->max_new_tokens;
-    o.stop_ids = p.stop_ids;
-    o.pad_id = p.tokenizer.pad_id();
-    const data::PromptFormatter formatter(p.config.data, a->model);
-    std::vector<std::vector<int32_t>> prompts;
-    for (const std::string& t : texts) {
-      data::TaskRecord r;
-      r.task = config::enum_name(p.config.data.task);
-      r.prompt = t;
-      prompts.push_back(train::prompt_ids(r, formatter, p.tokenizer));
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto outs = rollout::generate(*p.model, prompts, o, at::make_generator<at::CPUGeneratorImpl>(a->seed));
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double load_seconds = std::chrono::duration<double>(t0 - t_load).count();
-    if (!a->json) {
-      for (std::size_t i = 0; i < outs.size(); ++i)
-        std::cout << texts[i] << "\t" << train::completion_text(outs[i].tokens, p.tokenizer, p.stop_ids) << "\t["
-                  << config::enum_name(outs[i].finish) << "]\n";
-      return;
-    }
-    int64_t tokens = 0;
-    for (std::size_t i = 0; i < outs.size(); ++i) {
-      tokens += int64_t(outs[i].tokens.size());
-      const nlohmann::ordered_json j = {{"prompt", texts[i]},
-                                        {"prompt_ids", prompts[i]},
-                                        {"ids", outs[i].tokens},
-                                        {"logprobs", outs[i].logprobs},
-                                        {"text", train::completion_text(outs[i].tokens, p.tokenizer, p.stop_ids)},
-                                        {"finish", config::enum_name(outs[i].finish)}};
-      // Invalid UTF-8 a random model may sample is replaced, never an exception.
-      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    }
-    const nlohmann::ordered_json timing = {{"timing", {{"load_seconds", load_seconds},
-                                                       {"generate_seconds", seconds},
-                                                       {"prompts", outs.size()},
-                                                       {"tokens", tokens},
-                                                       {"tokens_per_s", double(tokens) / std::max(seconds, 1e-9)},
-                                                       {"threads", at::get_num_threads()}}},
-                                           {"sampling", {{"temperature", o.sampling.temperature},
-                                                         {"top_k", o.sampling.top_k},
-                                                         {"top_p", o.sampling.top_p},
-                                                         {"max_new_tokens", o.sampling.max_new_tokens},
-                                                         {"seed", a->seed}}}};
-    std::cout << timing.dump() << "\n";
+    a->temperature_given = temperature->count() > 0;
+    a->top_k_given = top_k->count() > 0;
+    a->top_p_given = top_p->count() > 0;
+    run_generate(*a);
   });
 }
 

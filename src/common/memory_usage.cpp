@@ -1,4 +1,5 @@
-// Resident-set figures from /proc/self/status (and the descendants' /proc/<pid>/stat); memory ceilings from the cgroup files and /proc/meminfo.
+// Resident-set figures from /proc/self/status (and the descendants' /proc/<pid>/stat); memory
+// ceilings from the cgroup files and /proc/meminfo.
 #include "unstuck/common/memory_usage.h"
 
 #include <time.h>

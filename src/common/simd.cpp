@@ -24,8 +24,8 @@ bool has_f16c() {
 SimdLevel hardware_level() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq"))
     return SimdLevel::avx512;
   if (__builtin_cpu_supports("avx2") && has_f16c()) return SimdLevel::avx2;
 #endif
@@ -36,9 +36,12 @@ SimdLevel hardware_level() {
 
 const char* simd_level_name(SimdLevel level) {
   switch (level) {
-    case SimdLevel::avx512: return "avx512";
-    case SimdLevel::avx2: return "avx2";
-    case SimdLevel::scalar: return "scalar";
+    case SimdLevel::avx512:
+      return "avx512";
+    case SimdLevel::avx2:
+      return "avx2";
+    case SimdLevel::scalar:
+      return "scalar";
   }
   return "?";
 }

@@ -18,13 +18,11 @@ bool is_plain_safe(const std::string& s) {
   const auto c0 = static_cast<unsigned char>(s[0]);
   if (!std::isalpha(c0) && s[0] != '_' && s[0] != '/') return false;
   for (const char c : s) {
-    const bool ok =
-        std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/';
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/';
     if (!ok) return false;
   }
   std::string lower = s;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   for (const char* word : {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}) {
     if (lower == word) return false;
   }
@@ -68,7 +66,8 @@ struct ValueText {
 };
 
 std::string value_text(const Field& field) {
-  if (field.kind == Kind::section_list) return field.size() == 0 ? "[]" : "[" + std::to_string(field.size()) + " item(s)]";
+  if (field.kind == Kind::section_list)
+    return field.size() == 0 ? "[]" : "[" + std::to_string(field.size()) + " item(s)]";
   if (field.kind == Kind::mapping) return std::get<std::string>(field.get());  // JSON: YAML's flow form
   return std::visit(ValueText{}, field.get());
 }
@@ -81,17 +80,28 @@ std::string join(const std::vector<std::string>& items, const char* sep) {
 
 std::string type_name(const Field& field) {
   switch (field.kind) {
-    case Kind::boolean: return "bool";
-    case Kind::integer: return field.min == 0 ? "integer >= 0" : "integer";
-    case Kind::real: return "number";
-    case Kind::string: return "string";
-    case Kind::enumeration: return join(field.choices, " | ");
-    case Kind::int_list: return "list of integers";
-    case Kind::real_list: return "list of numbers";
-    case Kind::string_list: return "list of strings";
-    case Kind::section: return "section";
-    case Kind::section_list: return "list of sections";
-    case Kind::mapping: return "mapping";
+    case Kind::boolean:
+      return "bool";
+    case Kind::integer:
+      return field.min == 0 ? "integer >= 0" : "integer";
+    case Kind::real:
+      return "number";
+    case Kind::string:
+      return "string";
+    case Kind::enumeration:
+      return join(field.choices, " | ");
+    case Kind::int_list:
+      return "list of integers";
+    case Kind::real_list:
+      return "list of numbers";
+    case Kind::string_list:
+      return "list of strings";
+    case Kind::section:
+      return "section";
+    case Kind::section_list:
+      return "list of sections";
+    case Kind::mapping:
+      return "mapping";
   }
   return "?";
 }
@@ -158,16 +168,6 @@ void for_each_leaf(const Field& section, const std::string& prefix, Fn&& fn) {
 }
 
 }  // namespace
-
-std::string format_double(double x) {
-  if (std::isnan(x)) return ".nan";
-  if (std::isinf(x)) return x > 0 ? ".inf" : "-.inf";
-  char buf[64];
-  const auto result = std::to_chars(buf, buf + sizeof buf, x);  // shortest exact round trip
-  std::string text(buf, result.ptr);
-  if (text.find_first_of(".e") == std::string::npos) text += ".0";  // visibly a real number
-  return text;
-}
 
 std::string to_yaml(const Field& root, bool with_docs) {
   std::string out;

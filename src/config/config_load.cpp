@@ -59,10 +59,14 @@ std::vector<std::string> child_names(const Field& section) {
 // How a YAML node looks, for the "got ..." part of errors.
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a mapping";
-    default: return "an empty value";
+    case YAML::NodeType::Scalar:
+      return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    default:
+      return "an empty value";
   }
 }
 
@@ -84,8 +88,7 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 // The candidate closest to `word`, if it is close enough to be a plausible typo.
-std::optional<std::string> closest(const std::string& word,
-                                   const std::vector<std::string>& candidates) {
+std::optional<std::string> closest(const std::string& word, const std::vector<std::string>& candidates) {
   const std::size_t limit = word.size() <= 3 ? 1 : std::max<std::size_t>(2, word.size() / 3);
   std::optional<std::string> best;
   std::size_t best_distance = limit + 1;
@@ -100,8 +103,7 @@ std::optional<std::string> closest(const std::string& word,
 }
 
 // Dotted path of the first field called `name` anywhere in the tree ("lr" -> "optim.lr").
-std::optional<std::string> find_anywhere(const Field& section, const std::string& name,
-                                         const std::string& prefix) {
+std::optional<std::string> find_anywhere(const Field& section, const std::string& name, const std::string& prefix) {
   for (const auto& child : section.children) {
     if (child.name == name) return join_key(prefix, name);
   }
@@ -112,12 +114,10 @@ std::optional<std::string> find_anywhere(const Field& section, const std::string
   return std::nullopt;
 }
 
-std::string unknown_key(const Context& ctx, const Field& section, const std::string& prefix,
-                        const std::string& name) {
+std::string unknown_key(const Context& ctx, const Field& section, const std::string& prefix, const std::string& name) {
   const std::string message = "unknown key '" + join_key(prefix, name) + "'";
   const auto names = child_names(section);
-  if (auto best = closest(name, names))
-    return message + " (did you mean '" + join_key(prefix, *best) + "'?)";
+  if (auto best = closest(name, names)) return message + " (did you mean '" + join_key(prefix, *best) + "'?)";
   if (auto elsewhere = find_anywhere(*ctx.root, name, "")) {
     return message + " (did you mean '" + *elsewhere + "'?)";
   }
@@ -134,16 +134,26 @@ const Field* find_child(const Field& section, const std::string& name) {
 
 std::string expected(const Field& field, Kind kind) {
   switch (kind) {
-    case Kind::boolean: return "expected true or false";
-    case Kind::integer: return "expected an integer";
-    case Kind::real: return "expected a number";
-    case Kind::string: return "expected a string";
-    case Kind::enumeration: return "expected one of " + join(field.choices, " | ");
-    case Kind::int_list: return "expected a list of integers";
-    case Kind::real_list: return "expected a list of numbers";
-    case Kind::string_list: return "expected a list of strings";
-    case Kind::section: return "expected a mapping with keys " + join(child_names(field), ", ");
-    case Kind::mapping: return "expected a mapping (name: value, ...)";
+    case Kind::boolean:
+      return "expected true or false";
+    case Kind::integer:
+      return "expected an integer";
+    case Kind::real:
+      return "expected a number";
+    case Kind::string:
+      return "expected a string";
+    case Kind::enumeration:
+      return "expected one of " + join(field.choices, " | ");
+    case Kind::int_list:
+      return "expected a list of integers";
+    case Kind::real_list:
+      return "expected a list of numbers";
+    case Kind::string_list:
+      return "expected a list of strings";
+    case Kind::section:
+      return "expected a mapping with keys " + join(child_names(field), ", ");
+    case Kind::mapping:
+      return "expected a mapping (name: value, ...)";
     case Kind::section_list: {
       std::string keys;
       field.with_default_element([&keys](const Field& element) { keys = join(child_names(element), ", "); });
@@ -183,20 +193,18 @@ std::optional<double> parse_real(std::string_view s) {
   return value;
 }
 
-Value integer_value(const Field& field, const YAML::Node& node, const std::string& key,
-                    const Context& ctx) {
+Value integer_value(const Field& field, const YAML::Node& node, const std::string& key, const Context& ctx) {
   bool overflow = false;
   const auto value = parse_int(node.Scalar(), overflow);
   if (value && *value >= field.min && *value <= field.max) return *value;
   if (!value && !overflow) fail(ctx, node, key + ": expected an integer, got " + describe(node));
   fail(ctx, node,
-       key + ": expected an integer in [" + std::to_string(field.min) + ", " +
-           std::to_string(field.max) + "], got " + describe(node));
+       key + ": expected an integer in [" + std::to_string(field.min) + ", " + std::to_string(field.max) + "], got " +
+           describe(node));
 }
 
 // Converts one scalar for a value of `kind` (the element kind, for lists); throws on mismatch.
-Value scalar_value(const Field& field, Kind kind, const YAML::Node& node, const std::string& key,
-                   const Context& ctx) {
+Value scalar_value(const Field& field, Kind kind, const YAML::Node& node, const std::string& key, const Context& ctx) {
   const auto bad = [&](const std::string& extra) {
     fail(ctx, node, key + ": " + expected(field, kind) + ", got " + describe(node) + extra);
   };
@@ -204,8 +212,7 @@ Value scalar_value(const Field& field, Kind kind, const YAML::Node& node, const 
   const std::string& text = node.Scalar();
   if (kind == Kind::string) return text;
   if (kind == Kind::enumeration) {
-    if (std::find(field.choices.begin(), field.choices.end(), text) != field.choices.end())
-      return text;
+    if (std::find(field.choices.begin(), field.choices.end(), text) != field.choices.end()) return text;
     const auto best = closest(text, field.choices);
     bad(best ? " (did you mean '" + *best + "'?)" : "");
   }
@@ -221,8 +228,7 @@ Value scalar_value(const Field& field, Kind kind, const YAML::Node& node, const 
 }
 
 template <class T>
-Value list_value(const Field& field, Kind elem, const YAML::Node& node, const std::string& key,
-                 const Context& ctx) {
+Value list_value(const Field& field, Kind elem, const YAML::Node& node, const std::string& key, const Context& ctx) {
   std::vector<T> values;
   for (std::size_t i = 0; i < node.size(); ++i) {
     const std::string elem_key = key + "[" + std::to_string(i) + "]";
@@ -247,7 +253,8 @@ nlohmann::json json_of(const YAML::Node& node, const std::string& key, const Con
   }
   if (node.IsSequence()) {
     nlohmann::json out = nlohmann::json::array();
-    for (std::size_t i = 0; i < node.size(); ++i) out.push_back(json_of(node[i], key + "[" + std::to_string(i) + "]", ctx));
+    for (std::size_t i = 0; i < node.size(); ++i)
+      out.push_back(json_of(node[i], key + "[" + std::to_string(i) + "]", ctx));
     return out;
   }
   const std::string& text = node.Scalar();
@@ -257,28 +264,29 @@ nlohmann::json json_of(const YAML::Node& node, const std::string& key, const Con
   bool overflow = false;
   if (const auto i = parse_int(text, overflow)) return *i;
   if (const auto x = parse_real(text)) {
-    if (!std::isfinite(*x)) fail(ctx, node, key + ": " + text + " is not a finite number (JSON, and so the value handed on, has none)");
+    if (!std::isfinite(*x))
+      fail(ctx, node, key + ": " + text + " is not a finite number (JSON, and so the value handed on, has none)");
     return *x;
   }
   return text;
 }
 
-void apply_leaf(const Field& field, const YAML::Node& node, const std::string& key,
-                const Context& ctx) {
+void apply_leaf(const Field& field, const YAML::Node& node, const std::string& key, const Context& ctx) {
   if (field.kind == Kind::mapping) {
-    if (!node.IsMap() && !node.IsNull()) fail(ctx, node, key + ": " + expected(field, field.kind) + ", got " + describe(node));
+    if (!node.IsMap() && !node.IsNull())
+      fail(ctx, node, key + ": " + expected(field, field.kind) + ", got " + describe(node));
     return field.set(node.IsNull() ? std::string("{}") : json_of(node, key, ctx).dump());
   }
-  const bool is_list = field.kind == Kind::int_list || field.kind == Kind::real_list ||
-                       field.kind == Kind::string_list;
+  const bool is_list = field.kind == Kind::int_list || field.kind == Kind::real_list || field.kind == Kind::string_list;
   if (!is_list) return field.set(scalar_value(field, field.kind, node, key, ctx));
-  if (!node.IsSequence())
-    fail(ctx, node, key + ": " + expected(field, field.kind) + ", got " + describe(node));
+  if (!node.IsSequence()) fail(ctx, node, key + ": " + expected(field, field.kind) + ", got " + describe(node));
   switch (field.kind) {
     case Kind::int_list:
       return field.set(list_value<int64_t>(field, Kind::integer, node, key, ctx));
-    case Kind::real_list: return field.set(list_value<double>(field, Kind::real, node, key, ctx));
-    default: return field.set(list_value<std::string>(field, Kind::string, node, key, ctx));
+    case Kind::real_list:
+      return field.set(list_value<double>(field, Kind::real, node, key, ctx));
+    default:
+      return field.set(list_value<std::string>(field, Kind::string, node, key, ctx));
   }
 }
 
@@ -298,22 +306,18 @@ void apply_section_list(const Field& field, const YAML::Node& node, const std::s
 }
 
 // Applies `node` to `field` (dotted name `key`); sections recurse key by key.
-void apply_node(const Field& field, const YAML::Node& node, const std::string& key,
-                const Context& ctx) {
+void apply_node(const Field& field, const YAML::Node& node, const std::string& key, const Context& ctx) {
   if (field.kind == Kind::section_list) return apply_section_list(field, node, key, ctx);
   if (field.kind != Kind::section) return apply_leaf(field, node, key, ctx);
   if (node.IsNull()) return;  // `precision:` with nothing under it changes nothing
   const std::string name = key.empty() ? "top level" : key;
-  if (!node.IsMap())
-    fail(ctx, node, name + ": " + expected(field, Kind::section) + ", got " + describe(node));
+  if (!node.IsMap()) fail(ctx, node, name + ": " + expected(field, Kind::section) + ", got " + describe(node));
   std::set<std::string> seen;
   for (const auto& entry : node) {
     const YAML::Node key_node = entry.first;  // a copy: yaml-cpp's iterator hands out temporaries
-    if (!key_node.IsScalar())
-      fail(ctx, key_node, name + ": keys must be names, got " + describe(key_node));
+    if (!key_node.IsScalar()) fail(ctx, key_node, name + ": keys must be names, got " + describe(key_node));
     const std::string child_name = key_node.Scalar();
-    if (!seen.insert(child_name).second)
-      fail(ctx, key_node, "duplicate key '" + join_key(key, child_name) + "'");
+    if (!seen.insert(child_name).second) fail(ctx, key_node, "duplicate key '" + join_key(key, child_name) + "'");
     const Field* child = find_child(field, child_name);
     if (!child) fail(ctx, key_node, unknown_key(ctx, field, key, child_name));
     Context child_ctx = ctx;
@@ -326,8 +330,7 @@ void apply_node(const Field& field, const YAML::Node& node, const std::string& k
 
 void load_yaml_file(const Field& root, const std::filesystem::path& path) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
-    throw UserError("config file not found: " + path.string());
+  if (!std::filesystem::exists(path, ec)) throw UserError("config file not found: " + path.string());
   if (std::filesystem::is_directory(path, ec)) {
     throw UserError("config path " + path.string() + " is a folder; give a YAML file");
   }
@@ -391,8 +394,7 @@ void apply_override(const Field& root, const std::string& text) {
   std::istringstream parts(key);
   for (std::string part; std::getline(parts, part, '.');) {
     if (field->kind != Kind::section) {
-      throw UserError(ctx.at(node.Mark()) + "unknown key '" + key + "' ('" + prefix +
-                      "' is a value, not a section)");
+      throw UserError(ctx.at(node.Mark()) + "unknown key '" + key + "' ('" + prefix + "' is a value, not a section)");
     }
     // `reward.terms[1].weight=0.5`: item 1 of an existing list of sections.
     std::optional<std::size_t> index;

@@ -7,9 +7,7 @@
 
 namespace unstuck {
 
-std::string ResolvedDevice::name() const {
-  return kind == DeviceKind::cuda ? "cuda:" + std::to_string(index) : "cpu";
-}
+std::string ResolvedDevice::name() const { return kind == DeviceKind::cuda ? "cuda:" + std::to_string(index) : "cpu"; }
 
 ResolvedDevice resolve_device(DeviceKind requested, int local_rank, int cuda_devices, const std::string& why_not) {
   if (requested == DeviceKind::cpu || (requested == DeviceKind::auto_ && cuda_devices <= 0)) return {};
@@ -19,7 +17,8 @@ ResolvedDevice resolve_device(DeviceKind requested, int local_rank, int cuda_dev
   if (local_rank < 0 || local_rank >= cuda_devices)
     throw UserError("run.device " + std::string(requested == DeviceKind::cuda ? "cuda" : "auto") + ": LOCAL_RANK " +
                     std::to_string(local_rank) + " has no CUDA device of its own (this machine has " +
-                    std::to_string(cuda_devices) + "); start at most that many ranks per machine or set run.device: cpu");
+                    std::to_string(cuda_devices) +
+                    "); start at most that many ranks per machine or set run.device: cpu");
   return {DeviceKind::cuda, local_rank};
 }
 

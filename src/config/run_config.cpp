@@ -10,8 +10,7 @@
 
 namespace unstuck {
 
-RunConfig load_run_config(const std::filesystem::path& path,
-                          const std::vector<std::string>& overrides) {
+RunConfig load_run_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
   RunConfig config;
   const config::Field root = config::bind(config);
   if (!path.empty()) config::load_yaml_file(root, path);
@@ -22,8 +21,7 @@ RunConfig load_run_config(const std::filesystem::path& path,
 
 std::string resolved_yaml(const RunConfig& config, bool with_docs) {
   RunConfig copy = config;  // bind() needs a mutable object; dumping only reads it
-  return "# Resolved run config (defaults < file < overrides), written by unstuck " UNSTUCK_VERSION
-         ".\n" +
+  return "# Resolved run config (defaults < file < overrides), written by unstuck " UNSTUCK_VERSION ".\n" +
          config::to_yaml(config::bind(copy), with_docs);
 }
 

@@ -33,12 +33,16 @@ std::set<std::string> builtin_verifiers(const RunConfig& c) {
     case reward::ScorerKind::terms:
       for (std::size_t i = 0; i < r.terms.size(); ++i) {
         const reward::RewardConfig term = reward::term_config(r, i);
-        if (reward::scorer_kind(term) == reward::ScorerKind::verifier && !term.verifier.empty()) names.insert(term.verifier);
+        if (reward::scorer_kind(term) == reward::ScorerKind::verifier && !term.verifier.empty())
+          names.insert(term.verifier);
       }
       break;
     case reward::ScorerKind::function:
-    case reward::ScorerKind::command: break;
-    case reward::ScorerKind::verifier: names.insert(reward::verifier_name(r, config::enum_name(c.data.task))); break;
+    case reward::ScorerKind::command:
+      break;
+    case reward::ScorerKind::verifier:
+      names.insert(reward::verifier_name(r, config::enum_name(c.data.task)));
+      break;
   }
   return names;
 }
@@ -82,14 +86,109 @@ Why generator_settings(const RunConfig&, const std::string&, const std::string&)
 }
 
 // <section>.warmup_steps and <section>.min_lr_ratio: read by the schedules that have a warm-up and a floor.
-Why schedule_key(const train::LrScheduleConfig& s, const std::string& key) {
+Why schedule_key(const config::LrScheduleConfig& s, const std::string& key) {
   const std::string section = key.substr(0, key.find('.'));
   const std::string schedule = section + ".lr_schedule is " + std::string(config::enum_name(s.schedule));
-  if (key == section + ".warmup_steps" && s.schedule == train::LrSchedule::constant)
+  if (key == section + ".warmup_steps" && s.schedule == config::LrSchedule::constant)
     return "the warm-up of the warmup and cosine schedules; " + schedule;
-  if (key == section + ".min_lr_ratio" && s.schedule != train::LrSchedule::cosine)
+  if (key == section + ".min_lr_ratio" && s.schedule != config::LrSchedule::cosine)
     return "the floor of the cosine schedule; " + schedule;
   return std::nullopt;
+}
+
+Why test_share(const RunConfig&, const std::string&, const std::string&) {
+  return "the test share is read by `unstuck data generate --test-fraction`; a run reads data.test_path";
+}
+
+Why sft_section(const RunConfig& c, const std::string& command, const std::string& key) {
+  if (command == "sft") return schedule_key(c.sft.lr, key);
+  return "sft.* is read by `unstuck sft`; this is a `unstuck " + command + "` run";
+}
+
+Why grpo_section(const RunConfig& c, const std::string& command, const std::string& key) {
+  if (command == "train") return schedule_key(c.grpo.lr, key);
+  return "grpo.* is read by `unstuck train`; this is a `unstuck " + command + "` run";
+}
+
+Why rollout_section(const RunConfig&, const std::string& command, const std::string& key) {
+  // sft samples nothing; its evaluations read the answer length only.
+  if (command == "train" || key == "rollout.max_new_tokens") return std::nullopt;
+  return "sft evaluates greedily and reads only rollout.max_new_tokens from rollout.*";
+}
+
+Why model_section(const RunConfig& c, const std::string& command, const std::string& key) {
+  if (key == "model.activation_checkpointing") return std::nullopt;  // a training choice
+  if (command == "train") {
+    return "`unstuck train` takes the model's shape from grpo.base_model's config.json, which "
+           "differs (only model.activation_checkpointing is the run's)";
+  }
+  const std::string rope = "model.rope_scaling.";
+  if (key.rfind(rope, 0) == 0 && !rope_key_read(c.model.rope_scaling.type, key.substr(rope.size()))) {
+    return "model.rope_scaling.type is " + std::string(config::enum_name(c.model.rope_scaling.type)) +
+           ", which does not read it";
+  }
+  return std::nullopt;
+}
+
+Why lora_section(const RunConfig& c, const std::string&, const std::string& key) {
+  if (key == "lora.rank" || c.lora.enabled()) return std::nullopt;
+  return "lora.rank is 0 (full-parameter training); set lora.rank > 0 to train adapters";
+}
+
+Why loss_scale_section(const RunConfig& c, const std::string&, const std::string&) {
+  if (precision::uses_loss_scaling(c.precision.mode)) return std::nullopt;
+  return "precision.mode " + std::string(config::enum_name(c.precision.mode)) +
+         " does not scale the loss (fp16 and fp16_sr do)";
+}
+
+Why verifier_key(const RunConfig& c, const std::string&, const std::string&) {
+  if (!c.reward.terms.empty()) return "reward.terms is set, and each term names its own verifier";
+  if (!c.reward.function.path.empty()) return "reward.function.path is set and scores instead";
+  if (!c.reward.command.empty()) return "reward.command is set and scores instead";
+  return std::nullopt;
+}
+
+Why function_keys(const RunConfig& c, const std::string&, const std::string& key) {
+  if (!c.reward.terms.empty()) return "reward.terms is set, and each term has its own function";
+  // A command's workers take the function's worker options (reward_config.h).
+  if (c.reward.function.path.empty() && c.reward.command.empty()) {
+    return "reward.function.path is empty, so no reward function runs";
+  }
+  if (c.reward.function.path.empty()) {
+    static const std::set<std::string> kCommandReads = {"reward.function.workers",   "reward.function.batch_size",
+                                                        "reward.function.timeout_s", "reward.function.start_timeout_s",
+                                                        "reward.function.memory_mb", "reward.function.max_error_frac"};
+    if (kCommandReads.count(key) == 0)
+      return "reward.function.path is empty; reward.command reads only "
+             "the worker options (workers, batch_size, timeout_s, ...)";
+  }
+  return std::nullopt;
+}
+
+Why command_key(const RunConfig& c, const std::string&, const std::string&) {
+  if (!c.reward.terms.empty()) return "reward.terms is set, and each term has its own command";
+  if (!c.reward.function.path.empty()) return "reward.function.path is set and scores instead";
+  return std::nullopt;
+}
+
+Why code_keys(const RunConfig& c, const std::string&, const std::string&) {
+  if (scored_by(c, {"code"})) return std::nullopt;
+  return "it configures the code verifier, and " + scorers_text(c);
+}
+
+Why math_keys(const RunConfig& c, const std::string&, const std::string&) {
+  if (scored_by(c, {"math"})) return std::nullopt;
+  return "it configures the math verifier, and " + scorers_text(c);
+}
+
+Why expression_depth_key(const RunConfig& c, const std::string&, const std::string&) {
+  if (scored_by(c, {"countdown"})) return std::nullopt;
+  return "it configures the countdown verifier, and " + scorers_text(c);
+}
+
+Why format_reward_key(const RunConfig& c, const std::string&, const std::string&) {
+  if (scored_by(c, {"math", "arithmetic", "countdown"})) return std::nullopt;
+  return "format credit is given by the math, arithmetic and countdown verifiers, and " + scorers_text(c);
 }
 
 const std::vector<Rule>& rules() {
@@ -97,105 +196,25 @@ const std::vector<Rule>& rules() {
       // The generator's settings are `unstuck data generate`'s flags; runs read records.
       {"data.arithmetic.", generator_settings},
       {"data.countdown.", generator_settings},
-      {"data.test_fraction",
-       [](const RunConfig&, const std::string&, const std::string&) -> Why {
-         return "the test share is read by `unstuck data generate --test-fraction`; a run reads data.test_path";
-       }},
+      {"data.test_fraction", test_share},
       // The other command's section.
-      {"sft.",
-       [](const RunConfig& c, const std::string& command, const std::string& key) -> Why {
-         if (command == "sft") return schedule_key(c.sft.lr, key);
-         return "sft.* is read by `unstuck sft`; this is a `unstuck " + command + "` run";
-       }},
-      {"grpo.",
-       [](const RunConfig& c, const std::string& command, const std::string& key) -> Why {
-         if (command == "train") return schedule_key(c.grpo.lr, key);
-         return "grpo.* is read by `unstuck train`; this is a `unstuck " + command + "` run";
-       }},
-      {"rollout.",
-       [](const RunConfig&, const std::string& command, const std::string& key) -> Why {
-         // sft samples nothing; its evaluations read the answer length only.
-         if (command == "train" || key == "rollout.max_new_tokens") return std::nullopt;
-         return "sft evaluates greedily and reads only rollout.max_new_tokens from rollout.*";
-       }},
+      {"sft.", sft_section},
+      {"grpo.", grpo_section},
+      {"rollout.", rollout_section},
       // The model: `train` takes its shape from grpo.base_model's config.json.
-      {"model.",
-       [](const RunConfig& c, const std::string& command, const std::string& key) -> Why {
-         if (key == "model.activation_checkpointing") return std::nullopt;  // a training choice
-         if (command == "train") {
-           return "`unstuck train` takes the model's shape from grpo.base_model's config.json, which "
-                  "differs (only model.activation_checkpointing is the run's)";
-         }
-         const std::string rope = "model.rope_scaling.";
-         if (key.rfind(rope, 0) == 0 && !rope_key_read(c.model.rope_scaling.type, key.substr(rope.size()))) {
-           return "model.rope_scaling.type is " + std::string(config::enum_name(c.model.rope_scaling.type)) +
-                  ", which does not read it";
-         }
-         return std::nullopt;
-       }},
-      {"lora.",
-       [](const RunConfig& c, const std::string&, const std::string& key) -> Why {
-         if (key == "lora.rank" || c.lora.enabled()) return std::nullopt;
-         return "lora.rank is 0 (full-parameter training); set lora.rank > 0 to train adapters";
-       }},
-      {"precision.loss_scale.",
-       [](const RunConfig& c, const std::string&, const std::string&) -> Why {
-         if (precision::uses_loss_scaling(c.precision.mode)) return std::nullopt;
-         return "precision.mode " + std::string(config::enum_name(c.precision.mode)) +
-                " does not scale the loss (fp16 and fp16_sr do)";
-       }},
+      {"model.", model_section},
+      {"lora.", lora_section},
+      {"precision.loss_scale.", loss_scale_section},
       // The reward: what the configured scorers read.
-      {"reward.verifier",
-       [](const RunConfig& c, const std::string&, const std::string&) -> Why {
-         if (!c.reward.terms.empty()) return "reward.terms is set, and each term names its own verifier";
-         if (!c.reward.function.path.empty()) return "reward.function.path is set and scores instead";
-         if (!c.reward.command.empty()) return "reward.command is set and scores instead";
-         return std::nullopt;
-       }},
-      {"reward.function.",
-       [](const RunConfig& c, const std::string&, const std::string& key) -> Why {
-         if (!c.reward.terms.empty()) return "reward.terms is set, and each term has its own function";
-         // A command's workers take the function's worker options (reward_config.h).
-         if (c.reward.function.path.empty() && c.reward.command.empty()) {
-           return "reward.function.path is empty, so no reward function runs";
-         }
-         if (c.reward.function.path.empty()) {
-           static const std::set<std::string> kCommandReads = {
-               "reward.function.workers", "reward.function.batch_size", "reward.function.timeout_s",
-               "reward.function.start_timeout_s", "reward.function.memory_mb", "reward.function.max_error_frac"};
-           if (kCommandReads.count(key) == 0) return "reward.function.path is empty; reward.command reads only "
-                                                     "the worker options (workers, batch_size, timeout_s, ...)";
-         }
-         return std::nullopt;
-       }},
-      {"reward.command",
-       [](const RunConfig& c, const std::string&, const std::string&) -> Why {
-         if (!c.reward.terms.empty()) return "reward.terms is set, and each term has its own command";
-         if (!c.reward.function.path.empty()) return "reward.function.path is set and scores instead";
-         return std::nullopt;
-       }},
-      {"reward.code.",
-       [](const RunConfig& c, const std::string&, const std::string&) -> Why {
-         if (scored_by(c, {"code"})) return std::nullopt;
-         return "it configures the code verifier, and " + scorers_text(c);
-       }},
-      {"reward.math.",
-       [](const RunConfig& c, const std::string&, const std::string&) -> Why {
-         if (scored_by(c, {"math"})) return std::nullopt;
-         return "it configures the math verifier, and " + scorers_text(c);
-       }},
-      {"reward.max_expression_depth",
-       [](const RunConfig& c, const std::string&, const std::string&) -> Why {
-         if (scored_by(c, {"countdown"})) return std::nullopt;
-         return "it configures the countdown verifier, and " + scorers_text(c);
-       }},
+      {"reward.verifier", verifier_key},
+      {"reward.function.", function_keys},
+      {"reward.command", command_key},
+      {"reward.code.", code_keys},
+      {"reward.math.", math_keys},
+      {"reward.max_expression_depth", expression_depth_key},
       {"reward.answer_formats", answers_extracted},
       {"reward.max_answer_chars", answers_extracted},
-      {"reward.format_reward",
-       [](const RunConfig& c, const std::string&, const std::string&) -> Why {
-         if (scored_by(c, {"math", "arithmetic", "countdown"})) return std::nullopt;
-         return "format credit is given by the math, arithmetic and countdown verifiers, and " + scorers_text(c);
-       }},
+      {"reward.format_reward", format_reward_key},
   };
   return kRules;
 }
@@ -251,8 +270,8 @@ std::vector<UnusedKey> unused_keys(const RunConfig& config, const std::string& c
   return unused;
 }
 
-void refuse_unused_keys(const RunConfig& config, const std::string& command,
-                        const model::ModelConfig* loaded_model, bool warn_only) {
+void refuse_unused_keys(const RunConfig& config, const std::string& command, const model::ModelConfig* loaded_model,
+                        bool warn_only) {
   const std::vector<UnusedKey> unused = unused_keys(config, command, loaded_model);
   if (unused.empty()) return;
   std::string message = std::to_string(unused.size()) + " key(s) set that this `unstuck " + command +

@@ -31,9 +31,7 @@ void require(bool ok, const char* key, const char* rule, const std::string& got)
 void require(bool ok, const char* key, const std::string& rule, const std::string& got) {
   require(ok, key, rule.c_str(), got);
 }
-void require(bool ok, const char* key, const char* rule, double got) {
-  require(ok, key, rule, shown(got));
-}
+void require(bool ok, const char* key, const char* rule, double got) { require(ok, key, rule, shown(got)); }
 
 // Every number of the config is finite: YAML's .inf / .nan in any key is refused by that key's
 // name before its own range is checked (a NaN fails every comparison, an infinity only some).
@@ -56,15 +54,17 @@ void require_finite(const config::Field& section, const std::string& prefix) {
 }
 
 void validate_run(const RunOptions& run) {
-  const bool plain_name = !run.name.empty() && run.name != "." && run.name != ".." &&
-                          run.name.find_first_of("/\\") == std::string::npos;
+  const bool plain_name =
+      !run.name.empty() && run.name != "." && run.name != ".." && run.name.find_first_of("/\\") == std::string::npos;
   bool printable = true;  // a NUL or a control character would mangle or hide the directory name
   for (const char c : run.name) printable = printable && (static_cast<unsigned char>(c) >= 0x20 && c != 0x7f);
   std::string shown_name;
   for (const char c : run.name) {
     const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u != 0x7f) shown_name += c;
-    else shown_name += "\\x" + std::string(1, "0123456789abcdef"[u >> 4]) + "0123456789abcdef"[u & 15];
+    if (u >= 0x20 && u != 0x7f)
+      shown_name += c;
+    else
+      shown_name += "\\x" + std::string(1, "0123456789abcdef"[u >> 4]) + "0123456789abcdef"[u & 15];
   }
   require(plain_name, "run.name", "a plain folder name (not empty, no '/')", "'" + shown_name + "'");
   require(printable, "run.name", "a folder name without control characters (NUL, newline, ...)",
@@ -73,23 +73,20 @@ void validate_run(const RunOptions& run) {
 }
 
 void validate_loss_scale(const precision::LossScaleConfig& ls) {
-  require(std::isfinite(ls.min_scale) && ls.min_scale > 0, "precision.loss_scale.min_scale",
-          "a finite number > 0", ls.min_scale);
-  require(std::isfinite(ls.max_scale) && ls.max_scale >= ls.min_scale,
-          "precision.loss_scale.max_scale", "finite and >= precision.loss_scale.min_scale",
-          ls.max_scale);
-  require(ls.initial_scale >= ls.min_scale && ls.initial_scale <= ls.max_scale,
-          "precision.loss_scale.initial_scale", "within [min_scale, max_scale]", ls.initial_scale);
-  require(std::isfinite(ls.growth_factor) && ls.growth_factor > 1,
-          "precision.loss_scale.growth_factor", "a finite number > 1", ls.growth_factor);
-  require(ls.backoff_factor > 0 && ls.backoff_factor < 1, "precision.loss_scale.backoff_factor",
-          "in (0, 1)", ls.backoff_factor);
-  require(ls.growth_interval >= 1, "precision.loss_scale.growth_interval", ">= 1",
-          std::to_string(ls.growth_interval));
+  require(std::isfinite(ls.min_scale) && ls.min_scale > 0, "precision.loss_scale.min_scale", "a finite number > 0",
+          ls.min_scale);
+  require(std::isfinite(ls.max_scale) && ls.max_scale >= ls.min_scale, "precision.loss_scale.max_scale",
+          "finite and >= precision.loss_scale.min_scale", ls.max_scale);
+  require(ls.initial_scale >= ls.min_scale && ls.initial_scale <= ls.max_scale, "precision.loss_scale.initial_scale",
+          "within [min_scale, max_scale]", ls.initial_scale);
+  require(std::isfinite(ls.growth_factor) && ls.growth_factor > 1, "precision.loss_scale.growth_factor",
+          "a finite number > 1", ls.growth_factor);
+  require(ls.backoff_factor > 0 && ls.backoff_factor < 1, "precision.loss_scale.backoff_factor", "in (0, 1)",
+          ls.backoff_factor);
+  require(ls.growth_interval >= 1, "precision.loss_scale.growth_interval", ">= 1", std::to_string(ls.growth_interval));
   require(ls.max_consecutive_skips >= 0, "precision.loss_scale.max_consecutive_skips", ">= 0 (0 = never stop)",
           std::to_string(ls.max_consecutive_skips));
-  require(ls.hysteresis >= 1, "precision.loss_scale.hysteresis", ">= 1",
-          std::to_string(ls.hysteresis));
+  require(ls.hysteresis >= 1, "precision.loss_scale.hysteresis", ">= 1", std::to_string(ls.hysteresis));
 }
 
 void validate_precision(const precision::PrecisionConfig& p) {
@@ -108,15 +105,12 @@ void validate_optim(const precision::OptimConfig& o) {
   require(o.beta1 >= 0 && o.beta1 < 1, "optim.beta1", "in [0, 1)", o.beta1);
   require(o.beta2 >= 0 && o.beta2 < 1, "optim.beta2", "in [0, 1)", o.beta2);
   require(std::isfinite(o.eps) && o.eps > 0, "optim.eps", "> 0", o.eps);
-  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "optim.weight_decay", ">= 0",
-          o.weight_decay);
-  require(std::isfinite(o.grad_clip) && o.grad_clip >= 0, "optim.grad_clip", ">= 0 (0 = off)",
-          o.grad_clip);
+  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "optim.weight_decay", ">= 0", o.weight_decay);
+  require(std::isfinite(o.grad_clip) && o.grad_clip >= 0, "optim.grad_clip", ">= 0 (0 = off)", o.grad_clip);
 }
 
 void validate_model(model::ModelConfig m) {
-  require(m.vocab_size >= 0, "model.vocab_size", ">= 0 (0 = from the tokenizer)",
-          std::to_string(m.vocab_size));
+  require(m.vocab_size >= 0, "model.vocab_size", ">= 0 (0 = from the tokenizer)", std::to_string(m.vocab_size));
   require(m.max_seq_len <= kMaxTokens, "model.max_seq_len", "<= " + std::to_string(kMaxTokens),
           std::to_string(m.max_seq_len));
   if (m.vocab_size == 0) m.vocab_size = 1;  // filled in from the tokenizer later
@@ -124,21 +118,21 @@ void validate_model(model::ModelConfig m) {
 }
 
 void validate_rollout(const rollout::SamplingConfig& r) {
-  require(std::isfinite(r.temperature) && r.temperature >= 0, "rollout.temperature",
-          ">= 0 (0 = greedy)", r.temperature);
+  require(std::isfinite(r.temperature) && r.temperature >= 0, "rollout.temperature", ">= 0 (0 = greedy)",
+          r.temperature);
   require(r.top_k >= 0, "rollout.top_k", ">= 0 (0 = off)", std::to_string(r.top_k));
   require(r.top_p > 0 && r.top_p <= 1, "rollout.top_p", "in (0, 1]", r.top_p);
   require(r.max_new_tokens >= 1 && r.max_new_tokens <= kMaxTokens, "rollout.max_new_tokens",
           "in [1, " + std::to_string(kMaxTokens) + "]", std::to_string(r.max_new_tokens));
 }
 
-void validate_lr_schedule(const train::LrScheduleConfig& s, const std::string& section) {
+void validate_lr_schedule(const config::LrScheduleConfig& s, const std::string& section) {
   const std::string warmup = section + ".warmup_steps", floor = section + ".min_lr_ratio";
   require(s.warmup_steps >= 0, warmup.c_str(), ">= 0", std::to_string(s.warmup_steps));
   require(s.min_lr_ratio >= 0 && s.min_lr_ratio <= 1, floor.c_str(), "in [0, 1]", s.min_lr_ratio);
 }
 
-void validate_sft(const train::SftConfig& s) {
+void validate_sft(const config::SftConfig& s) {
   require(s.steps >= 1, "sft.steps", ">= 1", std::to_string(s.steps));
   require(s.batch_size >= 1, "sft.batch_size", ">= 1", std::to_string(s.batch_size));
   validate_lr_schedule(s.lr, "sft");
@@ -147,7 +141,7 @@ void validate_sft(const train::SftConfig& s) {
   require(s.eval_samples >= 0, "sft.eval_samples", ">= 0 (0 = all)", std::to_string(s.eval_samples));
 }
 
-void validate_grpo(const train::GrpoConfig& g) {
+void validate_grpo(const config::GrpoConfig& g) {
   require(g.steps >= 1, "grpo.steps", ">= 1", std::to_string(g.steps));
   require(g.prompts_per_step >= 1, "grpo.prompts_per_step", ">= 1", std::to_string(g.prompts_per_step));
   require(g.group_size >= 2, "grpo.group_size", ">= 2 (advantages compare completions of a prompt)",
@@ -166,8 +160,10 @@ void validate_grpo(const train::GrpoConfig& g) {
           "0 (off) or in (1, " + shown(kMaxCoef) + "]", shown(g.clip_ratio_c));
   require(g.advantage != algo::AdvantageMode::mean_only || g.scale_rewards == algo::RewardScale::auto_ ||
               g.scale_rewards == algo::RewardScale::none,
-          "grpo.scale_rewards", "auto or none with grpo.advantage: mean_only (which divides by nothing; for a scale "
-          "use grpo.advantage: grpo)", "'" + std::string(config::enum_name(g.scale_rewards)) + "'");
+          "grpo.scale_rewards",
+          "auto or none with grpo.advantage: mean_only (which divides by nothing; for a scale "
+          "use grpo.advantage: grpo)",
+          "'" + std::string(config::enum_name(g.scale_rewards)) + "'");
   require(g.oversample >= 0 && g.oversample <= 100, "grpo.oversample", "in [0, 100]", std::to_string(g.oversample));
   require(g.oversample == 0 || g.filter_groups != algo::GroupFilter::none, "grpo.oversample",
           "0 unless grpo.filter_groups drops groups (nothing to refill)", std::to_string(g.oversample));
@@ -254,7 +250,7 @@ void validate(const RunConfig& config) {
           "rollout.decode", "auto, dynamic or fixed with run.device: cpu (CUDA graphs need a GPU)", "graphs");
   validate_sft(config.sft);
   validate_grpo(config.grpo);
-  const train::GrpoConfig& g = config.grpo;
+  const config::GrpoConfig& g = config.grpo;
   if (g.overlong == algo::Overlong::soft_penalty)
     require(g.overlong_buffer >= 1 && g.overlong_buffer <= config.rollout.max_new_tokens, "grpo.overlong_buffer",
             "in [1, rollout.max_new_tokens = " + std::to_string(config.rollout.max_new_tokens) +

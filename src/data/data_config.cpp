@@ -5,22 +5,21 @@
 #include <string>
 
 #include "unstuck/common/error.h"
-#include "unstuck/config/config.h"
+#include "unstuck/common/value_names.h"
 
 namespace unstuck::data {
 namespace {
 
 void check_range(const std::string& key, int64_t value, int64_t lo, int64_t hi) {
   if (value < lo || value > hi) {
-    throw UserError(key + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                    "], got " + std::to_string(value));
+    throw UserError(key + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                    std::to_string(value));
   }
 }
 
 void check_order(const std::string& lo_key, int64_t lo, const std::string& hi_key, int64_t hi) {
   if (lo > hi) {
-    throw UserError(lo_key + " (" + std::to_string(lo) + ") must be <= " + hi_key + " (" +
-                    std::to_string(hi) + ")");
+    throw UserError(lo_key + " (" + std::to_string(lo) + ") must be <= " + hi_key + " (" + std::to_string(hi) + ")");
   }
 }
 
@@ -51,8 +50,7 @@ std::string placeholder_names(const TaskRecord& record) {
 void validate(const DataConfig& config, const std::string& prefix) {
   const std::string p = prefix.empty() ? "" : prefix + ".";
   if (!(config.test_fraction >= 0.0 && config.test_fraction < 1.0)) {
-    throw UserError(p + "test_fraction must be in [0, 1), got " +
-                    config::format_double(config.test_fraction));
+    throw UserError(p + "test_fraction must be in [0, 1), got " + format_double(config.test_fraction));
   }
   if (config.prompt_key.empty()) throw UserError(p + "prompt_key must name a record key, e.g. prompt or question");
   if (config.answer_key.empty()) throw UserError(p + "answer_key must name a record key, e.g. answer or solution");
@@ -80,16 +78,15 @@ void validate(const DataConfig& config, const std::string& prefix) {
 
 std::filesystem::path train_file(const DataConfig& config) {
   if (!config.train_path.empty()) return config.train_path;
-  return std::filesystem::path("data") / config::enum_name(config.task) / "train.jsonl";
+  return std::filesystem::path("data") / enum_name(config.task) / "train.jsonl";
 }
 
 std::filesystem::path test_file(const DataConfig& config) {
   if (!config.test_path.empty()) return config.test_path;
-  return std::filesystem::path("data") / config::enum_name(config.task) / "test.jsonl";
+  return std::filesystem::path("data") / enum_name(config.task) / "test.jsonl";
 }
 
-std::string fill_template(const std::string& text, const TaskRecord& record,
-                          const std::string& template_name) {
+std::string fill_template(const std::string& text, const TaskRecord& record, const std::string& template_name) {
   std::string out;
   out.reserve(text.size() + record.prompt.size() + record.answer.size());
   for (size_t i = 0; i < text.size(); ++i) {
@@ -122,8 +119,8 @@ std::string fill_template(const std::string& text, const TaskRecord& record,
     } else if (record.fields.is_object() && record.fields.contains(name)) {
       out += field_text(record.fields.at(name));
     } else {
-      throw UserError(template_name + ": unknown placeholder {" + name +
-                      "} (record has: " + placeholder_names(record) + ")");
+      throw UserError(template_name + ": unknown placeholder {" + name + "} (record has: " + placeholder_names(record) +
+                      ")");
     }
     i = close;
   }

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "unstuck/common/error.h"
-#include "unstuck/config/config.h"
+#include "unstuck/common/value_names.h"
 #include "unstuck/reward/answer.h"
 
 namespace unstuck::data {
@@ -52,9 +52,12 @@ std::optional<std::string> extract_reference(const std::string& text, AnswerExtr
   // The same readers the verifiers apply to completions (reward/answer.h), so a reference and a
   // completion written alike extract alike.
   switch (how) {
-    case AnswerExtraction::gsm8k: return reward::extract_answer(text, reward::AnswerFormat::hashes);
-    case AnswerExtraction::boxed: return reward::extract_answer(text, reward::AnswerFormat::boxed);
-    case AnswerExtraction::none: break;
+    case AnswerExtraction::gsm8k:
+      return reward::extract_answer(text, reward::AnswerFormat::hashes);
+    case AnswerExtraction::boxed:
+      return reward::extract_answer(text, reward::AnswerFormat::boxed);
+    case AnswerExtraction::none:
+      break;
   }
   std::string out = trim(text);
   if (out.empty()) return std::nullopt;
@@ -65,7 +68,7 @@ TaskRecord record_from_mapping(const nlohmann::ordered_json& object, const DataC
   if (!object.is_object()) throw UserError(std::string("expected a JSON object, got ") + object.type_name());
   TaskRecord record;
   const auto task = object.find("task");
-  record.task = task != object.end() && task->is_string() ? task->get<std::string>() : config::enum_name(config.task);
+  record.task = task != object.end() && task->is_string() ? task->get<std::string>() : enum_name(config.task);
 
   const nlohmann::ordered_json* prompt = find_path(object, config.prompt_key);
   if (!prompt) throw UserError("missing data.prompt_key '" + config.prompt_key + "'");
@@ -82,7 +85,8 @@ TaskRecord record_from_mapping(const nlohmann::ordered_json& object, const DataC
       if (m["role"] == "user") record.prompt = m["content"].get<std::string>();
     }
   } else {
-    throw UserError("data.prompt_key '" + config.prompt_key + "' must be a string or a non-empty list of messages, got " +
+    throw UserError("data.prompt_key '" + config.prompt_key +
+                    "' must be a string or a non-empty list of messages, got " +
                     (prompt->is_array() ? std::string("an empty list") : std::string(prompt->type_name())));
   }
 
@@ -94,12 +98,13 @@ TaskRecord record_from_mapping(const nlohmann::ordered_json& object, const DataC
     const std::string what = config.answer_extraction == AnswerExtraction::gsm8k   ? "no '####' followed by an answer"
                              : config.answer_extraction == AnswerExtraction::boxed ? "no complete \\boxed{...}"
                                                                                    : "a blank answer";
-    throw UserError("data.answer_key '" + config.answer_key + "': " + what + " (data.answer_extraction: " +
-                    config::enum_name(config.answer_extraction) + ")");
+    throw UserError("data.answer_key '" + config.answer_key + "': " + what +
+                    " (data.answer_extraction: " + enum_name(config.answer_extraction) + ")");
   }
   record.answer = *reference;
   for (auto it = object.begin(); it != object.end(); ++it) {
-    if (it.key() != "task" && it.key() != "prompt" && it.key() != "answer") record.fields[it.key()] = nlohmann::json(it.value());
+    if (it.key() != "task" && it.key() != "prompt" && it.key() != "answer")
+      record.fields[it.key()] = nlohmann::json(it.value());
   }
   return record;
 }

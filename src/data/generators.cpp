@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "unstuck/common/error.h"
-#include "unstuck/config/config.h"
+#include "unstuck/common/value_names.h"
 
 namespace unstuck::data {
 namespace {
@@ -76,9 +76,9 @@ std::vector<TaskRecord> collect(int64_t n, Split split, double test_fraction, co
   const int64_t max_draws = 10000 + 200 * n;
   for (int64_t draws = 0; static_cast<int64_t>(records.size()) < n; ++draws) {
     if (draws >= max_draws) {
-      throw UserError(std::string("could only generate ") + std::to_string(records.size()) +
-                      " distinct " + task + " problems for the " + config::enum_name(split) +
-                      " split, " + std::to_string(n) + " requested; " + widen_hint);
+      throw UserError(std::string("could only generate ") + std::to_string(records.size()) + " distinct " + task +
+                      " problems for the " + enum_name(split) + " split, " + std::to_string(n) + " requested; " +
+                      widen_hint);
     }
     std::string key;
     TaskRecord record = draw(key);
@@ -104,17 +104,24 @@ Partial combine(const Partial& a, char op, const Partial& b) {
   // Parenthesize a side whose operator binds more loosely; on the right also one of equal
   // precedence under - or / (a-(b+c) and a/(b*c) need them; a+(b-c) and a*(b/c) do not).
   const bool wrap_left = a.precedence < precedence;
-  const bool wrap_right =
-      b.precedence < precedence || (b.precedence == precedence && (op == '-' || op == '/'));
+  const bool wrap_right = b.precedence < precedence || (b.precedence == precedence && (op == '-' || op == '/'));
   std::string text = wrap_left ? "(" + a.text + ")" : a.text;
   text += op;
   text += wrap_right ? "(" + b.text + ")" : b.text;
   int64_t value = 0;
   switch (op) {
-    case '+': value = a.value + b.value; break;
-    case '-': value = a.value - b.value; break;
-    case '*': value = a.value * b.value; break;
-    default: value = a.value / b.value; break;
+    case '+':
+      value = a.value + b.value;
+      break;
+    case '-':
+      value = a.value - b.value;
+      break;
+    case '*':
+      value = a.value * b.value;
+      break;
+    default:
+      value = a.value / b.value;
+      break;
   }
   return {value, std::move(text), precedence};
 }
@@ -154,8 +161,7 @@ std::string countdown_key(std::vector<int64_t> numbers, int64_t target) {
 
 std::string arithmetic_key(int64_t a, int64_t b, const std::string& op) {
   // Sorted operands: 12+35 and 35+12 are one problem, so they never land in different splits.
-  return std::to_string(std::min(a, b)) + (op == "add" ? "+" : "*") +
-         std::to_string(std::max(a, b));
+  return std::to_string(std::min(a, b)) + (op == "add" ? "+" : "*") + std::to_string(std::max(a, b));
 }
 
 }  // namespace
@@ -168,8 +174,7 @@ Split split_of(const std::string& canonical_key, double test_fraction) {
 std::string canonical_key(const TaskRecord& record) {
   try {
     if (record.task == "arithmetic") {
-      return arithmetic_key(record.fields.at("a").get<int64_t>(),
-                            record.fields.at("b").get<int64_t>(),
+      return arithmetic_key(record.fields.at("a").get<int64_t>(), record.fields.at("b").get<int64_t>(),
                             record.fields.at("op").get<std::string>());
     }
     if (record.task == "countdown") {
@@ -180,12 +185,11 @@ std::string canonical_key(const TaskRecord& record) {
     throw UserError("record of task '" + record.task +
                     "' lacks its fields (arithmetic: a, b, op; countdown: numbers, target)");
   }
-  throw UserError("no canonical form for task '" + record.task +
-                  "' (known: arithmetic, countdown)");
+  throw UserError("no canonical form for task '" + record.task + "' (known: arithmetic, countdown)");
 }
 
-std::vector<TaskRecord> generate_arithmetic(const ArithmeticOptions& options, double test_fraction,
-                                            uint64_t seed, int64_t n, Split split) {
+std::vector<TaskRecord> generate_arithmetic(const ArithmeticOptions& options, double test_fraction, uint64_t seed,
+                                            int64_t n, Split split) {
   DataConfig check;
   check.arithmetic = options;
   check.test_fraction = test_fraction;
@@ -198,8 +202,7 @@ std::vector<TaskRecord> generate_arithmetic(const ArithmeticOptions& options, do
   };
   auto draw = [&](std::string& key) {
     const std::string& op =
-        options
-            .ops[static_cast<size_t>(rng.uniform(0, static_cast<int64_t>(options.ops.size()) - 1))];
+        options.ops[static_cast<size_t>(rng.uniform(0, static_cast<int64_t>(options.ops.size()) - 1))];
     const int64_t a = operand();
     const int64_t b = operand();
     key = arithmetic_key(a, b, op);
@@ -210,12 +213,12 @@ std::vector<TaskRecord> generate_arithmetic(const ArithmeticOptions& options, do
     record.fields = {{"a", a}, {"b", b}, {"op", op}};
     return record;
   };
-  return collect(n, split, test_fraction, "arithmetic",
-                 "widen data.arithmetic.min_digits..max_digits or add ops", draw);
+  return collect(n, split, test_fraction, "arithmetic", "widen data.arithmetic.min_digits..max_digits or add ops",
+                 draw);
 }
 
-std::vector<TaskRecord> generate_countdown(const CountdownOptions& options, double test_fraction,
-                                           uint64_t seed, int64_t n, Split split) {
+std::vector<TaskRecord> generate_countdown(const CountdownOptions& options, double test_fraction, uint64_t seed,
+                                           int64_t n, Split split) {
   DataConfig check;
   check.countdown = options;
   check.test_fraction = test_fraction;
@@ -232,9 +235,8 @@ std::vector<TaskRecord> generate_countdown(const CountdownOptions& options, doub
       if (solution.value >= options.min_target && solution.value <= options.max_target) break;
       if (tries >= 100000) {
         throw UserError("no countdown target in data.countdown.min_target..max_target [" +
-                        std::to_string(options.min_target) + ", " +
-                        std::to_string(options.max_target) + "] is reachable from numbers in [" +
-                        std::to_string(options.min_number) + ", " +
+                        std::to_string(options.min_target) + ", " + std::to_string(options.max_target) +
+                        "] is reachable from numbers in [" + std::to_string(options.min_number) + ", " +
                         std::to_string(options.max_number) + "]; widen the target range");
       }
     }
@@ -248,12 +250,11 @@ std::vector<TaskRecord> generate_countdown(const CountdownOptions& options, doub
     record.fields = {{"numbers", numbers}, {"target", solution.value}};
     return record;
   };
-  return collect(n, split, test_fraction, "countdown",
-                 "widen data.countdown number or target ranges, or raise count", draw);
+  return collect(n, split, test_fraction, "countdown", "widen data.countdown number or target ranges, or raise count",
+                 draw);
 }
 
-std::vector<TaskRecord> generate_records(const DataConfig& config, uint64_t seed, int64_t n,
-                                         Split split) {
+std::vector<TaskRecord> generate_records(const DataConfig& config, uint64_t seed, int64_t n, Split split) {
   validate(config);
   switch (config.task) {
     case TaskKind::arithmetic:
@@ -264,7 +265,7 @@ std::vector<TaskRecord> generate_records(const DataConfig& config, uint64_t seed
     case TaskKind::code:
       break;
   }
-  throw UserError(std::string("data.task ") + config::enum_name(config.task) +
+  throw UserError(std::string("data.task ") + enum_name(config.task) +
                   " has no generator (its datasets are read from JSONL: data.train_path)");
 }
 

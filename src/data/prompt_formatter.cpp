@@ -50,7 +50,8 @@ std::string PromptFormatter::render(const TaskRecord& record) const {
   if (record.messages.empty()) {
     messages.push_back({"user", format_prompt(record, config_)});
   } else {
-    for (const auto& m : record.messages) messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    for (const auto& m : record.messages)
+      messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   }
   return chat_->apply(messages, true, bos_token_, eos_token_);
 }

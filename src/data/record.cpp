@@ -18,8 +18,8 @@ std::string required_string(const Json& object, const char* key, bool number_ok)
   if (it == object.end()) throw UserError(std::string("missing key '") + key + "'");
   if (it->is_string()) return it->template get<std::string>();
   if (number_ok && it->is_number()) return it->dump();
-  throw UserError(std::string("'") + key + "' must be a string" +
-                  (number_ok ? " or a number" : "") + ", got " + it->type_name());
+  throw UserError(std::string("'") + key + "' must be a string" + (number_ok ? " or a number" : "") + ", got " +
+                  it->type_name());
 }
 
 template <class Json>
@@ -58,9 +58,7 @@ nlohmann::ordered_json record_to_json(const TaskRecord& record) {
 TaskRecord record_from_json(const nlohmann::json& object) { return from_object(object); }
 TaskRecord record_from_json(const nlohmann::ordered_json& object) { return from_object(object); }
 
-void to_json(nlohmann::json& out, const TaskRecord& record) {
-  out = nlohmann::json(record_to_json(record));
-}
+void to_json(nlohmann::json& out, const TaskRecord& record) { out = nlohmann::json(record_to_json(record)); }
 
 void from_json(const nlohmann::json& in, TaskRecord& record) { record = record_from_json(in); }
 

@@ -33,10 +33,14 @@ class SingleProcessCommunicator final : public Communicator {
 
 std::size_t element_size(DataType type) {
   switch (type) {
-    case DataType::f32: return 4;
-    case DataType::f64: return 8;
-    case DataType::i64: return 8;
-    case DataType::u8: return 1;
+    case DataType::f32:
+      return 4;
+    case DataType::f64:
+      return 8;
+    case DataType::i64:
+      return 8;
+    case DataType::u8:
+      return 1;
   }
   return 1;
 }
@@ -52,18 +56,15 @@ void Communicator::timed(uint64_t bytes, F&& call) {
 
 void Communicator::all_reduce_sum(void* data, std::size_t count, DataType type) {
   const uint64_t buffer = count * element_size(type);
-  timed(2 * buffer * uint64_t(world_size_ - 1) / uint64_t(world_size_),
-        [&] { do_all_reduce(data, count, type); });
+  timed(2 * buffer * uint64_t(world_size_ - 1) / uint64_t(world_size_), [&] { do_all_reduce(data, count, type); });
 }
 
 void Communicator::reduce_scatter_sum(const void* input, void* output, std::size_t count, DataType type) {
-  timed(count * element_size(type) * uint64_t(world_size_ - 1),
-        [&] { do_reduce_scatter(input, output, count, type); });
+  timed(count * element_size(type) * uint64_t(world_size_ - 1), [&] { do_reduce_scatter(input, output, count, type); });
 }
 
 void Communicator::all_gather(const void* input, void* output, std::size_t count, DataType type) {
-  timed(count * element_size(type) * uint64_t(world_size_ - 1),
-        [&] { do_all_gather(input, output, count, type); });
+  timed(count * element_size(type) * uint64_t(world_size_ - 1), [&] { do_all_gather(input, output, count, type); });
 }
 
 void Communicator::broadcast(void* data, std::size_t count, DataType type, int root) {

@@ -43,10 +43,14 @@ namespace {
 
 at::ScalarType scalar_type(DataType t) {
   switch (t) {
-    case DataType::f32: return at::kFloat;
-    case DataType::f64: return at::kDouble;
-    case DataType::i64: return at::kLong;
-    case DataType::u8: return at::kByte;
+    case DataType::f32:
+      return at::kFloat;
+    case DataType::f64:
+      return at::kDouble;
+    case DataType::i64:
+      return at::kLong;
+    case DataType::u8:
+      return at::kByte;
   }
   return at::kByte;
 }
@@ -55,9 +59,7 @@ at::Tensor wrap(const void* data, std::size_t count, DataType t) {
   return at::from_blob(const_cast<void*>(data), {int64_t(count)}, at::TensorOptions().dtype(scalar_type(t)));
 }
 
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
+bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
 
 // Name of this machine's loopback interface ("lo" on Linux), "" if none is up.
 std::string loopback_interface() {
@@ -100,8 +102,8 @@ class GlooCommunicator final : public Communicator {
     store_ = connect_store(env, timeout_s);
     const auto timeout = std::chrono::milliseconds(int64_t(timeout_s * 1000));
     try {
-      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world_size,
-                                                           gloo_options(env, timeout));
+      group_ =
+          c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world_size, gloo_options(env, timeout));
     } catch (const std::exception& e) {
       fail("connecting the gloo process group", e);
     }

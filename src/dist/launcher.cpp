@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "unstuck/common/error.h"
-#include "unstuck/config/config.h"
+#include "unstuck/common/value_names.h"
 
 extern char** environ;
 
@@ -26,8 +26,9 @@ std::atomic<int> g_forward_signal{0};  // a signal handler can only reach static
 extern "C" void remember_signal(int sig) { g_forward_signal = sig; }
 
 std::string describe(int status) {
-  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) +
-                                  " (" + strsignal(WTERMSIG(status)) + ")";
+  if (WIFSIGNALED(status))
+    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
   return "exited with code " + std::to_string(WEXITSTATUS(status));
 }
 
@@ -117,7 +118,8 @@ int launch_local(const LaunchOptions& o, std::ostream& log) {
   const int port = o.master_port ? o.master_port : free_tcp_port();
   // Handlers before the children exist, so no signal is lost in between; restored on return.
   g_forward_signal = 0;
-  struct sigaction sa {}, old_int{}, old_term{};
+  struct sigaction sa {
+  }, old_int{}, old_term{};
   sa.sa_handler = remember_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int);
@@ -179,7 +181,7 @@ int launch_local(const LaunchOptions& o, std::ostream& log) {
           // Not the stop it was sent: killed after the grace period, or by something else.
           const bool ours = WTERMSIG(status) == SIGKILL && kill_at == std::chrono::steady_clock::time_point::max();
           log << "launch: rank " << rank_of(i) << " (pid " << pid << ") " << describe(status)
-              << (ours ? " (it did not stop within the grace period of " + config::format_double(o.grace_s) + " s)" : "")
+              << (ours ? " (it did not stop within the grace period of " + format_double(o.grace_s) + " s)" : "")
               << std::endl;
         }
       }

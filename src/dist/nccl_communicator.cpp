@@ -34,10 +34,14 @@ namespace {
 
 ncclDataType_t nccl_type(DataType t) {
   switch (t) {
-    case DataType::f32: return ncclFloat32;
-    case DataType::f64: return ncclFloat64;
-    case DataType::i64: return ncclInt64;
-    case DataType::u8: return ncclUint8;
+    case DataType::f32:
+      return ncclFloat32;
+    case DataType::f64:
+      return ncclFloat64;
+    case DataType::i64:
+      return ncclInt64;
+    case DataType::u8:
+      return ncclUint8;
   }
   return ncclUint8;
 }
@@ -64,7 +68,8 @@ class NcclCommunicator final : public Communicator {
     const std::string key = "unstuck/nccl_unique_id";
     if (env.rank == 0) {
       check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-      store_->set(key, std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof id));
+      store_->set(key,
+                  std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof id));
     } else {
       const std::vector<uint8_t> bytes = store_->get(key);
       if (bytes.size() != sizeof id) throw std::runtime_error("NCCL unique id of the wrong size in the store");
@@ -159,7 +164,8 @@ class NcclCommunicator final : public Communicator {
       return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
     };
     const bool a = device(p);
-    if (q && device(q) != a) throw std::invalid_argument("NCCL collective: one buffer on the device, the other on the host");
+    if (q && device(q) != a)
+      throw std::invalid_argument("NCCL collective: one buffer on the device, the other on the host");
     return a;
   }
   template <class F>

@@ -39,11 +39,12 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, double timeo
     const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
     const std::string prefix = "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + ": ";
     if (env.rank == 0 && (why.find("EADDRINUSE") != std::string::npos || why.find("in use") != std::string::npos))
-      throw PeerFailure(prefix + "port " + std::to_string(env.master_port) + " (MASTER_PORT) is already in use by "
+      throw PeerFailure(prefix + "port " + std::to_string(env.master_port) +
+                        " (MASTER_PORT) is already in use by "
                         "another process; choose another port (`unstuck launch --master-port 0` picks a free one)");
-    throw PeerFailure(prefix + "rendezvous at " + where + " failed within dist.timeout_s = " +
-                      std::to_string(timeout_s) + " s (are all ranks started, is MASTER_ADDR/MASTER_PORT right?): " +
-                      why);
+    throw PeerFailure(prefix + "rendezvous at " + where +
+                      " failed within dist.timeout_s = " + std::to_string(timeout_s) +
+                      " s (are all ranks started, is MASTER_ADDR/MASTER_PORT right?): " + why);
   }
 }
 
@@ -65,8 +66,8 @@ class QuietC10Warnings {
 
 }  // namespace
 
-std::string roll_call(c10d::Store& store, const LaunchEnv& env, const std::string& what,
-                      const std::string& error, double wait_s) {
+std::string roll_call(c10d::Store& store, const LaunchEnv& env, const std::string& what, const std::string& error,
+                      double wait_s) {
   const QuietC10Warnings quiet;
   const std::string prefix = "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + ": ";
   const std::string cause = " (" + what + " failed: " + error + ")";
@@ -83,14 +84,13 @@ std::string roll_call(c10d::Store& store, const LaunchEnv& env, const std::strin
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     } while (std::chrono::steady_clock::now() < deadline);
   } catch (const std::exception&) {
-    return prefix + "rank 0 (the rendezvous store host at " + env.master_addr + ":" +
-           std::to_string(env.master_port) + ") is gone" + cause;
+    return prefix + "rank 0 (the rendezvous store host at " + env.master_addr + ":" + std::to_string(env.master_port) +
+           ") is gone" + cause;
   }
   if (missing.empty()) return prefix + "a collective failed although every rank answered" + cause;
   std::string names;
   for (int r : missing) names += (names.empty() ? "" : ", ") + std::to_string(r);
-  return prefix + (missing.size() == 1 ? "rank " : "ranks ") + names +
-         " died or stopped answering" + cause;
+  return prefix + (missing.size() == 1 ? "rank " : "ranks ") + names + " died or stopped answering" + cause;
 }
 
 }  // namespace unstuck::dist

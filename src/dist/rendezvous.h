@@ -23,7 +23,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, double timeo
 // After `what` failed with `error`: every surviving rank writes its name into the store and waits
 // (up to `wait_s`) for the others; returns the PeerFailure message naming the ranks that did not
 // answer, or rank 0 when the store itself is gone.
-std::string roll_call(c10d::Store& store, const LaunchEnv& env, const std::string& what,
-                      const std::string& error, double wait_s);
+std::string roll_call(c10d::Store& store, const LaunchEnv& env, const std::string& what, const std::string& error,
+                      double wait_s);
 
 }  // namespace unstuck::dist

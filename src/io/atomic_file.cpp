@@ -1,6 +1,6 @@
 // AtomicFileWriter: temporary file + fsync + rename(2), which POSIX makes atomic within one
 // file system (hence the temporary file lives in the target's directory).
-#include "unstuck/io/atomic_file.h"
+#include "io/atomic_file.h"
 
 #include <unistd.h>
 
@@ -15,8 +15,7 @@
 namespace unstuck::io {
 
 AtomicFileWriter::AtomicFileWriter(std::filesystem::path path) : path_(std::move(path)) {
-  temp_path_ = path_.parent_path() /
-               ("." + path_.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  temp_path_ = path_.parent_path() / ("." + path_.filename().string() + ".tmp-" + std::to_string(::getpid()));
   file_ = std::fopen(temp_path_.c_str(), "wb");
   if (file_ == nullptr) {
     fail("cannot create a temporary file next to it (" + std::string(std::strerror(errno)) + ")");

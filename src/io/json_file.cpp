@@ -9,7 +9,7 @@
 #include <system_error>
 
 #include "unstuck/common/error.h"
-#include "unstuck/io/atomic_file.h"
+#include "io/atomic_file.h"
 
 namespace unstuck::io {
 namespace {
@@ -35,8 +35,7 @@ Json parse_any(std::string_view text, const std::string& where) {
   try {
     return Json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {  // parse_error, out_of_range (1e400), ...
-    throw UserError(where + ": invalid JSON: " +
-                    json_error_text(e.what(), text.find('\n') == std::string_view::npos));
+    throw UserError(where + ": invalid JSON: " + json_error_text(e.what(), text.find('\n') == std::string_view::npos));
   }
 }
 
@@ -47,9 +46,12 @@ void check_json_depth(std::string_view text, const std::string& where) {
   bool in_string = false, escaped = false;
   for (const char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -70,8 +72,8 @@ nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::stri
   return parse_any<nlohmann::ordered_json>(text, where);
 }
 
-bool read_capped_line(std::istream& in, std::string& line, std::size_t max_bytes,
-                      const std::string& where, long long& line_number) {
+bool read_capped_line(std::istream& in, std::string& line, std::size_t max_bytes, const std::string& where,
+                      long long& line_number) {
   line.clear();
   std::streambuf* buf = in.rdbuf();
   if (!buf) return false;

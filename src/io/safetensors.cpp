@@ -15,12 +15,11 @@
 #include <utility>
 
 #include "unstuck/common/error.h"
-#include "unstuck/io/atomic_file.h"
+#include "io/atomic_file.h"
 #include "unstuck/io/json_file.h"
 
 // Tensor bytes are copied as they are: the file is little-endian, and so must the host be.
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "safetensors I/O assumes a little-endian host");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
 
 namespace unstuck::io {
 namespace {
@@ -31,11 +30,9 @@ using nlohmann::json;
 constexpr uint64_t kLengthBytes = 8;  // the header-length field
 
 // Dtypes of the safetensors format that we recognize but do not load.
-constexpr const char* kUnsupportedDtypes[] = {"BOOL",    "U8",      "I8",      "I16",
-                                              "U16",     "I32",     "U32",     "I64",
-                                              "U64",     "F64",     "F8_E4M3", "F8_E5M2",
-                                              "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",
-                                              "C64"};
+constexpr const char* kUnsupportedDtypes[] = {"BOOL",    "U8",      "I8",      "I16", "U16",     "I32",
+                                              "U32",     "I64",     "U64",     "F64", "F8_E4M3", "F8_E5M2",
+                                              "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64"};
 
 // One header entry with its byte range relative to the start of the data section.
 struct Entry {
@@ -57,8 +54,7 @@ std::string range_text(uint64_t begin, uint64_t end) {
 // Parses and checks everything about one tensor that does not depend on the other tensors.
 class HeaderParser {
  public:
-  HeaderParser(std::string file, uint64_t data_size)
-      : file_(std::move(file)), data_size_(data_size) {}
+  HeaderParser(std::string file, uint64_t data_size) : file_(std::move(file)), data_size_(data_size) {}
 
   [[noreturn]] void fail(const std::string& what) const {
     throw UserError("safetensors file '" + file_ + "': " + what);
@@ -75,21 +71,18 @@ class HeaderParser {
     }
     for (const char* unsupported : kUnsupportedDtypes) {
       if (dtype == unsupported) {
-        fail(name, "has dtype " + dtype +
-                       ", which unstuck does not load (supported: F32, BF16, F16)");
+        fail(name, "has dtype " + dtype + ", which unstuck does not load (supported: F32, BF16, F16)");
       }
     }
     fail(name, "has unknown dtype '" + dtype + "' (supported: F32, BF16, F16)");
   }
 
-  std::vector<uint64_t> parse_unsigned_list(const std::string& name, const json& value,
-                                            const char* key) const {
+  std::vector<uint64_t> parse_unsigned_list(const std::string& name, const json& value, const char* key) const {
     if (!value.is_array()) fail(name, std::string("has a ") + key + " that is not a list");
     std::vector<uint64_t> out;
     for (const json& v : value) {
       if (!v.is_number_unsigned()) {
-        fail(name, std::string("has ") + key + " " + value.dump() +
-                       "; expected non-negative integers");
+        fail(name, std::string("has ") + key + " " + value.dump() + "; expected non-negative integers");
       }
       out.push_back(v.get<uint64_t>());
     }
@@ -123,9 +116,8 @@ class HeaderParser {
     }
     const uint64_t needed = elements * dtype_size(entry.tensor.dtype);
     if (entry.end - entry.begin != needed) {
-      fail(name, "has shape " + shape_text(entry.tensor.shape) + " of " +
-                     dtype_name(entry.tensor.dtype) + ", which needs " + std::to_string(needed) +
-                     " bytes, but data_offsets " + range + " cover " +
+      fail(name, "has shape " + shape_text(entry.tensor.shape) + " of " + dtype_name(entry.tensor.dtype) +
+                     ", which needs " + std::to_string(needed) + " bytes, but data_offsets " + range + " cover " +
                      std::to_string(entry.end - entry.begin));
     }
     if (entry.end > data_size_) {
@@ -152,20 +144,17 @@ class HeaderParser {
 };
 
 // Sorted by offset, the byte ranges must tile [0, data_size) exactly.
-void check_layout(const HeaderParser& parser, const std::vector<Entry>& entries,
-                  uint64_t data_size) {
+void check_layout(const HeaderParser& parser, const std::vector<Entry>& entries, uint64_t data_size) {
   uint64_t expected = 0;
   const Entry* previous = nullptr;
   for (const Entry& e : entries) {
     if (e.begin < expected) {
-      parser.fail(e.tensor.name, "has data_offsets " + range_text(e.begin, e.end) +
-                                     " overlapping those of '" + previous->tensor.name + "' " +
-                                     range_text(previous->begin, previous->end));
+      parser.fail(e.tensor.name, "has data_offsets " + range_text(e.begin, e.end) + " overlapping those of '" +
+                                     previous->tensor.name + "' " + range_text(previous->begin, previous->end));
     }
     if (e.begin > expected) {
-      parser.fail(e.tensor.name, "has data_offsets " + range_text(e.begin, e.end) +
-                                     " leaving a gap after byte " + std::to_string(expected) +
-                                     "; tensor data must be contiguous");
+      parser.fail(e.tensor.name, "has data_offsets " + range_text(e.begin, e.end) + " leaving a gap after byte " +
+                                     std::to_string(expected) + "; tensor data must be contiguous");
     }
     expected = e.end;
     previous = &e;
@@ -180,10 +169,14 @@ void check_layout(const HeaderParser& parser, const std::vector<Entry>& entries,
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "F32";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-    case DType::f8_e4m3: return "F8_E4M3";
+    case DType::f32:
+      return "F32";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
+    case DType::f8_e4m3:
+      return "F8_E4M3";
   }
   return "?";
 }
@@ -197,8 +190,7 @@ int64_t numel(const std::vector<int64_t>& shape) {
 }
 
 TensorView view_of(const Tensor& tensor) {
-  return TensorView{tensor.name, tensor.dtype, tensor.shape, tensor.bytes.data(),
-                    tensor.bytes.size()};
+  return TensorView{tensor.name, tensor.dtype, tensor.shape, tensor.bytes.data(), tensor.bytes.size()};
 }
 
 const Tensor* SafetensorsFile::find(std::string_view name) const {
@@ -239,14 +231,12 @@ ParsedHeader read_header(const fs::path& path, std::istream& in, uint64_t file_s
   uint64_t header_size = 0;
   for (uint64_t i = kLengthBytes; i-- > 0;) header_size = (header_size << 8) | length_field[i];
   if (header_size > kMaxSafetensorsHeaderBytes) {
-    throw UserError(prefix + " declares a " + std::to_string(header_size) +
-                    "-byte JSON header, over the limit of " +
+    throw UserError(prefix + " declares a " + std::to_string(header_size) + "-byte JSON header, over the limit of " +
                     std::to_string(kMaxSafetensorsHeaderBytes) + "; is it a safetensors file?");
   }
   if (header_size > file_size - kLengthBytes) {
     throw UserError(prefix + " is truncated: it declares a " + std::to_string(header_size) +
-                    "-byte JSON header but only " + std::to_string(file_size - kLengthBytes) +
-                    " bytes follow");
+                    "-byte JSON header but only " + std::to_string(file_size - kLengthBytes) + " bytes follow");
   }
   std::string header_text(header_size, '\0');
   in.read(header_text.data(), static_cast<std::streamsize>(header_size));
@@ -257,7 +247,7 @@ ParsedHeader read_header(const fs::path& path, std::istream& in, uint64_t file_s
   try {
     header = json::parse(header_text);
   } catch (const json::exception& e) {  // parse_error, out_of_range (a number such as 1e400)
-    std::string why = e.what();  // "[json.exception.parse_error.101] parse error at ..."
+    std::string why = e.what();         // "[json.exception.parse_error.101] parse error at ..."
     const auto at = why.find("] ");
     if (at != std::string::npos) why = why.substr(at + 2);
     throw UserError(prefix + " has a malformed JSON header: " + why);
@@ -303,9 +293,9 @@ SafetensorsFile read_safetensors(const fs::path& path) {
   // The ranges tile the data section in this order, so one sequential read fills every tensor.
   for (Entry& e : header.entries) {
     e.tensor.bytes.resize(e.end - e.begin);
-    in.read(reinterpret_cast<char*>(e.tensor.bytes.data()),
-            static_cast<std::streamsize>(e.tensor.bytes.size()));
-    if (!in) throw UserError("safetensors file '" + path.string() + "' could not be read (tensor '" + e.tensor.name + "')");
+    in.read(reinterpret_cast<char*>(e.tensor.bytes.data()), static_cast<std::streamsize>(e.tensor.bytes.size()));
+    if (!in)
+      throw UserError("safetensors file '" + path.string() + "' could not be read (tensor '" + e.tensor.name + "')");
     result.tensors.push_back(std::move(e.tensor));
   }
   return result;
@@ -346,8 +336,7 @@ const TensorView* MappedSafetensors::find(std::string_view name) const {
 void write_safetensors(const fs::path& path, std::vector<TensorView> tensors,
                        const std::map<std::string, std::string>& metadata) {
   const std::string prefix = "cannot write safetensors file '" + path.string() + "': ";
-  std::sort(tensors.begin(), tensors.end(),
-            [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
+  std::sort(tensors.begin(), tensors.end(), [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -361,16 +350,13 @@ void write_safetensors(const fs::path& path, std::vector<TensorView> tensors,
     }
     bool valid_shape = true;
     for (int64_t d : t.shape) valid_shape = valid_shape && d >= 0;
-    const uint64_t needed =
-        valid_shape ? static_cast<uint64_t>(numel(t.shape)) * dtype_size(t.dtype) : 0;
+    const uint64_t needed = valid_shape ? static_cast<uint64_t>(numel(t.shape)) * dtype_size(t.dtype) : 0;
     if (!valid_shape || needed != t.nbytes || (t.nbytes > 0 && t.data == nullptr)) {
-      throw UserError(prefix + "tensor '" + t.name + "' has shape " + shape_text(t.shape) +
-                      " of " + dtype_name(t.dtype) + " but " + std::to_string(t.nbytes) +
-                      " bytes of data");
+      throw UserError(prefix + "tensor '" + t.name + "' has shape " + shape_text(t.shape) + " of " +
+                      dtype_name(t.dtype) + " but " + std::to_string(t.nbytes) + " bytes of data");
     }
-    header[t.name] = {{"dtype", dtype_name(t.dtype)},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + t.nbytes}}};
+    header[t.name] = {
+        {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.nbytes}}};
     offset += t.nbytes;
   }
 

@@ -16,11 +16,16 @@ namespace {
 
 spdlog::level::level_enum to_spdlog(LogLevel level) {
   switch (level) {
-    case LogLevel::trace: return spdlog::level::trace;
-    case LogLevel::debug: return spdlog::level::debug;
-    case LogLevel::info: return spdlog::level::info;
-    case LogLevel::warn: return spdlog::level::warn;
-    case LogLevel::error: return spdlog::level::err;
+    case LogLevel::trace:
+      return spdlog::level::trace;
+    case LogLevel::debug:
+      return spdlog::level::debug;
+    case LogLevel::info:
+      return spdlog::level::info;
+    case LogLevel::warn:
+      return spdlog::level::warn;
+    case LogLevel::error:
+      return spdlog::level::err;
   }
   return spdlog::level::info;
 }
@@ -33,8 +38,7 @@ void setup_logging(LogLevel level, const std::filesystem::path& log_file) {
   if (!log_file.empty()) {
     try {
       // Append, so a resumed run keeps the log of its earlier segments. spdlog creates the folder.
-      sinks.push_back(
-          std::make_shared<spdlog::sinks::basic_file_sink_mt>(log_file.string(), false));
+      sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(log_file.string(), false));
     } catch (const spdlog::spdlog_ex& e) {
       throw UserError("cannot open log file " + log_file.string() + ": " + e.what());
     }

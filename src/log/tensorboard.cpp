@@ -66,8 +66,8 @@ uint32_t crc32c(const void* data, std::size_t size) {
 }
 
 TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& dir) {
-  const auto now = std::chrono::duration_cast<std::chrono::seconds>(
-      std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   path_ = dir / ("events.out.tfevents." + std::to_string(now) + ".unstuck");
   out_.open(path_, std::ios::binary | std::ios::trunc);
   if (!out_) throw UserError("cannot write TensorBoard events to '" + path_.string() + "'");
@@ -80,13 +80,13 @@ void TensorBoardWriter::add_scalars(int64_t step, const std::vector<std::pair<st
   std::string summary;
   for (const auto& [tag, value] : scalars) {
     std::string v;
-    put_bytes(v, 1, tag);          // Summary.Value.tag
-    put_varint(v, (2 << 3) | 5);   // Summary.Value.simple_value: float
+    put_bytes(v, 1, tag);         // Summary.Value.tag
+    put_varint(v, (2 << 3) | 5);  // Summary.Value.simple_value: float
     put_fixed(v, float(value));
-    put_bytes(summary, 1, v);      // Summary.value (repeated)
+    put_bytes(summary, 1, v);  // Summary.value (repeated)
   }
   std::string e = event_header(step);
-  put_bytes(e, 5, summary);        // Event.summary
+  put_bytes(e, 5, summary);  // Event.summary
   write_record(e);
 }
 

@@ -1,8 +1,8 @@
-// FP32 CPU kernels of the model's no-gradient path (include/unstuck/model/cpu_kernels.h): decode
+// FP32 CPU kernels of the model's no-gradient path (src/model/cpu_kernels.h): decode
 // attention, RMSNorm, rotary embedding. Every sum runs over 16 lanes in an order the code fixes, not
 // the vector width, and exp is a polynomial of plain operations, so the scalar, AVX2 and AVX-512
 // clones the compiler makes of each kernel compute the same operations in the same order.
-#include "unstuck/model/cpu_kernels.h"
+#include "model/cpu_kernels.h"
 
 #include <cmath>
 #include <cstring>
@@ -166,7 +166,7 @@ UNSTUCK_INLINE void attend(const typename E::T* q, const typename E::T* k, const
       for (int64_t d = 0; d < hd; ++d) a[d] = 0.0f;
       for (c = 0; c < L; ++c) {
         const float p = E::round(s[c] / total);  // probabilities in the dtype, as the BF16 path casts them
-        if (p == 0.0f) continue;  // hidden (or underflowed) slot: its value is not read
+        if (p == 0.0f) continue;                 // hidden (or underflowed) slot: its value is not read
         const T* __restrict vrow = values + c * hd;
         for (int64_t d = 0; d < hd; ++d) a[d] += p * E::load(vrow + d);
       }
@@ -181,10 +181,14 @@ UNSTUCK_INLINE void attend_any(const typename E::T* q, const typename E::T* k, c
                                const typename E::T* bias, typename E::T* out, const DecodeAttentionShape& shape,
                                float scale, int64_t first, int64_t last) {
   switch (shape.head_dim) {
-    case 32: return attend<E, 32>(q, k, v, bias, out, shape, scale, first, last);
-    case 64: return attend<E, 64>(q, k, v, bias, out, shape, scale, first, last);
-    case 128: return attend<E, 128>(q, k, v, bias, out, shape, scale, first, last);
-    default: return attend<E, 0>(q, k, v, bias, out, shape, scale, first, last);
+    case 32:
+      return attend<E, 32>(q, k, v, bias, out, shape, scale, first, last);
+    case 64:
+      return attend<E, 64>(q, k, v, bias, out, shape, scale, first, last);
+    case 128:
+      return attend<E, 128>(q, k, v, bias, out, shape, scale, first, last);
+    default:
+      return attend<E, 0>(q, k, v, bias, out, shape, scale, first, last);
   }
 }
 
@@ -197,9 +201,8 @@ void decode_attention_f32(const float* q, const float* k, const float* v, const 
 }
 
 UNSTUCK_ISA_CLONES
-void decode_attention_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* bias,
-                           uint16_t* out, const DecodeAttentionShape& shape, float scale, int64_t first,
-                           int64_t last) {
+void decode_attention_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* bias, uint16_t* out,
+                           const DecodeAttentionShape& shape, float scale, int64_t first, int64_t last) {
   attend_any<BF16>(q, k, v, bias, out, shape, scale, first, last);
 }
 
@@ -249,7 +252,8 @@ void decode_attention_reference(const float* q, const float* k, const float* v, 
         m = std::max(m, s[std::size_t(c)]);
       }
       double total = 0;
-      for (int64_t c = 0; c < L; ++c) total += (s[std::size_t(c)] = m == -INFINITY ? 0.0 : std::exp(s[std::size_t(c)] - m));
+      for (int64_t c = 0; c < L; ++c)
+        total += (s[std::size_t(c)] = m == -INFINITY ? 0.0 : std::exp(s[std::size_t(c)] - m));
       for (int64_t d = 0; d < hd; ++d) {
         double o = 0;
         for (int64_t c = 0; c < L; ++c) o += s[std::size_t(c)] / total * v[((b * G + g) * A + c) * hd + d];

@@ -35,26 +35,79 @@ const FamilyInfo& family_info(Family f) {
 
 // Keys that do not change the function we compute: metadata, generation defaults, training-only
 // options of transformers' PretrainedConfig. Everything else must be understood or is refused.
-const std::set<std::string> kHarmlessKeys = {
-    "_name_or_path", "_commit_hash", "_attn_implementation", "_attn_implementation_autoset", "transformers_version",
-    "torch_dtype", "dtype", "use_cache", "initializer_range", "pretraining_tp", "return_dict",
-    "output_hidden_states", "output_attentions", "torchscript", "use_bfloat16", "tf_legacy_loss", "pruned_heads",
-    "tie_encoder_decoder", "is_decoder", "is_encoder_decoder", "add_cross_attention", "cross_attention_hidden_size",
-    "chunk_size_feed_forward", "finetuning_task", "id2label", "label2id", "tokenizer_class", "prefix",
-    "sep_token_id", "decoder_start_token_id", "task_specific_params", "problem_type", "max_length", "min_length",
-    "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty", "temperature", "top_k",
-    "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
-    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores",
-    "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values",
-    "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens", "max_window_layers",
-    "bos_token_id", "eos_token_id", "pad_token_id", "architectures", "model_type", "auto_map"};
+const std::set<std::string> kHarmlessKeys = {"_name_or_path",
+                                             "_commit_hash",
+                                             "_attn_implementation",
+                                             "_attn_implementation_autoset",
+                                             "transformers_version",
+                                             "torch_dtype",
+                                             "dtype",
+                                             "use_cache",
+                                             "initializer_range",
+                                             "pretraining_tp",
+                                             "return_dict",
+                                             "output_hidden_states",
+                                             "output_attentions",
+                                             "torchscript",
+                                             "use_bfloat16",
+                                             "tf_legacy_loss",
+                                             "pruned_heads",
+                                             "tie_encoder_decoder",
+                                             "is_decoder",
+                                             "is_encoder_decoder",
+                                             "add_cross_attention",
+                                             "cross_attention_hidden_size",
+                                             "chunk_size_feed_forward",
+                                             "finetuning_task",
+                                             "id2label",
+                                             "label2id",
+                                             "tokenizer_class",
+                                             "prefix",
+                                             "sep_token_id",
+                                             "decoder_start_token_id",
+                                             "task_specific_params",
+                                             "problem_type",
+                                             "max_length",
+                                             "min_length",
+                                             "do_sample",
+                                             "early_stopping",
+                                             "num_beams",
+                                             "num_beam_groups",
+                                             "diversity_penalty",
+                                             "temperature",
+                                             "top_k",
+                                             "top_p",
+                                             "typical_p",
+                                             "repetition_penalty",
+                                             "length_penalty",
+                                             "no_repeat_ngram_size",
+                                             "encoder_no_repeat_ngram_size",
+                                             "bad_words_ids",
+                                             "num_return_sequences",
+                                             "output_scores",
+                                             "return_dict_in_generate",
+                                             "forced_bos_token_id",
+                                             "forced_eos_token_id",
+                                             "remove_invalid_values",
+                                             "exponential_decay_length_penalty",
+                                             "suppress_tokens",
+                                             "begin_suppress_tokens",
+                                             "max_window_layers",
+                                             "bos_token_id",
+                                             "eos_token_id",
+                                             "pad_token_id",
+                                             "architectures",
+                                             "model_type",
+                                             "auto_map"};
 
 // Keys this parser interprets (checked below).
 const std::set<std::string> kReadKeys = {
-    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
-    "rope_parameters", "hidden_act", "attention_bias", "mlp_bias", "tie_word_embeddings", "attention_dropout",
-    "sliding_window", "use_sliding_window", "layer_types", "partial_rotary_factor"};
+    "vocab_size",           "hidden_size",         "intermediate_size",  "num_hidden_layers",
+    "num_attention_heads",  "num_key_value_heads", "head_dim",           "max_position_embeddings",
+    "rms_norm_eps",         "rope_theta",          "rope_scaling",       "rope_parameters",
+    "hidden_act",           "attention_bias",      "mlp_bias",           "tie_word_embeddings",
+    "attention_dropout",    "sliding_window",      "use_sliding_window", "layer_types",
+    "partial_rotary_factor"};
 
 class Reader {
  public:
@@ -163,11 +216,21 @@ void parse_rope(const json& hf, const std::string& source, ModelConfig& c) {
   const json& rope = hf.at(key);
   if (!rope.is_object()) top.fail(key, "must be an object, got " + rope.dump());
   const Reader r(rope, source, std::string(key) + ".");
-  static const std::set<std::string> known = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor",
-                                              "high_freq_factor", "original_max_position_embeddings", "beta_fast",
-                                              "beta_slow", "attention_factor", "truncate", "partial_rotary_factor"};
+  static const std::set<std::string> known = {"rope_type",
+                                              "type",
+                                              "rope_theta",
+                                              "factor",
+                                              "low_freq_factor",
+                                              "high_freq_factor",
+                                              "original_max_position_embeddings",
+                                              "beta_fast",
+                                              "beta_slow",
+                                              "attention_factor",
+                                              "truncate",
+                                              "partial_rotary_factor"};
   for (const auto& [k, v] : rope.items())
-    if (!known.count(k) && !v.is_null()) r.fail(k, "is not supported (it changes RoPE in a way unstuck does not compute)");
+    if (!known.count(k) && !v.is_null())
+      r.fail(k, "is not supported (it changes RoPE in a way unstuck does not compute)");
   c.rope_theta = r.number_or("rope_theta", c.rope_theta);
   if (c.rope_theta <= 0) r.fail("rope_theta", "must be > 0");
   if (r.has("partial_rotary_factor") && r.number("partial_rotary_factor") != 1.0)
@@ -178,8 +241,9 @@ void parse_rope(const json& hf, const std::string& source, ModelConfig& c) {
   for (const auto& [t, name] : kRopeTypeNames)
     if (type == name) s.type = t, found = true;
   if (!found)
-    r.fail("rope_type", "'" + type + "' is not supported; supported: default, linear, llama3, yarn" +
-                            (type == "dynamic" ? " (dynamic NTK changes the frequencies with the sequence length)" : ""));
+    r.fail("rope_type",
+           "'" + type + "' is not supported; supported: default, linear, llama3, yarn" +
+               (type == "dynamic" ? " (dynamic NTK changes the frequencies with the sequence length)" : ""));
   if (s.type == RopeType::none) return;
   s.factor = r.number("factor");
   if (s.factor < 1) r.fail("factor", "must be >= 1, got " + std::to_string(s.factor));
@@ -267,7 +331,8 @@ HfConfig parse_hf_config(const json& hf, const std::string& source) {
   c.ffn_dim = r.positive("intermediate_size");
   c.max_seq_len = r.positive("max_position_embeddings");
   if (c.max_seq_len > kMaxSeqLen)
-    r.fail("max_position_embeddings", "must be <= " + std::to_string(kMaxSeqLen) + " (2^24 tokens; it sets model.max_seq_len), got " +
+    r.fail("max_position_embeddings", "must be <= " + std::to_string(kMaxSeqLen) +
+                                          " (2^24 tokens; it sets model.max_seq_len), got " +
                                           std::to_string(c.max_seq_len));
   c.norm_eps = r.number("rms_norm_eps");
   if (c.norm_eps <= 0) r.fail("rms_norm_eps", "must be > 0");
@@ -280,7 +345,8 @@ HfConfig parse_hf_config(const json& hf, const std::string& source) {
     r.fail("num_attention_heads", "(" + std::to_string(c.n_heads) + ") must divide hidden_size (" +
                                       std::to_string(c.dim) + ") when head_dim is absent");
   }
-  if (c.head_dim() % 2 != 0) r.fail("head_dim", "must be even for rotary embeddings, got " + std::to_string(c.head_dim()));
+  if (c.head_dim() % 2 != 0)
+    r.fail("head_dim", "must be even for rotary embeddings, got " + std::to_string(c.head_dim()));
   parse_rope(hf, source, c);
   c.tie_embeddings = r.boolean_or("tie_word_embeddings", false);
 
@@ -352,8 +418,8 @@ void check_weights_match(const ModelConfig& c, const io::SafetensorsDir& weights
     // A tied checkpoint may still carry the (identical) output head; old Llama checkpoints carry
     // the derived rotary tables. Anything else is a mismatch.
     const std::string derived = "rotary_emb.inv_freq";
-    const bool is_derived = name.size() > derived.size() &&
-                            name.compare(name.size() - derived.size(), derived.size(), derived) == 0;
+    const bool is_derived =
+        name.size() > derived.size() && name.compare(name.size() - derived.size(), derived.size(), derived) == 0;
     if (used.count(name) || is_derived || (c.tie_embeddings && name == "lm_head.weight")) continue;
     throw UserError(weights.file_of(name) + ": unexpected tensor '" + name + "' (not part of a " +
                     family_info(c.family).model_type + " model with this config.json)");
@@ -380,7 +446,8 @@ json hf_config_json(const ModelConfig& c, const SpecialTokens& t, const std::str
     rope["low_freq_factor"] = s.low_freq_factor;
     rope["high_freq_factor"] = s.high_freq_factor;
   }
-  if (s.type == RopeType::llama3 || s.type == RopeType::yarn) rope["original_max_position_embeddings"] = s.original_max_len;
+  if (s.type == RopeType::llama3 || s.type == RopeType::yarn)
+    rope["original_max_position_embeddings"] = s.original_max_len;
   if (s.type == RopeType::yarn) {
     rope["beta_fast"] = s.beta_fast;
     rope["beta_slow"] = s.beta_slow;

@@ -40,7 +40,8 @@ void KVCache::move_rows_to_front(const torch::Tensor& rows) {
   const int64_t n = rows.size(0);
   // index_select first: a row may move onto a row that another one is read from.
   for (std::vector<torch::Tensor>* kv : {&k, &v})
-    for (torch::Tensor& t : *kv) t.narrow(0, 0, n).narrow(2, 0, length).copy_(t.narrow(2, 0, length).index_select(0, rows));
+    for (torch::Tensor& t : *kv)
+      t.narrow(0, 0, n).narrow(2, 0, length).copy_(t.narrow(2, 0, length).index_select(0, rows));
   for (torch::Tensor* t : {&key_valid, &key_position}) t->narrow(0, 0, n).copy_(t->index_select(0, rows));
   next_position.narrow(0, 0, n).copy_(next_position.index_select(0, rows));
 }

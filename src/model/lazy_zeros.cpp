@@ -14,7 +14,8 @@ torch::Tensor lazy_zeros(int64_t n, torch::ScalarType dtype, const torch::Device
   void* raw = std::calloc(bytes + kAlign, 1);
   if (!raw) throw std::bad_alloc();
   void* aligned = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(raw) + kAlign - 1) & ~(kAlign - 1));
-  return torch::from_blob(aligned, {n}, [raw](void*) { std::free(raw); }, torch::TensorOptions().dtype(dtype));
+  return torch::from_blob(
+      aligned, {n}, [raw](void*) { std::free(raw); }, torch::TensorOptions().dtype(dtype));
 }
 
 }  // namespace unstuck::model

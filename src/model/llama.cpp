@@ -20,8 +20,8 @@
 #include <tuple>
 
 #include "unstuck/common/error.h"
-#include "unstuck/model/cpu_kernels.h"
-#include "unstuck/model/lora_dropout.h"
+#include "model/cpu_kernels.h"
+#include "model/lora_dropout.h"
 #include "model/llama_autograd.h"
 
 namespace unstuck::model {
@@ -78,8 +78,11 @@ std::pair<torch::Tensor, double> rope_inv_freq(const ModelConfig& c) {
   const RopeScaling& r = c.rope_scaling;
   double attention = 1.0;
   switch (r.type) {
-    case RopeType::none: break;
-    case RopeType::linear: inv = inv / r.factor; break;
+    case RopeType::none:
+      break;
+    case RopeType::linear:
+      inv = inv / r.factor;
+      break;
     case RopeType::llama3: {
       // Long wavelengths are divided by `factor`, short ones kept, the band between interpolated.
       const double old_len = double(r.original_max_len);
@@ -123,8 +126,8 @@ const torch::Tensor& LlamaModel::param(const std::string& name) const {
 LlamaModel::LlamaModel(const ModelConfig& config, torch::Tensor flat_weights)
     : config_(config), layout_(llama_layout(config)), flat_(std::move(flat_weights)) {
   if (flat_.dim() != 1 || flat_.numel() != layout_.total)
-    throw UserError("model weights: expected a flat buffer of " + std::to_string(layout_.total) +
-                    " elements, got " + std::to_string(flat_.numel()));
+    throw UserError("model weights: expected a flat buffer of " + std::to_string(layout_.total) + " elements, got " +
+                    std::to_string(flat_.numel()));
   if (!flat_.is_contiguous()) throw UserError("model weights: the flat buffer must be contiguous");
   const auto elem = flat_.element_size();
   char* base = static_cast<char*>(flat_.data_ptr());
@@ -138,9 +141,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, torch::Tensor flat_weights)
   head_ = config_.tie_embeddings ? embed_ : param("lm_head.weight");
   for (int64_t i = 0; i < config_.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    const auto opt = [&](const char* suffix) {
-      return layout_.find(p + suffix) ? param(p + suffix) : torch::Tensor();
-    };
+    const auto opt = [&](const char* suffix) { return layout_.find(p + suffix) ? param(p + suffix) : torch::Tensor(); };
     LayerWeights w;
     w.attn_norm = param(p + "input_layernorm.weight");
     w.wq = param(p + "self_attn.q_proj.weight");
@@ -186,8 +187,9 @@ torch::Tensor LlamaModel::adjacent_view(const torch::Tensor& buffer, const std::
 void LlamaModel::set_gradient_buffer(const torch::Tensor& grad) {
   if (grad.scalar_type() != torch::kFloat32 || grad.dim() != 1 || grad.numel() != layout_.total ||
       grad.device() != flat_.device() || !grad.is_contiguous())
-    throw std::invalid_argument("set_gradient_buffer: expected a contiguous FP32 buffer of the layout's size on the "
-                                "weights' device");
+    throw std::invalid_argument(
+        "set_gradient_buffer: expected a contiguous FP32 buffer of the layout's size on the "
+        "weights' device");
   grad_ = grad;
   const auto view = [&](const std::string& name) {
     const ParamEntry* e = layout_.find(name);
@@ -213,12 +215,13 @@ void LlamaModel::set_gradient_buffer(const torch::Tensor& grad) {
     s.w_down = view(p + "mlp.down_proj.weight");
     // Where the weights are one matrix, so are their gradients (the same offsets).
     if (w.wqkv.defined())
-      s.wqkv = adjacent_view(grad_, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                                     p + "self_attn.v_proj.weight"});
+      s.wqkv = adjacent_view(
+          grad_, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"});
     if (w.bqkv.defined())
-      s.bqkv = adjacent_view(grad_, {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias",
-                                     p + "self_attn.v_proj.bias"});
-    if (w.w_gate_up.defined()) s.w_gate_up = adjacent_view(grad_, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
+      s.bqkv =
+          adjacent_view(grad_, {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"});
+    if (w.w_gate_up.defined())
+      s.w_gate_up = adjacent_view(grad_, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
     layer_sinks_.push_back(std::move(s));
   }
 }
@@ -231,12 +234,12 @@ void LlamaModel::set_adapters(const LoraSpec& spec, torch::Tensor flat) {
   const ParamLayout layout = lora_layout(config_, spec);
   if (flat.dim() != 1 || flat.numel() != layout.total || flat.scalar_type() != flat_.scalar_type() ||
       flat.device() != flat_.device() || !flat.is_contiguous())
-    throw std::invalid_argument("set_adapters: expected a contiguous 1-D buffer of lora_layout().total elements "
-                                "in the weights' dtype and device");
+    throw std::invalid_argument(
+        "set_adapters: expected a contiguous 1-D buffer of lora_layout().total elements "
+        "in the weights' dtype and device");
   adapter_flat_ = std::move(flat);
   lora_scaling_ = spec.scaling();
-  if (!(spec.dropout >= 0 && spec.dropout < 1))
-    throw std::invalid_argument("set_adapters: dropout must be in [0, 1)");
+  if (!(spec.dropout >= 0 && spec.dropout < 1)) throw std::invalid_argument("set_adapters: dropout must be in [0, 1)");
   lora_dropout_ = spec.dropout;
   adapters_.assign(std::size_t(config_.n_layers), {});
   adapter_params_.clear();
@@ -340,7 +343,7 @@ torch::Tensor decode_attention(const torch::Tensor& q_in, const torch::Tensor& k
   const torch::Tensor qg = q_in.reshape({B, G, H / G, hd}) * scale;  // (B, G, H/G, hd)
   const torch::Tensor scores = at::matmul(qg, k.transpose(2, 3)).add_(bias);
   const torch::Tensor probs = at::softmax(scores, -1, torch::kFloat32).to(q_in.scalar_type());  // (B, G, H/G, A)
-  return at::matmul(probs, v).view({B, H, 1, hd});  // (B, H, 1, hd)
+  return at::matmul(probs, v).view({B, H, 1, hd});                                              // (B, H, 1, hd)
 }
 
 using LayerAdapters = std::array<std::pair<torch::Tensor, torch::Tensor>, kLoraModules>;
@@ -541,8 +544,7 @@ torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tenso
     if (checkpoint) {
       const std::vector<torch::Tensor> weights = block_trainable(*this, layer);
       const bool capture = prompt_kv && prompt_kv->capture, prepend = prompt_kv && !capture;
-      if (!weights.empty() || x.requires_grad() ||
-          (prepend && prompt_kv->k[std::size_t(layer)].requires_grad())) {
+      if (!weights.empty() || x.requires_grad() || (prepend && prompt_kv->k[std::size_t(layer)].requires_grad())) {
         const torch::Tensor none;
         const auto outs = checkpointed_block(
             x, cos, sin, opt(mask), opt(prepend ? prompt_kv->k[std::size_t(layer)] : none),
@@ -563,7 +565,9 @@ torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tenso
 
 torch::Tensor LlamaModel::head(const torch::Tensor& x) const { return logits_of(final_norm(x)); }
 
-torch::Tensor LlamaModel::final_norm(const torch::Tensor& x) const { return rms_norm(x, final_norm_, config_.norm_eps); }
+torch::Tensor LlamaModel::final_norm(const torch::Tensor& x) const {
+  return rms_norm(x, final_norm_, config_.norm_eps);
+}
 
 torch::Tensor LlamaModel::logits_of(const torch::Tensor& normed) const {
   return at::linear(normed, head_).to(torch::kFloat32);  // (B, T, V)
@@ -573,8 +577,8 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, const torch::Tens
   return logits_of(forward_hidden(tokens, valid, logits_from));
 }
 
-torch::Tensor LlamaModel::forward_hidden(const torch::Tensor& tokens, const torch::Tensor& valid,
-                                         int64_t logits_from, const DropoutRows* dropout) const {
+torch::Tensor LlamaModel::forward_hidden(const torch::Tensor& tokens, const torch::Tensor& valid, int64_t logits_from,
+                                         const DropoutRows* dropout) const {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   if (T > config_.max_seq_len)
     throw UserError("sequence of " + std::to_string(T) + " tokens exceeds model.max_seq_len (" +
@@ -582,7 +586,9 @@ torch::Tensor LlamaModel::forward_hidden(const torch::Tensor& tokens, const torc
   if (logits_from < 0 || logits_from >= T)
     throw std::invalid_argument("forward: logits_from " + std::to_string(logits_from) + " outside [0, " +
                                 std::to_string(T) + ")");
-  const auto tail = [&](const torch::Tensor& x) { return logits_from == 0 ? x : x.narrow(1, logits_from, T - logits_from); };
+  const auto tail = [&](const torch::Tensor& x) {
+    return logits_from == 0 ? x : x.narrow(1, logits_from, T - logits_from);
+  };
   const int64_t W = config_.sliding_window;
   const RowRotation rot = valid.defined() ? row_rotation(valid) : RowRotation{true, true, true, {}, {}};
   std::optional<DropoutPass> drop;
@@ -602,7 +608,7 @@ torch::Tensor LlamaModel::forward_hidden(const torch::Tensor& tokens, const torc
   // no softmax row is empty.
   const auto bool_opts = tokens.options().dtype(torch::kBool);
   const torch::Tensor positions = positions_from_valid(valid, {});
-  const torch::Tensor causal = torch::ones({T, T}, bool_opts).tril();  // (T, T)
+  const torch::Tensor causal = torch::ones({T, T}, bool_opts).tril();                                       // (T, T)
   torch::Tensor mask = (causal.unsqueeze(0) & valid.unsqueeze(1)) | torch::eye(T, bool_opts).unsqueeze(0);  // (B, T, T)
   if (W > 0) mask = mask & ((positions.unsqueeze(2) - positions.unsqueeze(1)) < W);
   return final_norm(tail(hidden(tokens, positions, mask.unsqueeze(1), false, nullptr, nullptr, d)));
@@ -613,12 +619,13 @@ torch::Tensor LlamaModel::forward_completions(const SharedPrompts& sp, const tor
 }
 
 torch::Tensor LlamaModel::forward_completions_hidden(const SharedPrompts& sp, const torch::Tensor& completions,
-                                                    const DropoutRows* dropout) const {
+                                                     const DropoutRows* dropout) const {
   const int64_t U = sp.tokens.size(0), P = sp.tokens.size(1), n = completions.size(0), T = completions.size(1);
   if (sp.of_row.dim() != 1 || sp.of_row.size(0) != n || T < 1 || P < 1 ||
       (sp.valid.defined() && sp.valid.sizes() != sp.tokens.sizes()))
-    throw std::invalid_argument("forward_completions: expected prompts (U, P) with valid (U, P), of_row (n), "
-                                "completions (n, T >= 1)");
+    throw std::invalid_argument(
+        "forward_completions: expected prompts (U, P) with valid (U, P), of_row (n), "
+        "completions (n, T >= 1)");
   if (P + T - 1 > config_.max_seq_len)
     throw UserError("sequence of " + std::to_string(P + T - 1) + " tokens exceeds model.max_seq_len (" +
                     std::to_string(config_.max_seq_len) + ")");
@@ -645,18 +652,20 @@ torch::Tensor LlamaModel::forward_completions_hidden(const SharedPrompts& sp, co
     drop_rows = DropoutPass{dropout->key, false, dropout->rows, {}};
   }
   const torch::Tensor x_prompt = hidden(rotate ? sp.tokens.gather(1, rot.to_front) : sp.tokens,
-                                        torch::arange(P, long_opts).unsqueeze(0).expand({U, P}), {}, true, nullptr,
-                                        &kv, drop_prompts ? &*drop_prompts : nullptr);  // (U, P, D)
-  const torch::Tensor length = sp.valid.defined() ? sp.valid.sum(1, false, torch::kLong) : torch::full({U}, P, long_opts);
+                                        torch::arange(P, long_opts).unsqueeze(0).expand({U, P}), {}, true, nullptr, &kv,
+                                        drop_prompts ? &*drop_prompts : nullptr);  // (U, P, D)
+  const torch::Tensor length =
+      sp.valid.defined() ? sp.valid.sum(1, false, torch::kLong) : torch::full({U}, P, long_opts);
   const torch::Tensor last = gather_rows(x_prompt, (length - 1).unsqueeze(1)).index_select(0, sp.of_row);  // (n, 1, D)
   if (T == 1) return final_norm(last);
   // Completion pass: the rows' tokens but the last, at positions after their prompts; queries see
   // the real slots of their prompt and the completion causally.
   const int64_t S = T - 1;
-  const torch::Tensor row_length = length.index_select(0, sp.of_row).unsqueeze(1);  // (n, 1)
+  const torch::Tensor row_length = length.index_select(0, sp.of_row).unsqueeze(1);        // (n, 1)
   const torch::Tensor positions = row_length + torch::arange(S, long_opts).unsqueeze(0);  // (n, S)
   const auto bool_opts = long_opts.dtype(torch::kBool);
-  const torch::Tensor prompt_keys = (torch::arange(P, long_opts).unsqueeze(0) < row_length).unsqueeze(1).expand({n, S, P});
+  const torch::Tensor prompt_keys =
+      (torch::arange(P, long_opts).unsqueeze(0) < row_length).unsqueeze(1).expand({n, S, P});
   const torch::Tensor own_keys = torch::ones({S, S}, bool_opts).tril().unsqueeze(0).expand({n, S, S});
   const torch::Tensor mask = torch::cat({prompt_keys, own_keys}, 2).unsqueeze(1);  // (n, 1, S, P + S)
   kv.capture = false;
@@ -692,8 +701,9 @@ torch::Tensor LlamaModel::decode_step(const torch::Tensor& tokens, KVCache& cach
   const int64_t A = tokens.size(0), S = cache.attend_slots, W = config_.sliding_window;
   if (!cache.slot.defined() || tokens.size(1) != 1 || A != cache.batch() || S > cache.allocated() ||
       cache.allocated() != cache.capacity || cache.length < 1 || cache.length >= S)
-    throw std::invalid_argument("decode_step: needs a cache with a slot tensor, all of its capacity allocated, "
-                                "one token per row and attend_slots in (length, capacity]");
+    throw std::invalid_argument(
+        "decode_step: needs a cache with a slot tensor, all of its capacity allocated, "
+        "one token per row and attend_slots in (length, capacity]");
   const torch::Tensor positions = cache.next_position.unsqueeze(1);  // (A, 1)
   cache.key_valid.index_fill_(1, cache.slot, true);
   cache.key_position.index_copy_(1, cache.slot, positions);
@@ -763,13 +773,13 @@ torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KVCache& c
     const torch::Tensor self = torch::zeros({S, Tk}, bool_opts);
     self.narrow(1, L, S).copy_(torch::eye(S, bool_opts));
     const torch::Tensor keys = cache.key_valid.narrow(1, 0, Tk).unsqueeze(1);  // (B, 1, Tk)
-    mask = (causal_mask.unsqueeze(0) & keys) | self.unsqueeze(0);             // (B, S, Tk)
+    mask = (causal_mask.unsqueeze(0) & keys) | self.unsqueeze(0);              // (B, S, Tk)
     if (W > 0) mask = mask & ((positions.unsqueeze(2) - cache.key_position.narrow(1, 0, Tk).unsqueeze(1)) < W);
     mask = mask.unsqueeze(1);
   }
   torch::Tensor x = hidden(toks, positions, mask, causal, &cache);  // (B, S, D)
   cache.next_position = cache.next_position + (valid.defined() ? valid.sum(1, false, torch::kLong)
-                                                                : torch::full_like(cache.next_position, S));
+                                                               : torch::full_like(cache.next_position, S));
   cache.length += S;
   if (last_only)
     x = rotate ? gather_rows(x, rot.to_back.narrow(1, S - 1, 1)) : x.narrow(1, S - 1, 1);
@@ -778,8 +788,7 @@ torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KVCache& c
   return head(x);
 }
 
-void init_llama_weights(const ParamLayout& layout, const ModelConfig& config, torch::Tensor flat,
-                        uint64_t seed) {
+void init_llama_weights(const ParamLayout& layout, const ModelConfig& config, torch::Tensor flat, uint64_t seed) {
   if (flat.scalar_type() != torch::kFloat32 || flat.numel() != layout.total)
     throw UserError("init: expected an FP32 flat buffer of " + std::to_string(layout.total) + " elements");
   torch::NoGradGuard no_grad;

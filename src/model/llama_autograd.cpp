@@ -13,11 +13,10 @@
 #include <optional>
 #include <stdexcept>
 
-#include "unstuck/model/lora_dropout.h"
+#include "model/lora_dropout.h"
 
 namespace unstuck::model {
 namespace {
-
 
 // Activation checkpointing: the forward keeps only the block's input; the backward recomputes the
 // block with gradients on and differentiates it. The recomputation is the same deterministic code
@@ -102,8 +101,8 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     torch::autograd::variable_list outputs;
     {
       torch::AutoGradMode grad_on(true);
-      outputs = run(model, layer, x, saved[1], saved[2], mask, ctx->saved_data["causal"].toBool(), capture,
-                    prompt_k, prompt_v, has_prompt ? saved[6] : torch::Tensor(), dropped ? &dropout : nullptr);
+      outputs = run(model, layer, x, saved[1], saved[2], mask, ctx->saved_data["causal"].toBool(), capture, prompt_k,
+                    prompt_v, has_prompt ? saved[6] : torch::Tensor(), dropped ? &dropout : nullptr);
     }
     torch::autograd::variable_list grads_of_outputs;
     for (std::size_t i = 0; i < outputs.size(); ++i)  // a captured key/value no later layer used: zero
@@ -144,10 +143,11 @@ torch::Tensor dropout_keep(const torch::Tensor& ids, const torch::Tensor& positi
   const torch::Tensor i = ids.contiguous(), p = positions.contiguous();
   const int64_t *ip = i.data_ptr<int64_t>(), *pp = p.data_ptr<int64_t>();
   uint8_t* out = keep.data_ptr<uint8_t>();
-  at::parallel_for(0, B * T, std::max<int64_t>(1, 16384 / std::max<int64_t>(features, 1)), [&](int64_t first, int64_t last) {
-    for (int64_t bt = first; bt < last; ++bt)
-      dropout_keep_row(stream, threshold, uint32_t(ip[bt / T]), uint32_t(pp[bt]), features, out + bt * features);
-  });
+  at::parallel_for(
+      0, B * T, std::max<int64_t>(1, 16384 / std::max<int64_t>(features, 1)), [&](int64_t first, int64_t last) {
+        for (int64_t bt = first; bt < last; ++bt)
+          dropout_keep_row(stream, threshold, uint32_t(ip[bt / T]), uint32_t(pp[bt]), features, out + bt * features);
+      });
   return keep;
 }
 
@@ -157,8 +157,8 @@ torch::Tensor dropout_keep(const torch::Tensor& ids, const torch::Tensor& positi
 struct DroppedLinear : public torch::autograd::Function<DroppedLinear> {
   static torch::Tensor dropped(const torch::Tensor& x, const torch::Tensor& ids, const torch::Tensor& positions,
                                int64_t key, int64_t tag, double p) {
-    const torch::Tensor keep = dropout_keep(ids, positions, x.size(-1), DropoutStream{uint64_t(key), uint32_t(tag)},
-                                            dropout_threshold(p));
+    const torch::Tensor keep =
+        dropout_keep(ids, positions, x.size(-1), DropoutStream{uint64_t(key), uint32_t(tag)}, dropout_threshold(p));
     return x.mul(keep).mul_(1.0 / (1.0 - p));
   }
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& a,
@@ -179,10 +179,10 @@ struct DroppedLinear : public torch::autograd::Function<DroppedLinear> {
     const torch::Tensor ids = ctx->saved_data["ids"].toTensor(), positions = ctx->saved_data["positions"].toTensor();
     const int64_t key = ctx->saved_data["key"].toInt(), tag = ctx->saved_data["tag"].toInt();
     const double p = ctx->saved_data["p"].toDouble();
-    const torch::Tensor keep = dropout_keep(ids, positions, x.size(-1), DropoutStream{uint64_t(key), uint32_t(tag)},
-                                            dropout_threshold(p));
+    const torch::Tensor keep =
+        dropout_keep(ids, positions, x.size(-1), DropoutStream{uint64_t(key), uint32_t(tag)}, dropout_threshold(p));
     const double scale = 1.0 / (1.0 - p);
-    const torch::Tensor g = grad_out[0].reshape({-1, a.size(0)});  // (N, r)
+    const torch::Tensor g = grad_out[0].reshape({-1, a.size(0)});                             // (N, r)
     const torch::Tensor grad_a = g.t().mm(x.mul(keep).mul_(scale).reshape({-1, a.size(1)}));  // (r, in)
     const torch::Tensor grad_x = g.mm(a).view(x.sizes()).mul_(keep).mul_(scale);
     return {grad_x, grad_a, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
@@ -224,7 +224,7 @@ struct LinearIntoSink : public torch::autograd::Function<LinearIntoSink> {
     const torch::Tensor &x = saved[0], &w = saved[1];
     torch::Tensor w_sink = ctx->saved_data["w_sink"].toTensor(), b_sink = ctx->saved_data["b_sink"].toTensor();
     const torch::Tensor g = grad_out[0].reshape({-1, w.size(0)});  // (N, out)
-    const torch::Tensor x2 = x.reshape({-1, w.size(1)});          // (N, in)
+    const torch::Tensor x2 = x.reshape({-1, w.size(1)});           // (N, in)
     add_weight_grad(w_sink, g, x2);
     if (b_sink.defined()) b_sink.add_(g.sum(0, false, torch::kFloat32));
     return {g.mm(w).view(x.sizes()), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
@@ -245,7 +245,7 @@ struct EmbeddingIntoSink : public torch::autograd::Function<EmbeddingIntoSink> {
     const torch::Tensor ids = ctx->saved_data["tokens"].toTensor().reshape({-1});
     torch::Tensor sink = ctx->saved_data["sink"].toTensor();
     const torch::Tensor g = grad_out[0].reshape({ids.size(0), -1});  // (B*T, D)
-    constexpr int64_t kRows = 4096;  // rows widened to FP32 at a time
+    constexpr int64_t kRows = 4096;                                  // rows widened to FP32 at a time
     for (int64_t r = 0; r < ids.size(0); r += kRows) {
       const int64_t n = std::min(kRows, ids.size(0) - r);
       sink.index_add_(0, ids.narrow(0, r, n), g.narrow(0, r, n).to(torch::kFloat32));
@@ -271,15 +271,15 @@ std::vector<torch::Tensor> block_trainable(const LlamaModel& model, int64_t laye
   return out;
 }
 
-std::vector<torch::Tensor> checkpointed_block(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                              const std::optional<torch::Tensor>& mask,
+std::vector<torch::Tensor> checkpointed_block(const torch::Tensor& x, const torch::Tensor& cos,
+                                              const torch::Tensor& sin, const std::optional<torch::Tensor>& mask,
                                               const std::optional<torch::Tensor>& prompt_k,
                                               const std::optional<torch::Tensor>& prompt_v,
                                               const std::optional<torch::Tensor>& of_row, at::TensorList weights,
                                               const LlamaModel* model, int64_t layer, bool causal, bool capture,
                                               const DropoutPass* dropout) {
-  return CheckpointedBlock::apply(x, cos, sin, mask, prompt_k, prompt_v, of_row, weights, model, layer, causal,
-                                  capture, dropout);
+  return CheckpointedBlock::apply(x, cos, sin, mask, prompt_k, prompt_v, of_row, weights, model, layer, causal, capture,
+                                  dropout);
 }
 
 torch::Tensor linear_into_sink(const torch::Tensor& x, const torch::Tensor& w, const std::optional<torch::Tensor>& b,

@@ -20,8 +20,8 @@ std::vector<torch::Tensor> block_trainable(const LlamaModel& model, int64_t laye
 // returns {y}, or {y, k, v} when `capture` (a shared prompt's pass). `prompt_k`, `prompt_v` and
 // `of_row`: a completion pass's prompt keys and values, whose gradients it returns. `weights`:
 // block_trainable(*model, layer).
-std::vector<torch::Tensor> checkpointed_block(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                              const std::optional<torch::Tensor>& mask,
+std::vector<torch::Tensor> checkpointed_block(const torch::Tensor& x, const torch::Tensor& cos,
+                                              const torch::Tensor& sin, const std::optional<torch::Tensor>& mask,
                                               const std::optional<torch::Tensor>& prompt_k,
                                               const std::optional<torch::Tensor>& prompt_v,
                                               const std::optional<torch::Tensor>& of_row, at::TensorList weights,

@@ -23,7 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kModuleNames[kLoraModules] = {"q_proj", "k_proj", "v_proj", "o_proj",
+constexpr const char* kModuleNames[kLoraModules] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                     "gate_proj", "up_proj", "down_proj"};
 
 // "self_attn.q_proj" / "mlp.gate_proj": the module's path inside a layer.
@@ -40,8 +40,8 @@ std::string module_key(int64_t layer, LoraModule m) {
 // adapter_config.json keys that describe the adapter without changing what it computes (or that
 // only matter with a setting that is refused when on): any value.
 const std::set<std::string> kInformational = {
-    "base_model_name_or_path", "revision", "task_type", "inference_mode", "auto_mapping", "peft_version",
-    "init_lora_weights", "lora_dropout", "megatron_core", "qalora_group_size"};
+    "base_model_name_or_path", "revision",     "task_type",     "inference_mode",   "auto_mapping", "peft_version",
+    "init_lora_weights",       "lora_dropout", "megatron_core", "qalora_group_size"};
 
 // Whether `v` is a setting's off value: null, false, "", an empty list or object.
 bool is_off(const nlohmann::json& v) {
@@ -69,8 +69,9 @@ std::vector<LoraModule> match_targets(const std::vector<std::string>& entries, c
           any = true;
         }
       }
-    if (!any) throw UserError(what + ": '" + e + "' matches no module of this model (" +
-                              std::to_string(config.n_layers) + " layers)");
+    if (!any)
+      throw UserError(what + ": '" + e + "' matches no module of this model (" + std::to_string(config.n_layers) +
+                      " layers)");
   }
   std::vector<LoraModule> out;
   for (int m = 0; m < kLoraModules; ++m) {
@@ -106,13 +107,12 @@ const char* lora_module_name(LoraModule m) { return kModuleNames[int(m)]; }
 LoraModule parse_lora_module(const std::string& name, const std::string& what) {
   for (int i = 0; i < kLoraModules; ++i)
     if (name == kModuleNames[i]) return LoraModule(i);
-  throw UserError(what + ": '" + name +
-                  "' is not a projection unstuck adapts (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+  throw UserError(
+      what + ": '" + name +
+      "' is not a projection unstuck adapts (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
 }
 
-double LoraSpec::scaling() const {
-  return rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank);
-}
+double LoraSpec::scaling() const { return rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank); }
 
 bool LoraSpec::targets_module(LoraModule m) const {
   for (LoraModule t : targets)
@@ -143,7 +143,7 @@ torch::Tensor init_lora(const ModelConfig& config, const LoraSpec& spec, LoraIni
   torch::Tensor flat = torch::zeros({layout.total}, torch::kFloat32);
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   for (const ParamEntry& e : layout.entries) {
-    if (e.name.find(".lora_A.") == std::string::npos) continue;  // B stays zero
+    if (e.name.find(".lora_A.") == std::string::npos) continue;         // B stays zero
     torch::Tensor a = flat.narrow(0, e.offset, e.numel).view(e.shape);  // (r, in)
     if (init == LoraInit::pissa) throw std::invalid_argument("init_lora: PiSSA adapters come from pissa_init");
     if (init == LoraInit::gaussian) {
@@ -192,20 +192,21 @@ torch::Tensor pissa_init(const ModelConfig& config, const LoraSpec& spec, torch:
   torch::Tensor flat = torch::zeros({layout.total}, base.options());
   const double s = spec.scaling();
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);  // randomized SVD: in layout order
-  for_each_adapted(config, spec, layout, base_layout, [&](const ParamEntry& a, const ParamEntry& b, const ParamEntry& w) {
-    torch::Tensor W = base.narrow(0, w.offset, w.numel).view(w.shape);  // (out, in)
-    const int64_t r = spec.rank, bound = std::min(w.shape[0], w.shape[1]);
-    if (r > bound)
-      throw UserError("lora.init pissa: lora.rank " + std::to_string(r) + " exceeds the rank bound " +
-                      std::to_string(bound) + " of " + w.name);
-    const TopSingular t = top_singular(W, r, spec.pissa_niter, gen);
-    const torch::Tensor root = (t.S / s).sqrt();            // (r)
-    const torch::Tensor A = at::diag(root).mm(t.Vh);        // (r, in)
-    const torch::Tensor B = t.U.mm(at::diag(root));         // (out, r)
-    flat.narrow(0, a.offset, a.numel).view(a.shape).copy_(A);
-    flat.narrow(0, b.offset, b.numel).view(b.shape).copy_(B);
-    W.addmm_(B, A, /*beta=*/1.0, /*alpha=*/-s);  // W - s B A in place: no (out, in) temporaries
-  });
+  for_each_adapted(config, spec, layout, base_layout,
+                   [&](const ParamEntry& a, const ParamEntry& b, const ParamEntry& w) {
+                     torch::Tensor W = base.narrow(0, w.offset, w.numel).view(w.shape);  // (out, in)
+                     const int64_t r = spec.rank, bound = std::min(w.shape[0], w.shape[1]);
+                     if (r > bound)
+                       throw UserError("lora.init pissa: lora.rank " + std::to_string(r) + " exceeds the rank bound " +
+                                       std::to_string(bound) + " of " + w.name);
+                     const TopSingular t = top_singular(W, r, spec.pissa_niter, gen);
+                     const torch::Tensor root = (t.S / s).sqrt();      // (r)
+                     const torch::Tensor A = at::diag(root).mm(t.Vh);  // (r, in)
+                     const torch::Tensor B = t.U.mm(at::diag(root));   // (out, r)
+                     flat.narrow(0, a.offset, a.numel).view(a.shape).copy_(A);
+                     flat.narrow(0, b.offset, b.numel).view(b.shape).copy_(B);
+                     W.addmm_(B, A, /*beta=*/1.0, /*alpha=*/-s);  // W - s B A in place: no (out, in) temporaries
+                   });
   return flat;
 }
 
@@ -219,12 +220,15 @@ LoadedAdapter pissa_as_lora(const ModelConfig& config, const LoraSpec& spec, con
   out.spec.rank = 2 * spec.rank;
   out.spec.alpha = spec.rslora ? spec.alpha * std::sqrt(2.0) : 2 * spec.alpha;
   const ParamLayout wide = lora_layout(config, out.spec);
-  const torch::Tensor now = adapters.detach().to(torch::kCPU), start = initial.detach().to(torch::kCPU, now.scalar_type());
+  const torch::Tensor now = adapters.detach().to(torch::kCPU),
+                      start = initial.detach().to(torch::kCPU, now.scalar_type());
   out.flat = torch::zeros({wide.total}, now.options());
-  const auto view = [](const torch::Tensor& t, const ParamEntry& e) { return t.narrow(0, e.offset, e.numel).view(e.shape); };
+  const auto view = [](const torch::Tensor& t, const ParamEntry& e) {
+    return t.narrow(0, e.offset, e.numel).view(e.shape);
+  };
   for (std::size_t k = 0; k < layout.entries.size(); k += 2) {
     const ParamEntry &a = layout.entries[k], &b = layout.entries[k + 1];
-    view(out.flat, wide.entries[k]).copy_(at::cat({view(now, a), view(start, a)}, 0));     // (2r, in)
+    view(out.flat, wide.entries[k]).copy_(at::cat({view(now, a), view(start, a)}, 0));       // (2r, in)
     view(out.flat, wide.entries[k + 1]).copy_(at::cat({view(now, b), -view(start, b)}, 1));  // (out, 2r)
   }
   return out;
@@ -264,7 +268,8 @@ LoadedAdapter load_peft_adapter(const fs::path& dir, const ModelConfig& config) 
   LoadedAdapter out;
   for (const auto& [key, v] : c.items()) {
     if (key == "peft_type") {
-      if (!v.is_string() || v.get<std::string>() != "LORA") fail(key, "is " + v.dump() + "; unstuck loads LORA adapters");
+      if (!v.is_string() || v.get<std::string>() != "LORA")
+        fail(key, "is " + v.dump() + "; unstuck loads LORA adapters");
     } else if (key == "r") {
       if (!v.is_number_integer() || v.get<int64_t>() <= 0) fail(key, "must be a positive integer, got " + v.dump());
       out.spec.rank = v.get<int64_t>();
@@ -286,12 +291,14 @@ LoadedAdapter load_peft_adapter(const fs::path& dir, const ModelConfig& config) 
           names.push_back(n.get<std::string>());
         }
       } else {
-        fail(key, "is " + v.dump() + ": a list of module names or \"all-linear\" (a regular expression is not matched)");
+        fail(key,
+             "is " + v.dump() + ": a list of module names or \"all-linear\" (a regular expression is not matched)");
       }
       out.spec.targets = match_targets(names, config, where + ": target_modules");
     } else if (!kInformational.count(key) && !is_off(v)) {
-      fail(key, "is " + v.dump() + ", a setting unstuck does not compute (DoRA, layer selections, patterns, saved "
-                "modules and the like); only its off value is accepted");
+      fail(key, "is " + v.dump() +
+                    ", a setting unstuck does not compute (DoRA, layer selections, patterns, saved "
+                    "modules and the like); only its off value is accepted");
     }
   }
   if (out.spec.rank <= 0) throw UserError(where + ": no 'r'");
@@ -307,7 +314,8 @@ LoadedAdapter load_peft_adapter(const fs::path& dir, const ModelConfig& config) 
   for (const ParamEntry& e : layout.entries) {
     expected.insert(e.name);
     const io::Tensor* t = file.find(e.name);
-    if (!t) throw UserError(weights_path.string() + ": no tensor '" + e.name + "' (r " + std::to_string(out.spec.rank) + ")");
+    if (!t)
+      throw UserError(weights_path.string() + ": no tensor '" + e.name + "' (r " + std::to_string(out.spec.rank) + ")");
     if (t->shape != e.shape)
       throw UserError(weights_path.string() + ": tensor '" + e.name + "' has shape " + nlohmann::json(t->shape).dump() +
                       ", the model needs " + nlohmann::json(e.shape).dump());
@@ -321,8 +329,8 @@ LoadedAdapter load_peft_adapter(const fs::path& dir, const ModelConfig& config) 
   return out;
 }
 
-void save_peft_adapter(const fs::path& dir, const ModelConfig& config, const LoraSpec& spec,
-                       const torch::Tensor& flat, const std::string& base_model) {
+void save_peft_adapter(const fs::path& dir, const ModelConfig& config, const LoraSpec& spec, const torch::Tensor& flat,
+                       const std::string& base_model) {
   const ParamLayout layout = lora_layout(config, spec);
   if (flat.numel() != layout.total) throw std::invalid_argument("save_peft_adapter: the buffer is not lora_layout's");
   const torch::Tensor host = flat.detach().to(torch::kCPU).contiguous();
@@ -331,12 +339,21 @@ void save_peft_adapter(const fs::path& dir, const ModelConfig& config, const Lor
                         {{"format", "pt"}});
   nlohmann::json targets = nlohmann::json::array();
   for (LoraModule m : spec.targets) targets.push_back(lora_module_name(m));
-  const nlohmann::json c = {{"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"r", spec.rank},
-                            {"lora_alpha", spec.alpha}, {"use_rslora", spec.rslora}, {"target_modules", targets},
-                            {"bias", "none"}, {"lora_dropout", spec.dropout}, {"fan_in_fan_out", false}, {"use_dora", false},
-                            {"modules_to_save", nullptr}, {"layers_to_transform", nullptr},
-                            {"base_model_name_or_path", base_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(base_model)},
-                            {"inference_mode", true}};
+  const nlohmann::json c = {
+      {"peft_type", "LORA"},
+      {"task_type", "CAUSAL_LM"},
+      {"r", spec.rank},
+      {"lora_alpha", spec.alpha},
+      {"use_rslora", spec.rslora},
+      {"target_modules", targets},
+      {"bias", "none"},
+      {"lora_dropout", spec.dropout},
+      {"fan_in_fan_out", false},
+      {"use_dora", false},
+      {"modules_to_save", nullptr},
+      {"layers_to_transform", nullptr},
+      {"base_model_name_or_path", base_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(base_model)},
+      {"inference_mode", true}};
   io::write_json_file(dir / "adapter_config.json", c);
 }
 

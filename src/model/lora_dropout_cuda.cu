@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "unstuck/model/lora_dropout.h"
+#include "model/lora_dropout.h"
 
 namespace unstuck::model {
 namespace {
@@ -19,8 +19,7 @@ __global__ void dropout_keep_kernel(uint8_t* __restrict__ out, const int64_t* __
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
     const int64_t rp = t / quads, f = (t % quads) * 4, row = rp / positions;
-    const precision::Philox4x32 r =
-        dropout_block(s, uint32_t(ids[row]), uint32_t(position_ids[rp]), uint32_t(f));
+    const precision::Philox4x32 r = dropout_block(s, uint32_t(ids[row]), uint32_t(position_ids[rp]), uint32_t(f));
     uint8_t* o = out + rp * features + f;
     for (int64_t lane = 0; lane < 4 && f + lane < features; ++lane) o[lane] = (r.v[lane] >> 8) >= threshold;
   }

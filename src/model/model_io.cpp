@@ -24,10 +24,14 @@
 namespace unstuck::model {
 torch::ScalarType torch_dtype(io::DType d) {
   switch (d) {
-    case io::DType::f32: return torch::kFloat32;
-    case io::DType::bf16: return torch::kBFloat16;
-    case io::DType::f16: return torch::kHalf;
-    case io::DType::f8_e4m3: return torch::kFloat8_e4m3fn;
+    case io::DType::f32:
+      return torch::kFloat32;
+    case io::DType::bf16:
+      return torch::kBFloat16;
+    case io::DType::f16:
+      return torch::kHalf;
+    case io::DType::f8_e4m3:
+      return torch::kFloat8_e4m3fn;
   }
   return torch::kFloat32;
 }
@@ -40,7 +44,8 @@ io::DType io_dtype(torch::ScalarType type) {
 }
 
 std::vector<io::TensorView> layout_views(const ParamLayout& layout, const torch::Tensor& flat, io::DType dtype) {
-  if (!flat.is_cpu() || !flat.is_contiguous() || flat.numel() != layout.total || flat.scalar_type() != torch_dtype(dtype))
+  if (!flat.is_cpu() || !flat.is_contiguous() || flat.numel() != layout.total ||
+      flat.scalar_type() != torch_dtype(dtype))
     throw std::invalid_argument("layout_views: expected a contiguous host buffer of the layout in its dtype");
   const auto elem = flat.element_size();
   const char* base = static_cast<const char*>(flat.data_ptr());
@@ -52,15 +57,21 @@ std::vector<io::TensorView> layout_views(const ParamLayout& layout, const torch:
 
 const char* hf_dtype_name(io::DType d) {
   switch (d) {
-    case io::DType::f32: return "float32";
-    case io::DType::bf16: return "bfloat16";
-    case io::DType::f16: return "float16";
-    case io::DType::f8_e4m3: return "float8_e4m3fn";
+    case io::DType::f32:
+      return "float32";
+    case io::DType::bf16:
+      return "bfloat16";
+    case io::DType::f16:
+      return "float16";
+    case io::DType::f8_e4m3:
+      return "float8_e4m3fn";
   }
   return "float32";
 }
 
-LoadedModel load_pretrained(const std::filesystem::path& dir) { return load_pretrained(dir, read_hf_config(dir / "config.json")); }
+LoadedModel load_pretrained(const std::filesystem::path& dir) {
+  return load_pretrained(dir, read_hf_config(dir / "config.json"));
+}
 
 LoadedModel load_pretrained(const std::filesystem::path& dir, const HfConfig& hf) {
   const std::filesystem::path config_path = dir / "config.json";
@@ -137,10 +148,11 @@ void FlatWeightsReader::read(int64_t begin, int64_t n, float* out) const {
     bytes.resize(len);
     const File& f = files_[p.file];
     for (std::size_t done = 0; done < len;) {
-      const ssize_t got = ::pread(f.fd, bytes.data() + done, len - done,
-                                  off_t(p.data_offset + uint64_t(b - p.offset) * elem + done));
+      const ssize_t got =
+          ::pread(f.fd, bytes.data() + done, len - done, off_t(p.data_offset + uint64_t(b - p.offset) * elem + done));
       if (got <= 0)
-        throw UserError("cannot read '" + f.path + "'" + (got < 0 ? std::string(": ") + std::strerror(errno) : ": truncated"));
+        throw UserError("cannot read '" + f.path + "'" +
+                        (got < 0 ? std::string(": ") + std::strerror(errno) : ": truncated"));
       done += std::size_t(got);
     }
     float* dst = out + (b - begin);

@@ -46,15 +46,15 @@ void validate_model_config(const ModelConfig& c) {
   positive(c.n_heads, "n_heads");
   positive(c.n_kv_heads, "n_kv_heads");
   positive(c.ffn_dim, "ffn_dim");
-  require(c.head_size >= 0 && c.head_size <= kMaxParams, "model.head_size must be >= 0 (0 = dim / n_heads), got " +
-                                                             std::to_string(c.head_size));
+  require(c.head_size >= 0 && c.head_size <= kMaxParams,
+          "model.head_size must be >= 0 (0 = dim / n_heads), got " + std::to_string(c.head_size));
   if (c.head_size == 0)
     require(c.dim % c.n_heads == 0, "model.n_heads must divide model.dim (" + std::to_string(c.dim) + "), got " +
                                         std::to_string(c.n_heads) + " (or set model.head_size)");
   require(c.head_dim() % 2 == 0, "model.head_size (the per-head width, " + std::to_string(c.head_dim()) +
                                      ") must be even for rotary embeddings");
-  require(c.n_heads % c.n_kv_heads == 0, "model.n_kv_heads must divide model.n_heads (" +
-                                             std::to_string(c.n_heads) + "), got " + std::to_string(c.n_kv_heads));
+  require(c.n_heads % c.n_kv_heads == 0, "model.n_kv_heads must divide model.n_heads (" + std::to_string(c.n_heads) +
+                                             "), got " + std::to_string(c.n_kv_heads));
   require(c.max_seq_len > 1 && c.max_seq_len <= kMaxParams,
           "model.max_seq_len must be in [2, 2^38], got " + std::to_string(c.max_seq_len));
   require(std::isfinite(c.rope_theta) && c.rope_theta > 0, "model.rope_theta must be > 0");
@@ -74,14 +74,17 @@ void validate_model_config(const ModelConfig& c) {
     require(r.original_max_len > 0, "model.rope_scaling.original_max_len must be > 0");
     require(std::isfinite(r.beta_fast) && std::isfinite(r.beta_slow) && r.beta_fast > r.beta_slow && r.beta_slow > 0,
             "model.rope_scaling: yarn needs 0 < beta_slow < beta_fast");
-    require(std::isfinite(r.attention_factor) && r.attention_factor >= 0, "model.rope_scaling.attention_factor must be >= 0");
+    require(std::isfinite(r.attention_factor) && r.attention_factor >= 0,
+            "model.rope_scaling.attention_factor must be >= 0");
   }
   // The feature set must be one the family has, so an export is what transformers computes too.
-  const char* family = c.family == Family::llama ? "llama" : c.family == Family::qwen2 ? "qwen2"
-                       : c.family == Family::qwen3 ? "qwen3" : "mistral";
-  require(c.qk_norm == (c.family == Family::qwen3),
-          std::string("model.qk_norm is ") + (c.qk_norm ? "true" : "false") + " but model.family is " + family +
-              " (q/k norms are Qwen3's, and Qwen3 always has them)");
+  const char* family = c.family == Family::llama   ? "llama"
+                       : c.family == Family::qwen2 ? "qwen2"
+                       : c.family == Family::qwen3 ? "qwen3"
+                                                   : "mistral";
+  require(c.qk_norm == (c.family == Family::qwen3), std::string("model.qk_norm is ") + (c.qk_norm ? "true" : "false") +
+                                                        " but model.family is " + family +
+                                                        " (q/k norms are Qwen3's, and Qwen3 always has them)");
   if (c.family == Family::qwen2)
     require(c.qkv_bias && !c.o_bias, "model.family qwen2 needs model.qkv_bias true and model.o_bias false");
   if (c.family == Family::llama || c.family == Family::qwen3)
@@ -148,8 +151,7 @@ const ParamEntry* ParamLayout::find(const std::string& name) const {
 std::vector<precision::Segment> ParamLayout::segments() const {
   std::vector<precision::Segment> out;
   out.reserve(entries.size());
-  for (const ParamEntry& e : entries)
-    out.push_back({uint64_t(e.offset), uint64_t(e.numel), e.decay});
+  for (const ParamEntry& e : entries) out.push_back({uint64_t(e.offset), uint64_t(e.numel), e.decay});
   return out;
 }
 
@@ -179,7 +181,7 @@ ParamLayout llama_layout(const ModelConfig& c) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     for (const LayerTensor& t : layer) add(p + t.suffix, t.shape, t.decay);
   }
-  add(outer[1].first, outer[1].second, false);  // final norm
+  add(outer[1].first, outer[1].second, false);                       // final norm
   if (outer.size() > 2) add(outer[2].first, outer[2].second, true);  // untied head
   return layout;
 }

@@ -26,11 +26,10 @@ struct AdamWRange {
 // fp8_<isa>: src[0, n) (global index index0 + i), all in one FP8 channel with the powers down = 2^-e
 // and up = 2^e (fp8_fast_exponent(e)), rounded by fp8_e4m3_scaled_fast (fp8.h) into dst; SR takes each
 // element's sr_bits_fp16.
-#define UNSTUCK_DECLARE_CPU_KERNELS(isa)                                                        \
-  void round_##isa(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key,      \
-                   uint64_t index0);                                                           \
-  uint64_t adamw_##isa(const AdamWRange& range, const AdamWScalars& s, RoundMode mode, SrKey key);      \
-  void fp8_##isa(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up, \
+#define UNSTUCK_DECLARE_CPU_KERNELS(isa)                                                                    \
+  void round_##isa(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key, uint64_t index0); \
+  uint64_t adamw_##isa(const AdamWRange& range, const AdamWScalars& s, RoundMode mode, SrKey key);          \
+  void fp8_##isa(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up,     \
                  bool stochastic, SrKey key);
 
 UNSTUCK_DECLARE_CPU_KERNELS(scalar)
@@ -48,11 +47,16 @@ inline uint32_t sr_bits(RoundMode mode, SrKey key, uint64_t index) {
 // Rounds x for `mode`; the result holds 16-bit patterns, or the FP32 bits for RoundMode::fp32.
 inline uint32_t round_element(float x, RoundMode mode, SrKey key, uint64_t index) {
   switch (mode) {
-    case RoundMode::fp32: return float_bits(x);
-    case RoundMode::bf16_rn: return bf16_rn(x);
-    case RoundMode::bf16_sr: return bf16_sr(x, sr_bits(mode, key, index));
-    case RoundMode::fp16_rn: return fp16_rn(x);
-    case RoundMode::fp16_sr: return fp16_sr(x, sr_bits(mode, key, index));
+    case RoundMode::fp32:
+      return float_bits(x);
+    case RoundMode::bf16_rn:
+      return bf16_rn(x);
+    case RoundMode::bf16_sr:
+      return bf16_sr(x, sr_bits(mode, key, index));
+    case RoundMode::fp16_rn:
+      return fp16_rn(x);
+    case RoundMode::fp16_sr:
+      return fp16_sr(x, sr_bits(mode, key, index));
   }
   return 0;
 }

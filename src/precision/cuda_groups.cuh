@@ -28,8 +28,7 @@ struct Layout {
   static constexpr int L = kSr ? 16 : 1;  // groups per tile
   using Out = std::conditional_t<M == RoundMode::fp32, float, uint16_t>;
 };
-static_assert(kBf16SrTile == 16 * Layout<RoundMode::bf16_sr>::G &&
-                  kFp16SrTile == 16 * Layout<RoundMode::fp16_sr>::G,
+static_assert(kBf16SrTile == 16 * Layout<RoundMode::bf16_sr>::G && kFp16SrTile == 16 * Layout<RoundMode::fp16_sr>::G,
               "the SR tile layout in round_math.h changed: update Layout and round_group");
 
 // Global index of element k of group g.
@@ -70,8 +69,8 @@ UNSTUCK_HD bool vector_ok(const T* ptr, uint64_t base, uint64_t i0, uint64_t beg
 // (base <= begin). Elements outside the range read as 0. The loops unroll with predicates, so the
 // arrays stay in registers.
 template <RoundMode M, typename T>
-UNSTUCK_HD void load_group(const T* __restrict__ ptr, uint64_t base, uint64_t g, uint64_t begin,
-                           uint64_t end, T (&out)[Layout<M>::G]) {
+UNSTUCK_HD void load_group(const T* __restrict__ ptr, uint64_t base, uint64_t g, uint64_t begin, uint64_t end,
+                           T (&out)[Layout<M>::G]) {
   constexpr int G = Layout<M>::G;
   const uint64_t i0 = element_index<M>(g, 0);
   if (vector_ok<M>(ptr, base, i0, begin, end)) {
@@ -89,8 +88,8 @@ UNSTUCK_HD void load_group(const T* __restrict__ ptr, uint64_t base, uint64_t g,
 
 // Stores the elements of group g that lie in [begin, end); layout as load_group.
 template <RoundMode M, typename T>
-UNSTUCK_HD void store_group(T* __restrict__ ptr, uint64_t base, uint64_t g, uint64_t begin,
-                            uint64_t end, const T (&in)[Layout<M>::G]) {
+UNSTUCK_HD void store_group(T* __restrict__ ptr, uint64_t base, uint64_t g, uint64_t begin, uint64_t end,
+                            const T (&in)[Layout<M>::G]) {
   constexpr int G = Layout<M>::G;
   const uint64_t i0 = element_index<M>(g, 0);
   if (vector_ok<M>(ptr, base, i0, begin, end)) {
@@ -110,8 +109,8 @@ UNSTUCK_HD void store_group(T* __restrict__ ptr, uint64_t base, uint64_t g, uint
 // Rounds group g. SR: one Philox block per group; element k takes the bits that sr_bits_bf16 /
 // sr_bits_fp16 give its global index (BF16: half k % 2 of word k / 2; FP16: word k).
 template <RoundMode M>
-UNSTUCK_HD void round_group(const float (&x)[Layout<M>::G],
-                            typename Layout<M>::Out (&y)[Layout<M>::G], SrKey key, uint64_t g) {
+UNSTUCK_HD void round_group(const float (&x)[Layout<M>::G], typename Layout<M>::Out (&y)[Layout<M>::G], SrKey key,
+                            uint64_t g) {
   constexpr int G = Layout<M>::G;
   if constexpr (M == RoundMode::fp32) {
 #pragma unroll
@@ -138,11 +137,16 @@ template <typename Fn>
 decltype(auto) dispatch_mode(RoundMode mode, Fn&& fn) {
   using RM = RoundMode;
   switch (mode) {
-    case RM::fp32: return fn(std::integral_constant<RM, RM::fp32>{});
-    case RM::bf16_rn: return fn(std::integral_constant<RM, RM::bf16_rn>{});
-    case RM::bf16_sr: return fn(std::integral_constant<RM, RM::bf16_sr>{});
-    case RM::fp16_rn: return fn(std::integral_constant<RM, RM::fp16_rn>{});
-    case RM::fp16_sr: return fn(std::integral_constant<RM, RM::fp16_sr>{});
+    case RM::fp32:
+      return fn(std::integral_constant<RM, RM::fp32>{});
+    case RM::bf16_rn:
+      return fn(std::integral_constant<RM, RM::bf16_rn>{});
+    case RM::bf16_sr:
+      return fn(std::integral_constant<RM, RM::bf16_sr>{});
+    case RM::fp16_rn:
+      return fn(std::integral_constant<RM, RM::fp16_rn>{});
+    case RM::fp16_sr:
+      return fn(std::integral_constant<RM, RM::fp16_sr>{});
   }
   throw std::invalid_argument("unknown RoundMode " + std::to_string(int(mode)));
 }

@@ -64,9 +64,8 @@ __global__ void amax_kernel(const float* __restrict__ master, uint64_t global_of
   }
 }
 
-__global__ void round_kernel(const float* __restrict__ master, uint16_t* __restrict__ compute,
-                             uint64_t global_offset, Fp8Matrix m, RowSpan s, const int32_t* __restrict__ exponent,
-                             bool stochastic, SrKey key) {
+__global__ void round_kernel(const float* __restrict__ master, uint16_t* __restrict__ compute, uint64_t global_offset,
+                             Fp8Matrix m, RowSpan s, const int32_t* __restrict__ exponent, bool stochastic, SrKey key) {
   for (uint64_t r = blockIdx.x; r < s.count; r += gridDim.x) {
     const RowPiece p = row_piece(m, s, r);
     const int e = exponent[p.channel];
@@ -97,8 +96,8 @@ void fp8_channel_amax_cuda(const float* master, std::size_t n, uint64_t global_o
 }
 
 void materialize_fp8_cuda(const float* master, uint16_t* compute, std::size_t n, uint64_t global_offset,
-                          const std::vector<Fp8Matrix>& matrices, const int32_t* exponent, bool stochastic,
-                          SrKey key, void* stream) {
+                          const std::vector<Fp8Matrix>& matrices, const int32_t* exponent, bool stochastic, SrKey key,
+                          void* stream) {
   if (n == 0) return;
   // Everything as BF16 first (the BF16 modes' kernel), then the FP8 channels over it, as on the CPU.
   materialize_cuda(master, compute, n, stochastic ? RoundMode::bf16_sr : RoundMode::bf16_rn, key, global_offset,

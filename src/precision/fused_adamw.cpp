@@ -26,12 +26,14 @@ void check_hyper(const AdamWHyper& h) {
     fail("grad_scale must be finite and > 0, got " + std::to_string(h.grad_scale));
 }
 
-uint64_t adamw_range(const cpu::AdamWRange& r, const AdamWScalars& s, RoundMode mode, SrKey key,
-                     SimdLevel simd) {
+uint64_t adamw_range(const cpu::AdamWRange& r, const AdamWScalars& s, RoundMode mode, SrKey key, SimdLevel simd) {
   switch (simd) {
-    case SimdLevel::avx512: return cpu::adamw_avx512(r, s, mode, key);
-    case SimdLevel::avx2: return cpu::adamw_avx2(r, s, mode, key);
-    case SimdLevel::scalar: break;
+    case SimdLevel::avx512:
+      return cpu::adamw_avx512(r, s, mode, key);
+    case SimdLevel::avx2:
+      return cpu::adamw_avx2(r, s, mode, key);
+    case SimdLevel::scalar:
+      break;
   }
   return cpu::adamw_scalar(r, s, mode, key);
 }
@@ -55,9 +57,8 @@ AdamWScalars adamw_scalars(const AdamWHyper& h) {
   return s;
 }
 
-AdamWStepStats fused_adamw_step(const AdamWBuffers& b, const std::vector<Segment>& segments,
-                                const AdamWHyper& hyper, RoundMode mode, SrKey key,
-                                const KernelOptions& options) {
+AdamWStepStats fused_adamw_step(const AdamWBuffers& b, const std::vector<Segment>& segments, const AdamWHyper& hyper,
+                                RoundMode mode, SrKey key, const KernelOptions& options) {
   const AdamWScalars s = adamw_scalars(hyper);
   AdamWStepStats stats;
   stats.changed.assign(segments.size(), 0);
@@ -72,9 +73,9 @@ AdamWStepStats fused_adamw_step(const AdamWBuffers& b, const std::vector<Segment
     const int chunks = static_cast<int>(std::min<uint64_t>(threads, std::max<uint64_t>(1, seg.size >> 16)));
     parallel_chunks(seg.size, chunks, kBf16SrTile, [&](std::size_t begin, std::size_t end, int) {
       const std::size_t i = first + begin;
-      cpu::AdamWRange r{b.master + i, b.grad + i, b.exp_avg + i, b.exp_avg_sq + i,
-                        static_cast<char*>(b.compute) + i * bytes, end - begin,
-                        seg.offset + begin, seg.decay};
+      cpu::AdamWRange r{
+          b.master + i, b.grad + i,         b.exp_avg + i, b.exp_avg_sq + i, static_cast<char*>(b.compute) + i * bytes,
+          end - begin,  seg.offset + begin, seg.decay};
       changed += adamw_range(r, s, mode, key, options.simd);
     });
     stats.changed[k] = changed.load();

@@ -38,8 +38,8 @@ UNSTUCK_HD uint32_t out_bits(uint16_t x) { return x; }
 
 // One thread's work on group g of segment [begin, end); returns how many compute elements changed.
 template <RoundMode M>
-UNSTUCK_HD unsigned adamw_group(const DeviceBuffers& b, uint64_t begin, uint64_t end, bool decay,
-                                const AdamWScalars& s, SrKey key, uint64_t g) {
+UNSTUCK_HD unsigned adamw_group(const DeviceBuffers& b, uint64_t begin, uint64_t end, bool decay, const AdamWScalars& s,
+                                SrKey key, uint64_t g) {
   constexpr int G = Layout<M>::G;
   using Out = typename Layout<M>::Out;
   Out* compute = static_cast<Out*>(b.compute);
@@ -74,8 +74,8 @@ UNSTUCK_HD unsigned adamw_group(const DeviceBuffers& b, uint64_t begin, uint64_t
 // Block-stride loop over block tiles. All threads of a block share the tile, hence the segment:
 // the warp sums go to that segment's counter.
 template <RoundMode M>
-__global__ void fused_adamw_kernel(DeviceBuffers b, const DeviceSegment* __restrict__ segments,
-                                   int num_segments, uint64_t tiles, AdamWScalars s, SrKey key,
+__global__ void fused_adamw_kernel(DeviceBuffers b, const DeviceSegment* __restrict__ segments, int num_segments,
+                                   uint64_t tiles, AdamWScalars s, SrKey key,
                                    unsigned long long* __restrict__ changed) {
   for (uint64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     int lo = 0, hi = num_segments - 1;  // last segment with tile0 <= tile
@@ -89,8 +89,7 @@ __global__ void fused_adamw_kernel(DeviceBuffers b, const DeviceSegment* __restr
     const DeviceSegment seg = segments[lo];
     const uint64_t g = seg.g0 + (tile - seg.tile0) * kThreads + threadIdx.x;
     unsigned long long count = 0;
-    if (g < end_group<M>(seg.end))
-      count = adamw_group<M>(b, seg.begin, seg.end, seg.decay, s, key, g);
+    if (g < end_group<M>(seg.end)) count = adamw_group<M>(b, seg.begin, seg.end, seg.decay, s, key, g);
     count = warp_sum(count);
     if ((threadIdx.x & 31) == 0 && count != 0) atomicAdd(&changed[seg.slot], count);
   }
@@ -99,8 +98,7 @@ __global__ void fused_adamw_kernel(DeviceBuffers b, const DeviceSegment* __restr
 }  // namespace cuda
 
 AdamWStepStats fused_adamw_cuda(const AdamWBuffers& buffers, const std::vector<Segment>& segments,
-                                const AdamWScalars& scalars, RoundMode mode, SrKey key,
-                                void* stream) {
+                                const AdamWScalars& scalars, RoundMode mode, SrKey key, void* stream) {
   constexpr const char* kName = "fused_adamw_cuda";
   AdamWStepStats stats;
   stats.changed.assign(segments.size(), 0);
@@ -111,9 +109,9 @@ AdamWStepStats fused_adamw_cuda(const AdamWBuffers& buffers, const std::vector<S
     for (std::size_t i = 0; i < segments.size(); ++i) {
       const Segment& seg = segments[i];
       if (seg.offset < buffers.base) {
-        throw std::invalid_argument(std::string(kName) + ": segment " + std::to_string(i) +
-                                    " starts at " + std::to_string(seg.offset) +
-                                    ", below the buffers' base " + std::to_string(buffers.base));
+        throw std::invalid_argument(std::string(kName) + ": segment " + std::to_string(i) + " starts at " +
+                                    std::to_string(seg.offset) + ", below the buffers' base " +
+                                    std::to_string(buffers.base));
       }
       stats.elements += seg.size;
       if (seg.size == 0) continue;
@@ -137,19 +135,17 @@ AdamWStepStats fused_adamw_cuda(const AdamWBuffers& buffers, const std::vector<S
     std::vector<unsigned long long> host_counters(segments.size(), 0);
     cudaError_t err = cudaMemsetAsync(counters, 0, counter_bytes, s);
     if (err == cudaSuccess) {
-      err = cudaMemcpyAsync(device_table, table.data(), table.size() * sizeof table[0],
-                            cudaMemcpyHostToDevice, s);
+      err = cudaMemcpyAsync(device_table, table.data(), table.size() * sizeof table[0], cudaMemcpyHostToDevice, s);
     }
     if (err == cudaSuccess) {
       const cuda::DeviceBuffers b{buffers.master,     buffers.grad,    buffers.exp_avg,
                                   buffers.exp_avg_sq, buffers.compute, buffers.base};
-      cuda::fused_adamw_kernel<M><<<blocks, cuda::kThreads, 0, s>>>(
-          b, device_table, int(table.size()), tiles, scalars, key, counters);
+      cuda::fused_adamw_kernel<M>
+          <<<blocks, cuda::kThreads, 0, s>>>(b, device_table, int(table.size()), tiles, scalars, key, counters);
       err = cudaGetLastError();
     }
     if (err == cudaSuccess) {
-      err =
-          cudaMemcpyAsync(host_counters.data(), counters, counter_bytes, cudaMemcpyDeviceToHost, s);
+      err = cudaMemcpyAsync(host_counters.data(), counters, counter_bytes, cudaMemcpyDeviceToHost, s);
     }
     const cudaError_t free_err = cudaFreeAsync(scratch, s);  // always release, even after an error
     if (err == cudaSuccess) err = free_err;

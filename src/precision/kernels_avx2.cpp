@@ -24,7 +24,10 @@ struct Avx2Ops {
   static I band(I a, I b) { return _mm256_and_si256(a, b); }
   static I bor(I a, I b) { return _mm256_or_si256(a, b); }
   static I bxor(I a, I b) { return _mm256_xor_si256(a, b); }
-  template <int k> static I srli(I a) { return _mm256_srli_epi32(a, k); }
+  template <int k>
+  static I srli(I a) {
+    return _mm256_srli_epi32(a, k);
+  }
   static Mask cmpgt(I a, I b) { return _mm256_cmpgt_epi32(a, b); }  // signed
   static I blend(Mask m, I if_false, I if_true) { return _mm256_blendv_epi8(if_false, if_true, m); }
   static F castf(I a) { return _mm256_castsi256_ps(a); }
@@ -111,8 +114,7 @@ struct Avx2Ops {
 
 }  // namespace
 
-void round_avx2(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key,
-                uint64_t index0) {
+void round_avx2(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key, uint64_t index0) {
   round_dispatch<Avx2Ops>(src, dst, n, mode, key, index0);
 }
 
@@ -120,8 +122,8 @@ uint64_t adamw_avx2(const AdamWRange& range, const AdamWScalars& s, RoundMode mo
   return adamw_dispatch<Avx2Ops>(range, s, mode, key);
 }
 
-void fp8_avx2(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up,
-               bool stochastic, SrKey key) {
+void fp8_avx2(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up, bool stochastic,
+              SrKey key) {
   SimdKernels<Avx2Ops>::fp8_range(src, dst, n, index0, down, up, stochastic, key);
 }
 

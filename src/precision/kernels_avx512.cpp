@@ -24,7 +24,10 @@ struct Avx512Ops {
   static I band(I a, I b) { return _mm512_and_si512(a, b); }
   static I bor(I a, I b) { return _mm512_or_si512(a, b); }
   static I bxor(I a, I b) { return _mm512_xor_si512(a, b); }
-  template <int k> static I srli(I a) { return _mm512_srli_epi32(a, k); }
+  template <int k>
+  static I srli(I a) {
+    return _mm512_srli_epi32(a, k);
+  }
   static Mask cmpgt(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }  // signed
   static I blend(Mask m, I if_false, I if_true) { return _mm512_mask_blend_epi32(m, if_false, if_true); }
   static F castf(I a) { return _mm512_castsi512_ps(a); }
@@ -58,8 +61,8 @@ struct Avx512Ops {
     I c0[2], c1[2], c2[2], c3[2];
     const I first = _mm512_set1_epi64(int64_t(first_block));
     for (int h = 0; h < 2; ++h) {
-      c0[h] = _mm512_add_epi64(first, _mm512_setr_epi64(8 * h, 8 * h + 1, 8 * h + 2, 8 * h + 3,
-                                                         8 * h + 4, 8 * h + 5, 8 * h + 6, 8 * h + 7));
+      c0[h] = _mm512_add_epi64(
+          first, _mm512_setr_epi64(8 * h, 8 * h + 1, 8 * h + 2, 8 * h + 3, 8 * h + 4, 8 * h + 5, 8 * h + 6, 8 * h + 7));
       c1[h] = _mm512_srli_epi64(c0[h], 32);
       c2[h] = key.step_lo;
       c3[h] = key.step_hi;
@@ -89,10 +92,9 @@ struct Avx512Ops {
   static I pack_u16(I lo, I hi) { return _mm512_permutex2var_epi16(lo, pack_index(), hi); }
   // 16-bit lane indices 0, 2, 4, ..., 62: the low halves of the 32 lanes of (lo, hi).
   static I pack_index() {
-    return _mm512_setr_epi32(0x00020000, 0x00060004, 0x000A0008, 0x000E000C, 0x00120010,
-                                    0x00160014, 0x001A0018, 0x001E001C, 0x00220020, 0x00260024,
-                                    0x002A0028, 0x002E002C, 0x00320030, 0x00360034, 0x003A0038,
-                                    0x003E003C);
+    return _mm512_setr_epi32(0x00020000, 0x00060004, 0x000A0008, 0x000E000C, 0x00120010, 0x00160014, 0x001A0018,
+                             0x001E001C, 0x00220020, 0x00260024, 0x002A0028, 0x002E002C, 0x00320030, 0x00360034,
+                             0x003A0038, 0x003E003C);
   }
   // The high 16 bits of every 32-bit lane of lo, then of hi.
   static I pack_hi16(I lo, I hi) {
@@ -109,8 +111,7 @@ struct Avx512Ops {
 
 }  // namespace
 
-void round_avx512(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key,
-                  uint64_t index0) {
+void round_avx512(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key, uint64_t index0) {
   round_dispatch<Avx512Ops>(src, dst, n, mode, key, index0);
 }
 
@@ -118,8 +119,8 @@ uint64_t adamw_avx512(const AdamWRange& range, const AdamWScalars& s, RoundMode 
   return adamw_dispatch<Avx512Ops>(range, s, mode, key);
 }
 
-void fp8_avx512(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up,
-               bool stochastic, SrKey key) {
+void fp8_avx512(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up, bool stochastic,
+                SrKey key) {
   SimdKernels<Avx512Ops>::fp8_range(src, dst, n, index0, down, up, stochastic, key);
 }
 

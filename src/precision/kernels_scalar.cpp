@@ -5,10 +5,8 @@
 
 namespace unstuck::precision::cpu {
 
-void round_scalar(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key,
-                  uint64_t index0) {
-  for (std::size_t i = 0; i < n; ++i)
-    store_element(dst, i, round_element(src[i], mode, key, index0 + i), mode);
+void round_scalar(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key, uint64_t index0) {
+  for (std::size_t i = 0; i < n; ++i) store_element(dst, i, round_element(src[i], mode, key, index0 + i), mode);
 }
 
 uint64_t adamw_scalar(const AdamWRange& r, const AdamWScalars& s, RoundMode mode, SrKey key) {
@@ -20,8 +18,8 @@ uint64_t adamw_scalar(const AdamWRange& r, const AdamWScalars& s, RoundMode mode
   return changed;
 }
 
-void fp8_scalar(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up,
-                bool stochastic, SrKey key) {
+void fp8_scalar(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up, bool stochastic,
+                SrKey key) {
   // The SR words of one FP16-schedule tile (64 elements, 16 Philox blocks), computed once per tile:
   // word j of tile T is sr_bits_fp16(seed, step, 64 T + j).
   uint32_t words[kFp16SrTile];

@@ -13,8 +13,7 @@ namespace unstuck::precision {
 void LossScaler::load_state(const LossScalerState& s) {
   if (!(s.scale > 0) || !std::isfinite(s.scale))
     throw UserError("loss scaler state: scale must be finite and > 0, got " + std::to_string(s.scale));
-  if (s.growth_tracker < 0 || s.skipped_steps < 0)
-    throw UserError("loss scaler state: counters must be >= 0");
+  if (s.growth_tracker < 0 || s.skipped_steps < 0) throw UserError("loss scaler state: counters must be >= 0");
   state_ = s;
 }
 

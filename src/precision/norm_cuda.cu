@@ -11,8 +11,7 @@
 namespace unstuck::precision {
 namespace cuda {
 
-__global__ void block_sumsq_kernel(const float* __restrict__ x, uint64_t block_len,
-                                   double* __restrict__ out) {
+__global__ void block_sumsq_kernel(const float* __restrict__ x, uint64_t block_len, double* __restrict__ out) {
   __shared__ double partial[kThreads];
   const float* b = x + uint64_t(blockIdx.x) * block_len;
   double s = 0;
@@ -31,12 +30,11 @@ __global__ void block_sumsq_kernel(const float* __restrict__ x, uint64_t block_l
 
 }  // namespace cuda
 
-void block_sumsq_cuda(const float* x, std::size_t blocks, std::size_t block_len, double* out,
-                      void* stream) {
+void block_sumsq_cuda(const float* x, std::size_t blocks, std::size_t block_len, double* out, void* stream) {
   if (blocks == 0) return;
   if (blocks > 0x7FFFFFFFu) throw std::invalid_argument("block_sumsq_cuda: too many blocks");
-  cuda::block_sumsq_kernel<<<unsigned(blocks), cuda::kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      x, block_len, out);
+  cuda::block_sumsq_kernel<<<unsigned(blocks), cuda::kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, block_len,
+                                                                                                       out);
   cuda::check_cuda(cudaGetLastError(), "block_sumsq_cuda");
 }
 

@@ -31,63 +31,71 @@ int threads_for(std::size_t n, const KernelOptions& options) {
 
 const char* round_mode_name(RoundMode mode) {
   switch (mode) {
-    case RoundMode::fp32: return "fp32";
-    case RoundMode::bf16_rn: return "bf16_rn";
-    case RoundMode::bf16_sr: return "bf16_sr";
-    case RoundMode::fp16_rn: return "fp16_rn";
-    case RoundMode::fp16_sr: return "fp16_sr";
+    case RoundMode::fp32:
+      return "fp32";
+    case RoundMode::bf16_rn:
+      return "bf16_rn";
+    case RoundMode::bf16_sr:
+      return "bf16_sr";
+    case RoundMode::fp16_rn:
+      return "fp16_rn";
+    case RoundMode::fp16_sr:
+      return "fp16_sr";
   }
   return "?";
 }
 
 std::size_t compute_element_bytes(RoundMode mode) { return mode == RoundMode::fp32 ? 4 : 2; }
 
-bool is_stochastic(RoundMode mode) {
-  return mode == RoundMode::bf16_sr || mode == RoundMode::fp16_sr;
-}
+bool is_stochastic(RoundMode mode) { return mode == RoundMode::bf16_sr || mode == RoundMode::fp16_sr; }
 
 namespace cpu {
 
-void round_range(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key,
-                 uint64_t index0, SimdLevel simd) {
+void round_range(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key, uint64_t index0,
+                 SimdLevel simd) {
   switch (simd) {
-    case SimdLevel::avx512: return round_avx512(src, dst, n, mode, key, index0);
-    case SimdLevel::avx2: return round_avx2(src, dst, n, mode, key, index0);
-    case SimdLevel::scalar: return round_scalar(src, dst, n, mode, key, index0);
+    case SimdLevel::avx512:
+      return round_avx512(src, dst, n, mode, key, index0);
+    case SimdLevel::avx2:
+      return round_avx2(src, dst, n, mode, key, index0);
+    case SimdLevel::scalar:
+      return round_scalar(src, dst, n, mode, key, index0);
   }
 }
 
-void fp8_range(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up,
-               bool stochastic, SrKey key, SimdLevel simd) {
+void fp8_range(const float* src, uint16_t* dst, std::size_t n, uint64_t index0, float down, float up, bool stochastic,
+               SrKey key, SimdLevel simd) {
   switch (simd) {
-    case SimdLevel::avx512: return fp8_avx512(src, dst, n, index0, down, up, stochastic, key);
-    case SimdLevel::avx2: return fp8_avx2(src, dst, n, index0, down, up, stochastic, key);
-    case SimdLevel::scalar: return fp8_scalar(src, dst, n, index0, down, up, stochastic, key);
+    case SimdLevel::avx512:
+      return fp8_avx512(src, dst, n, index0, down, up, stochastic, key);
+    case SimdLevel::avx2:
+      return fp8_avx2(src, dst, n, index0, down, up, stochastic, key);
+    case SimdLevel::scalar:
+      return fp8_scalar(src, dst, n, index0, down, up, stochastic, key);
   }
 }
 
 }  // namespace cpu
 
-void materialize(const float* master, void* compute, std::size_t n, RoundMode mode, SrKey key,
-                 uint64_t global_offset, const KernelOptions& options) {
+void materialize(const float* master, void* compute, std::size_t n, RoundMode mode, SrKey key, uint64_t global_offset,
+                 const KernelOptions& options) {
   const std::size_t bytes = compute_element_bytes(mode);
-  parallel_chunks(n, threads_for(n, options), kBf16SrTile,
-                  [&](std::size_t begin, std::size_t end, int) {
-                    cpu::round_range(master + begin, static_cast<char*>(compute) + begin * bytes,
-                                     end - begin, mode, key, global_offset + begin, options.simd);
-                  });
+  parallel_chunks(n, threads_for(n, options), kBf16SrTile, [&](std::size_t begin, std::size_t end, int) {
+    cpu::round_range(master + begin, static_cast<char*>(compute) + begin * bytes, end - begin, mode, key,
+                     global_offset + begin, options.simd);
+  });
 }
 
-void materialize_coarse_bf16(const float* master, uint16_t* compute, std::size_t n, int mantissa_bits,
-                             bool stochastic, SrKey key, uint64_t global_offset, const KernelOptions& options) {
+void materialize_coarse_bf16(const float* master, uint16_t* compute, std::size_t n, int mantissa_bits, bool stochastic,
+                             SrKey key, uint64_t global_offset, const KernelOptions& options) {
   if (mantissa_bits < 1 || mantissa_bits > 7)
     throw std::invalid_argument("materialize_coarse_bf16: mantissa_bits must be in [1, 7], not " +
                                 std::to_string(mantissa_bits));
   parallel_chunks(n, threads_for(n, options), kFp16SrTile, [&](std::size_t begin, std::size_t end, int) {
     for (std::size_t i = begin; i < end; ++i)
-      compute[i] = stochastic ? bf16_coarse_sr(master[i], mantissa_bits,
-                                               sr_bits_fp16(key.seed, key.step, global_offset + i))
-                              : bf16_coarse_rn(master[i], mantissa_bits);
+      compute[i] = stochastic
+                       ? bf16_coarse_sr(master[i], mantissa_bits, sr_bits_fp16(key.seed, key.step, global_offset + i))
+                       : bf16_coarse_rn(master[i], mantissa_bits);
   });
 }
 
@@ -127,7 +135,8 @@ std::vector<Fp8Piece> fp8_pieces(const std::vector<Fp8Matrix>& matrices, uint64_
 void for_each_fp8_piece(const std::vector<Fp8Matrix>& matrices, uint64_t global_offset, std::size_t n,
                         const KernelOptions& options, const std::function<void(const Fp8Piece&)>& fn) {
   const std::vector<Fp8Piece> pieces = fp8_pieces(matrices, global_offset, global_offset + n);
-  const int threads = int(std::min<std::size_t>(std::size_t(threads_for(n, options)), std::max<std::size_t>(pieces.size(), 1)));
+  const int threads =
+      int(std::min<std::size_t>(std::size_t(threads_for(n, options)), std::max<std::size_t>(pieces.size(), 1)));
   parallel_chunks(pieces.size(), threads, 1, [&](std::size_t begin, std::size_t end, int) {
     for (std::size_t p = begin; p < end; ++p) fn(pieces[p]);
   });
@@ -157,8 +166,8 @@ void materialize_fp8(const float* master, uint16_t* compute, std::size_t n, uint
     const double down = fp8_pow2(-e), up = fp8_pow2(e);
     const std::size_t at = std::size_t(p.first - global_offset);
     if (fp8_fast_exponent(e))  // the FP32 path, vectorized
-      return cpu::fp8_range(master + at, compute + at, std::size_t(p.end - p.first), p.first, float(down),
-                            float(up), stochastic, key, options.simd);
+      return cpu::fp8_range(master + at, compute + at, std::size_t(p.end - p.first), p.first, float(down), float(up),
+                            stochastic, key, options.simd);
     for (uint64_t i = p.first; i < p.end; ++i)
       compute[i - global_offset] = fp8_e4m3_scaled_by(master[i - global_offset], down, up, stochastic,
                                                       stochastic ? sr_bits_fp16(key.seed, key.step, i) : 0u);

@@ -14,9 +14,8 @@ namespace cuda {
 // One thread's work: master[i - begin] -> compute[i - begin] for the indices of group g in
 // [begin, end).
 template <RoundMode M>
-UNSTUCK_HD void materialize_group(const float* __restrict__ master,
-                                  typename Layout<M>::Out* __restrict__ compute, uint64_t begin,
-                                  uint64_t end, SrKey key, uint64_t g) {
+UNSTUCK_HD void materialize_group(const float* __restrict__ master, typename Layout<M>::Out* __restrict__ compute,
+                                  uint64_t begin, uint64_t end, SrKey key, uint64_t g) {
   float x[Layout<M>::G];
   typename Layout<M>::Out y[Layout<M>::G];
   load_group<M>(master, begin, g, begin, end, x);
@@ -25,9 +24,8 @@ UNSTUCK_HD void materialize_group(const float* __restrict__ master,
 }
 
 template <RoundMode M>
-__global__ void materialize_kernel(const float* __restrict__ master,
-                                   typename Layout<M>::Out* __restrict__ compute, uint64_t begin,
-                                   uint64_t end, SrKey key) {
+__global__ void materialize_kernel(const float* __restrict__ master, typename Layout<M>::Out* __restrict__ compute,
+                                   uint64_t begin, uint64_t end, SrKey key) {
   const uint64_t g0 = first_group<M>(begin), groups = end_group<M>(end) - g0;
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
   for (uint64_t t = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < groups; t += stride) {
@@ -65,8 +63,7 @@ void materialize_cuda(const float* master, void* compute, std::size_t n, RoundMo
     using Out = typename cuda::Layout<M>::Out;
     const uint64_t begin = global_offset, end = global_offset + n;
     const uint64_t groups = cuda::end_group<M>(end) - cuda::first_group<M>(begin);
-    const unsigned blocks =
-        cuda::grid_blocks((groups + cuda::kThreads - 1) / cuda::kThreads, "materialize_cuda");
+    const unsigned blocks = cuda::grid_blocks((groups + cuda::kThreads - 1) / cuda::kThreads, "materialize_cuda");
     cuda::materialize_kernel<M><<<blocks, cuda::kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         master, static_cast<Out*>(compute), begin, end, key);
     cuda::check_cuda(cudaGetLastError(), "materialize_cuda");

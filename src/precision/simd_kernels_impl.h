@@ -42,9 +42,7 @@ struct SimdKernels {
     }
   }
 
-  static constexpr bool is_bf16(RoundMode m) {
-    return m == RoundMode::bf16_rn || m == RoundMode::bf16_sr;
-  }
+  static constexpr bool is_bf16(RoundMode m) { return m == RoundMode::bf16_rn || m == RoundMode::bf16_sr; }
 
   // One vector of round_math.h's bf16_rn / bf16_sr / fp16_rn / fp16_sr (lanes: FP32 bits in).
   // FP16 results are in the low 16 bits of each lane; BF16 results are left in the HIGH 16 bits
@@ -111,14 +109,11 @@ struct SimdKernels {
     return changed;
   }
 
-  static constexpr bool stochastic(RoundMode m) {
-    return m == RoundMode::bf16_sr || m == RoundMode::fp16_sr;
-  }
+  static constexpr bool stochastic(RoundMode m) { return m == RoundMode::bf16_sr || m == RoundMode::fp16_sr; }
 
   // Whole tiles: src[0, tiles*128) with global index g0 (a multiple of 128) for src[0].
   template <RoundMode M, bool kStream>
-  static void round_tiles(const float* src, void* dst, std::size_t tiles, SrKey key,
-                          uint64_t g0) {
+  static void round_tiles(const float* src, void* dst, std::size_t tiles, SrKey key, uint64_t g0) {
     const typename V::PhiloxKey philox_key(key.seed, key.step);
     I r[kVecs];
     for (std::size_t t = 0; t < tiles; ++t) {
@@ -137,8 +132,7 @@ struct SimdKernels {
   static constexpr std::size_t kStreamMinBytes = std::size_t(8) << 20;
 
   template <RoundMode M>
-  static void round_tiles_any(const float* src, void* dst, std::size_t tiles, SrKey key,
-                              uint64_t g0) {
+  static void round_tiles_any(const float* src, void* dst, std::size_t tiles, SrKey key, uint64_t g0) {
     const bool aligned = reinterpret_cast<uintptr_t>(dst) % 64 == 0;
     if (M != RoundMode::fp32 && aligned && tiles * kTile * 2 >= kStreamMinBytes) {
       round_tiles<M, true>(src, dst, tiles, key, g0);
@@ -169,12 +163,12 @@ struct SimdKernels {
   // Whole tiles of a fused AdamW range starting at element `first` of r (global index a multiple of
   // 128).
   template <RoundMode M>
-  static uint64_t adamw_tiles(const AdamWRange& r, std::size_t first, std::size_t tiles,
-                              const AdamWScalars& s, SrKey key) {
-    const AdamWConstants c{V::set1f(s.beta1),     V::set1f(s.one_minus_beta1), V::set1f(s.beta2),
-                           V::set1f(s.one_minus_beta2), V::set1f(s.step_size),
-                           V::set1f(s.sqrt_bc2),  V::set1f(s.eps),  V::set1f(s.decay_factor),
-                           V::set1f(s.grad_scale)};
+  static uint64_t adamw_tiles(const AdamWRange& r, std::size_t first, std::size_t tiles, const AdamWScalars& s,
+                              SrKey key) {
+    const AdamWConstants c{
+        V::set1f(s.beta1),     V::set1f(s.one_minus_beta1), V::set1f(s.beta2), V::set1f(s.one_minus_beta2),
+        V::set1f(s.step_size), V::set1f(s.sqrt_bc2),        V::set1f(s.eps),   V::set1f(s.decay_factor),
+        V::set1f(s.grad_scale)};
     const typename V::PhiloxKey philox_key(key.seed, key.step);
     I rnd[kVecs];
     uint64_t changed = 0;
@@ -203,8 +197,7 @@ struct SimdKernels {
   }
 
   template <RoundMode M>
-  static void round_range(const float* src, void* dst, std::size_t n, SrKey key,
-                          uint64_t index0) {
+  static void round_range(const float* src, void* dst, std::size_t n, SrKey key, uint64_t index0) {
     const Split sp = split(n, index0);
     const std::size_t bytes = compute_bytes(M);
     char* out = static_cast<char*>(dst);
@@ -215,8 +208,7 @@ struct SimdKernels {
   }
 
   template <RoundMode M>
-  static uint64_t adamw_range(const AdamWRange& r, const AdamWScalars& s,
-                              SrKey key) {
+  static uint64_t adamw_range(const AdamWRange& r, const AdamWScalars& s, SrKey key) {
     const Split sp = split(r.n, r.index0);
     uint64_t changed = adamw_scalar(sub_range<M>(r, 0, sp.head), s, M, key);
     changed += adamw_tiles<M>(r, sp.head, sp.tiles, s, key);
@@ -233,8 +225,8 @@ struct SimdKernels {
     const I sign = V::band(b, V::set1(0x80000000u));
     const I qb = V::casti(V::mulf(V::castf(V::band(b, V::set1(0x7FFFFFFFu))), down));  // |x| / 2^e, exact
     // E4M3's normal range: 3 mantissa bits of q's pattern (bf16_coarse_rn / _sr at d = 20).
-    const I bias = kSr ? V::template srli<12>(r)
-                       : V::add(V::set1(0x7FFFFu), V::band(V::template srli<20>(qb), V::set1(1u)));
+    const I bias =
+        kSr ? V::template srli<12>(r) : V::add(V::set1(0x7FFFFu), V::band(V::template srli<20>(qb), V::set1(1u)));
     const I normal = V::band(V::add(qb, bias), V::set1(0xFFF00000u));
     // Subnormals, multiples of 2^-9: y = q x 2^9 in [0, 8); RN to even by the 2^23 shift, SR by
     // comparing the fraction's top 31 bits with the top 31 random bits.
@@ -249,10 +241,10 @@ struct SimdKernels {
       steps = V::subf(V::addf(y, V::set1f(8388608.0f)), V::set1f(8388608.0f));
     }
     const I sub = V::casti(V::mulf(steps, V::set1f(0.001953125f)));
-    const I max448 = V::set1(0x43E00000u);  // 448
+    const I max448 = V::set1(0x43E00000u);                            // 448
     I q = V::blend(V::cmpgt(qb, V::set1(0x3C7FFFFFu)), sub, normal);  // q >= 2^-6: the normal range
-    q = V::blend(V::cmpgt(q, max448), q, max448);                      // (not reached for q <= 448)
-    q = V::blend(V::cmpgt(qb, max448), q, max448);                     // saturation (and +-Inf)
+    q = V::blend(V::cmpgt(q, max448), q, max448);                     // (not reached for q <= 448)
+    q = V::blend(V::cmpgt(qb, max448), q, max448);                    // saturation (and +-Inf)
     const I v = V::casti(V::mulf(V::castf(q), up));
     const I h = V::add(v, V::add(V::set1(0x7FFFu), V::band(V::template srli<16>(v), V::set1(1u))));  // bf16_rn
     return V::blend(nan, V::bor(h, sign), V::set1(0x7FC00000u));
@@ -287,13 +279,10 @@ struct SimdKernels {
     fp8_scalar(src + done, dst + done, sp.tail, index0 + done, down, up, stochastic, key);
   }
 
-  static constexpr std::size_t compute_bytes(RoundMode m) {
-    return m == RoundMode::fp32 ? 4 : 2;
-  }
+  static constexpr std::size_t compute_bytes(RoundMode m) { return m == RoundMode::fp32 ? 4 : 2; }
 
   template <RoundMode M>
-  static AdamWRange sub_range(const AdamWRange& r,
-                                               std::size_t first, std::size_t n) {
+  static AdamWRange sub_range(const AdamWRange& r, std::size_t first, std::size_t n) {
     AdamWRange s = r;
     s.master += first;
     s.grad += first;
@@ -308,15 +297,19 @@ struct SimdKernels {
 
 // Run-time mode -> compile-time loop.
 template <class V>
-void round_dispatch(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key,
-                    uint64_t index0) {
+void round_dispatch(const float* src, void* dst, std::size_t n, RoundMode mode, SrKey key, uint64_t index0) {
   using K = SimdKernels<V>;
   switch (mode) {
-    case RoundMode::fp32: return K::template round_range<RoundMode::fp32>(src, dst, n, key, index0);
-    case RoundMode::bf16_rn: return K::template round_range<RoundMode::bf16_rn>(src, dst, n, key, index0);
-    case RoundMode::bf16_sr: return K::template round_range<RoundMode::bf16_sr>(src, dst, n, key, index0);
-    case RoundMode::fp16_rn: return K::template round_range<RoundMode::fp16_rn>(src, dst, n, key, index0);
-    case RoundMode::fp16_sr: return K::template round_range<RoundMode::fp16_sr>(src, dst, n, key, index0);
+    case RoundMode::fp32:
+      return K::template round_range<RoundMode::fp32>(src, dst, n, key, index0);
+    case RoundMode::bf16_rn:
+      return K::template round_range<RoundMode::bf16_rn>(src, dst, n, key, index0);
+    case RoundMode::bf16_sr:
+      return K::template round_range<RoundMode::bf16_sr>(src, dst, n, key, index0);
+    case RoundMode::fp16_rn:
+      return K::template round_range<RoundMode::fp16_rn>(src, dst, n, key, index0);
+    case RoundMode::fp16_sr:
+      return K::template round_range<RoundMode::fp16_sr>(src, dst, n, key, index0);
   }
 }
 
@@ -324,11 +317,16 @@ template <class V>
 uint64_t adamw_dispatch(const AdamWRange& r, const AdamWScalars& s, RoundMode mode, SrKey key) {
   using K = SimdKernels<V>;
   switch (mode) {
-    case RoundMode::fp32: return K::template adamw_range<RoundMode::fp32>(r, s, key);
-    case RoundMode::bf16_rn: return K::template adamw_range<RoundMode::bf16_rn>(r, s, key);
-    case RoundMode::bf16_sr: return K::template adamw_range<RoundMode::bf16_sr>(r, s, key);
-    case RoundMode::fp16_rn: return K::template adamw_range<RoundMode::fp16_rn>(r, s, key);
-    case RoundMode::fp16_sr: return K::template adamw_range<RoundMode::fp16_sr>(r, s, key);
+    case RoundMode::fp32:
+      return K::template adamw_range<RoundMode::fp32>(r, s, key);
+    case RoundMode::bf16_rn:
+      return K::template adamw_range<RoundMode::bf16_rn>(r, s, key);
+    case RoundMode::bf16_sr:
+      return K::template adamw_range<RoundMode::bf16_sr>(r, s, key);
+    case RoundMode::fp16_rn:
+      return K::template adamw_range<RoundMode::fp16_rn>(r, s, key);
+    case RoundMode::fp16_sr:
+      return K::template adamw_range<RoundMode::fp16_sr>(r, s, key);
   }
   return 0;
 }

@@ -1,6 +1,6 @@
 // The update statistics of update_stats.h: one pass over a slice's old and new compute weights.
 // Plain loops (the compiler vectorizes the 8 independent lanes); blocks are split over threads.
-#include "unstuck/precision/update_stats.h"
+#include "precision/update_stats.h"
 
 #include <algorithm>
 #include <cstring>
@@ -20,11 +20,14 @@ uint64_t count_neq(const Bits* a, const Bits* b, std::size_t n) {
 
 float widen(RoundMode mode, const void* p, std::size_t i) {
   switch (mode) {
-    case RoundMode::fp32: return static_cast<const float*>(p)[i];
+    case RoundMode::fp32:
+      return static_cast<const float*>(p)[i];
     case RoundMode::bf16_rn:
-    case RoundMode::bf16_sr: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case RoundMode::bf16_sr:
+      return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
     case RoundMode::fp16_rn:
-    case RoundMode::fp16_sr: return fp16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case RoundMode::fp16_sr:
+      return fp16_to_float(static_cast<const uint16_t*>(p)[i]);
   }
   return 0.0f;
 }
@@ -92,8 +95,8 @@ void add_block_update_sums(const void* before, const void* after, std::size_t n,
     for (std::size_t k = k0; k < k1; ++k) {
       const std::size_t first = k * block, len = std::min(block, n - first);
       if (mode == RoundMode::fp32)
-        block_sums(F32Widen{static_cast<const float*>(before), static_cast<const float*>(after)}, first, len,
-                   &delta[k], &weight[k]);
+        block_sums(F32Widen{static_cast<const float*>(before), static_cast<const float*>(after)}, first, len, &delta[k],
+                   &weight[k]);
       else if (mode == RoundMode::bf16_rn || mode == RoundMode::bf16_sr)
         block_sums(Bf16Widen{static_cast<const uint16_t*>(before), static_cast<const uint16_t*>(after)}, first, len,
                    &delta[k], &weight[k]);

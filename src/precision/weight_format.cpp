@@ -12,7 +12,7 @@
 
 #include "unstuck/common/error.h"
 #include "unstuck/precision/fp8.h"
-#include "unstuck/precision/update_stats.h"
+#include "precision/update_stats.h"
 #if defined(UNSTUCK_HAVE_CUDA)
 #include "unstuck/precision/cuda_kernels.h"
 #endif
@@ -247,6 +247,26 @@ void count_slice_changes(RoundMode storage, Place place, const SliceTensors& sli
   for (int64_t i = 0; i < nb; ++i) {
     delta[i] += h[segments + std::size_t(i)];
     weight[i] += h[segments + std::size_t(nb + i)];
+  }
+}
+
+Fp8Channels fp8_channels(std::vector<Fp8Matrix> matrices, const float* master, std::size_t n, int threads) {
+  Fp8Channels c;
+  c.matrices = std::move(matrices);
+  std::vector<float> amax(fp8_channel_count(c.matrices), 0.0f);
+  fp8_channel_amax(master, n, 0, c.matrices, amax.data(), {threads});
+  set_fp8_exponents(amax.data(), amax.size(), c.exponent);
+  return c;
+}
+
+void round_to_fp8_grid(float* x, uint64_t begin, std::size_t n, const Fp8Channels& channels, int threads) {
+  constexpr std::size_t kSlice = std::size_t(1) << 22;
+  std::vector<uint16_t> bits(std::min(kSlice, std::max<std::size_t>(n, 1)));
+  for (std::size_t b = 0; b < n; b += kSlice) {
+    const std::size_t m = std::min(kSlice, n - b);
+    materialize_fp8(x + b, bits.data(), m, begin + b, channels.matrices, channels.exponent.data(), false, {},
+                    {threads});
+    for (std::size_t i = 0; i < m; ++i) x[b + i] = bf16_to_float(bits[i]);
   }
 }
 

@@ -10,9 +10,7 @@
 namespace unstuck::reward {
 namespace {
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -69,8 +67,7 @@ std::optional<std::string> remove_thousands_separators(std::string_view s) {
 std::optional<std::string> normalize_decimal(std::string_view s, bool negative) {
   const size_t dot = s.find('.');
   std::string_view int_part = s.substr(0, dot);
-  std::string_view frac_part =
-      dot == std::string_view::npos ? std::string_view() : s.substr(dot + 1);
+  std::string_view frac_part = dot == std::string_view::npos ? std::string_view() : s.substr(dot + 1);
   if (int_part.empty() && frac_part.empty()) return std::nullopt;
   if (!frac_part.empty() && !all_digits(frac_part)) return std::nullopt;
   std::string int_digits;
@@ -97,8 +94,7 @@ uint64_t gcd(uint64_t a, uint64_t b) {
 }
 
 // num/den (digit strings) reduced; as a decimal when the reduced denominator is 2^i 5^j.
-std::optional<std::string> normalize_fraction(std::string_view num, std::string_view den,
-                                              bool negative) {
+std::optional<std::string> normalize_fraction(std::string_view num, std::string_view den, bool negative) {
   num = trim(num);
   den = trim(den);
   if (!all_digits(num) || !all_digits(den)) return std::nullopt;
@@ -138,8 +134,7 @@ std::optional<std::pair<std::string_view, std::string_view>> latex_fraction(std:
     if (s.substr(0, command.size()) != command) continue;
     s.remove_prefix(command.size());
     const size_t close = s.find('}');
-    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != '{' ||
-        s.back() != '}') {
+    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != '{' || s.back() != '}') {
       return std::nullopt;
     }
     return std::make_pair(s.substr(0, close), s.substr(close + 2, s.size() - close - 3));
@@ -157,8 +152,7 @@ std::string known_names() {
 
 }  // namespace
 
-std::vector<AnswerFormat> parse_answer_formats(const std::vector<std::string>& names,
-                                               const std::string& key) {
+std::vector<AnswerFormat> parse_answer_formats(const std::vector<std::string>& names, const std::string& key) {
   std::vector<AnswerFormat> formats;
   for (const std::string& name : names) {
     bool known = false;
@@ -224,8 +218,7 @@ std::optional<std::string> extract_answer(std::string_view completion, AnswerFor
   return std::nullopt;
 }
 
-std::optional<std::string> extract_answer(std::string_view completion,
-                                          const std::vector<AnswerFormat>& order) {
+std::optional<std::string> extract_answer(std::string_view completion, const std::vector<AnswerFormat>& order) {
   for (const AnswerFormat format : order) {
     if (auto answer = extract_answer(completion, format)) return answer;
   }

@@ -341,8 +341,10 @@ class CodeVerifier : public Verifier {
     if (caps.missing.empty())
       spdlog::info("reward.verifier code: {}; programs run by {}", caps.describe(), python_);
     else
-      spdlog::warn("reward.verifier code: {} (reward.code.require_isolation: false): resource limits only; "
-                   "docs/TASKS.md says what that does not guard against", caps.describe());
+      spdlog::warn(
+          "reward.verifier code: {} (reward.code.require_isolation: false): resource limits only; "
+          "docs/TASKS.md says what that does not guard against",
+          caps.describe());
   }
 
   RewardResult score(const std::string& completion, const data::TaskRecord& record) const override {

@@ -8,7 +8,7 @@
 
 #include "unstuck/common/error.h"
 #include "unstuck/reward/answer.h"
-#include "unstuck/reward/expression.h"
+#include "reward/expression.h"
 #include "unstuck/reward/verifier.h"
 
 namespace unstuck::reward {
@@ -21,16 +21,15 @@ struct CountdownProblem {
 
 CountdownProblem read_problem(const data::TaskRecord& record) {
   const nlohmann::json& f = record.fields;
-  const bool ok = f.is_object() && f.contains("numbers") && f["numbers"].is_array() &&
-                  f.contains("target") && f["target"].is_number_integer() &&
+  const bool ok = f.is_object() && f.contains("numbers") && f["numbers"].is_array() && f.contains("target") &&
+                  f["target"].is_number_integer() &&
                   std::all_of(f["numbers"].begin(), f["numbers"].end(),
                               [](const nlohmann::json& x) { return x.is_number_integer(); });
   if (!ok) {
     throw UserError(
         "a countdown record needs \"numbers\" (a list of integers) and \"target\" (an "
         "integer); record with prompt '" +
-        record.prompt + "' has " +
-        f.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        record.prompt + "' has " + f.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   CountdownProblem problem;
   problem.numbers = f["numbers"].get<std::vector<int64_t>>();
@@ -66,8 +65,10 @@ class CountdownVerifier : public Verifier {
       case ExprStatus::empty:
       case ExprStatus::syntax_error:
       case ExprStatus::too_long:
-      case ExprStatus::too_deep: return {0.0, RewardStatus::no_answer};
-      default: break;
+      case ExprStatus::too_deep:
+        return {0.0, RewardStatus::no_answer};
+      default:
+        break;
     }
     std::vector<int64_t> used = result.literals;
     std::sort(used.begin(), used.end());

@@ -1,7 +1,7 @@
 // Recursive-descent evaluator for countdown expressions with exact int64 rationals. Recursion is
 // bounded by the parenthesis depth limit, the input by the length limit; arithmetic goes through
 // 128-bit intermediates and is checked, so no input can overflow, crash or run long.
-#include "unstuck/reward/expression.h"
+#include "reward/expression.h"
 
 #include <cstdlib>
 
@@ -81,9 +81,12 @@ class Parser {
     // |num|, den < 2^63, so every product below is < 2^126 and each sum < 2^127.
     const int128 an = a.num, ad = a.den, bn = b.num, bd = b.den;
     switch (op) {
-      case '+': return make(an * bd + bn * ad, ad * bd);
-      case '-': return make(an * bd - bn * ad, ad * bd);
-      case '*': return make(an * bn, ad * bd);
+      case '+':
+        return make(an * bd + bn * ad, ad * bd);
+      case '-':
+        return make(an * bd - bn * ad, ad * bd);
+      case '*':
+        return make(an * bn, ad * bd);
       default:
         if (b.num == 0) return arithmetic_error(ExprStatus::division_by_zero);
         return make(an * bd, ad * bn);

@@ -14,7 +14,7 @@
 namespace unstuck::reward {
 namespace {
 
-constexpr size_t kMaxNumberChars = 100;   // a longer digit run is not read as one number
+constexpr size_t kMaxNumberChars = 100;    // a longer digit run is not read as one number
 constexpr size_t kFinalAnswerReach = 100;  // "final answer" ... " is" within this many characters
 constexpr size_t kAnswerReach = 50;        // "answer" ... expression within this many characters
 constexpr size_t kEqualsReach = 100;       // "answer ... = X": the '=' within this many characters
@@ -28,9 +28,7 @@ struct Span {
   SpanKind kind = SpanKind::math;
 };
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool at(std::string_view s, size_t i, std::string_view word) { return s.substr(i, word.size()) == word; }
 
@@ -63,8 +61,7 @@ class NextOccurrence {
 };
 
 struct Closers {
-  explicit Closers(std::string_view s)
-      : dollars(s, "$$"), bracket(s, "\\]"), paren(s, "\\)"), newline(s, "\n") {}
+  explicit Closers(std::string_view s) : dollars(s, "$$"), bracket(s, "\\]"), paren(s, "\\)"), newline(s, "\n") {}
   NextOccurrence dollars, bracket, paren, newline;
 };
 
@@ -114,7 +111,7 @@ Span math_at(std::string_view s, size_t i, Closers& closers) {
   }
   size_t k = i;
   if (k < n && s[k] == '-') ++k;
-  if (at(s, k, "\\frac{")) {  // \frac{-1,5}{2}: simple numbers only
+  if (at(s, k, "\\frac{")) {              // \frac{-1,5}{2}: simple numbers only
     auto simple_number = [&](size_t j) {  // -?\d+([.,]\d+)? then '}', or npos
       if (j < n && s[j] == '-') ++j;
       const size_t digits = j;
@@ -138,13 +135,10 @@ Span math_at(std::string_view s, size_t i, Closers& closers) {
 // ---- numbers and arithmetic expressions -------------------------------------------------------
 
 // UTF-8 length of a multiplication or division sign (× ÷) at i, else 0.
-size_t times_or_divide(std::string_view s, size_t i) {
-  return at(s, i, "\xC3\x97") || at(s, i, "\xC3\xB7") ? 2 : 0;
-}
+size_t times_or_divide(std::string_view s, size_t i) { return at(s, i, "\xC3\x97") || at(s, i, "\xC3\xB7") ? 2 : 0; }
 bool is_operator(std::string_view s, size_t i) {
   const char c = s[i];
-  return c == '+' || c == '-' || c == '*' || c == '/' || c == '^' || c == '(' || c == ')' ||
-         times_or_divide(s, i) > 0;
+  return c == '+' || c == '-' || c == '*' || c == '/' || c == '^' || c == '(' || c == ')' || times_or_divide(s, i) > 0;
 }
 // Length of an expression character at i (digit . space operator), else 0.
 size_t expression_char(std::string_view s, size_t i) {
@@ -169,8 +163,8 @@ bool word_start(std::string_view s, size_t i) {
 // Length of a currency sign at i ($ € £ ¥ ₹ and the other one-character signs), else 0.
 size_t currency(std::string_view s, size_t i) {
   if (s[i] == '$') return 1;
-  for (const std::string_view sign : {"\xE2\x82\xAC", "\xC2\xA3", "\xC2\xA5", "\xE2\x82\xB9",
-                                      "\xE2\x82\xBD", "\xE2\x82\xA9", "\xE2\x82\xAA"}) {
+  for (const std::string_view sign :
+       {"\xE2\x82\xAC", "\xC2\xA3", "\xC2\xA5", "\xE2\x82\xB9", "\xE2\x82\xBD", "\xE2\x82\xA9", "\xE2\x82\xAA"}) {
     if (at(s, i, sign)) return sign.size();
   }
   return 0;
@@ -193,8 +187,8 @@ Span number_at(std::string_view s, size_t i) {
     if (lead - k <= 3) {
       size_t j = lead;
       size_t groups = 0;
-      while (j + 3 < limit && (s[j] == ',' || s[j] == ' ') && is_digit(s[j + 1]) &&
-             is_digit(s[j + 2]) && is_digit(s[j + 3]) && !(j + 4 < n && is_digit(s[j + 4]))) {
+      while (j + 3 < limit && (s[j] == ',' || s[j] == ' ') && is_digit(s[j + 1]) && is_digit(s[j + 2]) &&
+             is_digit(s[j + 3]) && !(j + 4 < n && is_digit(s[j + 4]))) {
         j += 4;
         ++groups;
       }
@@ -243,7 +237,7 @@ void collect_expressions(std::string_view s, std::vector<Span>& out) {
       ++i;
       continue;
     }
-    size_t run_end = k + 1;  // the maximal run of expression characters
+    size_t run_end = k + 1;     // the maximal run of expression characters
     std::vector<size_t> stops;  // positions the expression may end at, in order
     while (run_end < n) {
       const size_t len = expression_char(s, run_end);
@@ -265,8 +259,8 @@ void collect_expressions(std::string_view s, std::vector<Span>& out) {
       if (first_operator == std::string_view::npos || e <= first_operator + 1) break;
       size_t last = e;  // an expression does not end in an operator other than ')'
       while (last > i && (is_space(s[last - 1]) || s[last - 1] == '.')) --last;
-      const bool dangling = last > i && s[last - 1] != ')' && expression_char(s, last - 1) == 1 &&
-                            !is_digit(s[last - 1]);
+      const bool dangling =
+          last > i && s[last - 1] != ')' && expression_char(s, last - 1) == 1 && !is_digit(s[last - 1]);
       const bool dangling_sign = last >= 2 && times_or_divide(s, last - 2) > 0;
       if (ends_expression(s, e) && !dangling && !dangling_sign) {
         end = e;
@@ -338,13 +332,12 @@ class SpansByStart {
  public:
   explicit SpansByStart(const std::vector<Span>& spans) {
     for (const Span& span : spans) order_.push_back(&span);
-    std::stable_sort(order_.begin(), order_.end(),
-                     [](const Span* a, const Span* b) { return a->begin < b->begin; });
+    std::stable_sort(order_.begin(), order_.end(), [](const Span* a, const Span* b) { return a->begin < b->begin; });
   }
 
   // The spans starting in [from, to], in order of their start.
-  std::pair<std::vector<const Span*>::const_iterator, std::vector<const Span*>::const_iterator> in(
-      size_t from, size_t to) const {
+  std::pair<std::vector<const Span*>::const_iterator, std::vector<const Span*>::const_iterator> in(size_t from,
+                                                                                                   size_t to) const {
     auto first = std::lower_bound(order_.begin(), order_.end(), from,
                                   [](const Span* span, size_t pos) { return span->begin < pos; });
     auto last = std::upper_bound(order_.begin(), order_.end(), to,
@@ -409,8 +402,7 @@ const Span* after_answer(std::string_view s, const SpansByStart& spans, bool col
     const Span* first = nullptr;
     for (auto [it, end] = spans.in(from, from + kAnswerReach); it != end && first == nullptr; ++it) {
       const Span& span = **it;
-      if (span.kind == SpanKind::math ||
-          (!newline_between(s, from, span.begin - 1) && !followed_by_equals(s, span))) {
+      if (span.kind == SpanKind::math || (!newline_between(s, from, span.begin - 1) && !followed_by_equals(s, span))) {
         first = &span;
       }
     }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "unstuck/common/error.h"
-#include "unstuck/config/config.h"
+#include "unstuck/common/value_names.h"
 #include "unstuck/reward/verifier.h"
 #include "unstuck/reward/worker_pool.h"
 
@@ -23,10 +23,10 @@ using Json = nlohmann::json;
 // verl: data_source (the record's, else its task), solution_str, ground_truth (the answer),
 // extra_info (the record's, else {}).
 Json verl_item(const std::string& completion, const data::TaskRecord& r) {
-  const auto field = [&](const char* key, Json fallback) {
-    return r.fields.contains(key) ? r.fields[key] : fallback;
-  };
-  return {{"data_source", field("data_source", r.task)}, {"solution_str", completion}, {"ground_truth", r.answer},
+  const auto field = [&](const char* key, Json fallback) { return r.fields.contains(key) ? r.fields[key] : fallback; };
+  return {{"data_source", field("data_source", r.task)},
+          {"solution_str", completion},
+          {"ground_truth", r.answer},
           {"extra_info", field("extra_info", Json::object())}};
 }
 
@@ -89,8 +89,11 @@ class WorkerVerifier : public Verifier {
     }
     Json state = nullptr;
     if (config_.style == FunctionStyle::trl)
-      state = {{"global_step", context.global_step}, {"max_steps", context.max_steps}, {"epoch", context.epoch},
-               {"num_train_epochs", 1}, {"is_world_process_zero", context.world_process_zero},
+      state = {{"global_step", context.global_step},
+               {"max_steps", context.max_steps},
+               {"epoch", context.epoch},
+               {"num_train_epochs", 1},
+               {"is_world_process_zero", context.world_process_zero},
                {"is_local_process_zero", context.world_process_zero}};
     const std::vector<std::vector<WorkerResult>> answers = pool_->run(batches, state, context.stop);
     std::vector<RewardResult> out;
@@ -149,13 +152,12 @@ std::unique_ptr<Verifier> make_function_verifier(const RewardConfig& config) {
   if (config.function.path.empty()) throw UserError("reward.function.path: empty (no reward function configured)");
   const FunctionConfig& f = config.function;
   std::vector<std::string> argv =
-      python_reward_worker_argv(reward_python(f), f.path, f.name, std::string(config::enum_name(f.style)));
+      python_reward_worker_argv(reward_python(f), f.path, f.name, std::string(enum_name(f.style)));
   for (const std::string& folder : f.pythonpath) argv.insert(argv.end(), {"--pythonpath", folder});
   if (!f.kwargs.empty()) argv.insert(argv.end(), {"--kwargs", f.kwargs.json});
   if (f.factory) argv.insert(argv.end(), {"--factory-kwargs", f.factory_kwargs.json});
-  return std::make_unique<WorkerVerifier>(
-      f, std::move(argv),
-      "reward.function " + f.path + ":" + f.name, f.style == FunctionStyle::verl ? verl_item : trl_item);
+  return std::make_unique<WorkerVerifier>(f, std::move(argv), "reward.function " + f.path + ":" + f.name,
+                                          f.style == FunctionStyle::verl ? verl_item : trl_item);
 }
 
 std::unique_ptr<Verifier> make_command_verifier(const RewardConfig& config) {

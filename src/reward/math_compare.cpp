@@ -40,10 +40,17 @@ class Comparer {
   bool undefined_number(int a) {
     const MathNode& A = node(1, a);
     switch (A.kind) {
-      case NodeKind::list: case NodeKind::set: case NodeKind::bracket: case NodeKind::union_of:
-      case NodeKind::matrix: case NodeKind::relation: case NodeKind::text: case NodeKind::empty_set:
+      case NodeKind::list:
+      case NodeKind::set:
+      case NodeKind::bracket:
+      case NodeKind::union_of:
+      case NodeKind::matrix:
+      case NodeKind::relation:
+      case NodeKind::text:
+      case NodeKind::empty_set:
         return false;
-      default: break;
+      default:
+        break;
     }
     if (math::has_plus_minus(*trees_[1], a) || math::has_variables(*trees_[1], a)) return false;
     return values(1, {a, 0})[0].kind == Num::invalid;
@@ -182,11 +189,13 @@ class Comparer {
       return r;
     }
     const bool x_left = is_variable(side, m.kids[0]), x_right = is_variable(side, m.kids[1]);
-    if (x_left == x_right) return r;  // no variable side, or two
+    if (x_left == x_right) return r;                   // no variable side, or two
     const char rel = x_left ? m.rel : flipped(m.rel);  // as "x rel bound"
     const int bound = x_left ? m.kids[1] : m.kids[0];
-    if (ascending(rel)) r.hi = bound, r.hi_open = rel == '<';
-    else r.lo = bound, r.lo_open = rel == '>';
+    if (ascending(rel))
+      r.hi = bound, r.hi_open = rel == '<';
+    else
+      r.lo = bound, r.lo_open = rel == '>';
     r.ok = true;
     return r;
   }
@@ -224,8 +233,8 @@ class Comparer {
     for (int first = 0; first < 2; ++first) {  // either part first
       const Range below = range_of_interval(1, A.kids[static_cast<size_t>(first)]);
       const Range above = range_of_interval(1, A.kids[static_cast<size_t>(1 - first)]);
-      if (below.ok && above.ok && below.lo < 0 && below.hi >= 0 && below.hi_open && above.hi < 0 &&
-          above.lo >= 0 && above.lo_open && same(point, below.hi) && same(point, above.lo))
+      if (below.ok && above.ok && below.lo < 0 && below.hi >= 0 && below.hi_open && above.hi < 0 && above.lo >= 0 &&
+          above.lo_open && same(point, below.hi) && same(point, above.lo))
         return true;
     }
     return false;
@@ -267,11 +276,16 @@ class Comparer {
 
   static char flipped(char rel) {
     switch (rel) {
-      case '<': return '>';
-      case '>': return '<';
-      case 'l': return 'g';
-      case 'g': return 'l';
-      default: return rel;
+      case '<':
+        return '>';
+      case '>':
+        return '<';
+      case 'l':
+        return 'g';
+      case 'g':
+        return 'l';
+      default:
+        return rel;
     }
   }
 
@@ -283,8 +297,8 @@ class Comparer {
     const bool rg = G.kind == NodeKind::relation, ra = A.kind == NodeKind::relation;
     if (rg && ra) {
       const bool direct = G.rel == A.rel && same(G.kids[0], A.kids[0]) && same(G.kids[1], A.kids[1]);
-      if (direct || (G.rel == flipped(A.rel) && G.rel != 'i' && same(G.kids[0], A.kids[1]) &&
-                     same(G.kids[1], A.kids[0])))
+      if (direct ||
+          (G.rel == flipped(A.rel) && G.rel != 'i' && same(G.kids[0], A.kids[1]) && same(G.kids[1], A.kids[0])))
         return true;
       if (same_range(range_of_inequality(0, g), range_of_inequality(1, a))) return true;  // 3 < x, x > 3 < 9 ...
       return same_equation_up_to_factor(g, a);
@@ -300,14 +314,13 @@ class Comparer {
     }
     const bool pm_g = eg.sign == 0 && math::has_plus_minus(*trees_[0], g);
     const bool pm_a = ea.sign == 0 && math::has_plus_minus(*trees_[1], a);
-    if (is_collection(G.kind) || is_collection(A.kind) || pm_g || pm_a ||
-        G.kind == NodeKind::empty_set || A.kind == NodeKind::empty_set) {
+    if (is_collection(G.kind) || is_collection(A.kind) || pm_g || pm_a || G.kind == NodeKind::empty_set ||
+        A.kind == NodeKind::empty_set) {
       // A one-member set against a bare value ({3} and 3) compares the member.
       return same_members(g, a);
     }
     if (G.kind == NodeKind::bracket || A.kind == NodeKind::bracket) {
-      return G.kind == A.kind && G.open == A.open && G.close == A.close &&
-             same_in_order(G.kids, A.kids);
+      return G.kind == A.kind && G.open == A.open && G.close == A.close && same_in_order(G.kids, A.kids);
     }
     if (G.kind == NodeKind::union_of || A.kind == NodeKind::union_of) {
       if (G.kind != A.kind) return false;
@@ -369,8 +382,7 @@ std::optional<std::string> after_answer_is(std::string_view s) {
 
 }  // namespace
 
-MathMatch compare_math_answers(std::string_view gold, std::string_view answer,
-                               const MathOptions& options) {
+MathMatch compare_math_answers(std::string_view gold, std::string_view answer, const MathOptions& options) {
   if (gold.size() > kMaxCompareChars || answer.size() > kMaxCompareChars) {
     return MathMatch::unreadable;
   }
@@ -379,8 +391,7 @@ MathMatch compare_math_answers(std::string_view gold, std::string_view answer,
   const MathTree tg = math::parse_math(g);
   const MathTree ta = math::parse_math(a);
   auto same_string = [&] {
-    return math::normalize_symbols(g) == math::normalize_symbols(a) ? MathMatch::equal
-                                                                    : MathMatch::different;
+    return math::normalize_symbols(g) == math::normalize_symbols(a) ? MathMatch::equal : MathMatch::different;
   };
   if (tg.root < 0) {  // not math: compared as a string, symbols kept
     return math::normalize_symbols(g).empty() ? MathMatch::unreadable : same_string();
@@ -399,8 +410,7 @@ MathMatch compare_math_answers(std::string_view gold, std::string_view answer,
   return comparer.undefined_number(ta.root) ? MathMatch::unreadable : MathMatch::different;
 }
 
-std::optional<std::string> extract_math_answer(std::string_view completion,
-                                               const std::vector<AnswerFormat>& order,
+std::optional<std::string> extract_math_answer(std::string_view completion, const std::vector<AnswerFormat>& order,
                                                const MathOptions& options) {
   for (const AnswerFormat format : order) {
     if (format == AnswerFormat::last_expression) {

@@ -20,21 +20,51 @@ struct Confusable {
 
 // Unicode characters that models write for ASCII or LaTeX ones.
 constexpr Confusable kConfusables[] = {
-    {"\xe2\x88\x92", "-"},  {"\xe2\x80\x93", "-"},  {"\xe2\x80\x94", "-"},
-    {"\xe2\x80\x90", "-"},  {"\xe2\x80\x91", "-"},  {"\xef\xb9\xa3", "-"},
-    {"\xef\xbc\x8d", "-"},  {"\xc3\x97", "*"},      {"\xe2\x8b\x85", "*"},
-    {"\xc2\xb7", "*"},      {"\xe2\x88\x99", "*"},  {"\xc3\xb7", "/"},
-    {"\xe2\x88\x95", "/"},  {"\xcf\x80", "\\pi "},  {"\xe2\x88\x9e", "\\infty "},
-    {"\xe2\x88\x9a", "\\sqrt"}, {"\xc2\xb0", ""},   {"\xc2\xa0", " "},
-    {"\xe2\x80\x89", " "},  {"\xe2\x80\xaf", " "},  {"\xe2\x80\x87", " "},
-    {"\xe2\x80\x8b", ""},   {"\xe3\x80\x80", " "},  {"\xef\xbc\x8b", "+"},
-    {"\xef\xbc\x8c", ","},  {"\xef\xbc\x8e", "."},  {"\xef\xbc\x88", "("},
-    {"\xef\xbc\x89", ")"},  {"\xef\xbc\x9d", "="},  {"\xef\xbc\x85", ""},
-    {"\xc2\xbd", "(1/2)"},  {"\xc2\xbc", "(1/4)"},  {"\xc2\xbe", "(3/4)"},
-    {"\xc2\xb2", "^{2}"},   {"\xc2\xb3", "^{3}"},   {"\xc2\xb9", "^{1}"},
-    {"\xe2\x89\xa4", "\\le "}, {"\xe2\x89\xa5", "\\ge "}, {"\xe2\x89\xa0", "\\ne "},
-    {"\xe2\x88\xaa", "\\cup "}, {"\xe2\x88\x85", "\\emptyset "}, {"\xc2\xb1", "\\pm "},
-    {"\xe2\x80\x98", "'"},  {"\xe2\x80\x99", "'"},  {"\xe2\x80\x9c", "\""},
+    {"\xe2\x88\x92", "-"},
+    {"\xe2\x80\x93", "-"},
+    {"\xe2\x80\x94", "-"},
+    {"\xe2\x80\x90", "-"},
+    {"\xe2\x80\x91", "-"},
+    {"\xef\xb9\xa3", "-"},
+    {"\xef\xbc\x8d", "-"},
+    {"\xc3\x97", "*"},
+    {"\xe2\x8b\x85", "*"},
+    {"\xc2\xb7", "*"},
+    {"\xe2\x88\x99", "*"},
+    {"\xc3\xb7", "/"},
+    {"\xe2\x88\x95", "/"},
+    {"\xcf\x80", "\\pi "},
+    {"\xe2\x88\x9e", "\\infty "},
+    {"\xe2\x88\x9a", "\\sqrt"},
+    {"\xc2\xb0", ""},
+    {"\xc2\xa0", " "},
+    {"\xe2\x80\x89", " "},
+    {"\xe2\x80\xaf", " "},
+    {"\xe2\x80\x87", " "},
+    {"\xe2\x80\x8b", ""},
+    {"\xe3\x80\x80", " "},
+    {"\xef\xbc\x8b", "+"},
+    {"\xef\xbc\x8c", ","},
+    {"\xef\xbc\x8e", "."},
+    {"\xef\xbc\x88", "("},
+    {"\xef\xbc\x89", ")"},
+    {"\xef\xbc\x9d", "="},
+    {"\xef\xbc\x85", ""},
+    {"\xc2\xbd", "(1/2)"},
+    {"\xc2\xbc", "(1/4)"},
+    {"\xc2\xbe", "(3/4)"},
+    {"\xc2\xb2", "^{2}"},
+    {"\xc2\xb3", "^{3}"},
+    {"\xc2\xb9", "^{1}"},
+    {"\xe2\x89\xa4", "\\le "},
+    {"\xe2\x89\xa5", "\\ge "},
+    {"\xe2\x89\xa0", "\\ne "},
+    {"\xe2\x88\xaa", "\\cup "},
+    {"\xe2\x88\x85", "\\emptyset "},
+    {"\xc2\xb1", "\\pm "},
+    {"\xe2\x80\x98", "'"},
+    {"\xe2\x80\x99", "'"},
+    {"\xe2\x80\x9c", "\""},
     {"\xe2\x80\x9d", "\""},
 };
 
@@ -49,8 +79,7 @@ std::string map_confusables(std::string_view s) {
     }
     // Full-width digits U+FF10..U+FF19: EF BC 90..99.
     if (c == 0xef && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0xbc &&
-        static_cast<unsigned char>(s[i + 2]) >= 0x90 &&
-        static_cast<unsigned char>(s[i + 2]) <= 0x99) {
+        static_cast<unsigned char>(s[i + 2]) >= 0x90 && static_cast<unsigned char>(s[i + 2]) <= 0x99) {
       out += static_cast<char>('0' + (static_cast<unsigned char>(s[i + 2]) - 0x90));
       i += 3;
       continue;
@@ -79,25 +108,30 @@ struct Rewrite {
 
 // Commands replaced by fixed text (after the backslash). Anything not here is copied as is.
 constexpr Rewrite kRewrites[] = {
-    {"left", ""},        {"right", ""},       {"bigl", ""},        {"bigr", ""},
-    {"Bigl", ""},        {"Bigr", ""},        {"big", ""},         {"Big", ""},
-    {"bigg", ""},        {"Bigg", ""},        {"biggl", ""},       {"biggr", ""},
-    {"displaystyle", ""}, {"textstyle", ""},  {"limits", ""},      {"quad", " "},
-    {"qquad", " "},      {"dfrac", "\\frac"}, {"tfrac", "\\frac"}, {"cfrac", "\\frac"},
-    {"dbinom", "\\binom"}, {"tbinom", "\\binom"}, {"cdot", "*"},   {"times", "*"},
-    {"ast", "*"},        {"div", "/"},        {"circ", ""},        {"degree", ""},
-    {"leq", "\\le"},     {"leqslant", "\\le"}, {"geq", "\\ge"},    {"geqslant", "\\ge"},
-    {"lt", "<"},         {"gt", ">"},         {"neq", "\\ne"},     {"lbrace", "\\{"},
-    {"rbrace", "\\}"},   {"langle", "("},     {"rangle", ")"},     {"lvert", "|"},
-    {"rvert", "|"},      {"vert", "|"},       {"mid", "|"},        {"infin", "\\infty"},
-    {"varnothing", "\\emptyset"}, {"varpi", "\\pi"}, {"hline", ""}, {"mathbf", ""},
-    {"boldsymbol", ""},  {"bm", ""},          {"mathit", ""},      {"operatorname", ""},
-    {"mathbb", ""},      {"mathcal", ""},     {"phantom", ""},     {"cr", "\\\\"},
+    {"left", ""},          {"right", ""},        {"bigl", ""},
+    {"bigr", ""},          {"Bigl", ""},         {"Bigr", ""},
+    {"big", ""},           {"Big", ""},          {"bigg", ""},
+    {"Bigg", ""},          {"biggl", ""},        {"biggr", ""},
+    {"displaystyle", ""},  {"textstyle", ""},    {"limits", ""},
+    {"quad", " "},         {"qquad", " "},       {"dfrac", "\\frac"},
+    {"tfrac", "\\frac"},   {"cfrac", "\\frac"},  {"dbinom", "\\binom"},
+    {"tbinom", "\\binom"}, {"cdot", "*"},        {"times", "*"},
+    {"ast", "*"},          {"div", "/"},         {"circ", ""},
+    {"degree", ""},        {"leq", "\\le"},      {"leqslant", "\\le"},
+    {"geq", "\\ge"},       {"geqslant", "\\ge"}, {"lt", "<"},
+    {"gt", ">"},           {"neq", "\\ne"},      {"lbrace", "\\{"},
+    {"rbrace", "\\}"},     {"langle", "("},      {"rangle", ")"},
+    {"lvert", "|"},        {"rvert", "|"},       {"vert", "|"},
+    {"mid", "|"},          {"infin", "\\infty"}, {"varnothing", "\\emptyset"},
+    {"varpi", "\\pi"},     {"hline", ""},        {"mathbf", ""},
+    {"boldsymbol", ""},    {"bm", ""},           {"mathit", ""},
+    {"operatorname", ""},  {"mathbb", ""},       {"mathcal", ""},
+    {"phantom", ""},       {"cr", "\\\\"},
 };
 
 // Commands whose braced argument is text (words, units), not math.
-constexpr const char* kTextCommands[] = {"text", "textrm", "textnormal", "mathrm", "mbox",
-                                         "textit", "textbf", "textsf", "texttt", "emph", "hbox"};
+constexpr const char* kTextCommands[] = {"text",   "textrm", "textnormal", "mathrm", "mbox", "textit",
+                                         "textbf", "textsf", "texttt",     "emph",   "hbox"};
 
 // Commands whose arguments the parser wants braced: \frac12 -> \frac{1}{2}.
 int braced_arguments(std::string_view command) {
@@ -253,9 +287,12 @@ class Normalizer {
   size_t group_separator() const {
     if (out_.empty() || out_.back() < '0' || out_.back() > '9') return 0;
     size_t n = 0;
-    if (s_.compare(i_, 2, "\\,") == 0 || s_.compare(i_, 2, "\\ ") == 0) n = 2;
-    else if (s_.compare(i_, 3, "{,}") == 0) n = 3;
-    else if (s_[i_] == ' ') n = 1;
+    if (s_.compare(i_, 2, "\\,") == 0 || s_.compare(i_, 2, "\\ ") == 0)
+      n = 2;
+    else if (s_.compare(i_, 3, "{,}") == 0)
+      n = 3;
+    else if (s_[i_] == ' ')
+      n = 1;
     if (n == 0) return 0;
     const size_t j = i_ + n;
     for (size_t k = 0; k < 3; ++k) {

@@ -35,9 +35,7 @@ class Parser {
     Parser& p_;
   };
 
-  const Token& peek(size_t ahead = 0) const {
-    return t_[std::min(pos_ + ahead, t_.size() - 1)];
-  }
+  const Token& peek(size_t ahead = 0) const { return t_[std::min(pos_ + ahead, t_.size() - 1)]; }
   bool at(Tok k) const { return peek().kind == k; }
   bool accept(Tok k) {
     if (!at(k)) return false;
@@ -69,9 +67,7 @@ class Parser {
     const std::string w = normalize_text(peek().text);
     return w == "and" || w == "or" || w.empty();
   }
-  bool at_separator() const {
-    return at(Tok::comma) || at(Tok::semicolon) || separator_word();
-  }
+  bool at_separator() const { return at(Tok::comma) || at(Tok::semicolon) || separator_word(); }
 
   // answer := item ((',' | ';' | and | or) item)*
   int answer() {
@@ -116,8 +112,8 @@ class Parser {
     while ((at(Tok::word) || at(Tok::text)) && !separator_word()) {
       units += (units.empty() ? "" : " ") + normalize_text(peek().text);
       ++pos_;
-      while (at(Tok::caret) || at(Tok::slash) || at(Tok::number) || at(Tok::lgroup) ||
-             at(Tok::rgroup) || (at(Tok::variable) && peek().space_before == false)) {
+      while (at(Tok::caret) || at(Tok::slash) || at(Tok::number) || at(Tok::lgroup) || at(Tok::rgroup) ||
+             (at(Tok::variable) && peek().space_before == false)) {
         units += peek().text;
         ++pos_;
       }
@@ -163,13 +159,14 @@ class Parser {
       case Tok::number:
       case Tok::variable:
       case Tok::lparen:
-      case Tok::lgroup: return true;
+      case Tok::lgroup:
+        return true;
       case Tok::command: {
         const std::string& c = peek().text;
-        return c != "cup" && c != "pm" && c != "end" && c != "dots" && c != "ldots" &&
-               c != "cdots";
+        return c != "cup" && c != "pm" && c != "end" && c != "dots" && c != "ldots" && c != "cdots";
       }
-      default: return false;
+      default:
+        return false;
     }
   }
 
@@ -203,16 +200,14 @@ class Parser {
         const int f = unary();
         if (failed_) return -1;
         const MathNode& n = nodes_[f];
-        const bool mixed_frac = first && bare_integer && n.kind == NodeKind::mul &&
-                                n.kids.size() == 2 && is_integer_literal(n.kids[0]) &&
-                                nodes_[n.kids[1]].kind == NodeKind::recip &&
-                                is_integer_literal(nodes_[n.kids[1]].kids[0]) &&
-                                t_[before].kind == Tok::command && t_[before].text == "frac";
+        const bool mixed_frac = first && bare_integer && n.kind == NodeKind::mul && n.kids.size() == 2 &&
+                                is_integer_literal(n.kids[0]) && nodes_[n.kids[1]].kind == NodeKind::recip &&
+                                is_integer_literal(nodes_[n.kids[1]].kids[0]) && t_[before].kind == Tok::command &&
+                                t_[before].text == "frac";
         if (mixed_frac) return mixed(f);
         if (number_next) {
           // "3 1/2": a mixed number; any other number after a number is unreadable ("12 34").
-          if (!(first && bare_integer && is_integer_literal(f) && at(Tok::slash) &&
-                peek(1).kind == Tok::number)) {
+          if (!(first && bare_integer && is_integer_literal(f) && at(Tok::slash) && peek(1).kind == Tok::number)) {
             return fail();
           }
           ++pos_;
@@ -288,9 +283,12 @@ class Parser {
     while (!failed_ && accept(Tok::comma)) items.push_back(union_of());
     if (failed_) return -1;
     char close = 0;
-    if (accept(Tok::rparen)) close = ')';
-    else if (accept(Tok::rbracket)) close = ']';
-    else return fail();
+    if (accept(Tok::rparen))
+      close = ')';
+    else if (accept(Tok::rbracket))
+      close = ']';
+    else
+      return fail();
     if (items.size() == 1) {
       if ((open == '(') != (close == ')')) return fail();
       return items[0];
@@ -389,9 +387,12 @@ class Parser {
         return node(NodeKind::variable, {}, name);
       }
       case Tok::lparen:
-      case Tok::lbracket: return bracketed();
-      case Tok::lgroup: return braced_list();
-      case Tok::lset: return set();
+      case Tok::lbracket:
+        return bracketed();
+      case Tok::lgroup:
+        return braced_list();
+      case Tok::lset:
+        return set();
       case Tok::bar: {
         ++pos_;
         const int inner = expression();
@@ -420,14 +421,14 @@ class Parser {
             if (!expect(Tok::rbracket)) return -1;
           }
           const int radicand = group();
-          return index >= 0 ? node(NodeKind::sqrt, {radicand, index})
-                            : node(NodeKind::sqrt, {radicand});
+          return index >= 0 ? node(NodeKind::sqrt, {radicand, index}) : node(NodeKind::sqrt, {radicand});
         }
         if (name == "begin") return matrix();
         if (is_function(name)) return function(name);
         return fail();
       }
-      default: return fail();
+      default:
+        return fail();
     }
   }
 

@@ -11,8 +11,8 @@
 
 namespace unstuck::reward::math {
 
-inline constexpr int kMaxMathDepth = 48;     // nesting of brackets, groups, powers, signs
-inline constexpr int kMaxMathNodes = 2048;   // nodes of one parsed answer
+inline constexpr int kMaxMathDepth = 48;    // nesting of brackets, groups, powers, signs
+inline constexpr int kMaxMathNodes = 2048;  // nodes of one parsed answer
 
 // Text-mode spans (\text{...}, \mathrm{...}) are emitted between these two bytes.
 inline constexpr char kTextOpen = '\x01';
@@ -25,31 +25,31 @@ inline constexpr char kTextClose = '\x02';
 std::string normalize_latex(std::string_view text);
 
 enum class NodeKind {
-  number,     // text: decimal digits, optional '.', optional exponent "e-5"
-  variable,   // text: name ("x", "x_1")
+  number,    // text: decimal digits, optional '.', optional exponent "e-5"
+  variable,  // text: name ("x", "x_1")
   pi,
-  euler,      // e
+  euler,  // e
   infinity,
   empty_set,
-  add,        // kids summed
-  mul,        // kids multiplied
-  neg,        // -kids[0]
-  recip,      // 1 / kids[0]
-  pow,        // kids[0] ^ kids[1]
-  func,       // text: sin cos tan sec csc cot ln log exp arcsin arccos arctan sinh cosh tanh; kids:
-              // argument[, base for log]
-  sqrt,       // kids: radicand[, index]
+  add,    // kids summed
+  mul,    // kids multiplied
+  neg,    // -kids[0]
+  recip,  // 1 / kids[0]
+  pow,    // kids[0] ^ kids[1]
+  func,   // text: sin cos tan sec csc cot ln log exp arcsin arccos arctan sinh cosh tanh; kids:
+          // argument[, base for log]
+  sqrt,   // kids: radicand[, index]
   factorial,
-  binom,      // kids: n, k
+  binom,  // kids: n, k
   abs,
-  plus_minus, // kids[0] ± kids[1]
-  bracket,    // open/close: ( [ with >= 2 items: tuple, point or interval
-  set,        // \{ ... \} (order-free)
-  union_of,   // \cup of intervals or sets
-  matrix,     // rows x (kids.size() / rows)
-  relation,   // rel: '=', '<', '>', 'l' (<=), 'g' (>=), 'n' (!=), 'i' (\in); kids: lhs, rhs
-  list,       // comma/and/or separated items at the top level (order-free solutions)
-  text,       // text: normalized words (lowercase, single spaces)
+  plus_minus,  // kids[0] ± kids[1]
+  bracket,     // open/close: ( [ with >= 2 items: tuple, point or interval
+  set,         // \{ ... \} (order-free)
+  union_of,    // \cup of intervals or sets
+  matrix,      // rows x (kids.size() / rows)
+  relation,    // rel: '=', '<', '>', 'l' (<=), 'g' (>=), 'n' (!=), 'i' (\in); kids: lhs, rhs
+  list,        // comma/and/or separated items at the top level (order-free solutions)
+  text,        // text: normalized words (lowercase, single spaces)
 };
 
 struct MathNode {
@@ -67,9 +67,34 @@ struct MathTree {
 };
 
 enum class Tok {
-  end, number, variable, word, text, command, lparen, rparen, lbracket, rbracket, lgroup, rgroup,
-  lset, rset, comma, semicolon, plus, minus, star, slash, caret, underscore, relation, bang, bar,
-  amp, rowsep, other,
+  end,
+  number,
+  variable,
+  word,
+  text,
+  command,
+  lparen,
+  rparen,
+  lbracket,
+  rbracket,
+  lgroup,
+  rgroup,
+  lset,
+  rset,
+  comma,
+  semicolon,
+  plus,
+  minus,
+  star,
+  slash,
+  caret,
+  underscore,
+  relation,
+  bang,
+  bar,
+  amp,
+  rowsep,
+  other,
 };
 
 struct Token {

@@ -14,9 +14,7 @@ Num invalid() { return Num{}; }
 
 size_t mpz_sizeinbits(mpz_srcptr z) { return mpz_sizeinbase(z, 2); }  // O(1) for base 2
 
-size_t bits(const mpq_class& q) {
-  return mpz_sizeinbits(q.get_num_mpz_t()) + mpz_sizeinbits(q.get_den_mpz_t());
-}
+size_t bits(const mpq_class& q) { return mpz_sizeinbits(q.get_num_mpz_t()) + mpz_sizeinbits(q.get_den_mpz_t()); }
 
 // An integer to long double with its top 64 bits (the full long double mantissa).
 long double to_ld(const mpz_class& z) {
@@ -26,8 +24,7 @@ long double to_ld(const mpz_class& z) {
     return sgn(z) < 0 ? -static_cast<long double>(m) : static_cast<long double>(m);
   }
   mpz_class top = abs(z) >> static_cast<mp_bitcnt_t>(n - 64);
-  const long double m = std::ldexp(static_cast<long double>(mpz_get_ui(top.get_mpz_t())),
-                                   static_cast<int>(n - 64));
+  const long double m = std::ldexp(static_cast<long double>(mpz_get_ui(top.get_mpz_t())), static_cast<int>(n - 64));
   return sgn(z) < 0 ? -m : m;
 }
 
@@ -130,11 +127,21 @@ Num mul(const Num& a, const Num& b) {
 Num negate(const Num& a) {
   Num r = a;
   switch (a.kind) {
-    case Num::exact: r.q = -a.q; r.x = -a.x; return r;
-    case Num::approx: r.x = -a.x; return r;
-    case Num::pos_inf: r.kind = Num::neg_inf; return r;
-    case Num::neg_inf: r.kind = Num::pos_inf; return r;
-    default: return r;
+    case Num::exact:
+      r.q = -a.q;
+      r.x = -a.x;
+      return r;
+    case Num::approx:
+      r.x = -a.x;
+      return r;
+    case Num::pos_inf:
+      r.kind = Num::neg_inf;
+      return r;
+    case Num::neg_inf:
+      r.kind = Num::pos_inf;
+      return r;
+    default:
+      return r;
   }
 }
 
@@ -239,10 +246,14 @@ Num evaluate(const MathTree& tree, int node, int point, int pm_sign) {
   const MathNode& n = tree.nodes[static_cast<size_t>(node)];
   auto kid = [&](size_t i) { return evaluate(tree, n.kids[i], point, pm_sign); };
   switch (n.kind) {
-    case NodeKind::number: return parse_number(n.text);
-    case NodeKind::variable: return variable_value(n.text, point);
-    case NodeKind::pi: return approx(3.14159265358979323846264338327950288L);
-    case NodeKind::euler: return approx(2.71828182845904523536028747135266250L);
+    case NodeKind::number:
+      return parse_number(n.text);
+    case NodeKind::variable:
+      return variable_value(n.text, point);
+    case NodeKind::pi:
+      return approx(3.14159265358979323846264338327950288L);
+    case NodeKind::euler:
+      return approx(2.71828182845904523536028747135266250L);
     case NodeKind::infinity: {
       Num r;
       r.kind = Num::pos_inf;
@@ -256,9 +267,12 @@ Num evaluate(const MathTree& tree, int node, int point, int pm_sign) {
       }
       return acc;
     }
-    case NodeKind::neg: return negate(kid(0));
-    case NodeKind::recip: return reciprocal(kid(0));
-    case NodeKind::pow: return power(kid(0), kid(1));
+    case NodeKind::neg:
+      return negate(kid(0));
+    case NodeKind::recip:
+      return reciprocal(kid(0));
+    case NodeKind::pow:
+      return power(kid(0), kid(1));
     case NodeKind::func: {
       if (n.kids.size() > 1) {
         const Num base = kid(1);
@@ -273,8 +287,10 @@ Num evaluate(const MathTree& tree, int node, int point, int pm_sign) {
       }
       return square_root(kid(0), nullptr);
     }
-    case NodeKind::factorial: return factorial(kid(0));
-    case NodeKind::binom: return binomial(kid(0), kid(1));
+    case NodeKind::factorial:
+      return factorial(kid(0));
+    case NodeKind::binom:
+      return binomial(kid(0), kid(1));
     case NodeKind::abs: {
       const Num a = kid(0);
       if (a.kind == Num::exact) return exact(abs(a.q));
@@ -286,7 +302,8 @@ Num evaluate(const MathTree& tree, int node, int point, int pm_sign) {
       const Num b = kid(1);
       return add(kid(0), pm_sign > 0 ? b : negate(b));
     }
-    default: return invalid();  // structures (sets, brackets, relations, text) are not numbers
+    default:
+      return invalid();  // structures (sets, brackets, relations, text) are not numbers
   }
 }
 

@@ -13,8 +13,8 @@
 
 namespace unstuck::reward::math {
 
-inline constexpr int kMathPoints = 6;             // evaluation points for expressions with variables
-inline constexpr size_t kMaxExactBits = 16384;    // an exact value larger than this turns approximate
+inline constexpr int kMathPoints = 6;                        // evaluation points for expressions with variables
+inline constexpr size_t kMaxExactBits = 16384;               // an exact value larger than this turns approximate
 inline constexpr long double kIrrationalTolerance = 1e-12L;  // relative, when either side is approximate
 
 struct Num {

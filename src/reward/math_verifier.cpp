@@ -23,9 +23,12 @@ class MathVerifier : public Verifier {
     const auto answer = extract_math_answer(completion, formats_, options_);
     if (!answer || answer->size() > max_answer_chars_) return {0.0, RewardStatus::no_answer};
     switch (compare_math_answers(record.answer, *answer, options_)) {
-      case MathMatch::equal: return {1.0, RewardStatus::correct};
-      case MathMatch::different: return {0.0, RewardStatus::wrong};
-      default: return {0.0, RewardStatus::no_answer};
+      case MathMatch::equal:
+        return {1.0, RewardStatus::correct};
+      case MathMatch::different:
+        return {0.0, RewardStatus::wrong};
+      default:
+        return {0.0, RewardStatus::no_answer};
     }
   }
 

@@ -38,7 +38,7 @@ using Clock = std::chrono::steady_clock;
 constexpr long kLandlockCreateRuleset = 444;  // the same number on every architecture
 constexpr unsigned kLandlockVersion = 1U << 0;
 constexpr int kNamespaceFlags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS;
-constexpr int kStatusFd = 3;         // the launcher's report (its protocol is in its header)
+constexpr int kStatusFd = 3;  // the launcher's report (its protocol is in its header)
 
 // "" when a child can make the launcher's namespaces and write its id maps, else why not.
 std::string probe_namespaces() {
@@ -322,7 +322,7 @@ void remove_tree(const std::string& path) {
   if (cur < 0) return;
   std::vector<std::pair<dev_t, ino_t>> above;  // the folders above `cur`, from the top
   std::vector<std::string> names;              // the name of each folder below the top, down to `cur`
-  std::string emptied;  // the folder just come up from: if it will not go now, nothing will
+  std::string emptied;                         // the folder just come up from: if it will not go now, nothing will
   const auto identity = [](int fd) {
     struct stat st {};
     ::fstat(fd, &st);
@@ -337,7 +337,7 @@ void remove_tree(const std::string& path) {
       while (const dirent* e = ::readdir(d)) {
         if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
         if (::unlinkat(cur, e->d_name, 0) == 0 || ::unlinkat(cur, e->d_name, AT_REMOVEDIR) == 0) continue;
-        deeper = e->d_name;  // a folder with something in it
+        deeper = e->d_name;         // a folder with something in it
         stuck = deeper == emptied;  // emptied and still here (a mount point): give up
         break;
       }

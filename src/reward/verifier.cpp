@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "unstuck/common/error.h"
-#include "unstuck/config/config.h"
+#include "unstuck/common/value_names.h"
 #include "unstuck/reward/answer.h"
 #include "unstuck/reward/code_config.h"
 
@@ -36,9 +36,12 @@ class FormatCreditVerifier : public Verifier {
 
 void validate_code(const CodeConfig& c, const std::string& p) {
   if (c.python.empty()) throw UserError(p + "python: empty (the interpreter that runs the programs)");
-  if (c.workers < 1 || c.workers > 256) throw UserError(p + "workers must be in [1, 256], got " + std::to_string(c.workers));
-  if (!(c.cpu_s > 0 && c.cpu_s <= 3600)) throw UserError(p + "cpu_s must be in (0, 3600], got " + config::format_double(c.cpu_s));
-  if (!(c.wall_s > 0 && c.wall_s <= 3600)) throw UserError(p + "wall_s must be in (0, 3600], got " + config::format_double(c.wall_s));
+  if (c.workers < 1 || c.workers > 256)
+    throw UserError(p + "workers must be in [1, 256], got " + std::to_string(c.workers));
+  if (!(c.cpu_s > 0 && c.cpu_s <= 3600))
+    throw UserError(p + "cpu_s must be in (0, 3600], got " + format_double(c.cpu_s));
+  if (!(c.wall_s > 0 && c.wall_s <= 3600))
+    throw UserError(p + "wall_s must be in (0, 3600], got " + format_double(c.wall_s));
   if (c.memory_mb < 16) throw UserError(p + "memory_mb must be >= 16, got " + std::to_string(c.memory_mb));
   if (c.file_mb < 0) throw UserError(p + "file_mb must be >= 0, got " + std::to_string(c.file_mb));
   if (c.max_disk_mb < 1 || c.max_disk_mb > 65536)
@@ -126,7 +129,8 @@ void validate_scorer(const std::string& verifier, const FunctionConfig& f, const
                       (term.empty() ? "; empty: the one data.task names)" : ")"));
   }
   const bool function = !f.path.empty(), has_command = !command.empty();
-  const std::string several = term.empty() ? "one of them scores (for several, use reward.terms)" : "a term has one scorer";
+  const std::string several =
+      term.empty() ? "one of them scores (for several, use reward.terms)" : "a term has one scorer";
   if (function && has_command) throw UserError(p + "function.path and " + p + "command both set: " + several);
   if (!function && !has_command) {
     if (!term.empty() && verifier.empty())
@@ -147,15 +151,17 @@ void validate_scorer(const std::string& verifier, const FunctionConfig& f, const
       throw UserError(fp + "pythonpath: '" + folder + "' is not a folder" +
                       (std::filesystem::exists(folder, ec) ? "" : " (it does not exist)"));
   }
-  if (f.workers < 1 || f.workers > 64) throw UserError(fp + "workers must be in [1, 64], got " + std::to_string(f.workers));
+  if (f.workers < 1 || f.workers > 64)
+    throw UserError(fp + "workers must be in [1, 64], got " + std::to_string(f.workers));
   if (f.batch_size < 1) throw UserError(fp + "batch_size must be >= 1, got " + std::to_string(f.batch_size));
   if (!(f.timeout_s > 0 && f.timeout_s <= 86400))
-    throw UserError(fp + "timeout_s must be in (0, 86400] seconds, got " + config::format_double(f.timeout_s));
+    throw UserError(fp + "timeout_s must be in (0, 86400] seconds, got " + format_double(f.timeout_s));
   if (!(f.start_timeout_s > 0 && f.start_timeout_s <= 86400))
-    throw UserError(fp + "start_timeout_s must be in (0, 86400] seconds, got " + config::format_double(f.start_timeout_s));
-  if (f.memory_mb < 0) throw UserError(fp + "memory_mb must be >= 0 (0 = no limit), got " + std::to_string(f.memory_mb));
+    throw UserError(fp + "start_timeout_s must be in (0, 86400] seconds, got " + format_double(f.start_timeout_s));
+  if (f.memory_mb < 0)
+    throw UserError(fp + "memory_mb must be >= 0 (0 = no limit), got " + std::to_string(f.memory_mb));
   if (!(f.max_error_frac >= 0 && f.max_error_frac <= 1))
-    throw UserError(fp + "max_error_frac must be in [0, 1], got " + config::format_double(f.max_error_frac));
+    throw UserError(fp + "max_error_frac must be in [0, 1], got " + format_double(f.max_error_frac));
 }
 
 }  // namespace
@@ -165,15 +171,14 @@ void validate(const RewardConfig& config, const std::string& prefix) {
   parse_answer_formats(config.answer_formats, p + "answer_formats");
   if (!(config.format_reward >= 0.0 && config.format_reward < 1.0)) {
     throw UserError(p + "format_reward must be in [0, 1) (a correct answer earns 1), got " +
-                    config::format_double(config.format_reward));
+                    format_double(config.format_reward));
   }
   if (config.max_answer_chars < 1 || config.max_answer_chars > (1 << 20)) {
-    throw UserError(p + "max_answer_chars must be in [1, 1048576], got " +
-                    std::to_string(config.max_answer_chars));
+    throw UserError(p + "max_answer_chars must be in [1, 1048576], got " + std::to_string(config.max_answer_chars));
   }
   if (!(config.math.numeric_tolerance >= 0.0 && config.math.numeric_tolerance < 1.0)) {
     throw UserError(p + "math.numeric_tolerance must be in [0, 1) (relative), got " +
-                    config::format_double(config.math.numeric_tolerance));
+                    format_double(config.math.numeric_tolerance));
   }
   if (config.max_expression_depth < 1 || config.max_expression_depth > 1000) {
     throw UserError(p + "max_expression_depth must be in [1, 1000], got " +
@@ -182,11 +187,13 @@ void validate(const RewardConfig& config, const std::string& prefix) {
   validate_code(config.code, p + "code.");
   if (config.terms.empty()) return validate_scorer(config.verifier, config.function, config.command, p, "");
   const std::string tp = p + "terms";
-  for (const auto& [key, set] : {std::pair<std::string, bool>{"verifier '" + config.verifier + "'", !config.verifier.empty()},
-                                 {"function.path", !config.function.path.empty()},
-                                 {"command", !config.command.empty()}})
+  for (const auto& [key, set] :
+       {std::pair<std::string, bool>{"verifier '" + config.verifier + "'", !config.verifier.empty()},
+        {"function.path", !config.function.path.empty()},
+        {"command", !config.command.empty()}})
     if (set)
-      throw UserError(tp + " and " + p + key + " both set: with terms, each term names its scorer (move it into a term)");
+      throw UserError(tp + " and " + p + key +
+                      " both set: with terms, each term names its scorer (move it into a term)");
   if (config.terms.size() > kMaxTerms)
     throw UserError(tp + ": " + std::to_string(config.terms.size()) + " terms, more than " + std::to_string(kMaxTerms));
   bool any_weight = false;
@@ -219,10 +226,14 @@ ScorerKind scorer_kind(const RewardConfig& config) {
 
 const char* scorer_key(ScorerKind kind) {
   switch (kind) {
-    case ScorerKind::terms: return "reward.terms";
-    case ScorerKind::function: return "reward.function";
-    case ScorerKind::command: return "reward.command";
-    case ScorerKind::verifier: break;
+    case ScorerKind::terms:
+      return "reward.terms";
+    case ScorerKind::function:
+      return "reward.function";
+    case ScorerKind::command:
+      return "reward.command";
+    case ScorerKind::verifier:
+      break;
   }
   return "reward.verifier";
 }
@@ -244,8 +255,10 @@ int64_t scorer_workers(const RewardConfig& config) {
       return n;
     }
     case ScorerKind::function:
-    case ScorerKind::command: return config.function.workers;
-    case ScorerKind::verifier: break;
+    case ScorerKind::command:
+      return config.function.workers;
+    case ScorerKind::verifier:
+      break;
   }
   return 0;
 }
@@ -269,8 +282,10 @@ ErrorLimit error_limit(const RewardConfig& config, const std::string& verifier_n
   ErrorLimit limit{1.0, "", "reward.terms"};
   for (std::size_t i = 0; i < config.terms.size(); ++i) {
     const RewardTerm& t = config.terms[i];
-    if (can_fail(t.verifier, t.function, t.command) && (limit.key.empty() || t.function.max_error_frac < limit.max_frac))
-      limit = {t.function.max_error_frac, "reward.terms[" + std::to_string(i) + "].function.max_error_frac", "reward.terms"};
+    if (can_fail(t.verifier, t.function, t.command) &&
+        (limit.key.empty() || t.function.max_error_frac < limit.max_frac))
+      limit = {t.function.max_error_frac, "reward.terms[" + std::to_string(i) + "].function.max_error_frac",
+               "reward.terms"};
   }
   return limit;
 }
@@ -293,12 +308,16 @@ std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardCon
       std::vector<TermsVerifier::Term> terms;
       const std::vector<std::string> names = term_names(config);
       for (std::size_t i = 0; i < config.terms.size(); ++i)
-        terms.push_back({names[i], config.terms[i].weight, make_verifier(config.terms[i].verifier, term_config(config, i))});
+        terms.push_back(
+            {names[i], config.terms[i].weight, make_verifier(config.terms[i].verifier, term_config(config, i))});
       return std::make_unique<TermsVerifier>(std::move(terms));
     }
-    case ScorerKind::function: return make_function_verifier(config);
-    case ScorerKind::command: return make_command_verifier(config);
-    case ScorerKind::verifier: break;
+    case ScorerKind::function:
+      return make_function_verifier(config);
+    case ScorerKind::command:
+      return make_command_verifier(config);
+    case ScorerKind::verifier:
+      break;
   }
   if (name == "code") return make_code_verifier(config);  // pass or fail: no format credit
   std::unique_ptr<Verifier> correctness;
@@ -314,11 +333,9 @@ std::unique_ptr<Verifier> make_verifier(const std::string& name, const RewardCon
   return std::make_unique<FormatCreditVerifier>(std::move(correctness), config);
 }
 
-RewardResult with_format_credit(RewardResult correctness, const std::string& completion,
-                                const RewardConfig& config) {
+RewardResult with_format_credit(RewardResult correctness, const std::string& completion, const RewardConfig& config) {
   if (correctness.status == RewardStatus::correct) return correctness;
-  correctness.reward =
-      config.format_reward > 0.0 && has_answer_tag(completion) ? config.format_reward : 0.0;
+  correctness.reward = config.format_reward > 0.0 && has_answer_tag(completion) ? config.format_reward : 0.0;
   return correctness;
 }
 

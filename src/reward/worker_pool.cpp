@@ -41,13 +41,9 @@ constexpr std::size_t kMaxLine = std::size_t(64) << 20;
 // Starts in a row that failed on every worker before waiting batches score the failure.
 constexpr int kGiveUpStarts = 3;
 
-double seconds_until(Clock::time_point t) {
-  return std::chrono::duration<double>(t - Clock::now()).count();
-}
+double seconds_until(Clock::time_point t) { return std::chrono::duration<double>(t - Clock::now()).count(); }
 
-Clock::time_point after(double seconds) {
-  return Clock::now() + std::chrono::microseconds(int64_t(seconds * 1e6));
-}
+Clock::time_point after(double seconds) { return Clock::now() + std::chrono::microseconds(int64_t(seconds * 1e6)); }
 
 // "exited with status 3", "was killed by signal 9 (Killed)". An init passes its worker's death by
 // signal N on as the exit status 128 + N (PID 1 of a namespace cannot kill itself with a signal).
@@ -65,9 +61,9 @@ std::string exit_text(int status, bool through_init) {
 // make async-signal-safe calls only.
 struct Spawn {
   char** argv;
-  int sock;           // the worker's end of the socket pair
-  int pool_end;       // the pool's end, closed in the child
-  int64_t memory_mb;  // RLIMIT_AS, 0 = none
+  int sock;                       // the worker's end of the socket pair
+  int pool_end;                   // the pool's end, closed in the child
+  int64_t memory_mb;              // RLIMIT_AS, 0 = none
   const char* uid_map = nullptr;  // with a user namespace: this user mapped to itself
   const char* gid_map = nullptr;
 };
@@ -88,7 +84,7 @@ bool pool_alive(int sock) {
 [[noreturn]] void exec_worker(const Spawn& s) {
   if (s.memory_mb > 0) {
     const rlim_t bytes = rlim_t(s.memory_mb) << 20;
-    const struct rlimit lim{bytes, bytes};
+    const struct rlimit lim { bytes, bytes };
     ::setrlimit(RLIMIT_AS, &lim);
   }
   ::dup2(s.sock, 0);
@@ -247,9 +243,10 @@ void WorkerPool::spawn(Worker& w) {
   if (pid < 0) {
     static bool said = false;  // once per process: the same kernel refuses every worker alike
     if (!std::exchange(said, true))
-      spdlog::warn("{}: no PID namespace for reward workers ({}): processes a reward function starts with setsid "
-                   "or a double fork can outlive it",
-                   options_.name, std::strerror(errno));
+      spdlog::warn(
+          "{}: no PID namespace for reward workers ({}): processes a reward function starts with setsid "
+          "or a double fork can outlive it",
+          options_.name, std::strerror(errno));
     pid = spawn_plain(spawn);
   }
   ::close(sv[1]);
@@ -333,9 +330,32 @@ void WorkerPool::down(Worker& w, const std::string& why) {
   spdlog::warn("{}: {} (trying again in {:.1f} s)", options_.name, why, wait);
 }
 
-std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohmann::json>& batches,
-                                                      const nlohmann::json& state, const std::atomic<bool>* cancel) {
-  std::vector<std::vector<WorkerResult>> out(batches.size());
+// One run(): batches go to ready workers in order, each request with its own deadline; answers,
+// deaths and timeouts are read as they come, without one worker's trouble holding up another's.
+class WorkerPool::Round {
+ public:
+  Round(WorkerPool& pool, const std::vector<nlohmann::json>& batches, const nlohmann::json& state)
+      : pool_(pool), batches_(batches), state_(state), out_(batches.size()), busy_(pool.workers_.size()) {
+    for (std::size_t b = 0; b < batches.size(); ++b) queue_.push_back(b);
+  }
+
+  std::vector<std::vector<WorkerResult>> run(const std::atomic<bool>* cancel) {
+    while (done_ < batches_.size()) {
+      if (cancel && cancel->load()) {  // the user stops the run: a hung function is not waited for
+        for (std::size_t k = 0; k < busy_.size(); ++k)
+          if (busy_[k].active) pool_.stop(pool_.workers_[k]);  // down: a later run() starts it again
+        throw Interrupted(pool_.options_.name + ": scoring given up, the run was asked to stop");
+      }
+      for (Worker& w : pool_.workers_)  // back-off over: start again, beside the others' scoring
+        if (w.state == State::down && seconds_until(w.retry_at) <= 0) pool_.spawn(w);
+      if (hopeless()) continue;
+      assign();
+      poll(cancel ? std::chrono::milliseconds(250) : std::chrono::milliseconds(1000));
+    }
+    return std::move(out_);
+  }
+
+ private:
   struct Busy {
     std::size_t batch = 0;
     int64_t id = 0;
@@ -343,57 +363,56 @@ std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohman
     Clock::time_point deadline;
     bool active = false;
   };
-  std::vector<Busy> busy(workers_.size());
-  std::deque<std::size_t> queue;
-  for (std::size_t b = 0; b < batches.size(); ++b) queue.push_back(b);
-  std::size_t done = 0;
-  const auto fail_batch = [&](std::size_t k, const std::string& why, bool restart_worker) {
-    Busy& s = busy[k];
-    out[s.batch].assign(batches[s.batch].size(), failed(why));
+
+  void fail_batch(std::size_t k, const std::string& why, bool restart_worker) {
+    Busy& s = busy_[k];
+    out_[s.batch].assign(batches_[s.batch].size(), failed(why));
     s.active = false;
-    ++done;
-    if (restart_worker) restart(workers_[k]);
-  };
-  while (done < batches.size()) {
-    if (cancel && cancel->load()) {  // the user stops the run: a hung function is not waited for
-      for (std::size_t k = 0; k < workers_.size(); ++k)
-        if (busy[k].active) stop(workers_[k]);  // down: a later run() starts it again
-      throw Interrupted(options_.name + ": scoring given up, the run was asked to stop");
-    }
-    for (Worker& w : workers_)  // back-off over: start again, beside the others' scoring
-      if (w.state == State::down && seconds_until(w.retry_at) <= 0) spawn(w);
-    // No worker can score and each has failed to start kGiveUpStarts times in a row: the waiting
-    // batches fail with the reason (reward_error; the run decides by max_error_frac).
-    const bool hopeless = std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) {
+    ++done_;
+    if (restart_worker) pool_.restart(pool_.workers_[k]);
+  }
+
+  // No worker can score and each has failed to start kGiveUpStarts times in a row: the waiting
+  // batches fail with the reason (reward_error; the run decides by max_error_frac).
+  bool hopeless() {
+    const bool none = std::all_of(pool_.workers_.begin(), pool_.workers_.end(), [](const Worker& w) {
       return w.state == State::down && w.failed_starts >= kGiveUpStarts;
     });
-    if (hopeless) {
-      for (; !queue.empty(); queue.pop_front(), ++done)
-        out[queue.front()].assign(batches[queue.front()].size(),
-                                  failed("the worker could not be started again: " + workers_[0].why_down));
-      continue;
-    }
-    for (std::size_t k = 0; k < workers_.size() && !queue.empty(); ++k) {
-      if (busy[k].active || workers_[k].state != State::ready) continue;
-      Busy& s = busy[k];
-      s.batch = queue.front();
-      queue.pop_front();
-      s.id = next_id_++;
-      nlohmann::json request{{"id", s.id}, {"items", batches[s.batch]}};
-      if (!state.is_null()) request["state"] = state;
+    if (!none) return false;
+    for (; !queue_.empty(); queue_.pop_front(), ++done_)
+      out_[queue_.front()].assign(batches_[queue_.front()].size(),
+                                  failed("the worker could not be started again: " + pool_.workers_[0].why_down));
+    return true;
+  }
+
+  // The next waiting batches to the ready workers that are free.
+  void assign() {
+    for (std::size_t k = 0; k < busy_.size() && !queue_.empty(); ++k) {
+      if (busy_[k].active || pool_.workers_[k].state != State::ready) continue;
+      Busy& s = busy_[k];
+      s.batch = queue_.front();
+      queue_.pop_front();
+      s.id = pool_.next_id_++;
+      nlohmann::json request{{"id", s.id}, {"items", batches_[s.batch]}};
+      if (!state_.is_null()) request["state"] = state_;
       s.pending = request.dump() + "\n";
-      s.deadline = after(options_.timeout_s);  // this request's own limit, whatever the others do
+      s.deadline = after(pool_.options_.timeout_s);  // this request's own limit, whatever the others do
       s.active = true;
     }
+  }
+
+  // Waits (at most `tick`, or to the next deadline or retry) for a worker to be writable, to answer
+  // or to finish starting, and handles what came.
+  void poll(std::chrono::milliseconds tick) {
     std::vector<pollfd> fds;
     std::vector<std::size_t> which;
-    Clock::time_point first = Clock::now() + (cancel ? std::chrono::milliseconds(250) : std::chrono::milliseconds(1000));
-    for (std::size_t k = 0; k < workers_.size(); ++k) {
-      const Worker& w = workers_[k];
-      if (busy[k].active) {
-        fds.push_back({w.fd, short(POLLIN | (busy[k].pending.empty() ? 0 : POLLOUT)), 0});
+    Clock::time_point first = Clock::now() + tick;
+    for (std::size_t k = 0; k < busy_.size(); ++k) {
+      const Worker& w = pool_.workers_[k];
+      if (busy_[k].active) {
+        fds.push_back({w.fd, short(POLLIN | (busy_[k].pending.empty() ? 0 : POLLOUT)), 0});
         which.push_back(k);
-        first = std::min(first, busy[k].deadline);
+        first = std::min(first, busy_[k].deadline);
       } else if (w.state == State::starting) {
         fds.push_back({w.fd, POLLIN, 0});
         which.push_back(k);
@@ -406,66 +425,88 @@ std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohman
     ::poll(fds.data(), nfds_t(fds.size()), left <= 0 ? 0 : int(std::min(left * 1000.0, 1000.0)) + 1);
     for (std::size_t i = 0; i < fds.size(); ++i) {
       const std::size_t k = which[i];
-      Busy& s = busy[k];
-      Worker& w = workers_[k];
-      if (!s.active) {  // a worker starting: ready, failed, or still on its way
-        check_start(w);
+      if (!busy_[k].active) {  // a worker starting: ready, failed, or still on its way
+        pool_.check_start(pool_.workers_[k]);
         continue;
       }
-      if (fds[i].revents & POLLOUT) {
-        const ssize_t n = ::send(w.fd, s.pending.data(), s.pending.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n > 0) s.pending.erase(0, std::size_t(n));
-      }
-      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-        const bool open = receive(w.fd, w.buffer);
-        std::string line;
-        if (w.buffer.size() > kMaxLine) {
-          fail_batch(k, "bad response: a line over 64 MiB", true);
-          continue;
-        }
-        if (take_line(w.buffer, line)) {
-          const nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
-          if (!r.is_object() || !r.contains("id") || r["id"] != s.id) {
-            fail_batch(k, "bad response: not an answer to the request: " + line.substr(0, 200), true);
-            continue;
-          }
-          if (r.contains("error")) {
-            fail_batch(k, r["error"].is_string() ? r["error"].get<std::string>() : r["error"].dump(), false);
-            continue;
-          }
-          const std::size_t n = batches[s.batch].size();
-          if (!r.contains("results") || !r["results"].is_array() || r["results"].size() != n) {
-            fail_batch(k, "bad response: " + std::to_string(r.contains("results") && r["results"].is_array() ? r["results"].size() : 0) +
-                              " results for " + std::to_string(n) + " items", true);
-            continue;
-          }
-          std::vector<WorkerResult>& results = out[s.batch];
-          bool out_of_memory = false;
-          for (const auto& item : r["results"]) {
-            results.push_back(worker_item_result(item));
-            out_of_memory = out_of_memory || results.back().error.find("MemoryError") != std::string::npos;
-          }
-          s.active = false;
-          ++done;
-          // It answered, then died; or its function ran out of memory (a heap that large stays):
-          // a fresh worker for the next batch.
-          if (!open || out_of_memory) restart(w);
-          continue;
-        }
-        if (!open) {
-          int status = 0;
-          ::waitpid(w.pid, &status, 0);
-          w.pid = -1;
-          fail_batch(k, "the worker " + exit_text(status, w.through_init) + " while scoring this batch", true);
-          continue;
-        }
-      }
-      if (s.active && seconds_until(s.deadline) <= 0)
-        fail_batch(k, "timed out after " + std::to_string(int(std::lround(options_.timeout_s))) + " s (the worker was restarted)",
+      if (!exchange(k, fds[i].revents)) continue;
+      if (busy_[k].active && seconds_until(busy_[k].deadline) <= 0)
+        fail_batch(k,
+                   "timed out after " + std::to_string(int(std::lround(pool_.options_.timeout_s))) +
+                       " s (the worker was restarted)",
                    true);
     }
   }
-  return out;
+
+  // Sends what is pending and reads what came: false when the batch was settled here (answered or
+  // failed).
+  bool exchange(std::size_t k, short revents) {
+    Busy& s = busy_[k];
+    Worker& w = pool_.workers_[k];
+    if (revents & POLLOUT) {
+      const ssize_t n = ::send(w.fd, s.pending.data(), s.pending.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) s.pending.erase(0, std::size_t(n));
+    }
+    if (!(revents & (POLLIN | POLLHUP | POLLERR))) return true;
+    const bool open = receive(w.fd, w.buffer);
+    std::string line;
+    if (w.buffer.size() > kMaxLine) {
+      fail_batch(k, "bad response: a line over 64 MiB", true);
+      return false;
+    }
+    if (take_line(w.buffer, line)) {
+      answer(k, line, open);
+      return false;
+    }
+    if (!open) {
+      int status = 0;
+      ::waitpid(w.pid, &status, 0);
+      w.pid = -1;
+      fail_batch(k, "the worker " + exit_text(status, w.through_init) + " while scoring this batch", true);
+      return false;
+    }
+    return true;
+  }
+
+  // A worker's answer line to batch k: its results, or its error, or a bad response.
+  void answer(std::size_t k, const std::string& line, bool open) {
+    Busy& s = busy_[k];
+    const nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
+    if (!r.is_object() || !r.contains("id") || r["id"] != s.id)
+      return fail_batch(k, "bad response: not an answer to the request: " + line.substr(0, 200), true);
+    if (r.contains("error"))
+      return fail_batch(k, r["error"].is_string() ? r["error"].get<std::string>() : r["error"].dump(), false);
+    const std::size_t n = batches_[s.batch].size();
+    if (!r.contains("results") || !r["results"].is_array() || r["results"].size() != n) {
+      const std::size_t got = r.contains("results") && r["results"].is_array() ? r["results"].size() : 0;
+      return fail_batch(k, "bad response: " + std::to_string(got) + " results for " + std::to_string(n) + " items",
+                        true);
+    }
+    std::vector<WorkerResult>& results = out_[s.batch];
+    bool out_of_memory = false;
+    for (const auto& item : r["results"]) {
+      results.push_back(worker_item_result(item));
+      out_of_memory = out_of_memory || results.back().error.find("MemoryError") != std::string::npos;
+    }
+    s.active = false;
+    ++done_;
+    // It answered, then died; or its function ran out of memory (a heap that large stays): a fresh
+    // worker for the next batch.
+    if (!open || out_of_memory) pool_.restart(pool_.workers_[k]);
+  }
+
+  WorkerPool& pool_;
+  const std::vector<nlohmann::json>& batches_;
+  const nlohmann::json& state_;
+  std::vector<std::vector<WorkerResult>> out_;
+  std::vector<Busy> busy_;
+  std::deque<std::size_t> queue_;
+  std::size_t done_ = 0;
+};
+
+std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohmann::json>& batches,
+                                                       const nlohmann::json& state, const std::atomic<bool>* cancel) {
+  return Round(*this, batches, state).run(cancel);
 }
 
 std::vector<std::string> python_reward_worker_argv(const std::string& python, const std::string& path,

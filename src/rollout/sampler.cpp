@@ -32,7 +32,7 @@ std::pair<torch::Tensor, torch::Tensor> sample(const torch::Tensor& logits, cons
     return {next, logp};
   }
   const torch::Tensor scaled = s.temperature == 1.0 ? logits : logits / s.temperature;  // (A, V)
-  const torch::Tensor lse = scaled.logsumexp(-1, true);                                   // (A, 1)
+  const torch::Tensor lse = scaled.logsumexp(-1, true);                                 // (A, 1)
   const int64_t V = logits.size(-1);
   torch::Tensor filtered = scaled;
   if (s.top_k > 0 && s.top_k < V) {
@@ -46,9 +46,10 @@ std::pair<torch::Tensor, torch::Tensor> sample(const torch::Tensor& logits, cons
     const torch::Tensor drop_sorted = (p.cumsum(-1) - p) >= s.top_p;
     filtered = filtered.scatter(1, order, sorted.masked_fill(drop_sorted, -INFINITY));
   }
-  const torch::Tensor cum = (filtered - lse).exp_().cumsum(-1);                          // (A, V)
+  const torch::Tensor cum = (filtered - lse).exp_().cumsum(-1);                                       // (A, V)
   const torch::Tensor target = uniform.to(cum.scalar_type()).unsqueeze(1) * cum.narrow(1, V - 1, 1);  // (A, 1)
-  const torch::Tensor next = at::searchsorted(cum, target, /*out_int32=*/false, /*right=*/true).squeeze(1).clamp_max(V - 1);
+  const torch::Tensor next =
+      at::searchsorted(cum, target, /*out_int32=*/false, /*right=*/true).squeeze(1).clamp_max(V - 1);
   return {next, scaled.gather(1, next.unsqueeze(1)).squeeze(1) - lse.squeeze(1)};
 }
 
@@ -253,6 +254,20 @@ torch::Tensor sampling_uniforms(uint64_t seed, int64_t step, const std::vector<i
   return u.to(device);
 }
 
+DecodeMode resolve_decode_mode(DecodeMode mode, const torch::Device& device, bool use_cache) {
+  if (mode == DecodeMode::graphs && !device.is_cuda())
+    throw UserError("rollout.decode: graphs needs a CUDA device, the model is on " + device.str() +
+                    " (use auto, dynamic or fixed)");
+  if (mode == DecodeMode::graphs && !decode_graphs_compiled())
+    throw UserError(
+        "rollout.decode: graphs needs a build with CUDA kernels (UNSTUCK_CUDA=ON); use auto, dynamic "
+        "or fixed");
+  if (!use_cache) return DecodeMode::dynamic;  // the recompute path has no cache to fix
+  if (mode == DecodeMode::automatic)
+    return device.is_cuda() && decode_graphs_compiled() ? DecodeMode::graphs : DecodeMode::dynamic;
+  return mode;
+}
+
 namespace {
 
 // The longest prompt's length, after the prompts and the uniforms are checked against the model.
@@ -283,20 +298,6 @@ torch::Tensor step_uniforms(const GenerateOptions& o, at::Generator gen, int64_t
   std::vector<int64_t> rows(static_cast<std::size_t>(B));
   for (int64_t b = 0; b < B; ++b) rows[std::size_t(b)] = b;
   return sampling_uniforms(uint64_t(seed), 0, rows, N, device);
-}
-
-// The decode mode a run takes on `device`: auto resolved, graphs refused where they cannot run.
-DecodeMode resolve_decode_mode(DecodeMode mode, const torch::Device& device, bool use_cache) {
-  if (mode == DecodeMode::graphs && !device.is_cuda())
-    throw UserError("rollout.decode: graphs needs a CUDA device, the model is on " + device.str() +
-                    " (use auto, dynamic or fixed)");
-  if (mode == DecodeMode::graphs && !decode_graphs_compiled())
-    throw UserError("rollout.decode: graphs needs a build with CUDA kernels (UNSTUCK_CUDA=ON); use auto, dynamic "
-                    "or fixed");
-  if (!use_cache) return DecodeMode::dynamic;  // the recompute path has no cache to fix
-  if (mode == DecodeMode::automatic)
-    return device.is_cuda() && decode_graphs_compiled() ? DecodeMode::graphs : DecodeMode::dynamic;
-  return mode;
 }
 
 std::unique_ptr<Decoder> make_decoder(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,

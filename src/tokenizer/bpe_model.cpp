@@ -32,9 +32,7 @@ struct Candidate {
   int32_t rank;
   int32_t pos;
   int32_t new_id;
-  bool operator>(const Candidate& o) const {
-    return rank != o.rank ? rank > o.rank : pos > o.pos;
-  }
+  bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
 };
 
 }  // namespace
@@ -67,8 +65,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& where) {
       const std::string s = merge.get<std::string>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-        throw UserError(where + ".merges[" + std::to_string(rank) + "]: expected \"left right\", got " +
-                        merge.dump());
+        throw UserError(where + ".merges[" + std::to_string(rank) + "]: expected \"left right\", got " + merge.dump());
       }
       left = s.substr(0, space);
       right = s.substr(space + 1);

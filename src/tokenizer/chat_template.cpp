@@ -54,14 +54,20 @@ class Renderer {
 
   Flow exec(const Node& n) {
     switch (n.kind) {
-      case Node::Kind::text: emit(n.text, n.pos); return Flow::normal;
-      case Node::Kind::output: emit(jinja::to_str(eval(*n.conditions[0])), n.pos); return Flow::normal;
+      case Node::Kind::text:
+        emit(n.text, n.pos);
+        return Flow::normal;
+      case Node::Kind::output:
+        emit(jinja::to_str(eval(*n.conditions[0])), n.pos);
+        return Flow::normal;
       case Node::Kind::if_:
         for (size_t k = 0; k < n.conditions.size(); ++k)
           if (jinja::truthy(eval(*n.conditions[k]))) return exec(n.branches[k]);
         if (n.branches.size() > n.conditions.size()) return exec(n.branches.back());
         return Flow::normal;
-      case Node::Kind::for_: exec_for(n); return Flow::normal;
+      case Node::Kind::for_:
+        exec_for(n);
+        return Flow::normal;
       case Node::Kind::set: {
         Value v = eval(*n.conditions[0]);
         if (n.attr.empty()) {
@@ -69,22 +75,30 @@ class Renderer {
           return Flow::normal;
         }
         const Value target = lookup(n.text);
-        if (!target.is_namespace) fail(n.pos, "cannot assign attribute '" + n.attr + "' of '" + n.text + "' (not a namespace)");
+        if (!target.is_namespace)
+          fail(n.pos, "cannot assign attribute '" + n.attr + "' of '" + n.text + "' (not a namespace)");
         for (auto& [k, e] : *target.obj)
-          if (k == n.attr) { e = std::move(v); return Flow::normal; }
+          if (k == n.attr) {
+            e = std::move(v);
+            return Flow::normal;
+          }
         target.obj->emplace_back(n.attr, std::move(v));
         return Flow::normal;
       }
-      case Node::Kind::break_: return Flow::break_;
-      case Node::Kind::continue_: return Flow::continue_;
+      case Node::Kind::break_:
+        return Flow::break_;
+      case Node::Kind::continue_:
+        return Flow::continue_;
     }
     return Flow::normal;
   }
 
   std::vector<Value> items_of(const Value& v, size_t pos) {
     switch (v.kind) {
-      case K::undefined: return {};
-      case K::array: return *v.arr;
+      case K::undefined:
+        return {};
+      case K::array:
+        return *v.arr;
       case K::object: {
         std::vector<Value> keys;
         for (const auto& [k, e] : *v.obj) keys.push_back(Value::string(k));
@@ -97,7 +111,8 @@ class Renderer {
           chars.push_back(Value::string(v.s.substr(cps[k], (k + 1 < cps.size() ? cps[k + 1] : v.s.size()) - cps[k])));
         return chars;
       }
-      default: fail(pos, "'" + jinja::type_name(v) + "' object is not iterable");
+      default:
+        fail(pos, "'" + jinja::type_name(v) + "' object is not iterable");
     }
   }
 
@@ -118,7 +133,8 @@ class Renderer {
         scope[n.targets[0]] = item;
       } else {
         if (!item.is(K::array) || item.arr->size() != n.targets.size())
-          fail(n.pos, "cannot unpack " + jinja::type_name(item) + " into " + std::to_string(n.targets.size()) + " names");
+          fail(n.pos,
+               "cannot unpack " + jinja::type_name(item) + " into " + std::to_string(n.targets.size()) + " names");
         for (size_t t = 0; t < n.targets.size(); ++t) scope[n.targets[t]] = (*item.arr)[t];
       }
       scope["loop"] = Value::object({{"index0", Value::integer(k)},
@@ -179,7 +195,10 @@ class Renderer {
       given = e.args[size_t(k)] != nullptr;
       if (!given) return 0;
       const Value v = eval(*e.args[size_t(k)]);
-      if (v.is(K::none)) { given = false; return 0; }
+      if (v.is(K::none)) {
+        given = false;
+        return 0;
+      }
       if (!v.is(K::integer)) fail(e.pos, "slice indices must be integers");
       return v.i;
     };
@@ -213,8 +232,10 @@ class Renderer {
 
   Value eval(const Expr& e) {
     switch (e.kind) {
-      case Expr::Kind::literal: return e.value;
-      case Expr::Kind::name: return lookup(e.text);
+      case Expr::Kind::literal:
+        return e.value;
+      case Expr::Kind::name:
+        return lookup(e.text);
       case Expr::Kind::list: {
         jinja::Array a;
         for (const auto& x : e.args) a.push_back(eval(*x));
@@ -233,10 +254,14 @@ class Renderer {
         const Value obj = eval(*e.args[0]);
         return get_item(obj, eval(*e.args[1]), e.pos);
       }
-      case Expr::Kind::slice: return slice(eval(*e.args[0]), e);
-      case Expr::Kind::call: return e.method ? call_method(e) : call_global(e);
-      case Expr::Kind::filter: return apply_filter(e);
-      case Expr::Kind::test: return Value::boolean(run_test(e) != e.negated);
+      case Expr::Kind::slice:
+        return slice(eval(*e.args[0]), e);
+      case Expr::Kind::call:
+        return e.method ? call_method(e) : call_global(e);
+      case Expr::Kind::filter:
+        return apply_filter(e);
+      case Expr::Kind::test:
+        return Value::boolean(run_test(e) != e.negated);
       case Expr::Kind::unary: {
         const Value v = eval(*e.args[0]);
         if (e.text == "not") return Value::boolean(!jinja::truthy(v));
@@ -244,7 +269,8 @@ class Renderer {
         if (e.text == "+") return v.is(K::number) ? v : Value::integer(as_int(v));
         return v.is(K::number) ? Value::number(-v.d) : Value::integer(-as_int(v));
       }
-      case Expr::Kind::binary: return binary(e);
+      case Expr::Kind::binary:
+        return binary(e);
       case Expr::Kind::ternary:
         if (jinja::truthy(eval(*e.args[0]))) return eval(*e.args[1]);
         return e.args[2] ? eval(*e.args[2]) : Value::undefined("");
@@ -269,9 +295,12 @@ class Renderer {
     if (op == "in" || op == "not in") return Value::boolean(contains(b, a, e.pos) == (op == "in"));
     if (op == "<" || op == "<=" || op == ">" || op == ">=") {
       int cmp;
-      if (is_num(a) && is_num(b)) cmp = as_double(a) < as_double(b) ? -1 : as_double(a) > as_double(b) ? 1 : 0;
-      else if (a.is(K::string) && b.is(K::string)) cmp = a.s.compare(b.s);
-      else fail(e.pos, "'" + op + "' not supported between " + jinja::type_name(a) + " and " + jinja::type_name(b));
+      if (is_num(a) && is_num(b))
+        cmp = as_double(a) < as_double(b) ? -1 : as_double(a) > as_double(b) ? 1 : 0;
+      else if (a.is(K::string) && b.is(K::string))
+        cmp = a.s.compare(b.s);
+      else
+        fail(e.pos, "'" + op + "' not supported between " + jinja::type_name(a) + " and " + jinja::type_name(b));
       return Value::boolean(op == "<" ? cmp < 0 : op == "<=" ? cmp <= 0 : op == ">" ? cmp > 0 : cmp >= 0);
     }
     if (op == "+" && a.is(K::string) && b.is(K::string)) return Value::string(a.s + b.s);
@@ -297,11 +326,18 @@ class Renderer {
       if (op == "+") return Value::integer(x + y);
       if (op == "-") return Value::integer(x - y);
       if (op == "*") return Value::integer(x * y);
-      if (op == "**" && y >= 0) { int64_t r = 1; for (int64_t k = 0; k < y && k < 64; ++k) r *= x; return Value::integer(r); }
+      if (op == "**" && y >= 0) {
+        int64_t r = 1;
+        for (int64_t k = 0; k < y && k < 64; ++k) r *= x;
+        return Value::integer(r);
+      }
       if (y == 0 && (op == "//" || op == "%")) fail(e.pos, "integer division or modulo by zero");
       // Python floors both.
       int64_t q = x / y, r = x % y;
-      if (r != 0 && ((r < 0) != (y < 0))) { --q; r += y; }
+      if (r != 0 && ((r < 0) != (y < 0))) {
+        --q;
+        r += y;
+      }
       if (op == "//") return Value::integer(q);
       if (op == "%") return Value::integer(r);
     }
@@ -363,8 +399,10 @@ class Renderer {
 
   static std::string strip_chars(const std::string& s, const std::string& chars, bool left, bool right) {
     size_t b = 0, end = s.size();
-    if (left) while (b < end && chars.find(s[b]) != std::string::npos) ++b;
-    if (right) while (end > b && chars.find(s[end - 1]) != std::string::npos) --end;
+    if (left)
+      while (b < end && chars.find(s[b]) != std::string::npos) ++b;
+    if (right)
+      while (end > b && chars.find(s[end - 1]) != std::string::npos) --end;
     return s.substr(b, end - b);
   }
 
@@ -384,10 +422,14 @@ class Renderer {
       }
       jinja::Array out;
       for (const auto& [k, v] : *self.obj) {
-        if (m == "items") out.push_back(Value::array({Value::string(k), v}));
-        else if (m == "keys") out.push_back(Value::string(k));
-        else if (m == "values") out.push_back(v);
-        else fail(e.pos, "dict has no method '" + m + "'");
+        if (m == "items")
+          out.push_back(Value::array({Value::string(k), v}));
+        else if (m == "keys")
+          out.push_back(Value::string(k));
+        else if (m == "values")
+          out.push_back(v);
+        else
+          fail(e.pos, "dict has no method '" + m + "'");
       }
       return Value::array(std::move(out));
     }
@@ -473,7 +515,8 @@ class Renderer {
       return v.is(K::number) ? Value::number(std::fabs(v.d)) : Value::integer(std::llabs(as_int(v)));
     }
     if (f == "replace") {
-      if (args.size() != 2 || !args[0].is(K::string) || !args[1].is(K::string)) fail(e.pos, "replace(old, new) expects strings");
+      if (args.size() != 2 || !args[0].is(K::string) || !args[1].is(K::string))
+        fail(e.pos, "replace(old, new) expects strings");
       return Value::string(replace_all(jinja::to_str(v), args[0].s, args[1].s, e.pos));
     }
     std::vector<Value> items = items_of(v, e.pos);
@@ -482,7 +525,12 @@ class Renderer {
     if (f == "list") return Value::array(items);
     if (f == "reverse") {
       std::reverse(items.begin(), items.end());
-      return v.is(K::string) ? Value::string([&] { std::string s; for (auto& x : items) s += x.s; return s; }()) : Value::array(items);
+      return v.is(K::string) ? Value::string([&] {
+        std::string s;
+        for (auto& x : items) s += x.s;
+        return s;
+      }())
+                             : Value::array(items);
     }
     if (f == "items") {
       if (!v.is(K::object)) fail(e.pos, "items of a " + jinja::type_name(v));

@@ -20,8 +20,7 @@ namespace {
 using nlohmann::json;
 
 // The split regex GPT-2 uses (ByteLevel with use_regex).
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 std::string type_of(const json& j, const std::string& where) {
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
@@ -83,8 +82,7 @@ class PrependNormalizer : public Normalizer {
 
 class ReplaceNormalizer : public Normalizer {
  public:
-  ReplaceNormalizer(Regex pattern, std::string content)
-      : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  ReplaceNormalizer(Regex pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void normalize(std::string& text) const override { text = replace_all(text, pattern_, content_); }
 
  private:
@@ -108,12 +106,11 @@ class SequenceNormalizer : public Normalizer {
 enum class Behavior { removed, isolated, merged_with_previous, merged_with_next, contiguous };
 
 Behavior parse_behavior(const json& j, const std::string& where) {
-  static const std::unordered_map<std::string, Behavior> names{
-      {"Removed", Behavior::removed},
-      {"Isolated", Behavior::isolated},
-      {"MergedWithPrevious", Behavior::merged_with_previous},
-      {"MergedWithNext", Behavior::merged_with_next},
-      {"Contiguous", Behavior::contiguous}};
+  static const std::unordered_map<std::string, Behavior> names{{"Removed", Behavior::removed},
+                                                               {"Isolated", Behavior::isolated},
+                                                               {"MergedWithPrevious", Behavior::merged_with_previous},
+                                                               {"MergedWithNext", Behavior::merged_with_next},
+                                                               {"Contiguous", Behavior::contiguous}};
   const auto it = names.find(j.is_string() ? j.get<std::string>() : "");
   if (it == names.end()) throw UserError(where + ": unknown split behavior " + j.dump());
   return it->second;
@@ -121,8 +118,8 @@ Behavior parse_behavior(const json& j, const std::string& where) {
 
 // Splits `piece` given the spans that matched (`tokenizers`' NormalizedString::split): each span of
 // the text is a match or not, and `behavior` says how matches join their neighbours.
-void split_by_matches(const PreToken& piece, const std::vector<std::pair<size_t, size_t>>& matches,
-                      Behavior behavior, bool invert, std::vector<PreToken>& out) {
+void split_by_matches(const PreToken& piece, const std::vector<std::pair<size_t, size_t>>& matches, Behavior behavior,
+                      bool invert, std::vector<PreToken>& out) {
   struct Span {
     size_t begin, end;
     bool match;
@@ -139,7 +136,9 @@ void split_by_matches(const PreToken& piece, const std::vector<std::pair<size_t,
   std::vector<Span> kept;
   bool previous_match = false;
   switch (behavior) {
-    case Behavior::isolated: kept = spans; break;
+    case Behavior::isolated:
+      kept = spans;
+      break;
     case Behavior::removed:
       for (const Span& s : spans) {
         if (!s.match) kept.push_back(s);
@@ -254,8 +253,11 @@ PrependScheme parse_prepend_scheme(const json& j, const std::string& where) {
 class MetaspacePreTokenizer : public PreTokenizer {
  public:
   MetaspacePreTokenizer(std::string replacement, PrependScheme scheme, bool split, const std::string& where)
-      : replacement_(std::move(replacement)), scheme_(scheme), split_(split),
-        space_(regex_escape(" "), where), marker_(regex_escape(replacement_), where) {}
+      : replacement_(std::move(replacement)),
+        scheme_(scheme),
+        split_(split),
+        space_(regex_escape(" "), where),
+        marker_(regex_escape(replacement_), where) {}
   void split(std::vector<PreToken>& pieces) const override {
     std::vector<PreToken> out;
     std::vector<std::pair<size_t, size_t>> matches;
@@ -323,8 +325,7 @@ class ByteLevelDecoder : public Decoder {
   ByteLevelDecoder() {
     for (int b = 0; b < 256; ++b) {
       size_t len = 0;
-      reverse_[unicode::decode_at(byte_to_unicode(static_cast<unsigned char>(b)), 0, &len)] =
-          static_cast<char>(b);
+      reverse_[unicode::decode_at(byte_to_unicode(static_cast<unsigned char>(b)), 0, &len)] = static_cast<char>(b);
     }
   }
   void decode_chain(std::vector<std::string>& tokens) const override {
@@ -382,8 +383,7 @@ class MetaspaceDecoder : public Decoder {
 
 class ReplaceDecoder : public Decoder {
  public:
-  ReplaceDecoder(Regex pattern, std::string content)
-      : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  ReplaceDecoder(Regex pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (std::string& t : tokens) t = replace_all(t, pattern_, content_);
   }
@@ -409,8 +409,7 @@ class ByteFallbackDecoder : public Decoder {
     };
     for (std::string& t : tokens) {
       int byte = -1;
-      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit(t[3]) &&
-          std::isxdigit(t[4])) {
+      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit(t[3]) && std::isxdigit(t[4])) {
         byte = std::stoi(t.substr(3, 2), nullptr, 16);
       }
       if (byte >= 0) {
@@ -517,8 +516,8 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
                                                j.value("invert", false));
   }
   if (type == "ByteLevel") {
-    return std::make_unique<ByteLevelPreTokenizer>(j.value("add_prefix_space", true),
-                                                   j.value("use_regex", true), where);
+    return std::make_unique<ByteLevelPreTokenizer>(j.value("add_prefix_space", true), j.value("use_regex", true),
+                                                   where);
   }
   if (type == "Metaspace") {
     return std::make_unique<MetaspacePreTokenizer>(j.value("replacement", std::string("\xE2\x96\x81")),
@@ -547,8 +546,7 @@ std::unique_ptr<Decoder> make_decoder(const json& j, const std::string& where) {
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (type == "Fuse") return std::make_unique<FuseDecoder>();
   if (type == "Strip") {
-    return std::make_unique<StripDecoder>(j.at("content").get<std::string>(), j.value("start", 0),
-                                          j.value("stop", 0));
+    return std::make_unique<StripDecoder>(j.at("content").get<std::string>(), j.value("start", 0), j.value("stop", 0));
   }
   if (type == "Sequence") {
     return std::make_unique<SequenceDecoder>(make_list<Decoder>(j, "decoders", where, make_decoder));

@@ -53,13 +53,13 @@ Regex::Regex(const std::string& pattern, const std::string& where) {
   const std::string translated = onig_to_pcre2(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                        PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), PCRE2_UTF | PCRE2_UCP,
+                        &error, &offset, nullptr);
   if (code_ == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    throw UserError(where + ": regex '" + pattern + "' does not compile at offset " +
-                    std::to_string(offset) + ": " + reinterpret_cast<const char*>(message));
+    throw UserError(where + ": regex '" + pattern + "' does not compile at offset " + std::to_string(offset) + ": " +
+                    reinterpret_cast<const char*>(message));
   }
   pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter when unavailable
 }
@@ -81,14 +81,12 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;
   while (start <= text.size()) {
-    const int rc = pcre2_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data.get(),
-                               nullptr);
+    const int rc = pcre2_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(rc, message, sizeof(message));
-      throw std::runtime_error(std::string("regex match failed: ") +
-                               reinterpret_cast<const char*>(message));
+      throw std::runtime_error(std::string("regex match failed: ") + reinterpret_cast<const char*>(message));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.get());
     const size_t b = ov[0], e = ov[1];

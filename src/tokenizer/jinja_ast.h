@@ -22,19 +22,57 @@ struct Value {
   bool b = false;
   int64_t i = 0;
   double d = 0.0;
-  std::string s;                 // string; for undefined: the name that was looked up
-  std::shared_ptr<Array> arr;    // shared like Python lists (namespace attributes mutate in place)
+  std::string s;               // string; for undefined: the name that was looked up
+  std::shared_ptr<Array> arr;  // shared like Python lists (namespace attributes mutate in place)
   std::shared_ptr<Object> obj;
-  bool is_namespace = false;     // an object made by namespace(): attributes may be assigned
+  bool is_namespace = false;  // an object made by namespace(): attributes may be assigned
 
-  static Value none() { Value v; v.kind = Kind::none; return v; }
-  static Value boolean(bool x) { Value v; v.kind = Kind::boolean; v.b = x; return v; }
-  static Value integer(int64_t x) { Value v; v.kind = Kind::integer; v.i = x; return v; }
-  static Value number(double x) { Value v; v.kind = Kind::number; v.d = x; return v; }
-  static Value string(std::string x) { Value v; v.kind = Kind::string; v.s = std::move(x); return v; }
-  static Value array(Array x = {}) { Value v; v.kind = Kind::array; v.arr = std::make_shared<Array>(std::move(x)); return v; }
-  static Value object(Object x = {}) { Value v; v.kind = Kind::object; v.obj = std::make_shared<Object>(std::move(x)); return v; }
-  static Value undefined(std::string name) { Value v; v.s = std::move(name); return v; }
+  static Value none() {
+    Value v;
+    v.kind = Kind::none;
+    return v;
+  }
+  static Value boolean(bool x) {
+    Value v;
+    v.kind = Kind::boolean;
+    v.b = x;
+    return v;
+  }
+  static Value integer(int64_t x) {
+    Value v;
+    v.kind = Kind::integer;
+    v.i = x;
+    return v;
+  }
+  static Value number(double x) {
+    Value v;
+    v.kind = Kind::number;
+    v.d = x;
+    return v;
+  }
+  static Value string(std::string x) {
+    Value v;
+    v.kind = Kind::string;
+    v.s = std::move(x);
+    return v;
+  }
+  static Value array(Array x = {}) {
+    Value v;
+    v.kind = Kind::array;
+    v.arr = std::make_shared<Array>(std::move(x));
+    return v;
+  }
+  static Value object(Object x = {}) {
+    Value v;
+    v.kind = Kind::object;
+    v.obj = std::make_shared<Object>(std::move(x));
+    return v;
+  }
+  static Value undefined(std::string name) {
+    Value v;
+    v.s = std::move(name);
+    return v;
+  }
 
   bool is(Kind k) const { return kind == k; }
   const Value* find(const std::string& key) const;  // object member or nullptr
@@ -43,12 +81,12 @@ struct Value {
 Value from_json(const nlohmann::ordered_json& j);
 bool truthy(const Value& v);
 bool equal(const Value& a, const Value& b);
-std::string to_str(const Value& v);    // Python's str(): what {{ x }} prints ("" for undefined)
-std::string to_repr(const Value& v);   // Python's repr()
+std::string to_str(const Value& v);        // Python's str(): what {{ x }} prints ("" for undefined)
+std::string to_repr(const Value& v);       // Python's repr()
 std::string to_json_text(const Value& v);  // json.dumps(v, ensure_ascii=False)
 std::string type_name(const Value& v);
 std::vector<uint32_t> codepoint_offsets(const std::string& s);  // byte offset of each code point
-std::string change_case(const std::string& s, bool upper);       // str.upper() / str.lower()
+std::string change_case(const std::string& s, bool upper);      // str.upper() / str.lower()
 
 // ---- the parsed template ----------------------------------------------------------------------
 
@@ -57,19 +95,19 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
   enum class Kind {
-    literal,    // value
-    name,       // text
-    list,       // args
-    dict,       // keys[i]: args[i]
-    attr,       // args[0].text
-    item,       // args[0][args[1]]
-    slice,      // args[0][args[1]:args[2]:args[3]] (null parts omitted)
-    call,       // text(args, kwargs) global or args[0].text(args[1..]) method when `method`
-    filter,     // args[0] | text(args[1..], kwargs)
-    test,       // args[0] is [not] text
-    unary,      // text: not, -, +
-    binary,     // args[0] text args[1]: or and == != < <= > >= in "not in" + - ~ * / // % **
-    ternary,    // args[1] if args[0] else args[2] (args[2] null: undefined)
+    literal,  // value
+    name,     // text
+    list,     // args
+    dict,     // keys[i]: args[i]
+    attr,     // args[0].text
+    item,     // args[0][args[1]]
+    slice,    // args[0][args[1]:args[2]:args[3]] (null parts omitted)
+    call,     // text(args, kwargs) global or args[0].text(args[1..]) method when `method`
+    filter,   // args[0] | text(args[1..], kwargs)
+    test,     // args[0] is [not] text
+    unary,    // text: not, -, +
+    binary,   // args[0] text args[1]: or and == != < <= > >= in "not in" + - ~ * / // % **
+    ternary,  // args[1] if args[0] else args[2] (args[2] null: undefined)
   };
   Kind kind = Kind::literal;
   size_t pos = 0;  // source offset, for messages
@@ -78,8 +116,8 @@ struct Expr {
   bool negated = false;  // test: `is not`
   bool method = false;   // call: a method of args[0]
   std::vector<ExprPtr> args;
-  std::vector<std::string> keys;                         // dict keys / kwarg names
-  std::vector<std::pair<std::string, ExprPtr>> kwargs;   // call/filter keyword arguments
+  std::vector<std::string> keys;                        // dict keys / kwarg names
+  std::vector<std::pair<std::string, ExprPtr>> kwargs;  // call/filter keyword arguments
 };
 
 struct Node;
@@ -89,11 +127,11 @@ struct Node {
   enum class Kind { text, output, if_, for_, set, break_, continue_ };
   Kind kind = Kind::text;
   size_t pos = 0;
-  std::string text;                       // text; set: variable name
-  std::string attr;                       // set: namespace attribute (ns.attr = ...)
-  std::vector<std::string> targets;       // for: loop variables (a, b unpacks pairs)
-  std::vector<ExprPtr> conditions;        // if/elif conditions; output/set/for: [0] = the expression
-  std::vector<Body> branches;             // if: one per condition (+ else); for: body (+ else)
+  std::string text;                  // text; set: variable name
+  std::string attr;                  // set: namespace attribute (ns.attr = ...)
+  std::vector<std::string> targets;  // for: loop variables (a, b unpacks pairs)
+  std::vector<ExprPtr> conditions;   // if/elif conditions; output/set/for: [0] = the expression
+  std::vector<Body> branches;        // if: one per condition (+ else); for: body (+ else)
 };
 
 struct Template {
@@ -102,8 +140,7 @@ struct Template {
 };
 
 // Parses `source` (after newline normalization). Throws UserError prefixed with `name`.
-std::unique_ptr<Template> parse_template(const std::string& source, const std::string& name,
-                                         int max_nesting);
+std::unique_ptr<Template> parse_template(const std::string& source, const std::string& name, int max_nesting);
 // "line 3, column 8" of `pos` in `source`.
 std::string where(const std::string& source, size_t pos);
 

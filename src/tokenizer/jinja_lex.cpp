@@ -24,7 +24,10 @@ class Lexer {
       size_t open = pos;
       while (true) {
         open = src_.find('{', open);
-        if (open == std::string::npos || open + 1 >= src_.size()) { open = std::string::npos; break; }
+        if (open == std::string::npos || open + 1 >= src_.size()) {
+          open = std::string::npos;
+          break;
+        }
         const char c = src_[open + 1];
         if (c == '{' || c == '%' || c == '#') break;
         ++open;
@@ -120,8 +123,8 @@ class Lexer {
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
         size_t e = p;
         while (e < src_.size() && std::isdigit(static_cast<unsigned char>(src_[e]))) ++e;
-        const bool is_float = e + 1 < src_.size() && src_[e] == '.' &&
-                              std::isdigit(static_cast<unsigned char>(src_[e + 1]));
+        const bool is_float =
+            e + 1 < src_.size() && src_[e] == '.' && std::isdigit(static_cast<unsigned char>(src_[e + 1]));
         if (is_float) {
           ++e;
           while (e < src_.size() && std::isdigit(static_cast<unsigned char>(src_[e]))) ++e;
@@ -134,12 +137,14 @@ class Lexer {
       } else if (c == '\'' || c == '"') {
         p = lex_string(p);
       } else {
-        static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+", "-", "*",
-                                     "/", "%", "~", "|", ".", ",", ":", "(", ")", "[", "]", "{",
-                                     "}", "="};
+        static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+", "-", "*", "/", "%",
+                                     "~",  "|",  ".",  ",",  ":",  "(",  ")", "[", "]", "{", "}", "="};
         std::string op;
         for (const char* o : kOps) {
-          if (src_.compare(p, std::char_traits<char>::length(o), o) == 0) { op = o; break; }
+          if (src_.compare(p, std::char_traits<char>::length(o), o) == 0) {
+            op = o;
+            break;
+          }
         }
         if (op.empty()) fail(p, std::string("unexpected character '") + c + "'");
         if (op == "(" || op == "[" || op == "{") ++depth;
@@ -158,14 +163,28 @@ class Lexer {
       if (src_[q] == '\\' && q + 1 < src_.size()) {
         const char e = src_[++q];
         switch (e) {
-          case 'n': out += '\n'; break;
-          case 't': out += '\t'; break;
-          case 'r': out += '\r'; break;
-          case '\\': out += '\\'; break;
-          case '\'': out += '\''; break;
-          case '"': out += '"'; break;
-          case '\n': break;
-          default: fail(q - 1, std::string("unsupported string escape '\\") + e + "'");
+          case 'n':
+            out += '\n';
+            break;
+          case 't':
+            out += '\t';
+            break;
+          case 'r':
+            out += '\r';
+            break;
+          case '\\':
+            out += '\\';
+            break;
+          case '\'':
+            out += '\'';
+            break;
+          case '"':
+            out += '"';
+            break;
+          case '\n':
+            break;
+          default:
+            fail(q - 1, std::string("unsupported string escape '\\") + e + "'");
         }
         ++q;
       } else {
@@ -181,7 +200,6 @@ class Lexer {
   const std::string& name_;
   std::vector<Tok> toks_;
 };
-
 
 }  // namespace
 

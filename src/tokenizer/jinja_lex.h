@@ -17,7 +17,6 @@ struct Tok {
   size_t pos = 0;
 };
 
-
 // Tokens of `src` (newlines already normalized); trim_blocks and lstrip_blocks on, as transformers
 // sets them. Throws UserError "chat template <name>: line L, column C: ..." for an unclosed tag,
 // comment or string, an unknown character, or a `{% raw %}` block.

@@ -11,17 +11,15 @@
 namespace unstuck::tokenizer::jinja {
 namespace {
 
-const std::set<std::string> kFilters = {"trim", "length", "count", "default", "d", "tojson",
-                                        "upper", "lower", "string", "first", "last", "join",
-                                        "list", "items", "reverse", "replace", "int", "abs",
-                                        "capitalize"};
-const std::set<std::string> kTests = {"defined", "undefined", "none", "string", "number",
-                                      "integer", "float", "boolean", "mapping", "iterable",
-                                      "sequence", "true", "false", "odd", "even"};
+const std::set<std::string> kFilters = {"trim",    "length",  "count", "default", "d",         "tojson", "upper",
+                                        "lower",   "string",  "first", "last",    "join",      "list",   "items",
+                                        "reverse", "replace", "int",   "abs",     "capitalize"};
+const std::set<std::string> kTests = {"defined",  "undefined", "none",    "string",  "number",
+                                      "integer",  "float",     "boolean", "mapping", "iterable",
+                                      "sequence", "true",      "false",   "odd",     "even"};
 const std::set<std::string> kGlobals = {"raise_exception", "namespace", "range"};
-const std::set<std::string> kMethods = {"strip", "lstrip", "rstrip", "split", "startswith",
-                                        "endswith", "upper", "lower", "replace",
-                                        "items", "keys", "values", "get"};
+const std::set<std::string> kMethods = {"strip", "lstrip",  "rstrip", "split", "startswith", "endswith", "upper",
+                                        "lower", "replace", "items",  "keys",  "values",     "get"};
 
 std::string join_names(const std::set<std::string>& names) {
   std::string out;
@@ -303,10 +301,14 @@ class Parser {
     switch (t.kind) {
       case Tok::Kind::name: {
         ExprPtr e = make(Expr::Kind::literal, t.pos);
-        if (t.text == "true" || t.text == "True") e->value = Value::boolean(true);
-        else if (t.text == "false" || t.text == "False") e->value = Value::boolean(false);
-        else if (t.text == "none" || t.text == "None") e->value = Value::none();
-        else e = make(Expr::Kind::name, t.pos, t.text);
+        if (t.text == "true" || t.text == "True")
+          e->value = Value::boolean(true);
+        else if (t.text == "false" || t.text == "False")
+          e->value = Value::boolean(false);
+        else if (t.text == "none" || t.text == "None")
+          e->value = Value::none();
+        else
+          e = make(Expr::Kind::name, t.pos, t.text);
         return e;
       }
       case Tok::Kind::str: {

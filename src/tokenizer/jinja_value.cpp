@@ -44,15 +44,20 @@ std::string quoted_repr(const std::string& s) {
   const char q = dq ? '"' : '\'';
   std::string out(1, q);
   for (const char c : s) {
-    if (c == q || c == '\\') out += '\\', out += c;
-    else if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
+    if (c == q || c == '\\')
+      out += '\\', out += c;
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
     else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
       out += buf;
-    } else out += c;
+    } else
+      out += c;
   }
   return out + q;
 }
@@ -61,13 +66,27 @@ std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (const char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -92,12 +111,17 @@ const Value* Value::find(const std::string& key) const {
 
 Value from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value::none();
-    case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value::boolean(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
-    case nlohmann::ordered_json::value_t::number_unsigned: return Value::integer(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_float: return Value::number(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return Value::integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value::number(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value::string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       Array a;
       for (const auto& e : j) a.push_back(from_json(e));
@@ -108,20 +132,28 @@ Value from_json(const nlohmann::ordered_json& j) {
       for (auto it = j.begin(); it != j.end(); ++it) o.emplace_back(it.key(), from_json(it.value()));
       return Value::object(std::move(o));
     }
-    default: return Value::none();
+    default:
+      return Value::none();
   }
 }
 
 bool truthy(const Value& v) {
   switch (v.kind) {
     case Value::Kind::undefined:
-    case Value::Kind::none: return false;
-    case Value::Kind::boolean: return v.b;
-    case Value::Kind::integer: return v.i != 0;
-    case Value::Kind::number: return v.d != 0.0;
-    case Value::Kind::string: return !v.s.empty();
-    case Value::Kind::array: return !v.arr->empty();
-    case Value::Kind::object: return v.is_namespace || !v.obj->empty();
+    case Value::Kind::none:
+      return false;
+    case Value::Kind::boolean:
+      return v.b;
+    case Value::Kind::integer:
+      return v.i != 0;
+    case Value::Kind::number:
+      return v.d != 0.0;
+    case Value::Kind::string:
+      return !v.s.empty();
+    case Value::Kind::array:
+      return !v.arr->empty();
+    case Value::Kind::object:
+      return v.is_namespace || !v.obj->empty();
   }
   return false;
 }
@@ -129,7 +161,9 @@ bool truthy(const Value& v) {
 bool equal(const Value& a, const Value& b) {
   using K = Value::Kind;
   const auto numeric = [](const Value& v) { return v.is(K::boolean) || v.is(K::integer) || v.is(K::number); };
-  const auto as_double = [](const Value& v) { return v.is(K::number) ? v.d : v.is(K::integer) ? double(v.i) : double(v.b); };
+  const auto as_double = [](const Value& v) {
+    return v.is(K::number) ? v.d : v.is(K::integer) ? double(v.i) : double(v.b);
+  };
   if (numeric(a) && numeric(b)) {
     if (a.is(K::number) || b.is(K::number)) return as_double(a) == as_double(b);
     return (a.is(K::integer) ? a.i : int64_t(a.b)) == (b.is(K::integer) ? b.i : int64_t(b.b));
@@ -137,8 +171,10 @@ bool equal(const Value& a, const Value& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
     case K::undefined:
-    case K::none: return true;
-    case K::string: return a.s == b.s;
+    case K::none:
+      return true;
+    case K::string:
+      return a.s == b.s;
     case K::array:
       if (a.arr->size() != b.arr->size()) return false;
       for (size_t k = 0; k < a.arr->size(); ++k)
@@ -152,26 +188,36 @@ bool equal(const Value& a, const Value& b) {
         if (!other || !equal(v, *other)) return false;
       }
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
 std::string to_str(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::undefined: return "";
-    case Value::Kind::string: return v.s;
-    default: return to_repr(v);
+    case Value::Kind::undefined:
+      return "";
+    case Value::Kind::string:
+      return v.s;
+    default:
+      return to_repr(v);
   }
 }
 
 std::string to_repr(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::undefined: return "";
-    case Value::Kind::none: return "None";
-    case Value::Kind::boolean: return v.b ? "True" : "False";
-    case Value::Kind::integer: return std::to_string(v.i);
-    case Value::Kind::number: return float_text(v.d);
-    case Value::Kind::string: return quoted_repr(v.s);
+    case Value::Kind::undefined:
+      return "";
+    case Value::Kind::none:
+      return "None";
+    case Value::Kind::boolean:
+      return v.b ? "True" : "False";
+    case Value::Kind::integer:
+      return std::to_string(v.i);
+    case Value::Kind::number:
+      return float_text(v.d);
+    case Value::Kind::string:
+      return quoted_repr(v.s);
     case Value::Kind::array: {
       std::string out = "[";
       for (size_t k = 0; k < v.arr->size(); ++k) out += (k ? ", " : "") + to_repr((*v.arr)[k]);
@@ -194,14 +240,18 @@ std::string to_repr(const Value& v) {
 std::string to_json_text(const Value& v) {
   switch (v.kind) {
     case Value::Kind::undefined:
-    case Value::Kind::none: return "null";
-    case Value::Kind::boolean: return v.b ? "true" : "false";
-    case Value::Kind::integer: return std::to_string(v.i);
+    case Value::Kind::none:
+      return "null";
+    case Value::Kind::boolean:
+      return v.b ? "true" : "false";
+    case Value::Kind::integer:
+      return std::to_string(v.i);
     case Value::Kind::number:
       if (std::isnan(v.d)) return "NaN";
       if (std::isinf(v.d)) return v.d > 0 ? "Infinity" : "-Infinity";
       return float_text(v.d);
-    case Value::Kind::string: return json_string(v.s);
+    case Value::Kind::string:
+      return json_string(v.s);
     case Value::Kind::array: {
       std::string out = "[";
       for (size_t k = 0; k < v.arr->size(); ++k) out += (k ? ", " : "") + to_json_text((*v.arr)[k]);
@@ -222,14 +272,22 @@ std::string to_json_text(const Value& v) {
 
 std::string type_name(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::undefined: return "undefined";
-    case Value::Kind::none: return "none";
-    case Value::Kind::boolean: return "bool";
-    case Value::Kind::integer: return "int";
-    case Value::Kind::number: return "float";
-    case Value::Kind::string: return "str";
-    case Value::Kind::array: return "list";
-    case Value::Kind::object: return v.is_namespace ? "namespace" : "dict";
+    case Value::Kind::undefined:
+      return "undefined";
+    case Value::Kind::none:
+      return "none";
+    case Value::Kind::boolean:
+      return "bool";
+    case Value::Kind::integer:
+      return "int";
+    case Value::Kind::number:
+      return "float";
+    case Value::Kind::string:
+      return "str";
+    case Value::Kind::array:
+      return "list";
+    case Value::Kind::object:
+      return v.is_namespace ? "namespace" : "dict";
   }
   return "?";
 }
@@ -257,8 +315,7 @@ uint32_t map_case(uint32_t c, bool upper) {
   // Latin Extended-A pairs (even upper, odd lower) outside the irregular 0x130-0x131, 0x138-0x148
   // (odd upper there), 0x149, 0x178-0x17E (odd upper), 0x17F.
   const bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
-  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F &&
-      c != 0x178) {
+  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F && c != 0x178) {
     const bool is_upper = odd_upper ? (c % 2 == 1) : (c % 2 == 0);
     if (upper && !is_upper) return c - 1;
     if (!upper && is_upper) return c + 1;

@@ -33,7 +33,8 @@ std::string token_text(const nlohmann::ordered_json& config, const char* key, co
   const auto it = config.find(key);
   if (it == config.end() || it->is_null()) return "";
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
   throw UserError(file + ": '" + key + "' must be a string or {\"content\": ...}, got " + it->type_name());
 }
 
@@ -67,7 +68,8 @@ std::optional<ModelChatTemplate> find_chat_template(const std::filesystem::path&
   }
   if (it->is_array()) {
     for (const auto& entry : *it) {
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") && entry["template"].is_string()) {
+      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
+          entry["template"].is_string()) {
         out.source = entry["template"].get<std::string>();
         return out;
       }

@@ -32,8 +32,12 @@ class Reader {
       const uint64_t key = varint();
       const auto field = static_cast<uint32_t>(key >> 3);
       switch (key & 7) {
-        case 0: on_field(field, varint(), {}); break;
-        case 1: skip(8); break;
+        case 0:
+          on_field(field, varint(), {});
+          break;
+        case 1:
+          skip(8);
+          break;
         case 2: {
           const uint64_t n = varint();
           if (n > b_.size() - pos_) throw std::runtime_error("truncated field");
@@ -42,8 +46,11 @@ class Reader {
           on_field(field, 0, sub);
           break;
         }
-        case 5: skip(4); break;
-        default: throw std::runtime_error("unsupported wire type");
+        case 5:
+          skip(4);
+          break;
+        default:
+          throw std::runtime_error("unsupported wire type");
       }
     }
   }

@@ -11,10 +11,10 @@ namespace unstuck::tokenizer {
 
 struct SpModelInfo {
   enum PieceType { normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
-  std::vector<int> piece_types;           // by id
-  int model_type = 1;                     // 1 unigram, 2 bpe, 3 word, 4 char
-  bool add_dummy_prefix = true;           // normalizer_spec.add_dummy_prefix
-  bool remove_extra_whitespaces = true;   // normalizer_spec.remove_extra_whitespaces
+  std::vector<int> piece_types;          // by id
+  int model_type = 1;                    // 1 unigram, 2 bpe, 3 word, 4 char
+  bool add_dummy_prefix = true;          // normalizer_spec.add_dummy_prefix
+  bool remove_extra_whitespaces = true;  // normalizer_spec.remove_extra_whitespaces
 };
 
 // Parses the serialized ModelProto; throws std::runtime_error on malformed bytes.

@@ -21,8 +21,8 @@ namespace {
 using nlohmann::json;
 
 json added_token(int32_t id, const std::string& content, bool special) {
-  return {{"id", id},         {"content", content}, {"single_word", false}, {"lstrip", false},
-          {"rstrip", false},  {"normalized", false}, {"special", special}};
+  return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", false}, {"special", special}};
 }
 
 json generate_merges(const std::vector<std::string>& pieces, const std::unordered_map<std::string, int32_t>& vocab) {
@@ -115,18 +115,24 @@ std::string llama_tokenizer_json(const sentencepiece::SentencePieceProcessor& sp
   single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
   template_token("add_eos_token", "eos_token", false);
 
-  json doc = {
-      {"version", "1.0"},
-      {"truncation", nullptr},
-      {"padding", nullptr},
-      {"added_tokens", added_list},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", scheme}, {"split", false}}},
-      {"post_processor", {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}}},
-      {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
-      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"fuse_unk", true},
-                 {"byte_fallback", true}, {"ignore_merges", false}, {"vocab", vocab},
-                 {"merges", generate_merges(pieces, vocab_map)}}}};
+  json doc = {{"version", "1.0"},
+              {"truncation", nullptr},
+              {"padding", nullptr},
+              {"added_tokens", added_list},
+              {"normalizer", nullptr},
+              {"pre_tokenizer",
+               {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", scheme}, {"split", false}}},
+              {"post_processor", {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}}},
+              {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
+              {"model",
+               {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"fuse_unk", true},
+                {"byte_fallback", true},
+                {"ignore_merges", false},
+                {"vocab", vocab},
+                {"merges", generate_merges(pieces, vocab_map)}}}};
   return doc.dump();
 }
 

@@ -20,7 +20,6 @@ std::string config_token_name(const nlohmann::json& j);
 bool names_llama_tokenizer(const nlohmann::json& config);
 
 // The tokenizer.json text transformers (5.x) would build for `sp` under `config`.
-std::string llama_tokenizer_json(const sentencepiece::SentencePieceProcessor& sp,
-                                 const nlohmann::json& config);
+std::string llama_tokenizer_json(const sentencepiece::SentencePieceProcessor& sp, const nlohmann::json& config);
 
 }  // namespace unstuck::tokenizer

@@ -24,11 +24,11 @@ namespace {
 namespace fs = std::filesystem;
 
 std::unique_ptr<sentencepiece::SentencePieceProcessor> checked_processor(
-    const sentencepiece::util::Status& status,
-    std::unique_ptr<sentencepiece::SentencePieceProcessor> processor, const std::string& source) {
+    const sentencepiece::util::Status& status, std::unique_ptr<sentencepiece::SentencePieceProcessor> processor,
+    const std::string& source) {
   if (!status.ok()) {
-    throw UserError("tokenizer model '" + source + "' is not a valid SentencePiece model (" +
-                    status.ToString() + "); train one with `unstuck tokenizer train`");
+    throw UserError("tokenizer model '" + source + "' is not a valid SentencePiece model (" + status.ToString() +
+                    "); train one with `unstuck tokenizer train`");
   }
   return processor;
 }
@@ -56,8 +56,7 @@ bool looks_like_json(const std::string& bytes) {
 
 }  // namespace
 
-Tokenizer::Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> processor,
-                     std::string source)
+Tokenizer::Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> processor, std::string source)
     : processor_(std::move(processor)), source_(std::move(source)) {
   bos_id_ = processor_->bos_id();
   eos_id_ = processor_->eos_id();
@@ -81,14 +80,14 @@ fs::path Tokenizer::file_in_directory(const fs::path& dir) {
   for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
     if (fs::is_regular_file(dir / name)) return dir / name;
   }
-  throw UserError("model directory '" + dir.string() +
-                  "' has neither tokenizer.json nor tokenizer.model");
+  throw UserError("model directory '" + dir.string() + "' has neither tokenizer.json nor tokenizer.model");
 }
 
 void copy_tokenizer_files(const fs::path& source, const fs::path& out) {
-  static constexpr const char* kFiles[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
-                                           "special_tokens_map.json", "added_tokens.json", "vocab.json",
-                                           "merges.txt", "chat_template.jinja"};
+  static constexpr const char* kFiles[] = {"tokenizer.json",    "tokenizer_config.json",
+                                           "tokenizer.model",   "special_tokens_map.json",
+                                           "added_tokens.json", "vocab.json",
+                                           "merges.txt",        "chat_template.jinja"};
   std::error_code ec;
   if (fs::is_directory(source, ec)) {
     (void)Tokenizer::file_in_directory(source);  // names the directory when it holds no tokenizer
@@ -113,8 +112,7 @@ Tokenizer Tokenizer::load(const fs::path& path) {
     if (tok.processor_ && names_llama_tokenizer(config)) {
       // A Llama 2 / Mistral style directory: tokenize as transformers' LlamaTokenizer does.
       const std::string source = file.string() + " (as LlamaTokenizer)";
-      tok = Tokenizer(std::make_unique<HfTokenizer>(llama_tokenizer_json(*tok.processor_, config), source),
-                      source);
+      tok = Tokenizer(std::make_unique<HfTokenizer>(llama_tokenizer_json(*tok.processor_, config), source), source);
     }
     tok.apply_config(config, config_path);
     return tok;
@@ -145,8 +143,7 @@ void Tokenizer::apply_config(const nlohmann::json& config, const fs::path& confi
     const std::string name = config_token_name(config[key]);
     const int32_t found = piece_to_id(name);
     if (found < 0) {
-      throw UserError(config_json.string() + ": " + key + " '" + name + "' is not in the vocabulary of " +
-                      source_);
+      throw UserError(config_json.string() + ": " + key + " '" + name + "' is not in the vocabulary of " + source_);
     }
     *id = found;
   };
@@ -171,8 +168,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
     std::vector<int> ids;
     const auto status = processor_->Encode(text, &ids);
     if (!status.ok()) {
-      throw std::runtime_error("SentencePiece failed to encode with '" + source_ +
-                               "': " + status.ToString());
+      throw std::runtime_error("SentencePiece failed to encode with '" + source_ + "': " + status.ToString());
     }
     out.insert(out.end(), ids.begin(), ids.end());
   }
@@ -194,8 +190,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
     std::string piece;
     const auto status = processor_->Decode(run, &piece);
     if (!status.ok()) {
-      throw std::runtime_error("SentencePiece failed to decode with '" + source_ +
-                               "': " + status.ToString());
+      throw std::runtime_error("SentencePiece failed to decode with '" + source_ + "': " + status.ToString());
     }
     text += piece;
     run.clear();
@@ -260,16 +255,13 @@ int32_t Tokenizer::piece_to_id(std::string_view piece) const {
   return id;
 }
 
-std::string Tokenizer::serialized() const {
-  return hf_ ? hf_->json_text() : processor_->serialized_model_proto();
-}
+std::string Tokenizer::serialized() const { return hf_ ? hf_->json_text() : processor_->serialized_model_proto(); }
 
 void Tokenizer::check_id(int32_t id) const {
   const bool known = id >= 0 && id < vocab_size() && (!hf_ || hf_->id_to_token(id) != nullptr);
   if (!known) {
-    throw UserError("token id " + std::to_string(id) + " is outside the vocabulary of '" +
-                    source_ + "' (size " + std::to_string(vocab_size()) +
-                    "); do the model and the tokenizer belong together?");
+    throw UserError("token id " + std::to_string(id) + " is outside the vocabulary of '" + source_ + "' (size " +
+                    std::to_string(vocab_size()) + "); do the model and the tokenizer belong together?");
   }
 }
 

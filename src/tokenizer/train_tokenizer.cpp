@@ -10,7 +10,7 @@
 #include <unordered_map>
 
 #include "unstuck/common/error.h"
-#include "unstuck/config/config.h"
+#include "unstuck/common/value_names.h"
 #include "unstuck/tokenizer/tokenizer.h"
 
 namespace unstuck::tokenizer {
@@ -39,7 +39,7 @@ void check_options(const TrainOptions& options) {
     throw UserError("vocab_size must be >= 0, got " + std::to_string(options.vocab_size));
   }
   if (options.model_type != ModelType::character && options.vocab_size == 0) {
-    throw UserError(std::string("a ") + config::enum_name(options.model_type) +
+    throw UserError(std::string("a ") + enum_name(options.model_type) +
                     " tokenizer needs a vocab_size > 0 (--vocab-size)");
   }
   std::set<std::string> seen{"<pad>", "<unk>", "<s>", "</s>"};
@@ -49,8 +49,7 @@ void check_options(const TrainOptions& options) {
                       "' must be non-empty and must not contain ',' (--user-symbols)");
     }
     if (!seen.insert(symbol).second) {
-      throw UserError("user-defined symbol '" + symbol +
-                      "' is given twice or is a special piece (--user-symbols)");
+      throw UserError("user-defined symbol '" + symbol + "' is given twice or is a special piece (--user-symbols)");
     }
   }
 }
@@ -76,7 +75,7 @@ std::unordered_map<std::string, std::string> trainer_args(const TrainOptions& op
   std::unordered_map<std::string, std::string> args{
       {"input", options.input},
       {"model_prefix", model_prefix},
-      {"model_type", config::enum_name(options.model_type)},
+      {"model_type", enum_name(options.model_type)},
       {"vocab_size", std::to_string(vocab_size)},
       {"character_coverage", "1.0"},
       // Exact round trips: no NFKC, no "▁" prepended to the text, no collapsing of spaces.
@@ -114,13 +113,11 @@ fs::path train_tokenizer(const TrainOptions& options) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
-    throw UserError("cannot create the output directory '" + dir.string() + "': " + ec.message() +
-                    " (--out)");
+    throw UserError("cannot create the output directory '" + dir.string() + "': " + ec.message() + " (--out)");
   }
 
   // Train next to the output, then rename: an existing tokenizer survives a failed run.
-  const fs::path temp_prefix =
-      dir / ("." + prefix.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  const fs::path temp_prefix = dir / ("." + prefix.filename().string() + ".tmp-" + std::to_string(::getpid()));
   const fs::path temp_model = fs::path(temp_prefix).concat(".model");
   const fs::path temp_vocab = fs::path(temp_prefix).concat(".vocab");
   auto cleanup = [&] {
@@ -128,21 +125,18 @@ fs::path train_tokenizer(const TrainOptions& options) {
     remove_quietly(temp_vocab);
   };
 
-  const auto status =
-      sentencepiece::SentencePieceTrainer::Train(trainer_args(options, temp_prefix.string()));
+  const auto status = sentencepiece::SentencePieceTrainer::Train(trainer_args(options, temp_prefix.string()));
   if (!status.ok()) {
     cleanup();
-    throw UserError(std::string("SentencePiece could not train a ") +
-                    config::enum_name(options.model_type) + " tokenizer on '" + options.input +
-                    "': " + status.ToString());
+    throw UserError(std::string("SentencePiece could not train a ") + enum_name(options.model_type) +
+                    " tokenizer on '" + options.input + "': " + status.ToString());
   }
 
   if (options.model_type == ModelType::character && options.vocab_size > 0) {
     const int32_t needed = Tokenizer::load(temp_model).vocab_size();
     if (needed > options.vocab_size) {
       cleanup();
-      throw UserError("a char tokenizer of '" + options.input + "' needs " +
-                      std::to_string(needed) +
+      throw UserError("a char tokenizer of '" + options.input + "' needs " + std::to_string(needed) +
                       " pieces (special ids, user symbols and every character of the corpus) but "
                       "vocab_size is " +
                       std::to_string(options.vocab_size) + "; raise --vocab-size to at least " +

@@ -51,12 +51,14 @@ char32_t decode_at(std::string_view text, size_t pos, size_t* len) {
   const unsigned char c = at(pos);
   *len = char_length(c);
   switch (*len) {
-    case 1: return c;
-    case 2: return ((c & 0x1Fu) << 6) | (at(pos + 1) & 0x3Fu);
-    case 3: return ((c & 0x0Fu) << 12) | ((at(pos + 1) & 0x3Fu) << 6) | (at(pos + 2) & 0x3Fu);
+    case 1:
+      return c;
+    case 2:
+      return ((c & 0x1Fu) << 6) | (at(pos + 1) & 0x3Fu);
+    case 3:
+      return ((c & 0x0Fu) << 12) | ((at(pos + 1) & 0x3Fu) << 6) | (at(pos + 2) & 0x3Fu);
     default:
-      return ((c & 0x07u) << 18) | ((at(pos + 1) & 0x3Fu) << 12) | ((at(pos + 2) & 0x3Fu) << 6) |
-             (at(pos + 3) & 0x3Fu);
+      return ((c & 0x07u) << 18) | ((at(pos + 1) & 0x3Fu) << 12) | ((at(pos + 2) & 0x3Fu) << 6) | (at(pos + 3) & 0x3Fu);
   }
 }
 
@@ -113,8 +115,7 @@ std::string lossy_utf8(std::string_view bytes) {
 
 bool is_whitespace(char32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-         cp == 0x205F || cp == 0x3000;
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 bool is_numeric(char32_t cp) {
@@ -131,16 +132,23 @@ bool is_regex_word_char(char32_t cp) {
 std::string normalize(std::string_view text, NormalForm form) {
   int options = UTF8PROC_STABLE;
   switch (form) {
-    case NormalForm::nfc: options |= UTF8PROC_COMPOSE; break;
-    case NormalForm::nfd: options |= UTF8PROC_DECOMPOSE; break;
-    case NormalForm::nfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormalForm::nfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::nfc:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case NormalForm::nfd:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormalForm::nfkc:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormalForm::nfkd:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   utf8proc_uint8_t* out = nullptr;
   const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                   static_cast<utf8proc_ssize_t>(text.size()), &out,
-                   static_cast<utf8proc_option_t>(options));
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                   &out, static_cast<utf8proc_option_t>(options));
   if (n < 0) throw std::runtime_error(std::string("unicode normalization failed: ") + utf8proc_errmsg(n));
   std::string result(reinterpret_cast<char*>(out), static_cast<size_t>(n));
   std::free(out);

@@ -28,8 +28,8 @@ size_t invalid_utf8_offset(std::string_view text);
 // Rust's String::from_utf8_lossy: each maximal invalid subsequence becomes one U+FFFD.
 std::string lossy_utf8(std::string_view bytes);
 
-bool is_whitespace(char32_t cp);    // Unicode White_Space (Rust char::is_whitespace)
-bool is_numeric(char32_t cp);       // categories Nd, Nl, No (Rust char::is_numeric)
+bool is_whitespace(char32_t cp);       // Unicode White_Space (Rust char::is_whitespace)
+bool is_numeric(char32_t cp);          // categories Nd, Nl, No (Rust char::is_numeric)
 bool is_regex_word_char(char32_t cp);  // \w: L*, M*, Nd, Nl, Pc, U+200C, U+200D
 
 enum class NormalForm { nfc, nfd, nfkc, nfkd };

@@ -1,5 +1,5 @@
 // The base policy and the LoRA adapters a GRPO run starts from.
-#include "unstuck/train/base_weights.h"
+#include "train/base_weights.h"
 
 #include <fmt/format.h>
 
@@ -42,7 +42,8 @@ model::LoadedAdapter read_base_adapter(const RunConfig& config) {
 
 torch::Tensor start_adapters(const RunConfig& config, uint64_t init_seed, torch::Tensor& base) {
   if (!config.grpo.base_adapter.empty()) return read_base_adapter(config).flat;
-  if (config.lora.init == model::LoraInit::pissa) return model::pissa_init(config.model, model::lora_spec(config.lora), base, init_seed);
+  if (config.lora.init == model::LoraInit::pissa)
+    return model::pissa_init(config.model, model::lora_spec(config.lora), base, init_seed);
   return model::init_lora(config.model, model::lora_spec(config.lora), config.lora.init, init_seed);
 }
 

@@ -98,8 +98,8 @@ std::vector<fs::path> complete_checkpoints(const fs::path& root) {
   std::vector<fs::path> all;
   if (!fs::is_directory(root)) return all;
   for (const auto& e : fs::directory_iterator(root))
-    if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0 &&
-        e.path().extension() != ".tmp" && fs::exists(e.path() / "manifest.json"))
+    if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0 && e.path().extension() != ".tmp" &&
+        fs::exists(e.path() / "manifest.json"))
       all.push_back(e.path());
   std::sort(all.begin(), all.end());
   return all;
@@ -144,9 +144,11 @@ fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep) 
   nlohmann::json j{{"step", s.step},
                    {"optimizer_steps", s.optimizer_steps},
                    {"skipped_steps", s.skipped_steps},
-                   {"scaler", {{"scale", s.scaler.scale}, {"growth_tracker", s.scaler.growth_tracker},
-                               {"hysteresis_tracker", s.scaler.hysteresis_tracker},
-                               {"skipped_steps", s.scaler.skipped_steps}}},
+                   {"scaler",
+                    {{"scale", s.scaler.scale},
+                     {"growth_tracker", s.scaler.growth_tracker},
+                     {"hysteresis_tracker", s.scaler.hysteresis_tracker},
+                     {"skipped_steps", s.scaler.skipped_steps}}},
                    {"data_rng", s.data_rng},
                    {"order", s.order},
                    {"cursor", s.cursor}};
@@ -208,7 +210,8 @@ T field(const nlohmann::json& j, std::initializer_list<std::string> keys, const 
     return UserError("checkpoint file '" + file.string() + "': key '" + path + "' " + what);
   };
   if constexpr (std::is_integral_v<T>) {
-    if (!at->is_number_integer()) throw wrong("has the wrong type (" + std::string(at->type_name()) + "), expected an integer");
+    if (!at->is_number_integer())
+      throw wrong("has the wrong type (" + std::string(at->type_name()) + "), expected an integer");
     if (at->is_number_unsigned() ? at->get<uint64_t>() > uint64_t(std::numeric_limits<T>::max())
                                  : at->get<int64_t>() < int64_t(std::numeric_limits<T>::min()))
       throw wrong("is out of range: " + at->dump());
@@ -264,35 +267,40 @@ void check_sampling_rng(const std::string& bytes, const fs::path& file) {
 
 }  // namespace
 
-TrainerState load_checkpoint(const fs::path& dir, CheckpointBuffers buffers) {
-  const fs::path manifest_path = dir / "manifest.json";
-  const nlohmann::json manifest = io::read_json_file(manifest_path);
-  // The state file's header first (its own checks: dtypes, shapes, byte ranges within the file),
-  // so its buffers can be checked while the file is checksummed, in one read.
-  TrainerState s;
-  const fs::path state_path = dir / "state.safetensors";
+namespace {
+
+// The state file's header, parsed (its own checks: dtypes, shapes, byte ranges within the file). A
+// header that does not parse: a corrupted file says so by its checksum, first.
+std::unique_ptr<io::MappedSafetensors> open_state(const fs::path& state_path, const nlohmann::json& manifest,
+                                                  const fs::path& manifest_path) {
   if (!fs::exists(state_path)) throw UserError("checkpoint file '" + state_path.string() + "' is missing");
-  std::unique_ptr<io::MappedSafetensors> mapped;
   try {
-    mapped = std::make_unique<io::MappedSafetensors>(state_path);
+    return std::make_unique<io::MappedSafetensors>(state_path);
   } catch (const UserError&) {
-    // A header that does not parse: a corrupted file says so by its checksum, first.
     const auto expected = field<std::string>(manifest, {"state.safetensors", "fnv1a64"}, manifest_path);
     if (checkpoint_file_checksum(state_path) != expected)
       throw UserError("checkpoint file '" + state_path.string() + "' is corrupted (checksum mismatch)");
     throw;
   }
-  const io::MappedSafetensors& st = *mapped;
-  int64_t length = -1;
+}
+
+// One of the state's buffers: its bytes in the file and what the checksum pass found in them.
+struct Range {
+  std::string name;
+  uint64_t begin = 0, end = 0;  // bytes in the file
+  uint64_t nonfinite = 0, negative = 0;
+};
+
+// The state's three flat FP32 buffers of one length (set into `length`), nothing else.
+std::vector<Range> state_ranges(const io::MappedSafetensors& st, const fs::path& state_path, int64_t& length) {
+  length = -1;
   for (const io::TensorView& t : st.tensors())
     require(t.name == "master" || t.name == "exp_avg" || t.name == "exp_avg_sq", state_path,
             "unexpected tensor '" + t.name + "' (a checkpoint holds master, exp_avg and exp_avg_sq)");
-  struct Range {
-    std::string name;
-    uint64_t begin = 0, end = 0;  // bytes in the file
-    uint64_t nonfinite = 0, negative = 0;
-  };
   std::vector<Range> ranges;
+  for (const io::TensorView& t : st.tensors())
+    require(t.name == "master" || t.name == "exp_avg" || t.name == "exp_avg_sq", state_path,
+            "unexpected tensor '" + t.name + "' (a checkpoint holds master, exp_avg and exp_avg_sq)");
   for (const char* name : {"master", "exp_avg", "exp_avg_sq"}) {
     const io::TensorView* t = st.find(name);
     require(t != nullptr, state_path, std::string("tensor '") + name + "' is missing");
@@ -307,6 +315,13 @@ TrainerState load_checkpoint(const fs::path& dir, CheckpointBuffers buffers) {
                 std::to_string(length));
     ranges.push_back({name, st.file_offset(*t), st.file_offset(*t) + t->nbytes});
   }
+  return ranges;
+}
+
+// Every file's size and checksum against the manifest, in one read; the state's buffers' values
+// counted on the way (non-finite, negative second moments) and refused after.
+void verify_files(const fs::path& dir, const nlohmann::json& manifest, const fs::path& manifest_path,
+                  const fs::path& state_path, std::vector<Range>& ranges) {
   for (const char* f : kFiles) {
     const fs::path p = dir / f;
     const auto bytes_expected = field<std::size_t>(manifest, {f, "bytes"}, manifest_path);
@@ -334,25 +349,13 @@ TrainerState load_checkpoint(const fs::path& dir, CheckpointBuffers buffers) {
   }
   // The checksums prove the files are the ones written; what follows proves they make sense (a
   // tampered or buggy writer), before anything of the run is touched.
-  for (const Range& r : ranges)
-    require(r.nonfinite == 0, state_path, "tensor '" + r.name + "' holds NaN/Inf values");
+  for (const Range& r : ranges) require(r.nonfinite == 0, state_path, "tensor '" + r.name + "' holds NaN/Inf values");
   require(ranges[2].negative == 0, state_path, "tensor 'exp_avg_sq' holds negative values");
-  s.elements = length;
-  s.state_file = state_path;
-  if (buffers == CheckpointBuffers::load) {
-    for (auto [name, dst] : {std::pair{"master", &s.master}, {"exp_avg", &s.exp_avg}, {"exp_avg_sq", &s.exp_avg_sq}}) {
-      *dst = torch::empty({length}, torch::kFloat32);
-      read_checkpoint_buffer(s, name, 0, length, dst->data_ptr<float>());
-    }
-  }
-  const fs::path rng_path = dir / "rng.bin";
-  const std::string rng = read_bytes(rng_path);
-  require(rng.size() == sampling_rng_bytes(), rng_path,
-          std::to_string(rng.size()) + " bytes, a sampling generator state has " +
-              std::to_string(sampling_rng_bytes()));
-  check_sampling_rng(rng, rng_path);
-  s.sampling_rng.assign(rng.begin(), rng.end());
-  const fs::path trainer_path = dir / "trainer.json";
+}
+
+// trainer.json's fields, then their sense: counters within 2^53, the scaler's scale in range, the
+// data order a permutation with the cursor inside it, the data generator's state readable.
+void read_trainer_state(const fs::path& trainer_path, TrainerState& s) {
   const nlohmann::json j = io::read_json_file(trainer_path);
   s.step = field<int64_t>(j, {"step"}, trainer_path);
   s.optimizer_steps = field<int64_t>(j, {"optimizer_steps"}, trainer_path);
@@ -379,7 +382,8 @@ TrainerState load_checkpoint(const fs::path& dir, CheckpointBuffers buffers) {
   require(s.step >= 1 && s.step <= kMaxCounter, trainer_path,
           "step " + std::to_string(s.step) + " (checkpoints start at step 1; at most 2^53)");
   const auto counter = [&](int64_t v, const char* key) {
-    require(v >= 0 && v <= kMaxCounter, trainer_path, std::string(key) + " " + std::to_string(v) + " outside [0, 2^53]");
+    require(v >= 0 && v <= kMaxCounter, trainer_path,
+            std::string(key) + " " + std::to_string(v) + " outside [0, 2^53]");
   };
   counter(s.optimizer_steps, "optimizer_steps");
   counter(s.skipped_steps, "skipped_steps");
@@ -400,6 +404,36 @@ TrainerState load_checkpoint(const fs::path& dir, CheckpointBuffers buffers) {
   std::istringstream rng_text(s.data_rng);
   rng_text >> engine;
   require(!rng_text.fail() && (rng_text >> std::ws).eof(), trainer_path, "data_rng is not a generator state");
+}
+
+}  // namespace
+
+TrainerState load_checkpoint(const fs::path& dir, CheckpointBuffers buffers) {
+  const fs::path manifest_path = dir / "manifest.json";
+  const nlohmann::json manifest = io::read_json_file(manifest_path);
+  // The state file's header first, so its buffers can be checked while the file is checksummed.
+  TrainerState s;
+  const fs::path state_path = dir / "state.safetensors";
+  const std::unique_ptr<io::MappedSafetensors> mapped = open_state(state_path, manifest, manifest_path);
+  int64_t length = -1;
+  std::vector<Range> ranges = state_ranges(*mapped, state_path, length);
+  verify_files(dir, manifest, manifest_path, state_path, ranges);
+  s.elements = length;
+  s.state_file = state_path;
+  if (buffers == CheckpointBuffers::load) {
+    for (auto [name, dst] : {std::pair{"master", &s.master}, {"exp_avg", &s.exp_avg}, {"exp_avg_sq", &s.exp_avg_sq}}) {
+      *dst = torch::empty({length}, torch::kFloat32);
+      read_checkpoint_buffer(s, name, 0, length, dst->data_ptr<float>());
+    }
+  }
+  const fs::path rng_path = dir / "rng.bin";
+  const std::string rng = read_bytes(rng_path);
+  require(
+      rng.size() == sampling_rng_bytes(), rng_path,
+      std::to_string(rng.size()) + " bytes, a sampling generator state has " + std::to_string(sampling_rng_bytes()));
+  check_sampling_rng(rng, rng_path);
+  s.sampling_rng.assign(rng.begin(), rng.end());
+  read_trainer_state(dir / "trainer.json", s);
   s.config_yaml = read_bytes(dir / "config.yaml");
   return s;
 }
@@ -410,7 +444,8 @@ void read_checkpoint_buffer(const TrainerState& s, const std::string& name, int6
   const io::MappedSafetensors st(s.state_file);  // the header only: the data are read with pread
   const io::TensorView* t = st.find(name);
   if (!t || t->dtype != io::DType::f32 || t->nbytes != std::size_t(s.elements) * 4)
-    throw UserError("checkpoint file '" + s.state_file.string() + "' changed since it was checked (tensor '" + name + "')");
+    throw UserError("checkpoint file '" + s.state_file.string() + "' changed since it was checked (tensor '" + name +
+                    "')");
   const int fd = ::open(s.state_file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw UserError("checkpoint: cannot read '" + s.state_file.string() + "'");
   char* dst = reinterpret_cast<char*>(out);
@@ -427,8 +462,7 @@ void read_checkpoint_buffer(const TrainerState& s, const std::string& name, int6
   ::close(fd);
 }
 
-void check_checkpoint_fits(const TrainerState& s, int64_t flat_params, std::size_t train_records,
-                           const fs::path& dir) {
+void check_checkpoint_fits(const TrainerState& s, int64_t flat_params, std::size_t train_records, const fs::path& dir) {
   if (s.elements != flat_params)
     throw UserError("checkpoint " + dir.string() + " holds " + std::to_string(s.elements) +
                     " parameters, the model (grpo.base_model) has " + std::to_string(flat_params));

@@ -31,8 +31,8 @@ std::vector<Product> model_products(const model::ModelConfig& m) {
   const double L = double(m.n_layers);
   constexpr int64_t kHeadCap = 4096;  // the head is timed on this many output rows and scaled
   const int64_t head_rows = std::min(m.vocab_size, kHeadCap);
-  std::vector<Product> p{{q, m.dim, L},       {kv, m.dim, 2 * L},     {m.dim, q, L},
-                         {m.ffn_dim, m.dim, 2 * L}, {m.dim, m.ffn_dim, L}};
+  std::vector<Product> p{
+      {q, m.dim, L}, {kv, m.dim, 2 * L}, {m.dim, q, L}, {m.ffn_dim, m.dim, 2 * L}, {m.dim, m.ffn_dim, L}};
   if (head_rows > 0) p.push_back({head_rows, m.dim, double(m.vocab_size) / double(head_rows)});
   return p;
 }
@@ -42,12 +42,14 @@ double fastest(const std::vector<double>& v) { return *std::min_element(v.begin(
 }  // namespace
 
 nlohmann::json ComputeChoice::to_json(ComputeMode configured) const {
-  nlohmann::json j{{"configured", config::enum_name(configured)},
-                   {"resolved", config::enum_name(mode)},
-                   {"reason", reason}};
+  nlohmann::json j{
+      {"configured", config::enum_name(configured)}, {"resolved", config::enum_name(mode)}, {"reason", reason}};
   if (probe)
-    j["probe"] = {{"native_ms", probe->native_s * 1e3}, {"fp32_ms", probe->fp32_s * 1e3},
-                  {"rows", probe->rows}, {"repeats", probe->repeats}, {"fp32_margin", kAutoFp32Margin}};
+    j["probe"] = {{"native_ms", probe->native_s * 1e3},
+                  {"fp32_ms", probe->fp32_s * 1e3},
+                  {"rows", probe->rows},
+                  {"repeats", probe->repeats},
+                  {"fp32_margin", kAutoFp32Margin}};
   return j;
 }
 
@@ -109,9 +111,10 @@ ComputeChoice resolve_compute(const model::ModelConfig& model, const precision::
     c.mode = configured;
     c.reason = "configured";
     if (recorded && *recorded != configured)
-      spdlog::warn("precision.compute is {} but the checkpoint was trained with {}: the resumed steps compute "
-                   "differently from the run they continue",
-                   config::enum_name(configured), config::enum_name(*recorded));
+      spdlog::warn(
+          "precision.compute is {} but the checkpoint was trained with {}: the resumed steps compute "
+          "differently from the run they continue",
+          config::enum_name(configured), config::enum_name(*recorded));
     return c;
   }
   const torch::ScalarType weights = compute_dtype(precision::round_mode_for(precision.mode));
@@ -130,10 +133,11 @@ ComputeChoice resolve_compute(const model::ModelConfig& model, const precision::
                std::to_string(int(kAutoFp32Margin * 100)) + "% faster than bf16 on this CPU";
   }
   if (c.probe)
-    spdlog::info("precision.compute auto -> {} ({}): the model's matmuls, {} rows, forward + backward, best of "
-                 "{}: bf16 {:.1f} ms, fp32 {:.1f} ms",
-                 config::enum_name(c.mode), c.reason, c.probe->rows, c.probe->repeats, c.probe->native_s * 1e3,
-                 c.probe->fp32_s * 1e3);
+    spdlog::info(
+        "precision.compute auto -> {} ({}): the model's matmuls, {} rows, forward + backward, best of "
+        "{}: bf16 {:.1f} ms, fp32 {:.1f} ms",
+        config::enum_name(c.mode), c.reason, c.probe->rows, c.probe->repeats, c.probe->native_s * 1e3,
+        c.probe->fp32_s * 1e3);
   else
     spdlog::info("precision.compute auto -> {} ({})", config::enum_name(c.mode), c.reason);
   return c;

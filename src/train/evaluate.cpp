@@ -54,7 +54,8 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
       texts.push_back(completion_text(outs[i - begin].tokens, tok, o.stop_ids));
       batch_records.push_back(&records[i]);
     }
-    const std::vector<reward::RewardResult> scored = verifier.score_batch(texts, batch_records, {});  // one call: a function's workers batch it
+    const std::vector<reward::RewardResult> scored =
+        verifier.score_batch(texts, batch_records, {});  // one call: a function's workers batch it
     for (std::size_t i = begin; i < end; ++i) {
       const std::string& text = texts[i - begin];
       const reward::RewardResult& res = scored[i - begin];
@@ -63,8 +64,7 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
       correct += ok;
       ++r.statuses[config::enum_name(res.status)];
       if (r.examples.size() < 5)
-        r.examples.push_back(formatter.render(records[i]) + " -> " + text + " [" +
-                             config::enum_name(res.status) + "]");
+        r.examples.push_back(formatter.render(records[i]) + " -> " + text + " [" + config::enum_name(res.status) + "]");
     }
     for (int64_t s = 0; s < o.k; ++s) {
       const auto samples = rollout::generate(model, prompts, sampled, gen);

@@ -54,8 +54,10 @@ double TrainableWeights::reduced_grad_norm() const {
     }
   });
   std::vector<double> all(std::size_t(blocks * world_of(comm_)));
-  if (comm_) comm_->all_gather(partial.data(), all.data(), partial.size(), dist::DataType::f64);
-  else all = partial;
+  if (comm_)
+    comm_->all_gather(partial.data(), all.data(), partial.size(), dist::DataType::f64);
+  else
+    all = partial;
   double sum = 0;
   for (double x : all) sum += x;
   return std::sqrt(sum);

@@ -22,13 +22,13 @@
 #include "unstuck/common/error.h"
 #include "unstuck/common/memory_usage.h"
 #include "unstuck/config/config.h"
-#include "unstuck/config/preflight.h"
+#include "unstuck/train/memory_plan.h"
 #include "unstuck/dist/data_parallel.h"
 #include "unstuck/model/model_io.h"
-#include "unstuck/train/base_weights.h"
+#include "train/base_weights.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/model_export.h"
-#include "unstuck/train/peak_check.h"
+#include "train/peak_check.h"
 #include "unstuck/train/run_plan.h"
 #include "unstuck/train/torch_device.h"
 #include "unstuck/train/trainable_weights.h"
@@ -99,32 +99,48 @@ std::unique_ptr<GrpoTrainer> make_trainer(RunPlan& plan, dist::Communicator& com
     startup.mark("adapters");
   }
   std::vector<data::TaskRecord>& test = plan.test.kept;
-  if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples) test.resize(std::size_t(cfg.grpo.eval_samples));
+  if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples)
+    test.resize(std::size_t(cfg.grpo.eval_samples));
   const auto [test_begin, test_end] = dist::rank_range(int64_t(test.size()), comm.world_size(), comm.rank());
-  auto trainer = std::make_unique<GrpoTrainer>(
-      cfg, plan.ctx, comm, std::move(master), plan.train.kept,
-      std::vector<data::TaskRecord>(test.begin() + test_begin, test.begin() + test_end), device, plan.compute,
-      std::move(base), std::move(plan.scorer));
+  auto trainer =
+      std::make_unique<GrpoTrainer>(cfg, plan.ctx, comm, std::move(master), plan.train.kept,
+                                    std::vector<data::TaskRecord>(test.begin() + test_begin, test.begin() + test_end),
+                                    device, plan.compute, plan.decisions, std::move(base), std::move(plan.scorer));
   startup.mark("trainer");
   const TrainableWeights& weights = trainer->weights();
-  if (comm.rank() == 0)  // the precision actually used
-    record_in_run_json(plan.ctx, {{"compute_weights_dtype", c10::toString(weights.compute().scalar_type())},
-                                  {"forward_dtype", c10::toString(weights.forward_dtype())},
-                                  {"reference_dtype", trainer->reference_dtype()},
-                                  {"dist_backend", comm.backend_name()}});
-  spdlog::info("train: GRPO from {} ({} {}params), {} x {} rollouts per step, precision {} (forward {}), {} steps, "
-               "{} rank(s) ({}), device {}",
-               plan.model_dir.string(), weights.layout().total, weights.lora() ? "trainable adapter " : "",
-               cfg.grpo.prompts_per_step, cfg.grpo.group_size,
-               config::enum_name(cfg.precision.mode), c10::toString(weights.forward_dtype()), cfg.grpo.steps,
-               comm.world_size(), comm.backend_name(), device.str());
+  spdlog::info(
+      "train: GRPO from {} ({} {}params), {} x {} rollouts per step, precision {} (forward {}), {} steps, "
+      "{} rank(s) ({}), device {}",
+      plan.model_dir.string(), weights.layout().total, weights.lora() ? "trainable adapter " : "",
+      cfg.grpo.prompts_per_step, cfg.grpo.group_size, config::enum_name(cfg.precision.mode),
+      c10::toString(weights.forward_dtype()), cfg.grpo.steps, comm.world_size(), comm.backend_name(), device.str());
   return trainer;
+}
+
+// The run's end after `steps` steps: the health summary logged and, on the lead rank, run.json's
+// end record (the start-up's stages and the run's health).
+GrpoResult end_of_run(GrpoResult result, int64_t steps, RunHealth& health, const GrpoTrainer& trainer,
+                      const RunContext& ctx, bool lead) {
+  result.steps = steps;
+  health.end_of_run();
+  result.health_summary = health.summary();
+  result.health_failed = health.failed();
+  if (health.warnings().empty() && !health.failed())
+    spdlog::info("{}", result.health_summary);
+  else
+    spdlog::warn("{}", result.health_summary);
+  if (lead) {
+    nlohmann::json end{{"health", health.to_json()}};
+    if (!trainer.startup_record().is_null()) end["startup"] = trainer.startup_record();
+    record_in_run_json(ctx, end);
+  }
+  return result;
 }
 
 // The steps from the first (after the checkpoint resumed) to grpo.steps, with evaluation, metrics,
 // checkpoints, the memory and health watches and the stop signals around each.
-GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communicator& comm,
-                       const torch::Device& device, StartupClock& startup) {
+GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communicator& comm, const torch::Device& device,
+                       StartupClock& startup) {
   const RunConfig& cfg = plan.config;
   const bool lead = comm.rank() == 0;  // writes metrics, TensorBoard events and checkpoints
   const RunContext& ctx = plan.ctx;
@@ -148,16 +164,7 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
   };
   RunHealth health(cfg.grpo.minibatches * cfg.grpo.ppo_epochs, cfg.grpo.steps - first_step + 1,
                    plan.resumed ? plan.resumed->skipped_steps : 0);
-  const auto finish = [&](int64_t steps) {
-    result.steps = steps;
-    health.end_of_run();
-    result.health_summary = health.summary();
-    result.health_failed = health.failed();
-    if (health.warnings().empty() && !health.failed()) spdlog::info("{}", result.health_summary);
-    else spdlog::warn("{}", result.health_summary);
-    if (lead) record_in_run_json(ctx, {{"health", health.to_json()}});
-    return result;
-  };
+  const auto finish = [&](int64_t steps) { return end_of_run(result, steps, health, trainer, ctx, lead); };
   // On the CPU the kernel's ceiling is watched mid-step; a GPU's caching allocator raises instead.
   std::optional<MemoryWatch> watch;
   if (device.is_cpu()) {
@@ -166,7 +173,7 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
   }
   trainer.report_startup(&startup);
   trainer.stop_scoring_on(&g_stop_requested);
-  // The measured high-water against the plan after each phase (include/unstuck/train/peak_check.h).
+  // The measured high-water against the plan after each phase (src/train/peak_check.h).
   PeakCheck peaks(plan.memory, device.is_cuda() ? kPeakAllowanceGpuBytes : kPeakAllowanceCpuBytes);
   int64_t current_step = first_step;
   const auto check_peak = [&](const char* phase) {
@@ -184,15 +191,17 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
       const std::filesystem::path last = latest_checkpoint(ctx.run_dir / "checkpoints");
       spdlog::warn("train: stopped by signal during step {} ({}); the step was not applied; {}", step, e.what(),
                    last.empty() ? "no checkpoint was written yet"
-                                : "resume from " + last.string() + " with `unstuck train --resume " + ctx.run_dir.string() + "`");
+                                : "resume from " + last.string() + " with `unstuck train --resume " +
+                                      ctx.run_dir.string() + "`");
       result.interrupted = result.dropped_step = true;
       return finish(step - 1);
     } catch (const c10::OutOfMemoryError& e) {
       const std::filesystem::path last = latest_checkpoint(ctx.run_dir / "checkpoints");
-      throw UserError(fmt::format("train: step {} ran out of memory on {} (the plan's peak is {}; {}); {}; {}", step,
-                                  device.str(), format_bytes(plan.memory.peak()), plan.limit.where,
-                                  last.empty() ? "no checkpoint was written yet" : "the last checkpoint, " + last.string() + ", is intact",
-                                  peak_knob(plan.memory)));
+      throw UserError(fmt::format(
+          "train: step {} ran out of memory on {} (the plan's peak is {}; {}); {}; {}", step, device.str(),
+          format_bytes(plan.memory.peak()), plan.limit.where,
+          last.empty() ? "no checkpoint was written yet" : "the last checkpoint, " + last.string() + ", is intact",
+          peak_knob(plan.memory)));
     }
     // The measured peak against the plan: the process's RSS high-water on the CPU, the caching
     // allocator's most allocated on a GPU (both since the start).
@@ -218,7 +227,8 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
       return finish(step);
     }
   }
-  if (lead && cfg.grpo.final_model) write_final_model(ctx.run_dir, cfg, trainer.weights().compute().cpu(), trainer.pissa_start());
+  if (lead && cfg.grpo.final_model)
+    write_final_model(ctx.run_dir, cfg, trainer.weights().compute().cpu(), trainer.pissa_start());
   return finish(cfg.grpo.steps);
 }
 

@@ -29,8 +29,8 @@ double truncate_metrics(const std::filesystem::path& path, int64_t last_step) {
       m = io::parse_json(lines[i], where);
     } catch (const UserError& e) {
       if (i + 1 != lines.size()) throw;
-      spdlog::warn("train: dropping the torn last line of {} (the run was stopped while writing it): {}",
-                   path.string(), e.what());
+      spdlog::warn("train: dropping the torn last line of {} (the run was stopped while writing it): {}", path.string(),
+                   e.what());
       continue;
     }
     if (!m.is_object() || !m.contains("step") || !m["step"].is_number_integer())
@@ -80,12 +80,13 @@ void MetricsWriter::print_console_line(const MetricsLine& m) const {
       m.contains("eval_accuracy") ? fmt::format(" | eval {:.3f}", m["eval_accuracy"].get<double>()) : std::string();
   // Steps without the reference metrics (grpo.ref_metrics_every) show "kl -".
   const std::string kl = m.contains("kl_ref_k3") ? fmt::format("{:.2e}", m["kl_ref_k3"].get<double>()) : "-";
-  spdlog::info("[{}{}] step {:>4}/{} | reward {:.3f} | acc {:.3f}{} | kl {} | sticking {:.3f} | clip {:.3f} | "
-               "{:.1f}s/step, ETA {:.0f}s",
-               std::string(std::size_t(done), '#'), std::string(std::size_t(20 - done), '.'), step, last_step_,
-               m["reward_mean"].get<double>(), m["accuracy"].get<double>(), eval, kl,
-               m["sticking_frac"].get<double>(), m["clip_frac"].get<double>(), m["step_seconds"].get<double>(),
-               elapsed / double(step - first_step_ + 1) * double(last_step_ - step));
+  spdlog::info(
+      "[{}{}] step {:>4}/{} | reward {:.3f} | acc {:.3f}{} | kl {} | sticking {:.3f} | clip {:.3f} | "
+      "{:.1f}s/step, ETA {:.0f}s",
+      std::string(std::size_t(done), '#'), std::string(std::size_t(20 - done), '.'), step, last_step_,
+      m["reward_mean"].get<double>(), m["accuracy"].get<double>(), eval, kl, m["sticking_frac"].get<double>(),
+      m["clip_frac"].get<double>(), m["step_seconds"].get<double>(),
+      elapsed / double(step - first_step_ + 1) * double(last_step_ - step));
 }
 
 }  // namespace unstuck::train

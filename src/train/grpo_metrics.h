@@ -38,9 +38,9 @@ struct StepSums {
   // The order of the flat buffer is fixed (an all-reduce's summation order may depend on the position).
   template <class V>
   void visit(V&& v) {
-    for (double* x : {&correct, &generated_tokens, &zero_variance_groups, &groups, &kl_ref_k3, &kl_ref_exact,
-                      &entropy, &logprob_mismatch, &tokens, &truncated, &logprob_mismatch_k3, &kl_penalty,
-                      &tis_weight, &tis_clipped, &reward_errors})
+    for (double* x : {&correct, &generated_tokens, &zero_variance_groups, &groups, &kl_ref_k3, &kl_ref_exact, &entropy,
+                      &logprob_mismatch, &tokens, &truncated, &logprob_mismatch_k3, &kl_penalty, &tis_weight,
+                      &tis_clipped, &reward_errors})
       v(*x);
     for (std::vector<double>* part : {&clipped, &update_tokens, &clipped_low, &clipped_high, &dual_clipped})
       for (double& x : *part) v(x);

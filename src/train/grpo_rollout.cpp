@@ -26,7 +26,7 @@
 #include "unstuck/dist/data_parallel.h"
 #include "unstuck/precision/philox.h"
 #include "unstuck/train/compute_choice.h"
-#include "unstuck/train/lr_schedule.h"
+#include "unstuck/config/lr_schedule.h"
 #include "train/grpo_internal.h"
 
 namespace unstuck::train {
@@ -35,8 +35,8 @@ namespace unstuck::train {
 // than max_error_frac of the sampled completions stops the run before the update, on every rank.
 void GrpoTrainer::check_reward_errors(int64_t step, const Scores& sc, const Sampling& smp) {
   if (sc.errors > 0)
-    spdlog::warn("step {}: {} completion(s) of this rank failed to score (reward_error, reward 0); the first:\n{}", step,
-                 sc.errors, sc.first_error);
+    spdlog::warn("step {}: {} completion(s) of this rank failed to score (reward_error, reward 0); the first:\n{}",
+                 step, sc.errors, sc.first_error);
   double failed = double(sc.errors);
   comm_.all_reduce_sum(&failed, 1);
   const double sampled = double(cfg_.grpo.prompts_per_step * cfg_.grpo.group_size) * double(smp.rounds);
@@ -60,9 +60,10 @@ void GrpoTrainer::rollout_phase(int64_t step, Rollouts* ro, Scores* sc, Sampling
   if (phase_end_) phase_end_("rollout");
   if (reward::scorer_can_fail(cfg_.reward, verifier_name_)) check_reward_errors(step, *sc, *smp);
   if (sc->not_applicable > 0)
-    spdlog::warn("step {}: every reward function returned None for {} completion(s) of this rank (not_applicable: "
-                 "left out of their groups' baselines, advantage 0); the first was for the prompt: {}",
-                 step, sc->not_applicable, sc->first_not_applicable.substr(0, 300));
+    spdlog::warn(
+        "step {}: every reward function returned None for {} completion(s) of this rank (not_applicable: "
+        "left out of their groups' baselines, advantage 0); the first was for the prompt: {}",
+        step, sc->not_applicable, sc->first_not_applicable.substr(0, 300));
 }
 
 void GrpoTrainer::sample(int64_t step, Rollouts* ro, Scores* sc, Sampling* smp, Timings* time) {
@@ -149,7 +150,7 @@ GrpoTrainer::Rollouts GrpoTrainer::rollout(int64_t step, int64_t round,
     if (startup_ && p.tokens_done == 1) {
       startup_->mark("first rollout token");
       spdlog::info("train: start-up {}", startup_->summary());
-      if (comm_.rank() == 0) record_in_run_json(ctx_, {{"startup", startup_->to_json()}});
+      startup_record_ = startup_->to_json();
       startup_ = nullptr;
     }
     progress_.rollout(p);
@@ -161,7 +162,7 @@ GrpoTrainer::Rollouts GrpoTrainer::rollout(int64_t step, int64_t round,
 // Each row as doubles (exact for rewards, token ids and FP32 log-probs): reward, correct, finish
 // (0 eos, 1 length), length, then max_new_tokens token ids and as many log-probs.
 std::vector<GrpoTrainer::Candidate> GrpoTrainer::gather_groups(const std::vector<const data::TaskRecord*>& records,
-                                                                const Rollouts& ro, const Scores& sc) const {
+                                                               const Rollouts& ro, const Scores& sc) const {
   const int64_t G = cfg_.grpo.group_size, T = cfg_.rollout.max_new_tokens;
   const std::size_t width = std::size_t(4 + 2 * T), mine = ro.completions.size();
   std::vector<double> send(mine * width, 0.0);
@@ -252,7 +253,8 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
   context.completion_ids = &ids;
   context.global_step = step - 1;
   context.max_steps = cfg_.grpo.steps;
-  context.epoch = double(step - 1) * double(cfg_.grpo.prompts_per_step) / double(std::max<std::size_t>(train_.size(), 1));
+  context.epoch =
+      double(step - 1) * double(cfg_.grpo.prompts_per_step) / double(std::max<std::size_t>(train_.size(), 1));
   context.world_process_zero = comm_.rank() == 0;
   context.stop = stop_flag_;
   const std::vector<reward::RewardResult> results = verifier_->score_batch(texts, ro.records, context);
@@ -261,7 +263,8 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
     const reward::RewardResult& r = results[i];
     double reward = r.reward;
     if (cfg_.grpo.overlong == algo::Overlong::soft_penalty)
-      reward += algo::overlong_penalty(int64_t(c.tokens.size()), cfg_.rollout.max_new_tokens, cfg_.grpo.overlong_buffer);
+      reward +=
+          algo::overlong_penalty(int64_t(c.tokens.size()), cfg_.rollout.max_new_tokens, cfg_.grpo.overlong_buffer);
     sc.rewards[i] = float(reward);
     sc.right[i] = r.status == reward::RewardStatus::correct;
     if (r.status == reward::RewardStatus::error) {

@@ -26,7 +26,7 @@
 #include "unstuck/dist/data_parallel.h"
 #include "unstuck/precision/philox.h"
 #include "unstuck/train/compute_choice.h"
-#include "unstuck/train/lr_schedule.h"
+#include "unstuck/config/lr_schedule.h"
 #include "train/grpo_internal.h"
 
 namespace unstuck::train {
@@ -44,8 +44,10 @@ std::map<std::string, double> extra_means(dist::Communicator& comm,
     std::string names;
     for (const std::string& k : keys) {
       if (names.size() + k.size() + 1 > kExtraNamesBytes) {
-        spdlog::warn("reward metrics: more reward_extra/ and reward/ names than fit {} bytes; '{}' and later ones are not logged",
-                     kExtraNamesBytes, k);
+        spdlog::warn(
+            "reward metrics: more reward_extra/ and reward/ names than fit {} bytes; '{}' and later ones are not "
+            "logged",
+            kExtraNamesBytes, k);
         break;
       }
       names += k + "\n";
@@ -194,7 +196,8 @@ void GrpoTrainer::add_policy_metrics(MetricsLine& m, const StepSums& s, const Up
 void GrpoTrainer::add_scorer_metrics(MetricsLine& m, const Scores& sc, const Sampling& smp, const StepSums& s) const {
   const double rows = double(cfg_.grpo.prompts_per_step * cfg_.grpo.group_size), tokens = std::max(s.tokens, 1.0);
   // Over every completion sampled (all rounds of dynamic sampling).
-  if (reward::scorer_can_fail(cfg_.reward, verifier_name_)) m["reward_error_frac"] = s.reward_errors / (rows * double(smp.rounds));
+  if (reward::scorer_can_fail(cfg_.reward, verifier_name_))
+    m["reward_error_frac"] = s.reward_errors / (rows * double(smp.rounds));
   for (const auto& [metric, mean] : extra_means(comm_, sc.extra)) m[metric] = mean;
   if (cfg_.grpo.tis_cap > 0) {
     m["tis_weight_mean"] = s.tis_weight / tokens;

@@ -27,7 +27,7 @@
 #include "unstuck/dist/data_parallel.h"
 #include "unstuck/precision/philox.h"
 #include "unstuck/train/compute_choice.h"
-#include "unstuck/train/lr_schedule.h"
+#include "unstuck/config/lr_schedule.h"
 #include "train/grpo_internal.h"
 
 namespace unstuck::train {
@@ -60,10 +60,10 @@ int64_t RolloutBatch::forward_positions(int64_t begin, int64_t end) const {
   return distinct * prompt_len + (end - begin) * (width(begin, end) - 1);
 }
 
-GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm,
-                         torch::Tensor master, const std::vector<data::TaskRecord>& train,
-                         std::vector<data::TaskRecord> my_test, torch::Device device,
-                         precision::ComputeMode compute, FrozenBase base, std::shared_ptr<reward::Verifier> scorer)
+GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm, torch::Tensor master,
+                         const std::vector<data::TaskRecord>& train, std::vector<data::TaskRecord> my_test,
+                         torch::Device device, precision::ComputeMode compute, const RunDecisions& decisions,
+                         FrozenBase base, std::shared_ptr<reward::Verifier> scorer)
     : cfg_(config),
       ctx_(ctx),
       comm_(comm),
@@ -71,21 +71,24 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
       train_(train),
       my_test_(std::move(my_test)),
       // precision.offload: optimizer keeps the master (and moments) on the host.
-      weights_(config.model,
-               on_device(std::move(master),
-                         config.precision.offload == precision::Offload::optimizer ? torch::Device(torch::kCPU) : device),
-               with_compute(config.precision, compute), ctx.seeds.rounding, &comm,
-               FrozenBase{std::move(base.spec), base.weights.defined() ? on_device(std::move(base.weights), device)
-                                                                       : torch::Tensor(),
-                          torch::Tensor()},
-               device),
+      weights_(
+          config.model,
+          on_device(std::move(master),
+                    config.precision.offload == precision::Offload::optimizer ? torch::Device(torch::kCPU) : device),
+          with_compute(config.precision, compute), ctx.seeds.rounding, &comm,
+          FrozenBase{std::move(base.spec),
+                     base.weights.defined() ? on_device(std::move(base.weights), device) : torch::Tensor(),
+                     torch::Tensor()},
+          device),
       verifier_name_(reward::verifier_name(config.reward, config::enum_name(config.data.task))),
-      verifier_(scorer ? std::move(scorer) : std::shared_ptr<reward::Verifier>(reward::make_verifier(verifier_name_, config.reward))),
+      verifier_(scorer ? std::move(scorer)
+                       : std::shared_ptr<reward::Verifier>(reward::make_verifier(verifier_name_, config.reward))),
       order_(train.size(), ctx.seeds.data),
       // Rollouts draw counter-based uniforms (rollout::sampling_uniforms); this generator is never
       // advanced by training and stays in checkpoints (rng.bin) only for their format.
       sampling_(at::make_generator<at::CPUGeneratorImpl>(ctx.seeds.sampling)),
-      skip_guard_(config, "train") {
+      skip_guard_(config, "train"),
+      decisions_(decisions) {
   const auto& g = cfg_.grpo;
   for (int r = 0; r < comm_.world_size(); ++r)
     rows_of_.push_back(dist::rank_rows(g.prompts_per_step, g.minibatches, g.group_size, comm_.world_size(), r));
@@ -96,16 +99,24 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
   if (base.start.defined()) pissa_start_ = base.start.to(torch::kCPU);
   if (weights_.lora()) {
     start_adapters_ = weights_.compute().clone();
-    if (g.kl_coef > 0 || g.ref_metrics_every > 0) {
+    if (decisions.keeps_reference()) {
       reference_ = std::make_unique<model::LlamaModel>(cfg_.model, weights_.model().flat_weights());
       if (pissa_start_.defined())
         reference_->set_adapters(model::lora_spec(cfg_.lora), weights_.model().adapter_flat().clone());
     }
-  } else if (g.kl_coef > 0 || g.ref_metrics_every > 0)
+  } else if (decisions.keeps_reference())
     reference_ = std::make_unique<model::LlamaModel>(cfg_.model, weights_.model().flat_weights().clone());
   else
     base_reader_ = std::make_unique<model::FlatWeightsReader>(cfg_.grpo.base_model, cfg_.model);
+  // The weights as built are what the plan decided (its dtypes are in run.json and the plan's block).
+  const std::string forward = c10::toString(weights_.forward_dtype());
+  if (forward != decisions.forward_dtype || reference_dtype() != decisions.reference_dtype ||
+      c10::toString(weights_.compute().scalar_type()) != decisions.compute_weights_dtype)
+    throw std::logic_error("GrpoTrainer: the weights compute in " + forward + " with the reference " +
+                           reference_dtype() + ", the plan decided " + decisions.forward_dtype + " and " +
+                           decisions.reference_dtype);
   gen_opts_.sampling = cfg_.rollout;
+  gen_opts_.sampling.decode = decisions.decode;
   gen_opts_.stop_ids = ctx_.stop_ids;
   gen_opts_.pad_id = ctx_.tokenizer.pad_id();
   loss_opts_.clip_low = g.clip_low;
@@ -122,9 +133,9 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
 
 std::optional<uint64_t> GrpoTrainer::dropout_key(int64_t step, int64_t epoch) const {
   if (!weights_.lora() || cfg_.lora.dropout <= 0) return std::nullopt;
-  const precision::Philox4x32 k =
-      precision::philox4x32_10(precision::Philox4x32{{uint32_t(step), uint32_t(uint64_t(step) >> 32), uint32_t(epoch), 0}},
-                               uint32_t(ctx_.seeds.dropout), uint32_t(ctx_.seeds.dropout >> 32));
+  const precision::Philox4x32 k = precision::philox4x32_10(
+      precision::Philox4x32{{uint32_t(step), uint32_t(uint64_t(step) >> 32), uint32_t(epoch), 0}},
+      uint32_t(ctx_.seeds.dropout), uint32_t(ctx_.seeds.dropout >> 32));
   return uint64_t(k.v[0]) | (uint64_t(k.v[1]) << 32);
 }
 
@@ -140,7 +151,7 @@ bool GrpoTrainer::reference_due(int64_t step) const {
 // Advantages of this rank's groups; batch statistics (reinforce_pp, scale_rewards: batch) are
 // those of the whole batch, summed over the ranks, so they do not depend on the world size.
 algo::Advantages GrpoTrainer::advantages_of(const std::vector<float>& rewards) const {
-  const train::GrpoConfig& g = cfg_.grpo;
+  const config::GrpoConfig& g = cfg_.grpo;
   algo::RewardMoments batch = algo::reward_moments(rewards);
   if (algo::resolved_scale(g.advantage, g.scale_rewards) == algo::RewardScale::batch ||
       g.advantage == algo::AdvantageMode::reinforce_pp) {
@@ -168,7 +179,7 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   // One epoch of one minibatch: the training forward measures too (same weights as sampling).
   // lora.dropout: the update's forwards drop adapter inputs, so the policy is measured on its own.
   std::optional<Measurement> meas;
-  if (cfg_.grpo.ppo_epochs != 1 || cfg_.grpo.minibatches != 1 || cfg_.lora.dropout > 0) meas = measure(batch, with_ref);
+  if (decisions_.measure_apart) meas = measure(batch, with_ref);
   const auto t_update = std::chrono::steady_clock::now();
   const UpdateStats up = update(step, batch, advantages, with_ref, &meas);
   time.update = seconds_since(t_update);
@@ -198,7 +209,9 @@ int64_t GrpoTrainer::changed_from_start() {
         // FP32: widening is exact and one-to-one on the bits, so comparing widened bits is the same.
         const torch::Tensor ref = reference_->flat_weights().narrow(0, b, n);
         const bool same = ref.scalar_type() == cur.scalar_type();
-        count += (same ? cur.view(bits).ne(ref.view(bits)) : cur.to(ref.scalar_type()).view(torch::kInt).ne(ref.view(torch::kInt))).sum();
+        count += (same ? cur.view(bits).ne(ref.view(bits))
+                       : cur.to(ref.scalar_type()).view(torch::kInt).ne(ref.view(torch::kInt)))
+                     .sum();
         continue;
       }
       if (!start_master.defined()) {
@@ -206,23 +219,26 @@ int64_t GrpoTrainer::changed_from_start() {
         start_bits = torch::empty({start_master.numel()}, torch::TensorOptions().dtype(now.scalar_type()));
       }
       // grpo.round_base_to_fp8: the base's own channel scales first (one pass over it, once).
-      if (cfg_.grpo.round_base_to_fp8 && !base_fp8_)
-        base_fp8_ = std::make_unique<Fp8Channels>(fp8_channels(
-            weights_.layout(), [&](int64_t at, int64_t count_n, float* out) { base_reader_->read(at, count_n, out); },
+      if (cfg_.grpo.round_base_to_fp8 && !base_scales_)
+        base_scales_ = std::make_unique<Fp8Channels>(precision::fp8_channels(
+            weights_.layout().fp8_matrices(), weights_.layout().total,
+            [&](int64_t at, int64_t count_n, float* out) { base_reader_->read(at, count_n, out); },
             cfg_.precision.threads));
       const auto read_start = [&](int64_t at, int64_t count_n, float* out) {
         base_reader_->read(at, count_n, out);
         if (cfg_.grpo.round_base_to_fp8)
-          round_base_to_fp8(out, at, count_n, *base_fp8_, cfg_.precision.threads);
+          precision::round_to_fp8_grid(out, uint64_t(at), std::size_t(count_n), *base_scales_, cfg_.precision.threads);
         else if (cfg_.grpo.round_base_to_bf16)
           round_base_to_grid(out, count_n, cfg_.precision.analog_mantissa_bits);
       };
-      // FP8: the start weights' channel exponents, from one pass over the start master (once).
-      if (precision::is_fp8(cfg_.precision.mode) && !start_fp8_)
-        start_fp8_ = std::make_unique<Fp8Channels>(fp8_channels(weights_.layout(), read_start, cfg_.precision.threads));
+      // Formats with scales (FP8): the start master's, from one pass over it (once).
+      if (!start_format_) {
+        start_format_ = weights_.host_format();
+        start_format_->rescale(read_start, weights_.layout().total);
+      }
       float* m = start_master.data_ptr<float>();
       read_start(b, n, m);
-      weights_.materialize_slice(m, b, n, start_bits.data_ptr(), 0, start_fp8_.get());
+      weights_.materialize_slice(m, b, n, start_bits.data_ptr(), 0, start_format_->scales());
       count += cur.view(bits).ne(start_bits.narrow(0, 0, n).to(now.device()).view(bits)).sum();
     }
   } catch (const UserError& e) {
@@ -239,8 +255,9 @@ double GrpoTrainer::evaluate() {
   opts.stop_ids = ctx_.stop_ids;
   double correct_records[2] = {0, double(my_test_.size())};  // each rank scores its share
   if (!my_test_.empty())
-    correct_records[0] = train::evaluate(weights_.model(), ctx_.tokenizer, my_test_, ctx_.prompts, *verifier_, opts)
-                             .accuracy * double(my_test_.size());
+    correct_records[0] =
+        train::evaluate(weights_.model(), ctx_.tokenizer, my_test_, ctx_.prompts, *verifier_, opts).accuracy *
+        double(my_test_.size());
   comm_.all_reduce_sum(correct_records, 2);
   return correct_records[0] / std::max(correct_records[1], 1.0);
 }
@@ -249,11 +266,13 @@ void GrpoTrainer::restore(const TrainerState& st, const std::string& where) {
   // PiSSA: the residual base and the start adapters were computed again for this resume; their SVD
   // depends on the thread count and the CPU, and a different one would continue on another base.
   if (!st.pissa_start.empty() && pissa_start_.defined() && pissa_start_checksum() != st.pissa_start)
-    throw UserError(where + ": lora.init: pissa: the SVD of the base computed for this resume differs from the one "
-                    "the run started with (start adapters " + st.pissa_start + " with " +
-                    std::to_string(st.pissa_threads) + " libtorch threads on '" + st.pissa_cpu + "'; here " +
-                    pissa_start_checksum() + " with " + std::to_string(at::get_num_threads()) + " on '" +
-                    cpu_model_name() + "'), so it would train on another frozen base; resume with precision.threads=" +
+    throw UserError(where +
+                    ": lora.init: pissa: the SVD of the base computed for this resume differs from the one "
+                    "the run started with (start adapters " +
+                    st.pissa_start + " with " + std::to_string(st.pissa_threads) + " libtorch threads on '" +
+                    st.pissa_cpu + "'; here " + pissa_start_checksum() + " with " +
+                    std::to_string(at::get_num_threads()) + " on '" + cpu_model_name() +
+                    "'), so it would train on another frozen base; resume with precision.threads=" +
                     std::to_string(st.pissa_threads) + " on the same kind of CPU");
   if (st.master.defined())
     weights_.restore(st.master, st.exp_avg, st.exp_avg_sq, st.optimizer_steps, st.scaler);
@@ -262,8 +281,9 @@ void GrpoTrainer::restore(const TrainerState& st, const std::string& where) {
                          float* out) { read_checkpoint_buffer(st, name, begin, n, out); },
                      st.optimizer_steps, st.scaler);
   order_.restore(st.data_rng, st.order, st.cursor, where);
-  sampling_.set_state(torch::from_blob(const_cast<uint8_t*>(st.sampling_rng.data()),
-                                       {int64_t(st.sampling_rng.size())}, torch::kUInt8).clone());
+  sampling_.set_state(
+      torch::from_blob(const_cast<uint8_t*>(st.sampling_rng.data()), {int64_t(st.sampling_rng.size())}, torch::kUInt8)
+          .clone());
   skipped_ = st.skipped_steps;
 }
 

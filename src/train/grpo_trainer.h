@@ -28,9 +28,10 @@
 #include "unstuck/rollout/sampler.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/evaluate.h"
-#include "unstuck/train/record_order.h"
+#include "train/record_order.h"
+#include "unstuck/train/run_plan.h"
 #include "unstuck/train/run_setup.h"
-#include "unstuck/train/skip_guard.h"
+#include "train/skip_guard.h"
 #include "unstuck/train/trainable_weights.h"
 
 namespace unstuck::train {
@@ -45,14 +46,14 @@ struct RolloutBatch {
   int64_t prompt_len = 0;
   // The distinct prompts (consecutive rows with equal prompts share one: a GRPO group), which the
   // training forward computes once each.
-  torch::Tensor prompts;       // (U, P) int64, left-padded
-  torch::Tensor prompt_valid;  // (U, P) bool, or undefined when no prompt is padded
+  torch::Tensor prompts;                    // (U, P) int64, left-padded
+  torch::Tensor prompt_valid;               // (U, P) bool, or undefined when no prompt is padded
   torch::Tensor prompt_of_row;              // (N) int64 on the device
   std::vector<int64_t> prompt_of_row_host;  // the same, ascending
   std::vector<int64_t> lengths_host;        // (N) the lengths on the host
   // Each row's index in the step's whole batch (prompts_per_step x group_size rows, the same whatever
   // the world size): lora.dropout keys its masks by it.
-  torch::Tensor global_rows;                // (N) int64 on the device
+  torch::Tensor global_rows;  // (N) int64 on the device
   std::vector<int64_t> global_rows_host;
   int64_t rows() const { return tokens.size(0); }
   // The training forwards of rows [begin, end) compute their completions up to the longest of them,
@@ -74,12 +75,14 @@ class GrpoTrainer {
   // `master`: the base policy's FP32 flat weights (on any device; moved to `device`). `train`: the
   // training records (outlive the trainer); `my_test`: this rank's share of the test records.
   // `compute`: precision.compute resolved (native or fp32; see train::resolve_compute), which the
-  // checkpoints record. Moving `master` in lets the weights adopt its buffer (no copy).
-  // LoRA (`base` given): `master` is the adapters' FP32 start, `base` the frozen base's FP32 weights
-  // (moved to `device`); the reference is the base without the adapters (no copy of it).
+  // checkpoints record; `decisions`: the plan's (the reference kept, the decode mode, the measure
+  // pass), which the trainer follows and checks its weights against. Moving `master` in lets the
+  // weights adopt its buffer (no copy). LoRA (`base` given): `master` is the adapters' FP32 start,
+  // `base` the frozen base's FP32 weights (moved to `device`); the reference is the base without
+  // the adapters (no copy of it).
   GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm, torch::Tensor master,
-              const std::vector<data::TaskRecord>& train, std::vector<data::TaskRecord> my_test,
-              torch::Device device, precision::ComputeMode compute, FrozenBase base = {},
+              const std::vector<data::TaskRecord>& train, std::vector<data::TaskRecord> my_test, torch::Device device,
+              precision::ComputeMode compute, const RunDecisions& decisions, FrozenBase base = {},
               std::shared_ptr<reward::Verifier> scorer = nullptr);
 
   // One rollout batch: sample, score, update; returns its metrics line, reduced across ranks.
@@ -92,9 +95,11 @@ class GrpoTrainer {
   // The checkpoint state after `step` (a collective: every rank gathers; rank 0's is complete).
   TrainerState checkpoint_state(int64_t step);
 
-  // Marks "first rollout token" on `clock` during the next rollout, logs the start-up summary and
-  // records it in run.json (rank 0).
+  // Marks "first rollout token" on `clock` during the next rollout and logs the start-up summary
+  // (startup_record(); the run's end writes it to run.json).
   void report_startup(StartupClock* clock) { startup_ = clock; }
+  // The start-up summary once the first rollout token came (null before), for run.json's end record.
+  const nlohmann::json& startup_record() const { return startup_record_; }
   // The memory ceiling checked at the step's progress points (MemoryWatch::check throws).
   void watch_memory(const MemoryWatch* watch) { progress_.watch(watch); }
   // The run's stop flag (SIGINT/SIGTERM): reward workers scoring a step give up within 0.25 s once it
@@ -116,10 +121,10 @@ class GrpoTrainer {
     std::vector<uint8_t> in_loss;  // per row: 0 in a group that only fills the batch (filter_groups); empty: all 1
   };
   struct Scores {
-    std::vector<float> rewards;   // per row: the verifier's, plus the overlong shaping
-    std::vector<uint8_t> right;   // per row: the verifier said correct
+    std::vector<float> rewards;  // per row: the verifier's, plus the overlong shaping
+    std::vector<uint8_t> right;  // per row: the verifier said correct
     double correct = 0, gen_tokens = 0;
-    double truncated = 0;  // completions that reached rollout.max_new_tokens without a stop token
+    double truncated = 0;   // completions that reached rollout.max_new_tokens without a stop token
     double kl_penalty = 0;  // kl_in: reward: the sum of kl_coef x each row's KL taken from its reward
     int64_t errors = 0;     // rows the scorer failed on (status reward_error, reward 0)
     std::string first_error;
@@ -134,9 +139,9 @@ class GrpoTrainer {
   };
   // How a step's batch was sampled (the same on every rank).
   struct Sampling {
-    int64_t rounds = 1;   // rollout rounds of prompts_per_step prompts
-    int64_t dropped = 0;  // zero-variance groups sampled and not in the batch (filter_groups)
-    int64_t filled = 0;   // zero-variance groups in the batch because too few others were sampled
+    int64_t rounds = 1;               // rollout rounds of prompts_per_step prompts
+    int64_t dropped = 0;              // zero-variance groups sampled and not in the batch (filter_groups)
+    int64_t filled = 0;               // zero-variance groups in the batch because too few others were sampled
     double reward_sum = 0, rows = 0;  // over every completion sampled, all rounds and ranks
   };
   // A group of the step's candidates, whole on every rank (filter_groups gathers them).
@@ -151,7 +156,7 @@ class GrpoTrainer {
     double update_ratio = 0;              // mean over the optimizer steps of ||delta w|| / ||w||
     std::vector<double> clipped, tokens;  // per optimizer step: clipped tokens, tokens (this rank)
     std::vector<double> clipped_low, clipped_high, dual_clipped;  // per optimizer step, by kind
-    double forward_positions = 0;         // positions through the training forwards (this rank)
+    double forward_positions = 0;                                 // positions through the training forwards (this rank)
     // Completion positions the training forwards computed (each row chunk to its longest row) and
     // the sampled tokens among them (this rank): completion_padding_frac.
     double completion_positions = 0, completion_tokens = 0;
@@ -194,9 +199,9 @@ class GrpoTrainer {
   struct UpdatePass {
     int64_t step = 0, epoch = 0;
     bool with_ref = false, measure_here = false, need_ref_logits = false;
-    double mb_tokens = 0;         // the minibatch's completion tokens on this rank
-    bool several_chunks = false;  // the minibatch runs in more than one row chunk
-    std::optional<Measurement>* measured = nullptr;   // the measurement made before, when not measured here
+    double mb_tokens = 0;                                // the minibatch's completion tokens on this rank
+    bool several_chunks = false;                         // the minibatch runs in more than one row chunk
+    std::optional<Measurement>* measured = nullptr;      // the measurement made before, when not measured here
     std::vector<Measurement>* measured_parts = nullptr;  // measured here: each chunk's
   };
   // What one row chunk adds to its pass: tokens clipped (any side, low, high, dual; weighted by the
@@ -208,8 +213,8 @@ class GrpoTrainer {
   };
   // Rows [cb, ce) of a pass: the policy's forward through the fused head, the clipped loss and its
   // backward into the flat gradient (and the measurement, when measured here).
-  ChunkSums update_chunk(const UpdatePass& pass, const RolloutBatch& batch, const torch::Tensor& advantages,
-                         int64_t cb, int64_t ce);
+  ChunkSums update_chunk(const UpdatePass& pass, const RolloutBatch& batch, const torch::Tensor& advantages, int64_t cb,
+                         int64_t ce);
   // The pass's optimizer step at the scheduled LR, recorded in `up` with the pass's sums.
   void optimizer_pass(int64_t step, const ChunkSums& sums, double mb_tokens, UpdateStats* up);
   // The step's metrics line: this rank's sums (step_sums) added over the ranks, then each group of
@@ -237,14 +242,16 @@ class GrpoTrainer {
   // The LM head's input (final-normed hidden states, (n, T, D)) and weight at the positions
   // predicting the completion tokens of rows [begin, end), for algo::head_log_probs.
   // `dropout_key`: the training forward of the update, with lora.dropout's masks under that key.
-  algo::HeadInput completion_head(const model::LlamaModel& m, const RolloutBatch& batch, int64_t begin,
-                                  int64_t end, std::optional<uint64_t> dropout_key = std::nullopt) const;
+  algo::HeadInput completion_head(const model::LlamaModel& m, const RolloutBatch& batch, int64_t begin, int64_t end,
+                                  std::optional<uint64_t> dropout_key = std::nullopt) const;
   RolloutBatch make_batch(const Rollouts& rollouts) const;
   bool reference_due(int64_t step) const;
+
  public:
   // lora.init pissa: the adapters' FP32 start (write_final_model converts the PEFT adapter with it);
   // undefined otherwise.
   const torch::Tensor& pissa_start() const { return pissa_start_; }
+
  private:
   // lora.dropout > 0: the key of the masks of an update forward of `step`, PPO epoch `epoch` (each
   // row is in one minibatch of an epoch); else none.
@@ -265,9 +272,9 @@ class GrpoTrainer {
   torch::Tensor pissa_start_;     // lora.init pissa: the adapters' FP32 start (FrozenBase::start), on the host
   std::unique_ptr<model::FlatWeightsReader> base_reader_;  // without a reference: the start policy's files
   bool changed_lost_ = false;                              // changed_from_start() gave up (warned)
-  std::unique_ptr<Fp8Channels> start_fp8_;                 // FP8 modes: the start weights' channels
-  std::unique_ptr<Fp8Channels> base_fp8_;                  // grpo.round_base_to_fp8: the unrounded base's
-  std::string verifier_name_;  // reward.verifier, or data.task's
+  std::unique_ptr<precision::WeightFormat> start_format_;  // the start weights' format, its scales the start master's
+  std::unique_ptr<Fp8Channels> base_scales_;               // grpo.round_base_to_fp8: the unrounded base's
+  std::string verifier_name_;                              // reward.verifier, or data.task's
   std::shared_ptr<reward::Verifier> verifier_;
   RecordOrder order_;
   at::Generator sampling_;
@@ -276,6 +283,8 @@ class GrpoTrainer {
   SkipGuard skip_guard_;
   mutable StepProgress progress_;  // output only
   StartupClock* startup_ = nullptr;
+  nlohmann::json startup_record_;
+  RunDecisions decisions_;
   std::string pissa_start_checksum() const;  // of pissa_start_ (defined)
   const std::atomic<bool>* stop_flag_ = nullptr;
   std::function<void(const char* phase)> phase_end_;

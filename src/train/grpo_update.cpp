@@ -26,7 +26,7 @@
 #include "unstuck/dist/data_parallel.h"
 #include "unstuck/precision/philox.h"
 #include "unstuck/train/compute_choice.h"
-#include "unstuck/train/lr_schedule.h"
+#include "unstuck/config/lr_schedule.h"
 #include "train/grpo_internal.h"
 
 namespace unstuck::train {
@@ -67,8 +67,10 @@ torch::Tensor GrpoTrainer::reward_kl(const RolloutBatch& batch) const {
     const torch::Tensor rows = torch::arange(b, e, torch::TensorOptions(torch::kLong).device(device_));
     const int64_t w = batch.width(b, e);
     const torch::Tensor ref_logp = algo::head_log_probs(completion_head(*reference_, batch, b, e), {},
-                                                        batch.targets(rows, w), cfg_.grpo.logprob_chunk_tokens).logp;
-    const torch::Tensor sampled = positions.narrow(1, 0, w) < batch.lengths.index_select(0, rows).unsqueeze(1);  // (n, w)
+                                                        batch.targets(rows, w), cfg_.grpo.logprob_chunk_tokens)
+                                       .logp;
+    const torch::Tensor sampled =
+        positions.narrow(1, 0, w) < batch.lengths.index_select(0, rows).unsqueeze(1);  // (n, w)
     parts.push_back(algo::sequence_kl(batch.old_logp.index_select(0, rows).narrow(1, 0, w), ref_logp, sampled,
                                       cfg_.grpo.kl_estimator));
   }
@@ -111,8 +113,9 @@ RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
     for (std::size_t i = 0; i < prompts[n].size(); ++i) tok[n][start + int64_t(i)] = prompts[n][i];
     // grpo.overlong: filter: a truncated completion takes no part in the loss.
     // grpo.filter_groups: a group that only fills the batch neither.
-    const bool in_loss = (cfg_.grpo.overlong != algo::Overlong::filter || outs[n].finish != rollout::FinishReason::length) &&
-                         (ro.in_loss.empty() || ro.in_loss[std::size_t(n)]);
+    const bool in_loss =
+        (cfg_.grpo.overlong != algo::Overlong::filter || outs[n].finish != rollout::FinishReason::length) &&
+        (ro.in_loss.empty() || ro.in_loss[std::size_t(n)]);
     len[n] = int64_t(outs[n].tokens.size());
     b.lengths_host[std::size_t(n)] = len[n];
     for (std::size_t t = 0; t < outs[n].tokens.size(); ++t) {
@@ -141,10 +144,9 @@ algo::HeadInput GrpoTrainer::completion_head(const model::LlamaModel& m, const R
   // The rows' distinct prompts are a contiguous range (consecutive rows share them).
   const int64_t first = b.prompt_of_row_host[std::size_t(begin)];
   const int64_t distinct = b.prompt_of_row_host[std::size_t(end - 1)] - first + 1;
-  const model::SharedPrompts sp{
-      b.prompts.narrow(0, first, distinct),
-      b.prompt_valid.defined() ? b.prompt_valid.narrow(0, first, distinct) : torch::Tensor(),
-      b.prompt_of_row.narrow(0, begin, end - begin) - first};
+  const model::SharedPrompts sp{b.prompts.narrow(0, first, distinct),
+                                b.prompt_valid.defined() ? b.prompt_valid.narrow(0, first, distinct) : torch::Tensor(),
+                                b.prompt_of_row.narrow(0, begin, end - begin) - first};
   const int64_t P = b.prompt_len;
   const torch::Tensor completions = b.tokens.narrow(0, begin, end - begin).narrow(1, P, b.width(begin, end));
   if (!dropout_key) return {m.forward_completions_hidden(sp, completions), m.head_weight()};  // (n, width, D), (V, D)
@@ -166,10 +168,11 @@ Measurement GrpoTrainer::measure(const RolloutBatch& batch, bool with_ref) const
     progress_.chunk("measure", int64_t(parts.size()) + 1, int64_t(chunks.size()));
     const torch::Tensor rows = torch::arange(b, e, torch::TensorOptions(torch::kLong).device(device_));
     const algo::HeadInput ref = with_ref ? completion_head(*reference_, batch, b, e) : algo::HeadInput{};
-    parts.push_back(full_width(algo::head_log_probs(completion_head(weights_.model(), batch, b, e), ref,
-                                                    batch.targets(rows, batch.width(b, e)),
-                                                    cfg_.grpo.logprob_chunk_tokens).stats,
-                               batch.mask.size(1)));
+    parts.push_back(
+        full_width(algo::head_log_probs(completion_head(weights_.model(), batch, b, e), ref,
+                                        batch.targets(rows, batch.width(b, e)), cfg_.grpo.logprob_chunk_tokens)
+                       .stats,
+                   batch.mask.size(1)));
   }
   return cat_rows(parts);
 }
@@ -236,8 +239,8 @@ GrpoTrainer::ChunkSums GrpoTrainer::update_chunk(const UpdatePass& pass, const R
   const auto& g = cfg_.grpo;
   ChunkSums sums;
   const torch::Tensor rows = torch::arange(cb, ce, torch::TensorOptions(torch::kLong).device(device_));
-  const int64_t w = batch.width(cb, ce);  // the chunk's longest completion: no padding past it
-  const torch::Tensor targets = batch.targets(rows, w);                         // (n, w)
+  const int64_t w = batch.width(cb, ce);                 // the chunk's longest completion: no padding past it
+  const torch::Tensor targets = batch.targets(rows, w);  // (n, w)
   trace_memory("update: chunk start");
   const algo::HeadInput policy =
       completion_head(weights_.model(), batch, cb, ce, dropout_key(pass.step, pass.epoch));  // (n, T, D)
@@ -251,8 +254,8 @@ GrpoTrainer::ChunkSums GrpoTrainer::update_chunk(const UpdatePass& pass, const R
   }
   // The head fused with the log-probs: no (n, T, V) logits; its weight gradient goes to the flat
   // gradient directly.
-  const algo::HeadLogProbs head = algo::head_log_probs(policy, ref_in, targets, g.logprob_chunk_tokens,
-                                                       weights_.model().head_grad_sink());
+  const algo::HeadLogProbs head =
+      algo::head_log_probs(policy, ref_in, targets, g.logprob_chunk_tokens, weights_.model().head_grad_sink());
   const torch::Tensor lp = head.logp;
   const torch::Tensor ent = g.entropy_coef > 0 ? head.entropy : torch::Tensor();
   const torch::Tensor ref = loss_opts_.kl_coef > 0 ? head.stats.ref_logp : torch::Tensor();

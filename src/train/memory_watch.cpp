@@ -7,7 +7,7 @@
 #include <chrono>
 
 #include "unstuck/common/error.h"
-#include "unstuck/config/preflight.h"
+#include "unstuck/train/memory_plan.h"
 #include "unstuck/train/checkpoint.h"
 
 namespace unstuck::train {

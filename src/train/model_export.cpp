@@ -15,8 +15,7 @@
 #include "unstuck/io/safetensors_dir.h"
 #include "unstuck/model/hf_config.h"
 #include "unstuck/model/model_io.h"
-#include "unstuck/precision/fp8.h"
-#include "unstuck/train/base_weights.h"
+#include "train/base_weights.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/compute_choice.h"
 #include "unstuck/train/run_setup.h"
@@ -33,7 +32,8 @@ fs::path checkpoint_of_step(const fs::path& checkpoints, int64_t step) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(checkpoints, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("step_", 0) != 0 || name.size() == 5 || name.size() > 23 || name.find_first_not_of("0123456789", 5) != std::string::npos)
+    if (name.rfind("step_", 0) != 0 || name.size() == 5 || name.size() > 23 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos)
       continue;
     if (std::stoll(name.substr(5)) == step) return e.path();
   }
@@ -65,7 +65,8 @@ void write_model_extras(const fs::path& out, const RunConfig& config, const mode
   // The base's own tokenizer files when it has them (transformers loads them unchanged), else the
   // run's tokenizer.
   const fs::path base = config.grpo.base_model;
-  const fs::path tok = !base.empty() && fs::is_directory(base) && has_tokenizer(base) ? base : fs::path(config.tokenizer.path);
+  const fs::path tok =
+      !base.empty() && fs::is_directory(base) && has_tokenizer(base) ? base : fs::path(config.tokenizer.path);
   if (!tok.empty()) tokenizer::copy_tokenizer_files(tok, out);
   std::ofstream(out / kRunConfigFile) << resolved_yaml(config);
 }
@@ -75,52 +76,22 @@ void write_model_extras(const fs::path& out, const RunConfig& config, const mode
 // layers' weights as E4M3FN codes, `<name>_scale` (rows, 1) BF16 holding 2^e, every other tensor
 // BF16. code x scale is the run's compute weight bit for bit (the codes are fp8_e4m3_code of it).
 nlohmann::json fp8_quantization_config() {
-  const nlohmann::json weights = {{"num_bits", 8}, {"type", "float"}, {"symmetric", true},
-                                  {"strategy", "channel"}, {"dynamic", false}};
-  const nlohmann::json group = {{"targets", nlohmann::json::array({"Linear"})}, {"weights", weights},
-                                {"input_activations", nullptr}, {"output_activations", nullptr}};
-  return {{"quant_method", "compressed-tensors"}, {"format", "float-quantized"},
-          {"quantization_status", "compressed"}, {"config_groups", {{"group_0", group}}},
+  const nlohmann::json weights = {
+      {"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"strategy", "channel"}, {"dynamic", false}};
+  const nlohmann::json group = {{"targets", nlohmann::json::array({"Linear"})},
+                                {"weights", weights},
+                                {"input_activations", nullptr},
+                                {"output_activations", nullptr}};
+  return {{"quant_method", "compressed-tensors"},         {"format", "float-quantized"},
+          {"quantization_status", "compressed"},          {"config_groups", {{"group_0", group}}},
           {"ignore", nlohmann::json::array({"lm_head"})}, {"kv_cache_scheme", nullptr}};
 }
 
 void write_fp8_model_dir(const fs::path& out, const RunConfig& config, const torch::Tensor& compute,
                          const Fp8Channels& channels, uint64_t shard_bytes) {
-  const model::ParamLayout layout = model::llama_layout(config.model);
-  const auto* h = static_cast<const uint16_t*>(compute.data_ptr());
-  std::map<uint64_t, const precision::Fp8Matrix*> matrix_at;
-  for (const precision::Fp8Matrix& m : channels.matrices) matrix_at[m.offset] = &m;
-  std::vector<std::vector<uint8_t>> codes;    // one per FP8 matrix, kept alive for the views
-  std::vector<std::vector<uint16_t>> scales;
-  codes.reserve(channels.matrices.size());
-  scales.reserve(channels.matrices.size());
-  std::vector<io::TensorView> views;
-  for (const model::ParamEntry& e : layout.entries) {
-    const auto it = matrix_at.find(uint64_t(e.offset));
-    if (it == matrix_at.end()) {
-      views.push_back({e.name, io::DType::bf16, e.shape, h + e.offset, std::size_t(e.numel) * 2});
-      continue;
-    }
-    const precision::Fp8Matrix& m = *it->second;
-    const std::string suffix = ".weight";
-    if (e.name.size() < suffix.size() || e.name.compare(e.name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      throw std::logic_error("FP8 export: channel matrix '" + e.name + "' is not a .weight");
-    std::vector<uint8_t>& c = codes.emplace_back(std::size_t(e.numel));
-    std::vector<uint16_t>& s = scales.emplace_back(std::size_t(m.rows));
-    for (uint64_t r = 0; r < m.rows; ++r) {
-      const int exp = channels.exponent[std::size_t(m.first_row + r)];
-      if (exp < -126 || exp > 127)  // 2^exp must be a normal BF16 (the scale's dtype)
-        throw UserError("export --format fp8: row " + std::to_string(r) + " of '" + e.name + "' has the scale 2^" +
-                        std::to_string(exp) + ", outside BF16's normal range (its largest |w| is near 0); use --format hf");
-      s[std::size_t(r)] = uint16_t(precision::float_bits(std::ldexp(1.0f, exp)) >> 16);
-      for (uint64_t k = r * m.cols; k < (r + 1) * m.cols; ++k)
-        c[std::size_t(k)] = precision::fp8_e4m3_code(h[std::size_t(e.offset) + k], exp);
-    }
-    views.push_back({e.name, io::DType::f8_e4m3, e.shape, c.data(), c.size()});
-    views.push_back({e.name + "_scale", io::DType::bf16, {int64_t(m.rows), 1}, s.data(), s.size() * 2});
-  }
+  model::save_fp8_weights(out, model::llama_layout(config.model), static_cast<const uint16_t*>(compute.data_ptr()),
+                          channels, shard_bytes);
   const model::SpecialTokens tokens = base_tokens(config);
-  io::write_safetensors_dir(out, views, shard_bytes, {{"format", "pt"}});
   nlohmann::json cfg = model::hf_config_json(config.model, tokens, "bfloat16");
   cfg["quantization_config"] = fp8_quantization_config();
   io::write_json_file(out / "config.json", cfg);
@@ -180,13 +151,16 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
     throw UserError("export: --format must be hf, fp8, peft or merged, got '" + opts.format + "'");
   if (lora && !peft && !merged)
     throw UserError("export: run '" + run_dir.string() + "' trained LoRA adapters (lora.rank " +
-                    std::to_string(config.lora.rank) + "): use --format peft (the adapters, for peft) or --format "
-                    "merged (a full model with them merged in), not --format " + opts.format);
+                    std::to_string(config.lora.rank) +
+                    "): use --format peft (the adapters, for peft) or --format "
+                    "merged (a full model with them merged in), not --format " +
+                    opts.format);
   if (!lora && (peft || merged))
     throw UserError("export --format " + opts.format + ": run '" + run_dir.string() +
                     "' trained every parameter (lora.rank 0), it has no adapters; use --format hf");
   if (fp8_coded && !precision::is_fp8(config.precision.mode))
-    throw UserError("export --format fp8: the run's precision.mode is " + std::string(config::enum_name(config.precision.mode)) +
+    throw UserError("export --format fp8: the run's precision.mode is " +
+                    std::string(config::enum_name(config.precision.mode)) +
                     ", not fp8_rn or fp8_sr (its weights are not on an FP8 grid); use --format hf");
   if (fp8_coded && dtype != compute)
     throw UserError("export --format fp8 writes the run's FP8 compute weights; drop --dtype " + opts.dtype);
@@ -197,9 +171,10 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
   // FP8 modes: the channel exponents of the checkpoint's master (one pass over it first).
   std::unique_ptr<Fp8Channels> fp8;
   if (dtype == compute && precision::is_fp8(config.precision.mode))
-    fp8 = std::make_unique<Fp8Channels>(fp8_channels(
-        model::llama_layout(config.model),
-        [&](int64_t b, int64_t n, float* out) { read_checkpoint_buffer(st, "master", b, n, out); }, config.precision.threads));
+    fp8 = std::make_unique<Fp8Channels>(precision::fp8_channels(
+        model::llama_layout(config.model).fp8_matrices(), model::llama_layout(config.model).total,
+        [&](int64_t b, int64_t n, float* out) { read_checkpoint_buffer(st, "master", b, n, out); },
+        config.precision.threads));
   constexpr int64_t kSlice = 1 << 22;
   torch::Tensor master = torch::empty({std::min(kSlice, st.elements)}, torch::kFloat32);
   for (int64_t b = 0; b < st.elements; b += kSlice) {
@@ -228,9 +203,11 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
   };
   if (peft) {
     const model::LoraSpec spec = model::lora_spec(config.lora);
-    if (pissa) {  // the start adapters again (the SVD of the base, as the run took it), then rank 2r on the original base
+    if (pissa) {  // the start adapters again (the SVD of the base, as the run took it), then rank 2r on the original
+                  // base
       torch::Tensor base = base_weights();
-      const model::LoadedAdapter a = model::pissa_as_lora(config.model, spec, flat, start_adapters(config, init_seed, base));
+      const model::LoadedAdapter a =
+          model::pissa_as_lora(config.model, spec, flat, start_adapters(config, init_seed, base));
       model::save_peft_adapter(out, config.model, a.spec, a.flat, config.grpo.base_model);
     } else {
       model::save_peft_adapter(out, config.model, spec, flat, config.grpo.base_model);

@@ -1,5 +1,5 @@
 // PeakCheck::after(): the high-water against the planned peaks of the phases run so far.
-#include "unstuck/train/peak_check.h"
+#include "train/peak_check.h"
 
 #include <algorithm>
 
@@ -14,11 +14,12 @@ std::optional<std::string> PeakCheck::after(const std::string& phase, double mea
   const double limit = planned_so_far_ * kPeakRatio + allowance_;
   if (measured <= limit) return std::nullopt;
   warned_ = true;
-  return fmt::format("train: measured peak memory {} after the {} phase of step {} is above the plan ({} for the "
-                     "phases run so far) by more than {:.0f}% plus {} of allocator slack; the plan missed "
-                     "something in {}: please report it with the run's run.json",
-                     format_bytes(measured), phase, step, format_bytes(planned_so_far_), (kPeakRatio - 1) * 100,
-                     format_bytes(allowance_), phase);
+  return fmt::format(
+      "train: measured peak memory {} after the {} phase of step {} is above the plan ({} for the "
+      "phases run so far) by more than {:.0f}% plus {} of allocator slack; the plan missed "
+      "something in {}: please report it with the run's run.json",
+      format_bytes(measured), phase, step, format_bytes(planned_so_far_), (kPeakRatio - 1) * 100,
+      format_bytes(allowance_), phase);
 }
 
 }  // namespace unstuck::train

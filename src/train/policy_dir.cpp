@@ -31,8 +31,7 @@ std::vector<int32_t> stop_token_ids(const std::filesystem::path& model_dir, cons
 }
 
 RunConfig policy_run_config(const std::filesystem::path& dir, const std::vector<std::string>& overrides) {
-  if (!std::filesystem::is_directory(dir))
-    throw UserError("model directory '" + dir.string() + "' does not exist");
+  if (!std::filesystem::is_directory(dir)) throw UserError("model directory '" + dir.string() + "' does not exist");
   const std::filesystem::path cfg_path = dir / kRunConfigFile;
   // Where the producing run computed says nothing about this machine: run.device is auto (a usable
   // GPU, else the CPU) unless the caller's overrides, applied after it, name it.

@@ -37,19 +37,19 @@ PromptFit fit_prompts(std::vector<data::TaskRecord> records, const data::PromptF
 
 void report_prompt_fit(const PromptFit& fit, int64_t max_prompt_tokens, const std::string& what) {
   if (fit.dropped > 0)
-    spdlog::warn("{}: dropped {} of {} records whose prompt exceeds {} tokens (model.max_seq_len - "
-                 "rollout.max_new_tokens); longest prompt: {} tokens",
-                 what, fit.dropped, fit.lengths.size(), max_prompt_tokens, fit.longest);
+    spdlog::warn(
+        "{}: dropped {} of {} records whose prompt exceeds {} tokens (model.max_seq_len - "
+        "rollout.max_new_tokens); longest prompt: {} tokens",
+        what, fit.dropped, fit.lengths.size(), max_prompt_tokens, fit.longest);
   if (fit.kept.empty() && !fit.lengths.empty())
-    throw UserError(what + ": every prompt is longer than " + std::to_string(max_prompt_tokens) +
-                    " tokens (longest: " + std::to_string(fit.longest) +
-                    "); raise model.max_seq_len or lower rollout.max_new_tokens");
+    throw UserError(what + ": every prompt is longer than " + std::to_string(max_prompt_tokens) + " tokens (longest: " +
+                    std::to_string(fit.longest) + "); raise model.max_seq_len or lower rollout.max_new_tokens");
 }
 
 std::vector<data::TaskRecord> drop_overlong_prompts(std::vector<data::TaskRecord> records,
                                                     const data::PromptFormatter& prompts,
-                                                    const tokenizer::Tokenizer& tok,
-                                                    int64_t max_prompt_tokens, const std::string& what) {
+                                                    const tokenizer::Tokenizer& tok, int64_t max_prompt_tokens,
+                                                    const std::string& what) {
   PromptFit fit = fit_prompts(std::move(records), prompts, tok, max_prompt_tokens);
   report_prompt_fit(fit, max_prompt_tokens, what);
   return std::move(fit.kept);

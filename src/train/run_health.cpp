@@ -91,9 +91,9 @@ void RunHealth::observe(const nlohmann::ordered_json& m) {
          fmt::format("every completion scored {:.4g} over the last {} step(s) (reward_std 0, zero_adv_frac 1): no "
                      "advantage is non-zero, so the policy gets no gradient{}",
                      *reward, window_,
-                     *reward < first_reward_ ? fmt::format("; the reward collapsed from {:.4g} at the first step",
-                                                           first_reward_)
-                                             : std::string()));
+                     *reward < first_reward_
+                         ? fmt::format("; the reward collapsed from {:.4g} at the first step", first_reward_)
+                         : std::string()));
 }
 
 void RunHealth::end_of_run() {
@@ -126,8 +126,13 @@ std::string RunHealth::summary() const {
 }
 
 nlohmann::json RunHealth::to_json() const {
-  return {{"steps", observed_}, {"optimizer_steps", optimizer_steps_}, {"skipped_optimizer_steps", skipped_},
-          {"failed", failed()}, {"warnings", warnings_}, {"signals", signals_}, {"window", window_}};
+  return {{"steps", observed_},
+          {"optimizer_steps", optimizer_steps_},
+          {"skipped_optimizer_steps", skipped_},
+          {"failed", failed()},
+          {"warnings", warnings_},
+          {"signals", signals_},
+          {"window", window_}};
 }
 
 }  // namespace unstuck::train

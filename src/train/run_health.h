@@ -19,7 +19,7 @@ struct HealthThresholds {
   double entropy_drop = 0.05;         // ... below this fraction of the first step's entropy: collapsed
   double kl_ceiling = 1.0;            // kl_ref_k3 (nats per token) above this: the policy left the reference
   double failed_skip_fraction = 0.5;  // more of the run's optimizer steps skipped than this: the run failed
-  bool loss_must_fall = false;        // sft: the last window's mean `loss` not below the first window's warns at the end
+  bool loss_must_fall = false;  // sft: the last window's mean `loss` not below the first window's warns at the end
 };
 
 class RunHealth {

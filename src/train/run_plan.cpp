@@ -23,13 +23,15 @@
 #include "unstuck/model/lora.h"
 #include "unstuck/model/param_layout.h"
 #include "unstuck/reward/verifier.h"
-#include "unstuck/train/base_weights.h"
+#include "unstuck/rollout/sampler.h"
+#include "train/base_weights.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/compute_choice.h"
 #include "unstuck/train/grpo.h"
 #include "unstuck/train/policy_dir.h"
 #include "unstuck/train/torch_device.h"
 #include "unstuck/train/trainable_weights.h"
+#include "unstuck/train/weight_rounding.h"
 
 namespace unstuck::train {
 namespace {
@@ -60,8 +62,9 @@ RunContext resolve_tokenizer(RunConfig& config, bool model_from_checkpoint, cons
   validate(config);
   check_limits(config);
   // chat_template: auto looks next to the tokenizer (its model directory), or in `prompts_dir`.
-  const std::filesystem::path dir =
-      !prompts_dir.empty() ? prompts_dir : std::filesystem::is_directory(tok_path) ? tok_path : tok_path.parent_path();
+  const std::filesystem::path dir = !prompts_dir.empty()                      ? prompts_dir
+                                    : std::filesystem::is_directory(tok_path) ? tok_path
+                                                                              : tok_path.parent_path();
   data::PromptFormatter prompts(config.data, dir);
   return {run_dir(config), tok_path, std::move(tok), derive_seeds(config.run.seed), std::move(prompts), {}};
 }
@@ -85,8 +88,8 @@ void check_weight_files(const RunPlan& plan) {
 
 // Leaves nothing behind: a probe folder is made and removed in the nearest existing folder of
 // `dir`, so the save at the end of training cannot fail for want of a place.
-void check_writable_dir(const std::filesystem::path& dir, const char* key,
-                        const char* what = "the model directory", const char* why = "the model is saved there at the end") {
+void check_writable_dir(const std::filesystem::path& dir, const char* key, const char* what = "the model directory",
+                        const char* why = "the model is saved there at the end") {
   std::filesystem::path p = std::filesystem::absolute(dir);
   std::error_code ec;
   while (!std::filesystem::exists(p, ec) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
@@ -132,7 +135,8 @@ void plan_compute(RunPlan& plan, dist::Communicator& comm) {
   if (plan.resumed && !plan.resumed->compute.empty())
     recorded = plan.resumed->compute == "fp32" ? precision::ComputeMode::fp32 : precision::ComputeMode::native;
   ComputeChoice choice;
-  if (comm.rank() == 0) choice = resolve_compute(plan.config.model, plan.config.precision, torch_device(plan.device), recorded);
+  if (comm.rank() == 0)
+    choice = resolve_compute(plan.config.model, plan.config.precision, torch_device(plan.device), recorded);
   if (comm.world_size() > 1) {
     int64_t mode = int64_t(choice.mode);
     comm.broadcast(&mode, 1, dist::DataType::i64, 0);
@@ -180,7 +184,8 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
     throw UserError(cpu_only + ", and run.device resolves to " + plan.device.name() + ": set run.device: cpu");
   if (plan.config.rollout.decode == rollout::DecodeMode::graphs && plan.device.kind == DeviceKind::cpu)
     throw UserError("rollout.decode: graphs needs a GPU, and run.device " +
-                    std::string(config::enum_name(plan.config.run.device)) + " resolves to the CPU here; use "
+                    std::string(config::enum_name(plan.config.run.device)) +
+                    " resolves to the CPU here; use "
                     "rollout.decode: auto (graphs on a GPU, dynamic steps on the CPU)");
   // The data: prompts longer than max_seq_len - max_new_tokens are dropped and counted.
   plan_train_data(plan);
@@ -213,8 +218,8 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
       const auto started = reward::make_verifier(verifier, probe);
       const int64_t probes = reward::scorer_workers(probe);  // one per function or command
       if (probes > 0)
-        in.reward_worker_bytes = std::max(0.0, double(descendants_rss_bytes()) - before) / double(probes) *
-                                 double(in.reward_workers);
+        in.reward_worker_bytes =
+            std::max(0.0, double(descendants_rss_bytes()) - before) / double(probes) * double(in.reward_workers);
     }
     mark("reward scorer");
   }
@@ -242,8 +247,9 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
 
 RunPlan plan_sft(RunConfig cfg) {
   if (cfg.lora.enabled())
-    throw UserError("lora.rank is " + std::to_string(cfg.lora.rank) +
-                    ": LoRA trains with `unstuck train` (GRPO); `unstuck sft` trains every parameter (set lora.rank: 0)");
+    throw UserError(
+        "lora.rank is " + std::to_string(cfg.lora.rank) +
+        ": LoRA trains with `unstuck train` (GRPO); `unstuck sft` trains every parameter (set lora.rank: 0)");
   RunContext ctx = resolve_tokenizer(cfg, /*model_from_checkpoint=*/false, {});
   RunPlan plan("sft", std::move(cfg), std::move(ctx));
   const RunConfig& c = plan.config;
@@ -300,21 +306,35 @@ RunPlan plan_eval(RunConfig cfg, const RunRequest& request) {
 }
 
 nlohmann::json fit_json(const PromptFit& fit, const std::filesystem::path& file) {
-  return {{"file", file.string()}, {"records", fit.lengths.size()}, {"kept", fit.kept.size()},
-          {"dropped", fit.dropped}, {"longest_prompt_tokens", fit.longest}};
+  return {{"file", file.string()},
+          {"records", fit.lengths.size()},
+          {"kept", fit.kept.size()},
+          {"dropped", fit.dropped},
+          {"longest_prompt_tokens", fit.longest}};
 }
 
 nlohmann::json memory_json(const MemoryPlan& plan, const MemoryLimit& limit) {
   nlohmann::json parts = nlohmann::json::array(), phases = nlohmann::json::object();
   for (const MemoryPart& p : plan.parts)
-    parts.push_back({{"what", p.what}, {"phase", p.phase.empty() ? "held" : p.phase}, {"bytes", p.bytes},
-                     {"keys", p.keys}, {"knob", p.knob}, {"host", !plan.on_device(p)},
+    parts.push_back({{"what", p.what},
+                     {"phase", p.phase.empty() ? "held" : p.phase},
+                     {"bytes", p.bytes},
+                     {"keys", p.keys},
+                     {"knob", p.knob},
+                     {"host", !plan.on_device(p)},
                      {"other_process", p.other_process}});
   for (const std::string& ph : plan.phases()) phases[ph] = plan.phase_peak(ph);
-  return {{"peak_bytes", plan.peak()}, {"peak_phase", plan.peak_phase()}, {"held_bytes", plan.held()},
-          {"host_bytes", plan.host_bytes()}, {"other_process_bytes", plan.other_process_bytes()},
-          {"baseline_bytes", plan.baseline}, {"phase_peak_bytes", phases}, {"parts", parts},
-          {"limit_bytes", limit.bytes}, {"limit", limit.where}, {"ranks_sharing_limit", limit.ranks}};
+  return {{"peak_bytes", plan.peak()},
+          {"peak_phase", plan.peak_phase()},
+          {"held_bytes", plan.held()},
+          {"host_bytes", plan.host_bytes()},
+          {"other_process_bytes", plan.other_process_bytes()},
+          {"baseline_bytes", plan.baseline},
+          {"phase_peak_bytes", phases},
+          {"parts", parts},
+          {"limit_bytes", limit.bytes},
+          {"limit", limit.where},
+          {"ranks_sharing_limit", limit.ranks}};
 }
 
 std::string fit_line(const PromptFit& fit, const std::filesystem::path& file, int64_t max_prompt_tokens) {
@@ -324,7 +344,8 @@ std::string fit_line(const PromptFit& fit, const std::filesystem::path& file, in
 
 // Lines after the first indented by `pad` (a multi-line report inside the plan's block).
 std::string indented(std::string text, const std::string& pad) {
-  for (std::size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 1)) text.insert(at + 1, pad);
+  for (std::size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 1))
+    text.insert(at + 1, pad);
   return text;
 }
 
@@ -335,6 +356,23 @@ RunPlan::RunPlan(std::string command_in, RunConfig config_in, RunContext ctx_in)
   device = rank_device(config);
   threads = resolve_threads(config.precision.threads);
   max_prompt_tokens = config.model.max_seq_len - config.rollout.max_new_tokens;
+}
+
+// The run's decisions (RunDecisions) from its resolved config, compute mode and device.
+RunDecisions decide(const RunPlan& plan, const dist::Communicator& comm) {
+  const RunConfig& c = plan.config;
+  RunDecisions d;
+  d.compute_weights_dtype = c10::toString(compute_dtype(precision::round_mode_for(c.precision.mode)));
+  d.forward_dtype =
+      c10::toString(forward_dtype(with_compute(c.precision, plan.compute), plan.device.kind == DeviceKind::cuda));
+  d.dist_backend = comm.backend_name();
+  if (plan.command != "train") return d;
+  const config::GrpoConfig& g = c.grpo;
+  // The reference is the start policy in the forward dtype (with LoRA the frozen base, held so).
+  if (g.needs_reference()) d.reference_dtype = d.forward_dtype;
+  d.decode = rollout::resolve_decode_mode(c.rollout.decode, torch_device(plan.device), /*use_cache=*/true);
+  d.measure_apart = g.ppo_epochs != 1 || g.minibatches != 1 || c.lora.dropout > 0;
+  return d;
 }
 
 RunPlan plan_run(RunConfig config, const RunRequest& request, dist::Communicator& comm, StartupClock* clock) {
@@ -350,7 +388,17 @@ RunPlan plan_run(RunConfig config, const RunRequest& request, dist::Communicator
                                             : plan_eval(std::move(config), request);
   plan.rank = comm.rank();
   plan.world = comm.world_size();
+  if (plan.command != "eval") plan.decisions = decide(plan, comm);
   return plan;
+}
+
+nlohmann::json RunDecisions::to_json() const {
+  return {{"compute_weights_dtype", compute_weights_dtype},
+          {"forward_dtype", forward_dtype},
+          {"reference_dtype", reference_dtype},
+          {"decode", config::enum_name(decode)},
+          {"measure_apart", measure_apart},
+          {"dist_backend", dist_backend}};
 }
 
 nlohmann::json RunPlan::to_json() const {
@@ -365,19 +413,26 @@ nlohmann::json RunPlan::to_json() const {
                    {"rank", rank},
                    {"world_size", world},
                    {"precision_mode", config::enum_name(config.precision.mode)},
-                   {"model", {{"dir", model_dir.string()},
-                              {"family", config::enum_name(config.model.family)},
-                              {"params", model::llama_layout(config.model).total},
-                              {"vocab_size", config.model.vocab_size},
-                              {"layers", config.model.n_layers},
-                              {"max_seq_len", config.model.max_seq_len}}},
+                   {"model",
+                    {{"dir", model_dir.string()},
+                     {"family", config::enum_name(config.model.family)},
+                     {"params", model::llama_layout(config.model).total},
+                     {"vocab_size", config.model.vocab_size},
+                     {"layers", config.model.n_layers},
+                     {"max_seq_len", config.model.max_seq_len}}},
                    {"tokenizer", ctx.tokenizer_path.string()},
                    {"data", data},
                    {"stop_token_ids", ctx.stop_ids},
-                   {"seeds", {{"run", config.run.seed}, {"data", s.data}, {"init", s.init}, {"sampling", s.sampling},
-                              {"rounding", s.rounding}, {"dropout", s.dropout}}},
+                   {"seeds",
+                    {{"run", config.run.seed},
+                     {"data", s.data},
+                     {"init", s.init},
+                     {"sampling", s.sampling},
+                     {"rounding", s.rounding},
+                     {"dropout", s.dropout}}},
                    {"memory", memory_json(memory, limit)}};
   if (command != "eval") j["compute"] = compute_choice;
+  if (command != "eval") j["decisions"] = decisions.to_json();
   if (!resume_checkpoint.empty()) j["resume_checkpoint"] = resume_checkpoint.string();
   if (command == "train" && config.lora.enabled())
     j["lora"] = {{"rank", config.lora.rank},
@@ -402,10 +457,18 @@ std::string RunPlan::describe() const {
   line("tokenizer", ctx.tokenizer_path.string() + "; prompts from " + ctx.prompts.describe());
   std::string compute_text = config::enum_name(config.precision.mode);
   if (command != "eval")
-    compute_text += fmt::format(", compute {} ({})", config::enum_name(compute),
-                                compute_choice.value("reason", std::string()));
-  line("device", fmt::format("{}, {} thread(s), rank {} of {}; precision {}", device.name(), threads, rank, world,
-                             compute_text));
+    compute_text +=
+        fmt::format(", compute {} ({})", config::enum_name(compute), compute_choice.value("reason", std::string()));
+  line("device",
+       fmt::format("{}, {} thread(s), rank {} of {}; precision {}", device.name(), threads, rank, world, compute_text));
+  if (command != "eval") {
+    const RunDecisions& d = decisions;
+    std::string text = "compute weights " + d.compute_weights_dtype + ", forward " + d.forward_dtype;
+    if (command == "train")
+      text += ", reference " + d.reference_dtype + ", decode " + config::enum_name(d.decode) + ", policy measured " +
+              (d.measure_apart ? "in its own pass" : "by the update's forward");
+    line("computes", text + "; " + d.dist_backend + " backend");
+  }
   if (command == "train") line("train data", fit_line(train, train_file, max_prompt_tokens));
   if (command == "sft") line("train data", fmt::format("{} records of {}", sft_examples.size(), train_file.string()));
   line(command == "eval" ? "scored" : "test data", fit_line(test, test_file, max_prompt_tokens));
@@ -421,8 +484,7 @@ std::string RunPlan::describe() const {
     const std::string start =
         !config.grpo.base_adapter.empty() ? config.grpo.base_adapter
         : l.init == model::LoraInit::pissa
-            ? "pissa (A, B from each adapted matrix's top-" + std::to_string(l.rank) +
-                  " singular vectors by " +
+            ? "pissa (A, B from each adapted matrix's top-" + std::to_string(l.rank) + " singular vectors by " +
                   (l.pissa_niter > 0 ? "a randomized SVD with " + std::to_string(l.pissa_niter) + " subspace iterations"
                                      : std::string("a full SVD")) +
                   "; the frozen base is the residual, the reference the start policy)"
@@ -464,6 +526,13 @@ void open_run(RunPlan& plan) {
                        {"world_size", plan.world},
                        {"memory_plan", memory_json(plan.memory, plan.limit)},
                        {"plan", plan.to_json()}};
+    if (plan.command != "eval") {  // the precision and backend the run uses, as the plan decided them
+      const RunDecisions& d = plan.decisions;
+      run["compute_weights_dtype"] = d.compute_weights_dtype;
+      run["forward_dtype"] = d.forward_dtype;
+      if (plan.command == "train") run["reference_dtype"] = d.reference_dtype;
+      run["dist_backend"] = d.dist_backend;
+    }
     io::write_json_file(ctx.run_dir / "run.json", run);
   }
   const std::string block = plan.describe();

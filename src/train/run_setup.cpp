@@ -7,7 +7,7 @@
 
 #include "unstuck/common/memory_usage.h"
 #include "unstuck/config/config.h"
-#include "unstuck/config/preflight.h"
+#include "unstuck/train/memory_plan.h"
 #include "unstuck/io/json_file.h"
 
 namespace unstuck::train {

@@ -29,8 +29,8 @@ void StepProgress::rollout(const rollout::GenerateProgress& p) {
   if (!due()) return;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - rollout_start_).count();
   spdlog::info("  step {}: rollout {}/{} tokens, {}/{} rows finished, {} tokens sampled ({:.0f} tokens/s), {:.0f} s in",
-               step_, p.tokens_done, p.max_tokens, p.finished, p.rows, p.sampled,
-               s > 0 ? double(p.sampled) / s : 0.0, since_start());
+               step_, p.tokens_done, p.max_tokens, p.finished, p.rows, p.sampled, s > 0 ? double(p.sampled) / s : 0.0,
+               since_start());
 }
 
 void StepProgress::chunk(const char* phase, int64_t chunk, int64_t chunks, int64_t pass, int64_t passes) {

@@ -164,11 +164,8 @@ void TrainableWeights::allocate(torch::Tensor master) {
 }
 
 void TrainableWeights::build_model(const model::ModelConfig& config, FrozenBase base) {
-  // FP16 has no fast CPU kernels: compute in FP32 on the FP16-rounded weights (DESIGN.md). CUDA
-  // computes in FP16 natively.
-  const bool fp32_forward = precision_.compute == precision::ComputeMode::fp32 ||
-                            (compute_.scalar_type() == torch::kHalf && !device_.is_cuda());
-  forward_ = fp32_forward && compute_.scalar_type() != torch::kFloat32 ? compute_.to(torch::kFloat32) : compute_;
+  const torch::ScalarType forward = train::forward_dtype(precision_, device_.is_cuda());
+  forward_ = forward != compute_.scalar_type() ? compute_.to(forward) : compute_;
   const bool lora = base.weights.defined();
   if (lora) {
     // The base is frozen (no gradient is taken for it); the adapters' gradients arrive in their
@@ -199,6 +196,10 @@ void TrainableWeights::materialize_slice(const float* master, int64_t begin, int
                             scales ? scales : format_->scales());
 }
 
+std::unique_ptr<precision::WeightFormat> TrainableWeights::host_format() const {
+  return precision::WeightFormat::make(precision_, rounding_seed_, precision::Place{}, layout_.fp8_matrices());
+}
+
 void TrainableWeights::restore(const torch::Tensor& master, const torch::Tensor& exp_avg,
                                const torch::Tensor& exp_avg_sq, int64_t optimizer_steps,
                                const precision::LossScalerState& scaler) {
@@ -219,7 +220,8 @@ void TrainableWeights::restore(const BufferReader& read, int64_t optimizer_steps
   const int64_t slice = std::min(kSliceElems, std::max<int64_t>(total_, 1));
   const torch::Tensor host = torch::empty({slice}, torch::kFloat32);  // one bounded staging buffer
   // This rank's shard of each buffer, a slice at a time (read straight into host buffers).
-  for (auto [name, dst] : {std::pair<const char*, torch::Tensor*>{"master", &master_}, {"exp_avg", &exp_avg_},
+  for (auto [name, dst] : {std::pair<const char*, torch::Tensor*>{"master", &master_},
+                           {"exp_avg", &exp_avg_},
                            {"exp_avg_sq", &exp_avg_sq_}})
     for (int64_t i = 0; i < owned_; i += slice) {
       const int64_t n = std::min(slice, owned_ - i);
@@ -264,10 +266,6 @@ void TrainableWeights::refresh_forward_weights() {
   if (forward_.data_ptr() != compute_.data_ptr()) forward_.copy_(compute_);
 }
 
-
-
-
-
 precision::SliceTensors TrainableWeights::slice_tensors(int64_t begin, int64_t n) const {
   precision::SliceTensors slice{uint64_t(begin), std::size_t(n), {}, {}};
   for (std::size_t i = 0; i < layout().entries.size(); ++i) {
@@ -292,9 +290,12 @@ void TrainableWeights::update_slice(int64_t begin, int64_t n, const precision::A
   const int64_t at = begin - shard_begin_;
   const precision::SliceTensors slice = slice_tensors(begin, n);
   const torch::Tensor before = scratch_.narrow(0, 0, n), after = compute_all_.narrow(0, begin, n);
-  precision::AdamWBuffers buffers{master_.data_ptr<float>() + at, grad_shard_.data_ptr<float>() + at,
-                                  exp_avg_.data_ptr<float>() + at, exp_avg_sq_.data_ptr<float>() + at,
-                                  after.data_ptr(), uint64_t(begin)};
+  precision::AdamWBuffers buffers{master_.data_ptr<float>() + at,
+                                  grad_shard_.data_ptr<float>() + at,
+                                  exp_avg_.data_ptr<float>() + at,
+                                  exp_avg_sq_.data_ptr<float>() + at,
+                                  after.data_ptr(),
+                                  uint64_t(begin)};
   if (format_->deferred()) {  // the compute weights are rounded after every slice is updated
     buffers.compute = discard_.data_ptr();
     return format_->update(buffers, std::size_t(n), slice.segments, hyper, uint64_t(adam_step_));

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "unstuck/common/error.h"
-#include "unstuck/precision/fp8.h"
 #include "unstuck/precision/rounding.h"
 
 namespace unstuck::train {
@@ -22,13 +21,22 @@ constexpr int64_t kSliceElems = 1 << 22;
 
 torch::ScalarType compute_dtype(precision::RoundMode mode) {
   switch (mode) {
-    case precision::RoundMode::fp32: return torch::kFloat32;
+    case precision::RoundMode::fp32:
+      return torch::kFloat32;
     case precision::RoundMode::bf16_rn:
-    case precision::RoundMode::bf16_sr: return torch::kBFloat16;
+    case precision::RoundMode::bf16_sr:
+      return torch::kBFloat16;
     case precision::RoundMode::fp16_rn:
-    case precision::RoundMode::fp16_sr: return torch::kHalf;
+    case precision::RoundMode::fp16_sr:
+      return torch::kHalf;
   }
   return torch::kFloat32;
+}
+
+torch::ScalarType forward_dtype(const precision::PrecisionConfig& precision, bool cuda) {
+  const torch::ScalarType compute = compute_dtype(precision::round_mode_for(precision.mode));
+  const bool fp32 = precision.compute == precision::ComputeMode::fp32 || (compute == torch::kHalf && !cuda);
+  return fp32 ? torch::kFloat32 : compute;
 }
 
 torch::Tensor round_base_to_grid(const torch::Tensor& master, int analog_mantissa_bits) {
@@ -66,41 +74,18 @@ void round_base_to_grid_(torch::Tensor& master, int analog_mantissa_bits) {
   }
 }
 
-Fp8Channels fp8_channels(const model::ParamLayout& layout, const std::function<void(int64_t, int64_t, float*)>& read,
-                         int threads) {
-  return precision::fp8_channels(layout.fp8_matrices(), layout.total, read, threads);
-}
-
-Fp8Channels fp8_channels(const model::ParamLayout& layout, const float* master, int threads) {
-  Fp8Channels c;
-  c.matrices = layout.fp8_matrices();
-  std::vector<float> amax(precision::fp8_channel_count(c.matrices), 0.0f);
-  precision::fp8_channel_amax(master, std::size_t(layout.total), 0, c.matrices, amax.data(), {threads});
-  precision::set_fp8_exponents(amax.data(), amax.size(), c.exponent);
-  return c;
-}
-
 std::string cpu_only_precision(const precision::PrecisionConfig& precision) {
   if (precision.analog_mantissa_bits > 0)
     return "precision.analog_mantissa_bits (the grid-scaled analog) runs on the CPU only";
   return "";
 }
 
-void round_base_to_fp8(float* x, int64_t begin, int64_t n, const Fp8Channels& channels, int threads) {
-  std::vector<uint16_t> bits(static_cast<std::size_t>(std::min(kSliceElems, std::max<int64_t>(n, 1))));
-  for (int64_t b = 0; b < n; b += kSliceElems) {
-    const int64_t m = std::min(kSliceElems, n - b);
-    precision::materialize_fp8(x + b, bits.data(), std::size_t(m), uint64_t(begin + b), channels.matrices,
-                               channels.exponent.data(), false, {}, {threads});
-    for (int64_t i = 0; i < m; ++i) x[b + i] = precision::bf16_to_float(bits[std::size_t(i)]);
-  }
-}
-
 void round_base_to_fp8_(torch::Tensor& master, const model::ParamLayout& layout, int threads) {
   if (!master.is_cpu() || master.scalar_type() != torch::kFloat32 || !master.is_contiguous())
     throw UserError("grpo.round_base_to_fp8: the base must be a contiguous FP32 buffer in host memory");
   float* x = master.data_ptr<float>();
-  round_base_to_fp8(x, 0, master.numel(), fp8_channels(layout, x, threads), threads);
+  const auto n = std::size_t(master.numel());
+  precision::round_to_fp8_grid(x, 0, n, precision::fp8_channels(layout.fp8_matrices(), x, n, threads), threads);
 }
 
 torch::Tensor frozen_base_weights(torch::Tensor base, const precision::PrecisionConfig& precision,
@@ -115,12 +100,12 @@ torch::Tensor frozen_base_weights(torch::Tensor base, const precision::Precision
 }
 
 void materialize_compute_slice(const precision::PrecisionConfig& precision, uint64_t rounding_seed, const float* master,
-                               int64_t begin, int64_t n, void* out, int64_t step, const Fp8Channels* fp8) {
-  if (precision::is_fp8(precision.mode) && !fp8)
-    throw std::invalid_argument("materialize_compute_slice: an FP8 mode needs the master's channels");
+                               int64_t begin, int64_t n, void* out, int64_t step, const Fp8Channels* scales) {
   const auto format = precision::WeightFormat::make(precision, rounding_seed, {},
-                                                    fp8 ? fp8->matrices : std::vector<precision::Fp8Matrix>{});
-  format->materialize(master, uint64_t(begin), std::size_t(n), out, uint64_t(step), fp8);
+                                                    scales ? scales->matrices : std::vector<precision::Fp8Matrix>{});
+  if (format->deferred() && !scales)  // its scales come from the whole master: the caller's
+    throw std::invalid_argument("materialize_compute_slice: a format with scales needs the master's");
+  format->materialize(master, uint64_t(begin), std::size_t(n), out, uint64_t(step), scales);
 }
 
 }  // namespace unstuck::train

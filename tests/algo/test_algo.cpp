@@ -63,7 +63,8 @@ TEST(Advantages, ACompletionNoScorerAppliedToIsLeftOut) {
   const float nan = std::nanf("");
   const double sd = std::sqrt(1.0 / 3.0);
   Advantages a = group_advantages({1, nan, 0, 0, nan, nan, nan, nan, 2, nan, nan, nan}, 4, AdvantageMode::grpo, 0.0);
-  const std::vector<float> want{float(2 / 3.0 / sd), 0, float(-1 / 3.0 / sd), float(-1 / 3.0 / sd), 0, 0, 0, 0, 0, 0, 0, 0};
+  const std::vector<float> want{
+      float(2 / 3.0 / sd), 0, float(-1 / 3.0 / sd), float(-1 / 3.0 / sd), 0, 0, 0, 0, 0, 0, 0, 0};
   for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(a.values[i], want[i], 1e-6) << i;
   EXPECT_NEAR(a.values[0], 1.155, 1e-3);
   EXPECT_EQ(a.zero_variance_groups, 2) << "a group with no scored completion, or one, has no signal";

@@ -26,17 +26,15 @@ struct CliResult {
 class CliData : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("unstuck_cli_data_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("unstuck_cli_data_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
   CliResult run(const std::string& args) const {
     const fs::path log = dir_ / "log.txt";
-    const std::string command =
-        std::string("'") + UNSTUCK_BINARY + "' " + args + " > '" + log.string() + "' 2>&1";
+    const std::string command = std::string("'") + UNSTUCK_BINARY + "' " + args + " > '" + log.string() + "' 2>&1";
     const int status = std::system(command.c_str());
     CliResult r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -63,8 +61,7 @@ class CliData : public ::testing::Test {
 
 TEST_F(CliData, GenerateIsDeterministicAndWritesBothSplits) {
   for (const std::string sub : {"a", "b"}) {
-    const CliResult r = run("data generate --task countdown --n 200 --seed 3 --out '" +
-                            (dir_ / sub).string() + "'");
+    const CliResult r = run("data generate --task countdown --n 200 --seed 3 --out '" + (dir_ / sub).string() + "'");
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("wrote 180 train records"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("wrote 20 test records"), std::string::npos) << r.out;
@@ -77,8 +74,8 @@ TEST_F(CliData, GenerateIsDeterministicAndWritesBothSplits) {
 // docs/TASKS.md: the shipped data/ is exactly what these commands write.
 TEST_F(CliData, ShippedDatasetsAreReproducedByTheirCommands) {
   for (const std::string task : {"arithmetic", "countdown"}) {
-    const CliResult r = run("data generate --task " + task + " --n 20000 --seed 1 --out '" +
-                            (dir_ / task).string() + "'");
+    const CliResult r =
+        run("data generate --task " + task + " --n 20000 --seed 1 --out '" + (dir_ / task).string() + "'");
     ASSERT_EQ(r.code, 0) << r.out;
     const fs::path shipped = fs::path(UNSTUCK_SOURCE_DIR) / "data" / task;
     for (const std::string file : {"train.jsonl", "test.jsonl"}) {
@@ -89,8 +86,7 @@ TEST_F(CliData, ShippedDatasetsAreReproducedByTheirCommands) {
 }
 
 TEST_F(CliData, BadGeneratorOptionsExitWithCode2AndNameTheKey) {
-  const CliResult r =
-      run("data generate --task arithmetic --n 10 --min-digits 5 --out '" + dir_.string() + "'");
+  const CliResult r = run("data generate --task arithmetic --n 10 --min-digits 5 --out '" + dir_.string() + "'");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("error: data.arithmetic.min_digits (5) must be <= "
                        "data.arithmetic.max_digits (3)"),
@@ -99,16 +95,14 @@ TEST_F(CliData, BadGeneratorOptionsExitWithCode2AndNameTheKey) {
 }
 
 TEST_F(CliData, ScoreRoundTrip) {
-  ASSERT_EQ(
-      run("data generate --task arithmetic --n 30 --seed 2 --out '" + dir_.string() + "'").code, 0);
+  ASSERT_EQ(run("data generate --task arithmetic --n 30 --seed 2 --out '" + dir_.string() + "'").code, 0);
   // Completions: correct, wrong but well formed, and missing, in turn; plus one countdown line.
   std::ofstream completions(dir_ / "completions.jsonl");
   int i = 0;
   for (const std::string& line : lines(dir_ / "train.jsonl")) {
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(line);
     const std::string answer = j["answer"].get<std::string>();
-    const std::string variants[] = {"<answer>" + answer + "</answer>", "<answer>-1</answer>",
-                                    "I don't know"};
+    const std::string variants[] = {"<answer>" + answer + "</answer>", "<answer>-1</answer>", "I don't know"};
     j["completion"] = variants[i++ % 3];
     completions << j.dump() << "\n";
   }
@@ -116,8 +110,8 @@ TEST_F(CliData, ScoreRoundTrip) {
               << R"("numbers":[3,5,7],"target":22,"completion":"<answer>7+3*5</answer>"})"
               << "\n";
   completions.close();
-  const CliResult r = run("reward score --input '" + (dir_ / "completions.jsonl").string() +
-                          "' --output '" + (dir_ / "scored.jsonl").string() + "'");
+  const CliResult r = run("reward score --input '" + (dir_ / "completions.jsonl").string() + "' --output '" +
+                          (dir_ / "scored.jsonl").string() + "'");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("scored 28 completions"), std::string::npos) << r.out;
   const auto scored = lines(dir_ / "scored.jsonl");
@@ -148,10 +142,13 @@ TEST_F(CliData, ScoreRoundTrip) {
 // is named with the known ones, and log lines (the code sandbox's) stay off the scored output.
 TEST_F(CliData, ScoreReadsFreeTextWithLastExpression) {
   std::ofstream input(dir_ / "free.jsonl");
-  input << R"({"task":"math","prompt":"p","answer":"22","completion":"Adding 15 and 7 gives 22."})" << "\n"
-        << R"({"task":"math","prompt":"p","answer":"22","completion":"A guess is 22, but it is 23."})" << "\n"
+  input << R"({"task":"math","prompt":"p","answer":"22","completion":"Adding 15 and 7 gives 22."})"
+        << "\n"
+        << R"({"task":"math","prompt":"p","answer":"22","completion":"A guess is 22, but it is 23."})"
+        << "\n"
         << R"({"task":"code","prompt":"p","answer":"","test_list":["assert f() == 1"],)"
-        << R"("completion":"```python\ndef f():\n    return 1\n```"})" << "\n";
+        << R"("completion":"```python\ndef f():\n    return 1\n```"})"
+        << "\n";
   input.close();
   const std::string args = "reward score --input '" + (dir_ / "free.jsonl").string() + "' --output '" +
                            (dir_ / "scored.jsonl").string() + "' --answer-formats ";
@@ -174,8 +171,7 @@ TEST_F(CliData, ScoreReadsFreeTextWithLastExpression) {
   // stdout alone: the summary, never a log line (those go to stderr).
   const fs::path out = dir_ / "stdout.txt";
   const std::string command = std::string("'") + UNSTUCK_BINARY + "' " + args +
-                              "answer_tag,boxed,hashes,last_expression > '" + out.string() +
-                              "' 2>/dev/null";
+                              "answer_tag,boxed,hashes,last_expression > '" + out.string() + "' 2>/dev/null";
   ASSERT_EQ(std::system(command.c_str()), 0);
   const std::string stdout_text = read(out);
   EXPECT_NE(stdout_text.find("scored 3 completions"), std::string::npos) << stdout_text;
@@ -184,8 +180,8 @@ TEST_F(CliData, ScoreReadsFreeTextWithLastExpression) {
   const fs::path piped = dir_ / "piped.jsonl";
   const std::string dash = std::string("cd '") + dir_.string() + "' && '" + UNSTUCK_BINARY +
                            "' reward score --input free.jsonl --output - --answer-formats "
-                           "answer_tag,boxed,hashes,last_expression > '" + piped.string() + "' 2> '" +
-                           (dir_ / "summary.txt").string() + "'";
+                           "answer_tag,boxed,hashes,last_expression > '" +
+                           piped.string() + "' 2> '" + (dir_ / "summary.txt").string() + "'";
   ASSERT_EQ(std::system(dash.c_str()), 0) << dash;
   const auto piped_lines = lines(piped);
   ASSERT_EQ(piped_lines.size(), 3u) << read(piped);
@@ -199,16 +195,20 @@ TEST_F(CliData, ScoreReadsFreeTextWithLastExpression) {
 // workers; a completion the function fails on gets status reward_error and the error's text.
 TEST_F(CliData, ScoreWithARunConfigsRewardFunction) {
   const fs::path fn = dir_ / "fn.py";
-  std::ofstream(fn) << "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                       "    if solution_str == 'boom':\n"
-                       "        raise KeyError('boom')\n"
-                       "    return {'score': 0.25 if ground_truth in solution_str else 0.0, 'acc': ground_truth in solution_str}\n";
+  std::ofstream(fn)
+      << "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+         "    if solution_str == 'boom':\n"
+         "        raise KeyError('boom')\n"
+         "    return {'score': 0.25 if ground_truth in solution_str else 0.0, 'acc': ground_truth in solution_str}\n";
   const fs::path cfg = dir_ / "fn.yaml";
   std::ofstream(cfg) << "reward:\n  function:\n    path: " << fn.string() << "\n    python: " << UNSTUCK_PYTHON << "\n";
   const fs::path input = dir_ / "fn_in.jsonl";
-  std::ofstream(input) << R"({"task":"math","prompt":"p","answer":"42","completion":"it is 42"})" << "\n"
-                       << R"({"task":"math","prompt":"p","answer":"42","completion":"it is 41"})" << "\n"
-                       << R"({"task":"math","prompt":"p","answer":"42","completion":"boom"})" << "\n";
+  std::ofstream(input) << R"({"task":"math","prompt":"p","answer":"42","completion":"it is 42"})"
+                       << "\n"
+                       << R"({"task":"math","prompt":"p","answer":"42","completion":"it is 41"})"
+                       << "\n"
+                       << R"({"task":"math","prompt":"p","answer":"42","completion":"boom"})"
+                       << "\n";
   const CliResult r = run("reward score --config '" + cfg.string() + "' --input '" + input.string() + "' --output '" +
                           (dir_ / "fn_out.jsonl").string() + "' reward.function.workers=1");
   ASSERT_EQ(r.code, 0) << r.out;
@@ -224,13 +224,15 @@ TEST_F(CliData, ScoreWithARunConfigsRewardFunction) {
   EXPECT_NE(r.out.find("reward_error          1"), std::string::npos) << r.out;
   // Overrides need --config; --format-reward and --config exclude each other.
   EXPECT_EQ(run("reward score --input '" + input.string() + "' reward.function.workers=1").code, 2);
-  EXPECT_NE(run("reward score --config '" + cfg.string() + "' --format-reward 0.2 --input '" + input.string() + "'").code, 0);
+  EXPECT_NE(
+      run("reward score --config '" + cfg.string() + "' --format-reward 0.2 --input '" + input.string() + "'").code, 0);
   // A function that cannot start is the config's fault, named so, not line 1's.
-  const CliResult missing = run("reward score --config '" + cfg.string() + "' --input '" + input.string() +
-                                "' reward.function.name=nope");
+  const CliResult missing =
+      run("reward score --config '" + cfg.string() + "' --input '" + input.string() + "' reward.function.name=nope");
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.out.find("error: --config " + cfg.string() + ": reward.function " + fn.string() + ":nope: "),
-            std::string::npos) << missing.out;
+            std::string::npos)
+      << missing.out;
   EXPECT_EQ(missing.out.find(input.string() + ":1"), std::string::npos) << missing.out;
 }
 
@@ -285,8 +287,10 @@ TEST_F(CliData, ScoreWithRewardTerms) {
   std::ofstream(cfg) << "reward:\n  terms:\n    - verifier: math\n    - function: {path: " << fn.string()
                      << ", name: short, style: trl, python: " << UNSTUCK_PYTHON << ", workers: 1}\n      weight: 0.5\n";
   const fs::path input = dir_ / "terms_in.jsonl";
-  std::ofstream(input) << R"({"task":"math","prompt":"p","answer":"42","completion":"<answer>42</answer>"})" << "\n"
-                       << R"({"task":"math","prompt":"p","answer":"42","completion":"42"})" << "\n";
+  std::ofstream(input) << R"({"task":"math","prompt":"p","answer":"42","completion":"<answer>42</answer>"})"
+                       << "\n"
+                       << R"({"task":"math","prompt":"p","answer":"42","completion":"42"})"
+                       << "\n";
   const CliResult r = run("reward score --config '" + cfg.string() + "' --input '" + input.string() + "' --output '" +
                           (dir_ / "terms_out.jsonl").string() + "'");
   ASSERT_EQ(r.code, 0) << r.out;
@@ -309,14 +313,21 @@ TEST_F(CliData, ScoresCodeRecordsInTheSandbox) {
   const fs::path input = dir_ / "code_in.jsonl";
   const nlohmann::json tests = {"assert add(1, 2) == 3", "assert add(5, 0) == 5"};
   const auto line = [&](const std::string& completion) {
-    return nlohmann::json{{"task", "code"}, {"prompt", "Write add(a, b)."}, {"answer", ""},
-                          {"test_list", tests}, {"completion", completion}}.dump() + "\n";
+    return nlohmann::json{{"task", "code"},
+                          {"prompt", "Write add(a, b)."},
+                          {"answer", ""},
+                          {"test_list", tests},
+                          {"completion", completion}}
+               .dump() +
+           "\n";
   };
   std::ofstream(input) << line("```python\ndef add(a, b):\n    return a + b\n```")
                        << line("```python\ndef add(a, b):\n    return a - b\n```")  // passes the second test only
                        << line("no code here")
-                       << R"({"task":"math","prompt":"p","answer":"42","completion":"<answer>42</answer>"})" << "\n";
-  const CliResult r = run("reward score --input '" + input.string() + "' --output '" + (dir_ / "code_out.jsonl").string() + "'");
+                       << R"({"task":"math","prompt":"p","answer":"42","completion":"<answer>42</answer>"})"
+                       << "\n";
+  const CliResult r =
+      run("reward score --input '" + input.string() + "' --output '" + (dir_ / "code_out.jsonl").string() + "'");
   ASSERT_EQ(r.code, 0) << r.out;
   const auto out = lines(dir_ / "code_out.jsonl");
   ASSERT_EQ(out.size(), 4u);
@@ -335,14 +346,11 @@ TEST_F(CliData, ScoresCodeRecordsInTheSandbox) {
 
 TEST_F(CliData, MalformedScoreInputStopsWithTheLineNumber) {
   const fs::path input = dir_ / "bad.jsonl";
-  std::ofstream(input)
-      << R"({"task":"math","prompt":"p","answer":"1","completion":"<answer>1</answer>"})"
-      << "\n\n{not json\n";
-  CliResult r = run("reward score --input '" + input.string() + "' --output '" +
-                    (dir_ / "out.jsonl").string() + "'");
+  std::ofstream(input) << R"({"task":"math","prompt":"p","answer":"1","completion":"<answer>1</answer>"})"
+                       << "\n\n{not json\n";
+  CliResult r = run("reward score --input '" + input.string() + "' --output '" + (dir_ / "out.jsonl").string() + "'");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.out.find("error: " + input.string() + ":3: invalid JSON"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("error: " + input.string() + ":3: invalid JSON"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir_ / "out.jsonl")) << "nothing is written when a line is bad";
 
   std::ofstream(input) << R"({"task":"chess","prompt":"p","answer":"1","completion":"x"})"

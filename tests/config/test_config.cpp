@@ -60,9 +60,7 @@ class ConfigTest : public ::testing::Test {
     const fs::path path = write_yaml(text);
     return error_of([&] { load_run_config(path, overrides); });
   }
-  std::string at(int line) const {
-    return (dir_ / "x.yaml").string() + ":" + std::to_string(line) + ": ";
-  }
+  std::string at(int line) const { return (dir_ / "x.yaml").string() + ":" + std::to_string(line) + ": "; }
 
   fs::path dir_;
 };
@@ -86,8 +84,8 @@ TEST_F(ConfigTest, NoFileGivesTheDefaults) {
 
 TEST_F(ConfigTest, OverridesApplyAfterTheFileInOrder) {
   const fs::path path = write_yaml("precision:\n  mode: fp16\noptim:\n  lr: 2e-5\n  beta1: 0.8\n");
-  const RunConfig config = load_run_config(
-      path, {"optim.lr=3e-5", "precision.threads=4", "precision.threads=6", "run.seed=7"});
+  const RunConfig config =
+      load_run_config(path, {"optim.lr=3e-5", "precision.threads=4", "precision.threads=6", "run.seed=7"});
   EXPECT_EQ(config.precision.mode, PrecisionMode::fp16);  // file
   EXPECT_EQ(config.optim.lr, 3e-5);                       // override beats file
   EXPECT_EQ(config.optim.beta1, 0.8);                     // file
@@ -97,8 +95,7 @@ TEST_F(ConfigTest, OverridesApplyAfterTheFileInOrder) {
 }
 
 TEST_F(ConfigTest, OverrideCanSetASectionWithAFlowMapping) {
-  const RunConfig config =
-      load_run_config("", {"precision.loss_scale={hysteresis: 3, min_scale: 2}", "run.name=a=b"});
+  const RunConfig config = load_run_config("", {"precision.loss_scale={hysteresis: 3, min_scale: 2}", "run.name=a=b"});
   EXPECT_EQ(config.precision.loss_scale.hysteresis, 3);
   EXPECT_EQ(config.precision.loss_scale.min_scale, 2.0);
   EXPECT_EQ(config.precision.loss_scale.growth_interval, 1000);
@@ -124,14 +121,14 @@ TEST_F(ConfigTest, UnknownKeyWithoutCloseMatchListsTheValidKeys) {
 TEST_F(ConfigTest, WrongTypeNamesFileLineAndDottedKey) {
   EXPECT_EQ(load_error("run:\n  seed: 3\n\nprecision:\n  mode: bf16\n\n  threads: abc\n"),
             at(7) + "precision.threads: expected an integer, got 'abc'");
-  EXPECT_EQ(load_error("optim:\n  lr: [1, 2]\n"),
-            at(2) + "optim.lr: expected a number, got a list");
+  EXPECT_EQ(load_error("optim:\n  lr: [1, 2]\n"), at(2) + "optim.lr: expected a number, got a list");
   EXPECT_EQ(load_error("precision: 3\n"),
             at(1) +
                 "precision: expected a mapping with keys mode, compute, threads, loss_scale, "
                 "analog_mantissa_bits, offload, got '3'");
-  EXPECT_EQ(load_error("- 1\n- 2\n"),
-            at(1) + "top level: expected a mapping with keys run, precision, optim, model, lora, tokenizer, data, reward, rollout, sft, grpo, dist, got a list");
+  EXPECT_EQ(load_error("- 1\n- 2\n"), at(1) +
+                                          "top level: expected a mapping with keys run, precision, optim, model, lora, "
+                                          "tokenizer, data, reward, rollout, sft, grpo, dist, got a list");
 }
 
 TEST_F(ConfigTest, QuotedNumbersAndOutOfRangeIntegersAreRejected) {
@@ -153,9 +150,8 @@ TEST_F(ConfigTest, BadEnumListsTheAllowedValues) {
   EXPECT_EQ(load_error("precision:\n  compute: fastest\n"),
             at(2) + "precision.compute: expected one of native | fp32 | auto, got 'fastest'");
   EXPECT_EQ(load_error("precision:\n  compute: auto\n"), "");
-  EXPECT_EQ(
-      load_error("run:\n  log_level: loud\n"),
-      at(2) + "run.log_level: expected one of trace | debug | info | warn | error, got 'loud'");
+  EXPECT_EQ(load_error("run:\n  log_level: loud\n"),
+            at(2) + "run.log_level: expected one of trace | debug | info | warn | error, got 'loud'");
 }
 
 TEST_F(ConfigTest, DuplicateKeyIsAnError) {
@@ -163,9 +159,7 @@ TEST_F(ConfigTest, DuplicateKeyIsAnError) {
 }
 
 TEST_F(ConfigTest, OverrideErrorsNameTheOverride) {
-  const auto error = [](const std::string& text) {
-    return error_of([&] { load_run_config("", {text}); });
-  };
+  const auto error = [](const std::string& text) { return error_of([&] { load_run_config("", {text}); }); };
   EXPECT_EQ(error("precision.mdoe=fp16"),
             "override 'precision.mdoe=fp16': unknown key 'precision.mdoe' (did you mean "
             "'precision.mode'?)");
@@ -198,50 +192,79 @@ TEST_F(ConfigTest, MissingFileNamesThePath) {
 }
 
 TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
-  const auto error = [](const std::string& text) {
-    return error_of([&] { load_run_config("", {text}); });
-  };
+  const auto error = [](const std::string& text) { return error_of([&] { load_run_config("", {text}); }); };
   EXPECT_EQ(error("optim.lr=-1"), "optim.lr must be > 0, got -1");
   EXPECT_EQ(error("optim.lr=.nan"), "optim.lr must be a finite number, got .nan");
   EXPECT_EQ(error("optim.beta2=1"), "optim.beta2 must be in [0, 1), got 1");
   EXPECT_EQ(error("grpo.clip_ratio_c=1"), "grpo.clip_ratio_c must be 0 (off) or in (1, 1000], got 1");
-  EXPECT_EQ(error_of([] { load_run_config("", {"grpo.advantage=mean_only", "grpo.scale_rewards=batch"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"grpo.advantage=mean_only", "grpo.scale_rewards=batch"});
+            }),
             "grpo.scale_rewards must be auto or none with grpo.advantage: mean_only (which divides by nothing; for a "
             "scale use grpo.advantage: grpo), got 'batch'");
-  EXPECT_EQ(error_of([] { load_run_config("", {"grpo.overlong=soft_penalty", "rollout.max_new_tokens=16"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"grpo.overlong=soft_penalty", "rollout.max_new_tokens=16"});
+            }),
             "grpo.overlong_buffer must be in [1, rollout.max_new_tokens = 16] with grpo.overlong: soft_penalty, got 0");
-  EXPECT_EQ(error("grpo.overlong_buffer=4"), "grpo.overlong_buffer must be 0 unless grpo.overlong is soft_penalty, got 4");
-  EXPECT_EQ(error_of([] { load_run_config("", {"rollout.decode=graphs", "run.device=cpu"}); }),
+  EXPECT_EQ(error("grpo.overlong_buffer=4"),
+            "grpo.overlong_buffer must be 0 unless grpo.overlong is soft_penalty, got 4");
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"rollout.decode=graphs", "run.device=cpu"});
+            }),
             "rollout.decode must be auto, dynamic or fixed with run.device: cpu (CUDA graphs need a GPU), got graphs");
-  EXPECT_EQ(error_of([] { load_run_config("", {"lora.rank=4", "lora.dropout=1"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"lora.rank=4", "lora.dropout=1"});
+            }),
             "lora.dropout must be in [0, 1), got 1");
-  EXPECT_EQ(error_of([] { load_run_config("", {"lora.rank=4", "lora.init=pissa", "grpo.base_adapter=sft_adapter"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"lora.rank=4", "lora.init=pissa", "grpo.base_adapter=sft_adapter"});
+            }),
             "lora.init must be kaiming or gaussian with grpo.base_adapter (the adapter is the start; PiSSA derives its "
             "own from the base), got pissa");
-  EXPECT_EQ(error_of([] { load_run_config("", {"lora.rank=4", "lora.pissa_niter=4"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"lora.rank=4", "lora.pissa_niter=4"});
+            }),
             "lora.pissa_niter must be 0 unless lora.init is pissa (it sets how PiSSA's SVD is computed), got 4");
-  EXPECT_EQ(error_of([] { load_run_config("", {"lora.rank=4", "lora.init=pissa", "lora.pissa_niter=-1"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"lora.rank=4", "lora.init=pissa", "lora.pissa_niter=-1"});
+            }),
             "lora.pissa_niter must be in [0, 64] (0 = a full SVD), got -1");
-  EXPECT_EQ(error_of([] { load_run_config("", {"precision.offload=optimizer", "precision.mode=fp32"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"precision.offload=optimizer", "precision.mode=fp32"});
+            }),
             "precision.mode must be fp16, bf16, bf16_sr or fp16_sr with precision.offload: optimizer (fp32 keeps one "
             "buffer for master and compute weights; FP8 channel scales are not offloaded), got fp32");
-  EXPECT_EQ(error_of([] { load_run_config("", {"precision.offload=optimizer", "lora.rank=8"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"precision.offload=optimizer", "lora.rank=8"});
+            }),
             "lora.rank must be 0 with precision.offload: optimizer (the adapters' state is small), got 8");
   EXPECT_EQ(error("rollout.decode=graph"),
             "override 'rollout.decode=graph': rollout.decode: expected one of auto | dynamic | fixed | graphs, got "
             "'graph' (did you mean 'graphs'?)");
-  EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.function.workers=0"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"reward.function.path=r.py", "reward.function.workers=0"});
+            }),
             "reward.function.workers must be in [1, 64], got 0");
-  EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.verifier=math"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"reward.function.path=r.py", "reward.verifier=math"});
+            }),
             "reward.verifier 'math' and reward.function.path both set: one of them scores (for several, use "
             "reward.terms)");
-  EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.function.max_error_frac=2"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"reward.function.path=r.py", "reward.function.max_error_frac=2"});
+            }),
             "reward.function.max_error_frac must be in [0, 1], got 2.0");
-  EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.function.timeout_s=0"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"reward.function.path=r.py", "reward.function.timeout_s=0"});
+            }),
             "reward.function.timeout_s must be in (0, 86400] seconds, got 0.0");
-  EXPECT_EQ(error_of([] { load_run_config("", {"reward.function.path=r.py", "reward.command=[./judge]"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"reward.function.path=r.py", "reward.command=[./judge]"});
+            }),
             "reward.function.path and reward.command both set: one of them scores (for several, use reward.terms)");
-  EXPECT_EQ(error_of([] { load_run_config("", {"reward.command=[./judge]", "reward.verifier=code"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"reward.command=[./judge]", "reward.verifier=code"});
+            }),
             "reward.verifier 'code' and reward.command both set: one of them scores (for several, use reward.terms)");
   EXPECT_EQ(error("reward.command=['']"), "reward.command: the program (its first element) is empty");
   EXPECT_EQ(error("reward.code.cpu_s=0"), "reward.code.cpu_s must be in (0, 3600], got 0.0");
@@ -254,7 +277,9 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
             "'openrlhf'");
   EXPECT_EQ(error("grpo.oversample=2"),
             "grpo.oversample must be 0 unless grpo.filter_groups drops groups (nothing to refill), got 2");
-  EXPECT_EQ(error_of([] { load_run_config("", {"grpo.filter_groups=zero_variance", "grpo.oversample=101"}); }),
+  EXPECT_EQ(error_of([] {
+              load_run_config("", {"grpo.filter_groups=zero_variance", "grpo.oversample=101"});
+            }),
             "grpo.oversample must be in [0, 100], got 101");
   EXPECT_EQ(error("grpo.filter_groups=flat"),
             "override 'grpo.filter_groups=flat': grpo.filter_groups: expected one of none | zero_variance, got 'flat'");
@@ -274,15 +299,16 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
   EXPECT_EQ(error("grpo.importance_ratio=seq"),
             "override 'grpo.importance_ratio=seq': grpo.importance_ratio: expected one of token | sequence, got 'seq'");
   EXPECT_EQ(error("optim.grad_clip=-0.5"), "optim.grad_clip must be >= 0 (0 = off), got -0.5");
-  EXPECT_EQ(error("precision.threads=-2"),
-            "precision.threads must be in [0, 4096] (0 = all cores), got -2");
+  EXPECT_EQ(error("precision.threads=-2"), "precision.threads must be in [0, 4096] (0 = all cores), got -2");
   EXPECT_EQ(error("precision.analog_mantissa_bits=7"),
             "precision.analog_mantissa_bits must be in [0, 6] (0 = off; BF16 itself has 7), got 7");
-  EXPECT_EQ(error_of([] { load_run_config("", {"precision.mode=fp8_rn", "precision.analog_mantissa_bits=4"}); }),
-            "precision.analog_mantissa_bits must be 0 with precision.mode fp8_rn (FP8 is a real format on its own grid), "
-            "got 4");
-  EXPECT_EQ(error("run.name=a/b"),
-            "run.name must be a plain folder name (not empty, no '/'), got 'a/b'");
+  EXPECT_EQ(
+      error_of([] {
+        load_run_config("", {"precision.mode=fp8_rn", "precision.analog_mantissa_bits=4"});
+      }),
+      "precision.analog_mantissa_bits must be 0 with precision.mode fp8_rn (FP8 is a real format on its own grid), "
+      "got 4");
+  EXPECT_EQ(error("run.name=a/b"), "run.name must be a plain folder name (not empty, no '/'), got 'a/b'");
   EXPECT_EQ(error("precision.loss_scale.backoff_factor=1.5"),
             "precision.loss_scale.backoff_factor must be in (0, 1), got 1.5");
   EXPECT_EQ(error("precision.loss_scale.max_scale=0.5"),
@@ -318,8 +344,8 @@ TEST_F(ConfigTest, ResolvedYamlRoundTrips) {
 }
 
 TEST_F(ConfigTest, PrepareRunDirWritesTheResolvedConfig) {
-  const RunConfig config = load_run_config(
-      kDefaultConfig, {"run.output_dir=" + (dir_ / "runs").string(), "run.name=r1"});
+  const RunConfig config =
+      load_run_config(kDefaultConfig, {"run.output_dir=" + (dir_ / "runs").string(), "run.name=r1"});
   const fs::path run = prepare_run_dir(config);
   EXPECT_EQ(run, dir_ / "runs" / "r1");
   EXPECT_EQ(read_file(run / "config.yaml"), resolved_yaml(config));
@@ -399,11 +425,10 @@ struct Everything {
 TEST(ConfigFields, EveryFieldTypeLoadsChecksAndRoundTrips) {
   Everything e;
   const config::Field root = config::bind(e);
-  config::load_yaml_string(
-      root,
-      "flag: true\nsmall: -7\nreal: .inf\nsingle: 2\ntext: 12\ncolor: dark_blue\n"
-      "ints: [3, 4, 5]\nreals: [1e-3, -2]\nwords: []\n",
-      "t.yaml");
+  config::load_yaml_string(root,
+                           "flag: true\nsmall: -7\nreal: .inf\nsingle: 2\ntext: 12\ncolor: dark_blue\n"
+                           "ints: [3, 4, 5]\nreals: [1e-3, -2]\nwords: []\n",
+                           "t.yaml");
   EXPECT_TRUE(e.flag);
   EXPECT_EQ(e.small, -7);
   EXPECT_TRUE(std::isinf(e.real));
@@ -423,11 +448,9 @@ TEST(ConfigFields, EveryFieldTypeLoadsChecksAndRoundTrips) {
     return error_of([&] { config::load_yaml_string(root, yaml, "t.yaml"); });
   };
   EXPECT_EQ(error("ints: [1, a]\n"), "t.yaml:1: ints[1]: expected an integer, got 'a'");
-  EXPECT_EQ(
-      error("ints: [1, 9999999999]\n"),
-      "t.yaml:1: ints[1]: expected an integer in [-2147483648, 2147483647], got '9999999999'");
-  EXPECT_EQ(error("small: 40000\n"),
-            "t.yaml:1: small: expected an integer in [-32768, 32767], got '40000'");
+  EXPECT_EQ(error("ints: [1, 9999999999]\n"),
+            "t.yaml:1: ints[1]: expected an integer in [-2147483648, 2147483647], got '9999999999'");
+  EXPECT_EQ(error("small: 40000\n"), "t.yaml:1: small: expected an integer in [-32768, 32767], got '40000'");
   EXPECT_EQ(error("ints: 3\n"), "t.yaml:1: ints: expected a list of integers, got '3'");
   EXPECT_EQ(error("flag: maybe\n"), "t.yaml:1: flag: expected true or false, got 'maybe'");
   EXPECT_EQ(error("flag:\n"), "t.yaml:1: flag: expected true or false, got an empty value");
@@ -454,8 +477,9 @@ TEST(ConfigFields, AFreeMappingIsHandedOnAsJson) {
                            "kwargs:\n  method: flexible\n  format_score: 0.0\n  n: 3\n  on: true\n  none: ~\n"
                            "  quoted: \"12\"\n  cfg: {max_len: 40, tags: [a, 1]}\n",
                            "t.yaml");
-  EXPECT_EQ(w.kwargs.json,
-            R"({"cfg":{"max_len":40,"tags":["a",1]},"format_score":0.0,"method":"flexible","n":3,"none":null,"on":true,"quoted":"12"})");
+  EXPECT_EQ(
+      w.kwargs.json,
+      R"({"cfg":{"max_len":40,"tags":["a",1]},"format_score":0.0,"method":"flexible","n":3,"none":null,"on":true,"quoted":"12"})");
   const std::string dumped = config::to_yaml(root, false);
   WithMapping again;
   const config::Field root2 = config::bind(again);
@@ -531,7 +555,8 @@ TEST(ConfigFields, AListOfSectionsLoadsOverridesAndRoundTrips) {
   EXPECT_EQ(error("pieces:\n  - label: a\n  - sise: 2\n"),
             "t.yaml:3: unknown key 'pieces[1].sise' (did you mean 'pieces[1].size'?)");
   EXPECT_EQ(error("pieces:\n  - size: big\n"), "t.yaml:2: pieces[0].size: expected an integer, got 'big'");
-  EXPECT_EQ(error("pieces: 3\n"), "t.yaml:1: pieces: expected a list of mappings, each with keys label, size, marks, got '3'");
+  EXPECT_EQ(error("pieces: 3\n"),
+            "t.yaml:1: pieces: expected a list of mappings, each with keys label, size, marks, got '3'");
   EXPECT_EQ(error("pieces: [1]\n"),
             "t.yaml:1: pieces[0]: expected a list of mappings, each with keys label, size, marks, got '1'");
   EXPECT_EQ(error_of([&] { config::apply_override(root, "pieces[3].size=1"); }),

@@ -11,9 +11,9 @@
 #include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
 #include "unstuck/config/device.h"
-#include "unstuck/config/preflight.h"
+#include "unstuck/train/memory_plan.h"
 
-namespace unstuck {
+namespace unstuck::train {
 namespace {
 
 std::string error_of(const std::function<void()>& f) {
@@ -138,8 +138,8 @@ TEST(TrainMemory, TheStateNamesTheKnobsOfOneMachine) {
   const MemoryPlan on_gpu = plan_memory(c, "train", gpu);
   for (const char* part : {"FP32 master weights", "AdamW moments"}) {
     const std::string k = knob_of(on_gpu, part);
-    EXPECT_TRUE(has(k, "more ranks (WORLD_SIZE)") && has(k, "precision.offload: optimizer") &&
-                has(k, "lora.rank > 0")) << part << ": " << k;
+    EXPECT_TRUE(has(k, "more ranks (WORLD_SIZE)") && has(k, "precision.offload: optimizer") && has(k, "lora.rank > 0"))
+        << part << ": " << k;
   }
   EXPECT_TRUE(has(knob_of(on_gpu, "flat FP32 gradient"), "lora.rank > 0"));
   // On the CPU the host is the device: offloading saves nothing and is not suggested.
@@ -319,4 +319,4 @@ TEST(TrainMemory, GpuFreeMemoryOnThisMachine) {
 }
 
 }  // namespace
-}  // namespace unstuck
+}  // namespace unstuck::train

@@ -18,15 +18,30 @@ namespace unstuck {
 namespace {
 
 // Keys under a rule's prefix that every configuration of both commands reads.
-const std::set<std::string> kReadUnderARule = {"model.activation_checkpointing", "lora.rank",
-                                               "rollout.max_new_tokens"};
+const std::set<std::string> kReadUnderARule = {"model.activation_checkpointing", "lora.rank", "rollout.max_new_tokens"};
 
 // Keys under no rule: read by every train and sft run (a new key lands here or in a rule).
 const std::vector<std::string> kAlwaysRead = {
-    "run.",          "precision.mode", "precision.compute", "precision.threads", "precision.analog_mantissa_bits",
-    "precision.offload", "optim.",     "tokenizer.path",    "data.task",         "data.train_path",
-    "data.test_path", "data.prompt_key", "data.answer_key", "data.answer_extraction", "data.chat_template",
-    "data.system_prompt", "data.prompt_template", "data.completion_template", "reward.terms", "dist.",
+    "run.",
+    "precision.mode",
+    "precision.compute",
+    "precision.threads",
+    "precision.analog_mantissa_bits",
+    "precision.offload",
+    "optim.",
+    "tokenizer.path",
+    "data.task",
+    "data.train_path",
+    "data.test_path",
+    "data.prompt_key",
+    "data.answer_key",
+    "data.answer_extraction",
+    "data.chat_template",
+    "data.system_prompt",
+    "data.prompt_template",
+    "data.completion_template",
+    "reward.terms",
+    "dist.",
 };
 
 struct Recipe {
@@ -47,7 +62,12 @@ Recipe recipe_for(const std::string& prefix) {
       {"lora.", {"train", [](RunConfig& c) { c.lora.rank = 0; }}},
       {"precision.loss_scale.", {"train", [](RunConfig& c) { c.precision.mode = precision::PrecisionMode::bf16; }}},
       {"reward.verifier", {"train", [](RunConfig& c) { c.reward.function.path = "reward.py"; }}},
-      {"reward.function.", {"train", [](RunConfig& c) { c.reward.terms.resize(1); c.reward.terms[0].verifier = "math"; }}},
+      {"reward.function.",
+       {"train",
+        [](RunConfig& c) {
+          c.reward.terms.resize(1);
+          c.reward.terms[0].verifier = "math";
+        }}},
       {"reward.command", {"train", [](RunConfig& c) { c.reward.function.path = "reward.py"; }}},
       {"reward.code.", {"sft", [](RunConfig& c) { c.data.task = data::TaskKind::math; }}},
       {"reward.math.", {"train", [](RunConfig& c) { c.data.task = data::TaskKind::countdown; }}},
@@ -70,24 +90,41 @@ void change(config::Field& f) {
   using config::Kind;
   const config::Value v = f.get ? f.get() : config::Value{};
   switch (f.kind) {
-    case Kind::boolean: f.set(!std::get<bool>(v)); break;
-    case Kind::integer: f.set(std::get<int64_t>(v) + 1); break;
-    case Kind::real: f.set(std::get<double>(v) + 0.5); break;
-    case Kind::string: f.set(std::get<std::string>(v) + "x"); break;
+    case Kind::boolean:
+      f.set(!std::get<bool>(v));
+      break;
+    case Kind::integer:
+      f.set(std::get<int64_t>(v) + 1);
+      break;
+    case Kind::real:
+      f.set(std::get<double>(v) + 0.5);
+      break;
+    case Kind::string:
+      f.set(std::get<std::string>(v) + "x");
+      break;
     case Kind::enumeration:
       f.set(std::string(f.choices[0] == std::get<std::string>(v) ? f.choices[1] : f.choices[0]));
       break;
-    case Kind::int_list: f.set(std::vector<int64_t>{7}); break;
-    case Kind::real_list: f.set(std::vector<double>{7.5}); break;
+    case Kind::int_list:
+      f.set(std::vector<int64_t>{7});
+      break;
+    case Kind::real_list:
+      f.set(std::vector<double>{7.5});
+      break;
     case Kind::string_list: {
       auto list = std::get<std::vector<std::string>>(v);
       list.push_back("x");
       f.set(list);
       break;
     }
-    case Kind::mapping: f.set(std::string(R"({"a":1})")); break;
-    case Kind::section_list: f.resize(f.size() + 1); break;
-    case Kind::section: break;
+    case Kind::mapping:
+      f.set(std::string(R"({"a":1})"));
+      break;
+    case Kind::section_list:
+      f.resize(f.size() + 1);
+      break;
+    case Kind::section:
+      break;
   }
 }
 
@@ -155,8 +192,8 @@ TEST(UnusedKeys, EveryKeyIsReadEverywhereOrNamedByARuleThatRefusesItWhereUnread)
     const std::vector<UnusedKey> unused = unused_keys(c, recipe.command);
     bool named = false;
     for (const UnusedKey& u : unused) named = named || (u.key == key && !u.why.empty());
-    EXPECT_TRUE(named) << key << " set in a " << recipe.command << " configuration that does not read it ("
-                       << *rule << ") is not refused";
+    EXPECT_TRUE(named) << key << " set in a " << recipe.command << " configuration that does not read it (" << *rule
+                       << ") is not refused";
     refused += named;
   }
   EXPECT_GT(refused, 60);  // the rules name most of the tree's optional keys
@@ -207,14 +244,14 @@ TEST(UnusedKeys, TheScheduleKeysAreReadByTheSchedulesThatUseThem) {
   EXPECT_EQ(refused(g, "train"),
             "grpo.warmup_steps (the warm-up of the warmup and cosine schedules; grpo.lr_schedule is constant) "
             "grpo.min_lr_ratio (the floor of the cosine schedule; grpo.lr_schedule is constant) ");
-  g.grpo.lr.schedule = train::LrSchedule::warmup;
+  g.grpo.lr.schedule = config::LrSchedule::warmup;
   EXPECT_EQ(refused(g, "train"), "grpo.min_lr_ratio (the floor of the cosine schedule; grpo.lr_schedule is warmup) ");
-  g.grpo.lr.schedule = train::LrSchedule::cosine;
+  g.grpo.lr.schedule = config::LrSchedule::cosine;
   EXPECT_EQ(refused(g, "train"), "");
   RunConfig s;  // sft: a 50-step warm-up, then cosine
   s.sft.lr.min_lr_ratio = 0.2;
   EXPECT_EQ(refused(s, "sft"), "");
-  s.sft.lr.schedule = train::LrSchedule::constant;
+  s.sft.lr.schedule = config::LrSchedule::constant;
   s.sft.lr.warmup_steps = 10;
   EXPECT_EQ(refused(s, "sft"),
             "sft.warmup_steps (the warm-up of the warmup and cosine schedules; sft.lr_schedule is constant) "

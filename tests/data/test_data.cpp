@@ -27,8 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path temp_file(const std::string& name, const std::string& text) {
-  const fs::path path =
-      fs::temp_directory_path() / ("unstuck_test_data_" + std::to_string(::getpid()) + "_" + name);
+  const fs::path path = fs::temp_directory_path() / ("unstuck_test_data_" + std::to_string(::getpid()) + "_" + name);
   std::ofstream(path) << text;
   return path;
 }
@@ -74,8 +73,7 @@ TEST(Record, BadLinesNameFileLineAndProblem) {
             "f:1: 'task' must be a string, got number");
   EXPECT_EQ(error_of([] { parse_record_line(R"({"task":"m","prompt":"p","answer":[1]})", "f:1"); }),
             "f:1: 'answer' must be a string or a number, got array");
-  EXPECT_EQ(error_of([] { parse_record_line("[1, 2]", "f:9"); }),
-            "f:9: expected a JSON object, got array");
+  EXPECT_EQ(error_of([] { parse_record_line("[1, 2]", "f:9"); }), "f:9: expected a JSON object, got array");
   const std::string bad_json = error_of([] { parse_record_line(R"({"task": "m", )", "f:4"); });
   EXPECT_EQ(bad_json.rfind("f:4: invalid JSON: ", 0), 0u) << bad_json;
 }
@@ -94,8 +92,8 @@ TEST(Record, ReadJsonlSkipsBlankLinesAndReportsTheLineNumber) {
 }
 
 TEST(Record, WriteThenReadGivesTheSameRecords) {
-  const fs::path path = fs::temp_directory_path() /
-                        ("unstuck_test_data_" + std::to_string(::getpid())) / "sub" / "r.jsonl";
+  const fs::path path =
+      fs::temp_directory_path() / ("unstuck_test_data_" + std::to_string(::getpid())) / "sub" / "r.jsonl";
   const std::vector<TaskRecord> records = {countdown_record(), countdown_record()};
   write_jsonl(path, records);
   const auto back = read_jsonl(path);
@@ -120,8 +118,7 @@ TEST(Templates, DefaultsGiveThePromptAndAnAnswerTaggedCompletion) {
 
 TEST(Templates, FieldsListsAndLiteralBraces) {
   const TaskRecord r = countdown_record();
-  EXPECT_EQ(fill_template("[{numbers}] -> {target} ({task}) {{x}}", r),
-            "[3 5 7] -> 22 (countdown) {x}");
+  EXPECT_EQ(fill_template("[{numbers}] -> {target} ({task}) {{x}}", r), "[3 5 7] -> 22 (countdown) {x}");
   EXPECT_EQ(error_of([&] { fill_template("{targte}", r, "data.prompt_template"); }),
             "data.prompt_template: unknown placeholder {targte} (record has: prompt, answer, task, "
             "numbers, target)");
@@ -135,12 +132,10 @@ TEST(DataConfigCheck, ErrorsNameTheKey) {
   DataConfig c;
   validate(c);
   c.arithmetic.ops = {"add", "sub"};
-  EXPECT_EQ(error_of([&] { validate(c); }),
-            "data.arithmetic.ops: unknown op 'sub' (known: add, mul)");
+  EXPECT_EQ(error_of([&] { validate(c); }), "data.arithmetic.ops: unknown op 'sub' (known: add, mul)");
   c = DataConfig{};
   c.arithmetic.min_digits = 4;
-  EXPECT_EQ(error_of([&] { validate(c); }),
-            "data.arithmetic.min_digits (4) must be <= data.arithmetic.max_digits (3)");
+  EXPECT_EQ(error_of([&] { validate(c); }), "data.arithmetic.min_digits (4) must be <= data.arithmetic.max_digits (3)");
   c = DataConfig{};
   c.countdown.count = 9;
   EXPECT_EQ(error_of([&] { validate(c); }), "data.countdown.count must be in [2, 6], got 9");
@@ -223,8 +218,7 @@ TEST(Generators, SplitsAreDisjointForAnySeedsAndDuplicateFree) {
 
 TEST(Generators, CommutedArithmeticProblemsShareASplit) {
   EXPECT_EQ(canonical_key(parse_record_line(
-                R"({"task":"arithmetic","prompt":"35+12=","answer":"47","a":35,"b":12,"op":"add"})",
-                "x")),
+                R"({"task":"arithmetic","prompt":"35+12=","answer":"47","a":35,"b":12,"op":"add"})", "x")),
             "12+35");
 }
 
@@ -285,8 +279,7 @@ bool solvable(std::vector<Fraction> values, int64_t target) {
       }
       const auto [an, ad] = values[i];
       const auto [bn, bd] = values[j];
-      std::vector<Fraction> results = {reduced(an * bd + bn * ad, ad * bd),
-                                       reduced(an * bd - bn * ad, ad * bd),
+      std::vector<Fraction> results = {reduced(an * bd + bn * ad, ad * bd), reduced(an * bd - bn * ad, ad * bd),
                                        reduced(an * bn, ad * bd)};
       if (bn != 0) results.push_back(reduced(an * bd, ad * bn));
       for (const Fraction& r : results) {
@@ -299,8 +292,8 @@ bool solvable(std::vector<Fraction> values, int64_t target) {
   return false;
 }
 
-void expect_countdown_instance_ok(const TaskRecord& r, const CountdownOptions& o,
-                                  const reward::Verifier& verifier, bool brute_force) {
+void expect_countdown_instance_ok(const TaskRecord& r, const CountdownOptions& o, const reward::Verifier& verifier,
+                                  bool brute_force) {
   const auto numbers = r.fields.at("numbers").get<std::vector<int64_t>>();
   const int64_t target = r.fields.at("target").get<int64_t>();
   ASSERT_EQ(static_cast<int>(numbers.size()), o.count) << r.prompt;

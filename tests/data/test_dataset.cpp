@@ -114,8 +114,9 @@ TEST(Dataset, VerlRecordsKeepTheirMessagesAndReadDottedAnswerKeys) {
   EXPECT_EQ(find_path(nested, "a.x"), nullptr);
 
   // Without a chat template a message list has nowhere to go: the error names the key to set.
-  EXPECT_NE(error_of([&] { PromptFormatter(c, temp_path("none")).render(records[0]); })
-                .find("set data.chat_template to auto or a .jinja file"),
+  EXPECT_NE(error_of([&] {
+              PromptFormatter(c, temp_path("none")).render(records[0]);
+            }).find("set data.chat_template to auto or a .jinja file"),
             std::string::npos);
   const fs::path tpl = write_file("verl.jinja", kChatMl);
   c.chat_template = tpl.string();
@@ -131,11 +132,13 @@ TEST(Dataset, BadLinesNameTheFileLineAndKey) {
   EXPECT_EQ(error_of([&] { read_dataset(path, gsm8k_config()); }),
             path.string() + ":2: missing data.prompt_key 'question'");
   std::ofstream(path) << "{\"question\": \"q\", \"answer\": \"72\"}\n";
-  EXPECT_EQ(error_of([&] { read_dataset(path, gsm8k_config()); }),
-            path.string() + ":1: data.answer_key 'answer': no '####' followed by an answer (data.answer_extraction: gsm8k)");
+  EXPECT_EQ(
+      error_of([&] { read_dataset(path, gsm8k_config()); }),
+      path.string() + ":1: data.answer_key 'answer': no '####' followed by an answer (data.answer_extraction: gsm8k)");
   std::ofstream(path) << "{\"question\": [{\"role\": \"user\"}], \"answer\": \"#### 1\"}\n";
-  EXPECT_EQ(error_of([&] { read_dataset(path, gsm8k_config()); }),
-            path.string() + ":1: data.prompt_key 'question' message 0: expected {\"role\": string, \"content\": string}");
+  EXPECT_EQ(
+      error_of([&] { read_dataset(path, gsm8k_config()); }),
+      path.string() + ":1: data.prompt_key 'question' message 0: expected {\"role\": string, \"content\": string}");
   std::ofstream(path) << "{\"question\": \"q\", \"answer\": [1]}\n";
   EXPECT_EQ(error_of([&] { read_dataset(path, gsm8k_config()); }),
             path.string() + ":1: data.answer_key 'answer' must be a string or a number, got array");
@@ -165,9 +168,12 @@ TEST(Dataset, ChatTemplatesComeFromTheModelDirectoryOrAFile) {
   fs::create_directories(dir);
   DataConfig c = gsm8k_config();
   c.chat_template = "auto";
-  EXPECT_NE(error_of([&] { PromptFormatter(c, dir); }).find("data.chat_template is auto but " + dir.string() + " has no chat template"),
+  EXPECT_NE(error_of([&] {
+              PromptFormatter(c, dir);
+            }).find("data.chat_template is auto but " + dir.string() + " has no chat template"),
             std::string::npos);
-  nlohmann::json config = {{"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|eot_id|>"},
+  nlohmann::json config = {{"bos_token", "<|begin_of_text|>"},
+                           {"eos_token", "<|eot_id|>"},
                            {"chat_template", std::string("{{ bos_token }}") + kChatMl}};
   std::ofstream(dir / "tokenizer_config.json") << config.dump();
   c.system_prompt = "Reason step by step.";
@@ -203,17 +209,20 @@ TEST(Dataset, RewardVerifierIsNamedIndependentlyOfTheTask) {
   EXPECT_EQ(reward::verifier_name(rc, "arithmetic"), "math");
   rc.verifier = "gsm8k";
   EXPECT_EQ(error_of([&] { reward::validate(rc); }),
-            "reward.verifier: unknown verifier 'gsm8k' (known: math, arithmetic, countdown, code; empty: the one data.task names)");
+            "reward.verifier: unknown verifier 'gsm8k' (known: math, arithmetic, countdown, code; empty: the one "
+            "data.task names)");
 }
 
 TEST(Dataset, ParquetConversionScriptWritesRecordsThatLoad) {
   const fs::path dir = temp_path("parquet");
   fs::create_directories(dir);
   const std::string py = std::string(UNSTUCK_PYTHON);
-  const std::string make = py + " -c \"import pyarrow as pa, pyarrow.parquet as pq; pq.write_table(pa.Table.from_pylist(["
-                           "{'prompt': [{'role': 'user', 'content': 'What is 6*7?'}], 'reward_model': {'ground_truth': '42'}},"
-                           "{'prompt': [{'role': 'user', 'content': 'Caf\\u00e9 2+2?'}], 'reward_model': {'ground_truth': '4'}}]), '" +
-                           (dir / "verl.parquet").string() + "')\"";
+  const std::string make =
+      py +
+      " -c \"import pyarrow as pa, pyarrow.parquet as pq; pq.write_table(pa.Table.from_pylist(["
+      "{'prompt': [{'role': 'user', 'content': 'What is 6*7?'}], 'reward_model': {'ground_truth': '42'}},"
+      "{'prompt': [{'role': 'user', 'content': 'Caf\\u00e9 2+2?'}], 'reward_model': {'ground_truth': '4'}}]), '" +
+      (dir / "verl.parquet").string() + "')\"";
   ASSERT_EQ(std::system(make.c_str()), 0) << make;
   const std::string convert = py + " " + UNSTUCK_SOURCE_DIR + "/scripts/parquet_to_jsonl.py " +
                               (dir / "verl.parquet").string() + " --out " + (dir / "out/verl.jsonl").string();

@@ -23,8 +23,14 @@ namespace unstuck::dist {
 namespace {
 
 // Rank r's input element i: distinct per rank and element, exact in every type used.
-template <class T> T input(int rank, std::size_t i) { return T((rank + 1) * 1000 + int64_t(i % 997)) / T(4); }
-template <> uint8_t input<uint8_t>(int rank, std::size_t i) { return uint8_t(rank * 37 + i * 11); }
+template <class T>
+T input(int rank, std::size_t i) {
+  return T((rank + 1) * 1000 + int64_t(i % 997)) / T(4);
+}
+template <>
+uint8_t input<uint8_t>(int rank, std::size_t i) {
+  return uint8_t(rank * 37 + i * 11);
+}
 
 template <class T>
 int expect_all(const std::vector<T>& got, const std::vector<T>& want, const char* what, int rank) {
@@ -100,9 +106,7 @@ int collectives_worker() {
 }
 const bool kCollectives = testing::register_worker("collectives", collectives_worker);
 
-TEST(Collectives, GlooTwoProcessesMatchTheReference) {
-  EXPECT_EQ(testing::run_workers("collectives", 2), 0);
-}
+TEST(Collectives, GlooTwoProcessesMatchTheReference) { EXPECT_EQ(testing::run_workers("collectives", 2), 0); }
 
 TEST(Collectives, SingleProcessIsTheReference) {
   const auto c = make_single_process_communicator();

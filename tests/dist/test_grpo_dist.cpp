@@ -36,8 +36,7 @@ std::string read_text(const fs::path& p) {
 }
 
 // Starts `argv` with extra environment variables; stdout and stderr go to `log`.
-pid_t start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& vars,
-            const fs::path& log) {
+pid_t start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& vars, const fs::path& log) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
   for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
@@ -133,7 +132,10 @@ TEST_F(GrpoDistTest, WorldSizeTwoAgreesWithWorldSizeOne) {
   std::cout << "max |master(ws1) - master(ws2)| after 4 steps: " << diff << "\n";
   EXPECT_LT(diff, 1e-6);
   EXPECT_GT((s1.master - load_checkpoint(dir_ / "runs" / "ws1" / "checkpoints" / "step_00000002").master)
-                .abs().max().item<double>(), 1e-5);  // the steps moved the weights far more than that
+                .abs()
+                .max()
+                .item<double>(),
+            1e-5);  // the steps moved the weights far more than that
 
   // Resumed at the same world size from step 2, the run continues bit-exactly.
   fs::copy(dir_ / "runs" / "ws2", dir_ / "runs" / "ws2_resumed", fs::copy_options::recursive);
@@ -147,8 +149,8 @@ TEST_F(GrpoDistTest, WorldSizeTwoAgreesWithWorldSizeOne) {
   for (std::size_t i = 0; i < m2r.size(); ++i)
     for (const char* key : {"reward_mean", "grad_norm", "kl_ref_k3", "entropy", "sticking_frac", "update_ratio"})
       EXPECT_EQ(m2r[i][key], m2[i][key]) << "resumed, step " << i + 1 << " " << key;
-  EXPECT_TRUE(torch::equal(
-      load_checkpoint(latest_checkpoint(dir_ / "runs" / "ws2_resumed" / "checkpoints")).master, s2.master));
+  EXPECT_TRUE(torch::equal(load_checkpoint(latest_checkpoint(dir_ / "runs" / "ws2_resumed" / "checkpoints")).master,
+                           s2.master));
 
   // The checkpoint holds the full, unsharded state: the world-size-2 checkpoint of step 2 resumes
   // in one process and continues like the world-size-1 run.
@@ -157,8 +159,9 @@ TEST_F(GrpoDistTest, WorldSizeTwoAgreesWithWorldSizeOne) {
   const auto mr = read_metrics(r.run_dir);
   ASSERT_EQ(mr.size(), 2u);
   for (std::size_t i = 0; i < 2; ++i) EXPECT_EQ(mr[i]["reward_mean"], m1[i + 2]["reward_mean"]);
-  EXPECT_LT((load_checkpoint(latest_checkpoint(r.run_dir / "checkpoints")).master - s1.master).abs().max().item<double>(),
-            1e-6);
+  EXPECT_LT(
+      (load_checkpoint(latest_checkpoint(r.run_dir / "checkpoints")).master - s1.master).abs().max().item<double>(),
+      1e-6);
 }
 
 // The variants whose statistics span the whole batch agree between one process and two: REINFORCE++'s
@@ -234,8 +237,9 @@ TEST_F(GrpoDistTest, LoraAgreesAcrossWorldSizesAndResumes) {
   EXPECT_EQ(s1.master.numel(), s2.master.numel());
   const double diff = (s1.master - s2.master).abs().max().item<double>();
   std::cout << "LoRA: max |adapter master(ws1) - master(ws2)| after 4 steps: " << diff << " (max |master| "
-            << s1.master.abs().max().item<double>() << "), elements off by > 1e-6: "
-            << (s1.master - s2.master).abs().gt(1e-6).sum().item<int64_t>() << " of " << s1.master.numel() << "\n";
+            << s1.master.abs().max().item<double>()
+            << "), elements off by > 1e-6: " << (s1.master - s2.master).abs().gt(1e-6).sum().item<int64_t>() << " of "
+            << s1.master.numel() << "\n";
   EXPECT_LT(diff, 1e-5);
   EXPECT_LE((s1.master - s2.master).abs().gt(1e-6).sum().item<int64_t>(), s1.master.numel() / 1000);
 
@@ -281,8 +285,11 @@ TEST_F(GrpoDistTest, KilledRankMakesTheOtherExitNonZeroNamingIt) {
   pid_t pids[2];
   for (int r = 0; r < 2; ++r)
     pids[r] = start({UNSTUCK_BINARY, "train", "--config", cfg.string()},
-                    {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
-                     {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}},
+                    {{"RANK", std::to_string(r)},
+                     {"WORLD_SIZE", "2"},
+                     {"LOCAL_RANK", std::to_string(r)},
+                     {"MASTER_ADDR", "127.0.0.1"},
+                     {"MASTER_PORT", port}},
                     dir_ / ("killed_rank" + std::to_string(r) + ".log"));
   const fs::path ckpts = dir_ / "runs" / "killed" / "checkpoints";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);

@@ -21,7 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr int kSteps = 3;
-const precision::PrecisionMode kModes[] = {precision::PrecisionMode::fp32, precision::PrecisionMode::bf16,
+const precision::PrecisionMode kModes[] = {precision::PrecisionMode::fp32,    precision::PrecisionMode::bf16,
                                            precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16,
                                            precision::PrecisionMode::fp16_sr, precision::PrecisionMode::fp8_rn,
                                            precision::PrecisionMode::fp8_sr};
@@ -72,9 +72,12 @@ Result run_steps(precision::PrecisionMode mode, Communicator* comm, float share,
   }
   const train::FullOptimizerState st = w.gather_state();
   const torch::Tensor c = w.compute();
-  return {st.master.clone(), st.exp_avg.clone(), st.exp_avg_sq.clone(),
+  return {st.master.clone(),
+          st.exp_avg.clone(),
+          st.exp_avg_sq.clone(),
           c.element_size() == 2 ? c.view(torch::kShort).clone() : c.view(torch::kInt).clone(),
-          torch::tensor(norms, torch::kDouble), torch::tensor(changed, torch::kLong)};
+          torch::tensor(norms, torch::kDouble),
+          torch::tensor(changed, torch::kLong)};
 }
 
 void write(const fs::path& p, const torch::Tensor& t) {
@@ -96,8 +99,8 @@ std::vector<torch::Tensor*> fields(Result& r) {
 int sharded_adamw_worker() {
   const LaunchEnv env = launch_env_from_environment();
   const char* backend = std::getenv("UNSTUCK_TEST_BACKEND");
-  const auto comm = backend && std::string(backend) == "nccl" ? make_nccl_communicator(env, 60)
-                                                                : make_gloo_communicator(env, 30);
+  const auto comm =
+      backend && std::string(backend) == "nccl" ? make_nccl_communicator(env, 60) : make_gloo_communicator(env, 30);
   for (bool lora : {false, true})
     for (auto mode : kModes) {
       if (lora && precision::is_fp8(mode)) continue;

@@ -11,7 +11,7 @@
 
 #include "faults/fault_util.h"
 #include "unstuck/config/config.h"
-#include "unstuck/config/preflight.h"
+#include "unstuck/train/memory_plan.h"
 #include "unstuck/config/run_config.h"
 #include "unstuck/data/record.h"
 #include "unstuck/io/json_file.h"
@@ -31,11 +31,13 @@ TEST(HostileJson, DeepNestingIsRefusedWithFileAndLine) {
   const std::string e = user_error([&] { data::read_jsonl(file); });
   EXPECT_TRUE(has(e, file.string() + ":2: JSON nested deeper than 512 levels")) << e;
   // Inside a record's extra field too, and in an object rather than an array.
-  const std::string deep_field = "{\"task\": \"math\", \"prompt\": \"p\", \"answer\": \"1\", \"x\": " +
-                                 std::string(600, '[') + std::string(600, ']') + "}";
+  const std::string deep_field =
+      "{\"task\": \"math\", \"prompt\": \"p\", \"answer\": \"1\", \"x\": " + std::string(600, '[') +
+      std::string(600, ']') + "}";
   EXPECT_TRUE(has(user_error([&] { data::parse_record_line(deep_field, "f:7"); }), "f:7: JSON nested deeper"));
   // Brackets inside strings do not count; 512 levels are fine.
-  const std::string in_string = "{\"task\": \"math\", \"prompt\": \"" + std::string(5000, '[') + "\", \"answer\": \"1\"}";
+  const std::string in_string =
+      "{\"task\": \"math\", \"prompt\": \"" + std::string(5000, '[') + "\", \"answer\": \"1\"}";
   EXPECT_EQ(data::parse_record_line(in_string, "f:1").prompt.size(), 5000u);
   EXPECT_NO_THROW(io::parse_json(nested(512), "f:1"));
   EXPECT_TRUE(has(user_error([&] { io::parse_json(nested(513), "f:1"); }), "nested deeper"));
@@ -44,8 +46,8 @@ TEST(HostileJson, DeepNestingIsRefusedWithFileAndLine) {
 TEST(HostileJson, EveryJsonReaderHasTheCap) {
   ScratchDir dir;
   write_file(dir.path / "config.json", "{\"a\": " + nested(100000) + "}");
-  EXPECT_TRUE(has(user_error([&] { io::read_json_file(dir.path / "config.json"); }),
-                  (dir.path / "config.json").string()));
+  EXPECT_TRUE(
+      has(user_error([&] { io::read_json_file(dir.path / "config.json"); }), (dir.path / "config.json").string()));
   // A safetensors header nested 100,000 deep.
   const std::string header = "{\"a\": " + nested(100000) + "}";
   std::string bytes(8, '\0');
@@ -58,7 +60,9 @@ TEST(HostileJson, EveryJsonReaderHasTheCap) {
 TEST(HostileJson, NumberOverflowNamesTheLine) {
   ScratchDir dir;
   const fs::path file = dir.path / "big.jsonl";
-  write_file(file, "{\"task\": \"math\", \"prompt\": \"p\", \"answer\": 1}\n{\"task\": \"math\", \"prompt\": \"p\", \"answer\": 1e400}\n");
+  write_file(file,
+             "{\"task\": \"math\", \"prompt\": \"p\", \"answer\": 1}\n{\"task\": \"math\", \"prompt\": \"p\", "
+             "\"answer\": 1e400}\n");
   const std::string e = user_error([&] { data::read_jsonl(file); });
   EXPECT_TRUE(has(e, file.string() + ":2: invalid JSON") && has(e, "1e400")) << e;
 }
@@ -102,7 +106,8 @@ TEST(HostileConfig, RawControlBytesAreNamedWhereTheyAre) {
   ScratchDir dir;
   write_file(dir.path / "nul.yaml", std::string("run:\n  name: a\0b\n", 18));
   EXPECT_EQ(user_error([&] { load_run_config(dir.path / "nul.yaml"); }),
-            (dir.path / "nul.yaml").string() + ":2:10: control byte 0x00 (NUL) in the config; a YAML config is printable text");
+            (dir.path / "nul.yaml").string() +
+                ":2:10: control byte 0x00 (NUL) in the config; a YAML config is printable text");
   write_file(dir.path / "bell.yaml", "optim:\n  lr: 1e-5\x07\n");
   EXPECT_TRUE(has(user_error([&] { load_run_config(dir.path / "bell.yaml"); }), "bell.yaml:2:11: control byte 0x07"));
 }
@@ -114,7 +119,7 @@ TEST(HostileConfig, EveryNumberIsFiniteAndCoefficientsInRange) {
   RunConfig defaults;
   std::vector<std::string> keys;
   const std::function<void(const config::Field&, const std::string&)> walk = [&](const config::Field& f,
-                                                                                const std::string& prefix) {
+                                                                                 const std::string& prefix) {
     for (const config::Field& c : f.children) {
       const std::string key = prefix.empty() ? c.name : prefix + "." + c.name;
       if (c.kind == config::Kind::section) walk(c, key);
@@ -148,8 +153,8 @@ TEST(HostileConfig, AbsurdSizesNameTheKey) {
     return user_error([&] {
       RunConfig c = load_run_config("", overrides);
       if (c.model.vocab_size == 0) c.model.vocab_size = 1000;
-      check_limits(c);  // what a run's plan checks before step 1 (train/run_plan.cpp)
-      check_memory(plan_memory(c, command), host_memory_limit(kMachine));
+      train::check_limits(c);  // what a run's plan checks before step 1 (train/run_plan.cpp)
+      train::check_memory(train::plan_memory(c, command), train::host_memory_limit(kMachine));
     });
   };
   // Sizes past any real model (2^38 parameters) are refused when the config loads.
@@ -176,8 +181,9 @@ TEST(HostileConfig, AbsurdSizesNameTheKey) {
 TEST(HostileConfig, MaxConsecutiveSkipsIsValidated) {
   EXPECT_TRUE(has(user_error([] { load_run_config("", {"precision.loss_scale.max_consecutive_skips=-1"}); }),
                   "precision.loss_scale.max_consecutive_skips must be >= 0"));
-  EXPECT_EQ(load_run_config("", {"precision.loss_scale.max_consecutive_skips=0"}).precision.loss_scale.max_consecutive_skips,
-            0);
+  EXPECT_EQ(
+      load_run_config("", {"precision.loss_scale.max_consecutive_skips=0"}).precision.loss_scale.max_consecutive_skips,
+      0);
 }
 
 }  // namespace

@@ -66,10 +66,10 @@ TEST(LauncherFaults, PortInUseIsNamed) {
   ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   const int port = ntohs(addr.sin_port);
   const fs::path log = dir.path / "log.txt";
-  const std::string command = "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                              std::to_string(port) + " '" + UNSTUCK_BINARY + "' train --config '" +
-                              UNSTUCK_SOURCE_DIR + "/configs/grpo/countdown.yaml' dist.timeout_s=5 > '" +
-                              log.string() + "' 2>&1";
+  const std::string command =
+      "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " '" +
+      UNSTUCK_BINARY + "' train --config '" + UNSTUCK_SOURCE_DIR +
+      "/configs/grpo/countdown.yaml' dist.timeout_s=5 > '" + log.string() + "' 2>&1";
   const int status = std::system(command.c_str());
   ::close(fd);
   const std::string out = read_file(log);

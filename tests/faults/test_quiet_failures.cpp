@@ -126,8 +126,7 @@ TEST_F(QuietFailures, ConfigCheckRunsEveryCheckOfTheRun) {
       {"output_dir_file", "run.output_dir=" + (dir_ / "a_file" / "runs").string(),
        "run.output_dir: cannot write the run directory"},
       // A key this run does not read: lora.* without lora.rank trained every parameter in silence.
-      {"unread_key", "lora.init=pissa lora.dropout=0.05",
-       "lora.dropout: lora.rank is 0 (full-parameter training)"},
+      {"unread_key", "lora.init=pissa lora.dropout=0.05", "lora.dropout: lora.rank is 0 (full-parameter training)"},
   };
   write_file(dir_ / "a_file", "not a folder");
   // rollout.decode: graphs where run.device: auto resolves to the CPU (machines without a GPU).
@@ -149,22 +148,24 @@ TEST_F(QuietFailures, ConfigCheckRunsEveryCheckOfTheRun) {
   // A run directory that already holds checkpoints, and an unwritable SFT output.
   const Cli done = cli("train --config " + file.string() + " run.name=done grpo.steps=1", dir_ / "done.log");
   ASSERT_EQ(done.code, 0) << done.out;
-  // A toy plan's allocator slack is not "above the plan" (include/unstuck/train/peak_check.h).
+  // A toy plan's allocator slack is not "above the plan" (src/train/peak_check.h).
   EXPECT_EQ(done.out.find("measured peak memory"), std::string::npos) << done.out;
-  const Cli again = cli("config check --config " + file.string() + " --command train run.name=done", dir_ / "again.log");
+  const Cli again =
+      cli("config check --config " + file.string() + " --command train run.name=done", dir_ / "again.log");
   EXPECT_EQ(again.code, 2);
   EXPECT_NE(again.out.find("already holds checkpoints of an earlier run"), std::string::npos) << again.out;
   const fs::path sft_file = dir_ / "sft.yaml";
   write_file(sft_file, resolved_yaml(base_));
-  const Cli sft = cli("config check --command sft --config " + sft_file.string() + " sft.output=/proc/unstuck_cannot_write_here/model",
-                      dir_ / "sft.log");
+  const Cli sft = cli(
+      "config check --command sft --config " + sft_file.string() + " sft.output=/proc/unstuck_cannot_write_here/model",
+      dir_ / "sft.log");
   EXPECT_EQ(sft.code, 2);
   EXPECT_NE(sft.out.find("sft.output: cannot write the model directory"), std::string::npos) << sft.out;
   // A good config: the plan, exit 0, nothing written.
   const Cli ok = cli("config check --command train --config " + file.string(), dir_ / "ok.log");
   ASSERT_EQ(ok.code, 0) << ok.out;
-  for (const char* part : {"train: plan", "train data", "test data", "stop ids", "seeds", "memory plan per rank",
-                           "config check: ok"})
+  for (const char* part :
+       {"train: plan", "train data", "test data", "stop ids", "seeds", "memory plan per rank", "config check: ok"})
     EXPECT_NE(ok.out.find(part), std::string::npos) << part << "\n" << ok.out;
   EXPECT_FALSE(fs::exists(dir_ / "runs" / "check"));
   const Cli json = cli("config check --json --command train --config " + file.string(), dir_ / "json.log");
@@ -283,8 +284,9 @@ TEST_F(QuietFailures, SurvivorOfAKilledRankZeroPrintsOneLine) {
   o.command = {"/bin/sh", "-c",
                "if [ \"$RANK\" = 0 ]; then (i=0; while [ ! -s '" + run.string() +
                    "/metrics.jsonl' ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; sleep 0.3; kill -9 $$) & "
-                   "fi; exec '" + UNSTUCK_BINARY +
-                   "' train --config '" + file.string() + "' 2> '" + dir_.string() + "/rank'\"$RANK\".err"};
+                   "fi; exec '" +
+                   UNSTUCK_BINARY + "' train --config '" + file.string() + "' 2> '" + dir_.string() +
+                   "/rank'\"$RANK\".err"};
   std::ostringstream launcher;
   EXPECT_EQ(dist::launch_local(o, launcher), 128 + 9) << launcher.str();
   EXPECT_NE(launcher.str().find("rank 0 (pid"), std::string::npos) << launcher.str();
@@ -293,7 +295,8 @@ TEST_F(QuietFailures, SurvivorOfAKilledRankZeroPrintsOneLine) {
   EXPECT_EQ(survivor.find("frame #"), std::string::npos) << seen;
   EXPECT_EQ(survivor.find("Exception raised from"), std::string::npos) << seen;
   std::size_t errors = 0;
-  for (std::size_t at = survivor.find("error:"); at != std::string::npos; at = survivor.find("error:", at + 1)) ++errors;
+  for (std::size_t at = survivor.find("error:"); at != std::string::npos; at = survivor.find("error:", at + 1))
+    ++errors;
   EXPECT_EQ(errors, 1u) << seen;
   EXPECT_NE(survivor.find("rank 1 of 2: rank 0"), std::string::npos) << seen;
 }

@@ -141,7 +141,9 @@ TEST_F(RunFaults, TamperedCheckpointsAreRefusedBeforeTouchingTheRun) {
       // Found while building fuzz_checkpoint (what a resume does with each loaded field): the right
       // size but not a generator state made libtorch throw a c10::Error after the run was opened.
       {"unseeded_rng_bin", "not a sampling generator state",
-       [](const fs::path& ckpt) { write_file(ckpt / "rng.bin", std::string(read_file(ckpt / "rng.bin").size(), '\0')); }},
+       [](const fs::path& ckpt) {
+         write_file(ckpt / "rng.bin", std::string(read_file(ckpt / "rng.bin").size(), '\0'));
+       }},
       {"float_step", "key 'step' has the wrong type (number), expected an integer",
        edit_trainer([](nlohmann::json& j) { j["step"] = 1e300; })},
       {"huge_step", "at most 2^53", edit_trainer([](nlohmann::json& j) { j["step"] = INT64_MAX; })},
@@ -209,12 +211,15 @@ TEST_F(RunFaults, TornMetricsLineIsDropped) {
   std::string text = read_file(bad / "metrics.jsonl");
   text.insert(0, "{oops\n");
   write_file(bad / "metrics.jsonl", text);
-  EXPECT_NE(user_error([&] { run_grpo(grpo("torn_middle"), bad); }).find((bad / "metrics.jsonl").string() + ":1: invalid JSON"),
+  EXPECT_NE(user_error([&] {
+              run_grpo(grpo("torn_middle"), bad);
+            }).find((bad / "metrics.jsonl").string() + ":1: invalid JSON"),
             std::string::npos);
 }
 
-// fp16 at an absurd learning rate (weights beyond FP16's 65504 after one step) overflows from step 2 on; the run stops with a hint after
-// max_consecutive_skips skipped steps instead of finishing "successfully" on frozen weights.
+// fp16 at an absurd learning rate (weights beyond FP16's 65504 after one step) overflows from step
+// 2 on; the run stops with a hint after max_consecutive_skips skipped steps instead of finishing
+// "successfully" on frozen weights.
 TEST_F(RunFaults, DivergedFp16RunStopsWithAHint) {
   RunConfig c = grpo("diverged");
   c.precision.mode = precision::PrecisionMode::fp16;
@@ -267,9 +272,10 @@ TEST_F(RunFaults, EvalNeedsTheTask) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("has no config.yaml"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("data.task=countdown"), std::string::npos) << r.out;
-  const CliResult given = run_cli("eval --model '" + model.string() + "' data.task=arithmetic rollout.max_new_tokens=8 data.test_path='" +
-                                      base_.data.test_path + "' --samples 4",
-                                  dir_ / "eval2.log");
+  const CliResult given =
+      run_cli("eval --model '" + model.string() + "' data.task=arithmetic rollout.max_new_tokens=8 data.test_path='" +
+                  base_.data.test_path + "' --samples 4",
+              dir_ / "eval2.log");
   EXPECT_EQ(given.code, 0) << given.out;
 }
 
@@ -283,7 +289,8 @@ TEST_F(RunFaults, KilledRunsResumeBitExactlyInTheirNewPlace) {
   const fs::path config = dir_ / "kill.yaml";
   write_file(config, resolved_yaml(c));
   ASSERT_EQ(run_cli("train --config '" + config.string() + "'", dir_ / "ref.log").code, 0);
-  const torch::Tensor expected = train::load_checkpoint(train::latest_checkpoint(dir_ / "runs" / "reference" / "checkpoints")).master;
+  const torch::Tensor expected =
+      train::load_checkpoint(train::latest_checkpoint(dir_ / "runs" / "reference" / "checkpoints")).master;
   // The kill window is the reference run's time after its first checkpoint (steps 2-4 and their
   // checkpoints, from metrics.jsonl), so the trials land mid-run on a fast or a loaded machine.
   double window = 0;
@@ -319,7 +326,8 @@ TEST_F(RunFaults, KilledRunsResumeBitExactlyInTheirNewPlace) {
     if (train::latest_checkpoint(run / "checkpoints").empty()) continue;  // killed before the first checkpoint
     const int64_t reached = train::load_checkpoint(train::latest_checkpoint(run / "checkpoints")).step;
     interrupted += reached < 4;
-    std::cout << "trial " << trial << ": killed after " << kill_after << " s, newest checkpoint step " << reached << "\n";
+    std::cout << "trial " << trial << ": killed after " << kill_after << " s, newest checkpoint step " << reached
+              << "\n";
     const fs::path moved = dir_ / "moved" / name;
     fs::remove_all(moved);
     fs::create_directories(moved.parent_path());
@@ -342,12 +350,15 @@ TEST_F(RunFaults, CtrlCDuringAHungRewardStopsAtOnceKeepingTheLastCheckpoint) {
   const fs::path marker = dir_ / "hanging";
   fs::remove(marker);
   const fs::path file = dir_ / "hang_from_step_2.py";
-  write_file(file, "import time\n"
-                   "def reward(prompts, completions, trainer_state, **kwargs):\n"
-                   "    if trainer_state.global_step >= 1:\n"
-                   "        open('" + marker.string() + "', 'w').close()\n"
-                   "        time.sleep(600)\n"
-                   "    return [0.0 for _ in completions]\n");
+  write_file(file,
+             "import time\n"
+             "def reward(prompts, completions, trainer_state, **kwargs):\n"
+             "    if trainer_state.global_step >= 1:\n"
+             "        open('" +
+                 marker.string() +
+                 "', 'w').close()\n"
+                 "        time.sleep(600)\n"
+                 "    return [0.0 for _ in completions]\n");
   RunConfig c = grpo("ctrl_c");
   c.grpo.checkpoint_every = 1;
   c.reward.function.path = file.string();

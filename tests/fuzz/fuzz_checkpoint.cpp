@@ -33,7 +33,7 @@
 #include "unstuck/model/param_layout.h"
 #include "unstuck/precision/loss_scaler.h"
 #include "unstuck/train/checkpoint.h"
-#include "unstuck/train/record_order.h"
+#include "train/record_order.h"
 
 namespace {
 
@@ -75,8 +75,7 @@ std::string write_checkpoint(const fs::path& dir, const std::map<std::string, st
     manifest[f] = {{"bytes", it->second.size()}, {"fnv1a64", train::checkpoint_checksum(it->second)}};
   }
   const auto raw = files.find("manifest.json");
-  std::ofstream(dir / "manifest.json", std::ios::binary)
-      << (raw != files.end() ? raw->second : manifest.dump(2));
+  std::ofstream(dir / "manifest.json", std::ios::binary) << (raw != files.end() ? raw->second : manifest.dump(2));
   const auto fits = files.find("fits");
   return fits == files.end() ? std::string() : fits->second;
 }
@@ -89,8 +88,9 @@ void resume(const train::TrainerState& s, int64_t params, int64_t records, const
   for (int i = 0; i < 3 && records > 0; ++i)
     if (order.next() >= std::size_t(records)) finding("data order yields a record index out of range");
   at::Generator sampling = at::make_generator<at::CPUGeneratorImpl>(0);
-  sampling.set_state(torch::from_blob(const_cast<uint8_t*>(s.sampling_rng.data()),
-                                      {int64_t(s.sampling_rng.size())}, torch::kUInt8).clone());
+  sampling.set_state(
+      torch::from_blob(const_cast<uint8_t*>(s.sampling_rng.data()), {int64_t(s.sampling_rng.size())}, torch::kUInt8)
+          .clone());
   (void)torch::rand({4}, sampling);
   precision::DynamicLossScaler scaler(precision::LossScaleConfig{});
   scaler.load_state(s.scaler);
@@ -113,7 +113,9 @@ void export_config(const train::TrainerState& s, const fs::path& dir) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   static const fs::path dir = fs::temp_directory_path() / ("unstuck_fuzz_ckpt_" + std::to_string(::getpid()));
   static const bool verbose = std::getenv("UNSTUCK_FUZZ_VERBOSE") != nullptr;
-  const auto outcome = [](const std::string& what) { if (verbose) std::fprintf(stderr, "outcome: %s\n", what.c_str()); };
+  const auto outcome = [](const std::string& what) {
+    if (verbose) std::fprintf(stderr, "outcome: %s\n", what.c_str());
+  };
   const std::string fits = write_checkpoint(dir, sections(std::string(reinterpret_cast<const char*>(data), size)));
   try {
     const train::TrainerState s = train::load_checkpoint(dir);

@@ -8,7 +8,7 @@
 
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
-#include "unstuck/config/preflight.h"
+#include "unstuck/train/memory_plan.h"
 #include "unstuck/config/run_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
@@ -24,9 +24,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     }
     unstuck::validate(config);
     if (config.model.vocab_size == 0) config.model.vocab_size = 1000;
-    unstuck::check_limits(config);
+    unstuck::train::check_limits(config);
     for (const char* command : {"sft", "train", "eval"})
-      unstuck::check_memory(unstuck::plan_memory(config, command), unstuck::host_memory_limit(1e12));
+      unstuck::train::check_memory(unstuck::train::plan_memory(config, command),
+                                   unstuck::train::host_memory_limit(1e12));
     (void)unstuck::resolved_yaml(config);
   } catch (const unstuck::UserError&) {
   }

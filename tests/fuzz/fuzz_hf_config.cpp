@@ -12,8 +12,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
-    const unstuck::model::HfConfig c = unstuck::model::parse_hf_config(unstuck::io::parse_json(text, "config.json"),
-                                                                       "config.json");
+    const unstuck::model::HfConfig c =
+        unstuck::model::parse_hf_config(unstuck::io::parse_json(text, "config.json"), "config.json");
     (void)c.model.max_seq_len;
   } catch (const unstuck::UserError&) {
   }

@@ -28,8 +28,7 @@ std::string error_of(const fs::path& path) {
 TEST(JsonFile, RoundTripAndErrors) {
   const fs::path dir = fs::temp_directory_path() / ("unstuck_json_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const nlohmann::json config = {{"hidden_size", 64}, {"rope_theta", 10000.0},
-                                 {"architectures", {"LlamaForCausalLM"}}};
+  const nlohmann::json config = {{"hidden_size", 64}, {"rope_theta", 10000.0}, {"architectures", {"LlamaForCausalLM"}}};
   unstuck::io::write_json_file(dir / "config.json", config);
   EXPECT_EQ(unstuck::io::read_json_file(dir / "config.json"), config);
 
@@ -37,9 +36,7 @@ TEST(JsonFile, RoundTripAndErrors) {
   EXPECT_NE(error_of(missing).find("JSON file '" + missing + "' not found"), std::string::npos);
   std::ofstream(dir / "bad.json") << "{\n  \"a\": 1,\n  oops\n}";
   const std::string bad = error_of(dir / "bad.json");
-  const std::string expected =
-      "malformed JSON in '" + (dir / "bad.json").string() + "': parse error at line 3";
-  EXPECT_NE(bad.find(expected), std::string::npos)
-      << bad;
+  const std::string expected = "malformed JSON in '" + (dir / "bad.json").string() + "': parse error at line 3";
+  EXPECT_NE(bad.find(expected), std::string::npos) << bad;
   fs::remove_all(dir);
 }

@@ -20,12 +20,12 @@
 namespace fs = std::filesystem;
 using unstuck::UserError;
 using unstuck::io::DType;
+using unstuck::io::MappedSafetensors;
+using unstuck::io::parse_byte_size;
 using unstuck::io::read_safetensors;
 using unstuck::io::Tensor;
 using unstuck::io::TensorView;
 using unstuck::io::write_safetensors;
-using unstuck::io::MappedSafetensors;
-using unstuck::io::parse_byte_size;
 
 namespace {
 
@@ -64,8 +64,7 @@ class SafetensorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("unstuck_st_" + std::to_string(::getpid()) + "_" + info->name());
+    dir_ = fs::temp_directory_path() / ("unstuck_st_" + std::to_string(::getpid()) + "_" + info->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -108,8 +107,7 @@ class SafetensorsTest : public ::testing::Test {
   }
 
   bool python_has_safetensors() const {
-    const std::string command =
-        std::string(UNSTUCK_PYTHON) + " -c 'import safetensors.torch, torch' >/dev/null 2>&1";
+    const std::string command = std::string(UNSTUCK_PYTHON) + " -c 'import safetensors.torch, torch' >/dev/null 2>&1";
     return std::system(command.c_str()) == 0;
   }
 
@@ -117,8 +115,7 @@ class SafetensorsTest : public ::testing::Test {
 };
 
 void expect_error(const std::string& error, const std::string& expected) {
-  EXPECT_NE(error.find(expected), std::string::npos) << "got:      " << error
-                                                     << "\nexpected: " << expected;
+  EXPECT_NE(error.find(expected), std::string::npos) << "got:      " << error << "\nexpected: " << expected;
 }
 
 }  // namespace
@@ -144,15 +141,16 @@ TEST_F(SafetensorsTest, RoundTripsAllDtypesAndMetadata) {
   EXPECT_EQ(file.metadata.at("format"), "pt");
   EXPECT_EQ(file.metadata.at("step"), "12");
   EXPECT_EQ(file.find("nope"), nullptr);
-  expect_error([&] {
-    try {
-      file.at("nope");
-    } catch (const UserError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  }(),
-               "has no tensor 'nope'");
+  expect_error(
+      [&] {
+        try {
+          file.at("nope");
+        } catch (const UserError& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      }(),
+      "has no tensor 'nope'");
 }
 
 TEST_F(SafetensorsTest, HeaderIsPaddedToEightBytesAndEmptyTensorsWork) {
@@ -185,16 +183,15 @@ TEST_F(SafetensorsTest, WriterRejectsBadTensorsAndKeepsTheOldFile) {
   } catch (const UserError& e) {
     error = e.what();
   }
-  expect_error(error, "cannot write safetensors file '" + file +
-                          "': tensor 'a' has shape [2] of F32 but 4 bytes of data");
-  EXPECT_THROW(write_safetensors(file, {TensorView{"a", DType::f32, {1}, &one, 4},
-                                        TensorView{"a", DType::f32, {1}, &one, 4}}),
-               UserError);
+  expect_error(error,
+               "cannot write safetensors file '" + file + "': tensor 'a' has shape [2] of F32 but 4 bytes of data");
+  EXPECT_THROW(
+      write_safetensors(file, {TensorView{"a", DType::f32, {1}, &one, 4}, TensorView{"a", DType::f32, {1}, &one, 4}}),
+      UserError);
   EXPECT_THROW(write_safetensors(path("no_dir/x.safetensors"), {}), UserError);
   EXPECT_EQ(read_safetensors(file).at("a").bytes, to_bytes(std::vector<float>{1.0f}));
   for (const auto& entry : fs::directory_iterator(dir_)) {
-    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos)
-        << "left behind: " << entry.path();
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << "left behind: " << entry.path();
   }
 }
 
@@ -204,12 +201,12 @@ TEST_F(SafetensorsTest, ErrorsNameTheFileAndTensor) {
 
   const std::string tiny = path("tiny.safetensors");
   std::ofstream(tiny) << "abc";
-  expect_error(read_error(tiny), "safetensors file '" + tiny +
-                                     "' is truncated: 3 bytes, shorter than the 8-byte header");
+  expect_error(read_error(tiny),
+               "safetensors file '" + tiny + "' is truncated: 3 bytes, shorter than the 8-byte header");
 
   const std::string huge = raw_file("huge.safetensors", "{}", 0, 200'000'000);
-  expect_error(read_error(huge), "safetensors file '" + huge +
-                                     "' declares a 200000000-byte JSON header, over the limit");
+  expect_error(read_error(huge),
+               "safetensors file '" + huge + "' declares a 200000000-byte JSON header, over the limit");
 
   const std::string short_header = raw_file("short.safetensors", "{}", 0, 64);
   expect_error(read_error(short_header),
@@ -217,8 +214,7 @@ TEST_F(SafetensorsTest, ErrorsNameTheFileAndTensor) {
                    "' is truncated: it declares a 64-byte JSON header but only 2 bytes follow");
 
   const std::string bad_json = raw_file("json.safetensors", "{\"a\": [", 0);
-  expect_error(read_error(bad_json),
-               "safetensors file '" + bad_json + "' has a malformed JSON header: parse error");
+  expect_error(read_error(bad_json), "safetensors file '" + bad_json + "' has a malformed JSON header: parse error");
 
   const std::string p = path("t.safetensors");
   const auto header_error = [&](const std::string& header, size_t data) {
@@ -226,21 +222,23 @@ TEST_F(SafetensorsTest, ErrorsNameTheFileAndTensor) {
   };
   const std::string prefix = "safetensors file '" + p + "': ";
   expect_error(header_error(R"({"x": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}})", 8),
-               prefix + "tensor 'x' has dtype I64, which unstuck does not load "
-                        "(supported: F32, BF16, F16)");
+               prefix +
+                   "tensor 'x' has dtype I64, which unstuck does not load "
+                   "(supported: F32, BF16, F16)");
   expect_error(header_error(R"({"x": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})", 8),
                prefix + "tensor 'x' has dtype F64, which unstuck does not load");
   expect_error(header_error(R"({"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}})", 1),
                prefix + "tensor 'x' has dtype U8, which unstuck does not load");
   expect_error(header_error(R"({"x": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 1]}})", 1),
                prefix + "tensor 'x' has unknown dtype 'Q7'");
-  expect_error(header_error(R"({"x": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 20]}})",
-                            20),
-               prefix + "tensor 'x' has shape [2, 3] of F32, which needs 24 bytes, but "
-                        "data_offsets [0, 20] cover 20");
+  expect_error(header_error(R"({"x": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 20]}})", 20),
+               prefix +
+                   "tensor 'x' has shape [2, 3] of F32, which needs 24 bytes, but "
+                   "data_offsets [0, 20] cover 20");
   expect_error(header_error(R"({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8),
-               prefix + "tensor 'x' has data_offsets [0, 16] beyond the 8 bytes of data after "
-                        "the header: the file is truncated");
+               prefix +
+                   "tensor 'x' has data_offsets [0, 16] beyond the 8 bytes of data after "
+                   "the header: the file is truncated");
   expect_error(header_error(R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                                 "y": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
                             12),
@@ -331,7 +329,8 @@ TEST_F(SafetensorsTest, MappedReaderMatchesTheCopyingReader) {
     ASSERT_EQ(m->nbytes, t.bytes.size());
     EXPECT_EQ(std::memcmp(m->data, t.bytes.data(), m->nbytes), 0) << t.name;
   }
-  const std::string truncated = raw_file("t.safetensors", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8);
+  const std::string truncated =
+      raw_file("t.safetensors", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8);
   try {
     MappedSafetensors bad(truncated);
     ADD_FAILURE();

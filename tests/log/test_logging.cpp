@@ -47,8 +47,7 @@ TEST(Logging, UnopenableFileIsAUserError) {
     setup_logging(LogLevel::info, dir);  // a folder, not a file
     FAIL() << "expected a UserError";
   } catch (const UserError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("cannot open log file " + dir.string() + ": ", 0), 0u)
-        << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("cannot open log file " + dir.string() + ": ", 0), 0u) << e.what();
   }
   fs::remove_all(dir);
 }

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <limits>
 
-#include "unstuck/model/cpu_kernels.h"
+#include "model/cpu_kernels.h"
 
 namespace unstuck::model {
 namespace {
@@ -32,9 +32,9 @@ TEST_P(DecodeAttention, MatchesTheScalarReferenceAndIgnoresTheThreadSplit) {
   const torch::Tensor q = torch::randn({c.B, c.H * c.hd + c.q_extra});
   const torch::Tensor k = torch::randn({c.B, c.G, c.A, c.hd}), v = torch::randn({c.B, c.G, c.A, c.hd});
   torch::Tensor bias = torch::zeros({c.B, c.A});
-  bias.masked_fill_(torch::rand({c.B, c.A}) < 0.3, -INFINITY);  // holes among the filled slots
+  bias.masked_fill_(torch::rand({c.B, c.A}) < 0.3, -INFINITY);    // holes among the filled slots
   bias.narrow(1, c.L, c.A - c.L).fill_(-INFINITY);                // unfilled slots
-  bias[0].fill_(-INFINITY);                                      // row 0: nothing visible
+  bias[0].fill_(-INFINITY);                                       // row 0: nothing visible
   bias[1].fill_(0.0).narrow(0, c.L, c.A - c.L).fill_(-INFINITY);  // row 1: every filled slot visible
   // Unfilled slots hold NaN: a kernel that read them would spread it.
   k.narrow(2, c.L, c.A - c.L).fill_(std::numeric_limits<float>::quiet_NaN());
@@ -59,11 +59,11 @@ TEST_P(DecodeAttention, MatchesTheScalarReferenceAndIgnoresTheThreadSplit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAttention,
-                         ::testing::Values(AttentionCase{5, 4, 2, 32, 40, 37, 0},    // GQA, strided rows below
-                                           AttentionCase{4, 4, 4, 64, 24, 17, 96},   // MHA, queries inside qkv
-                                           AttentionCase{3, 8, 2, 128, 33, 33, 0},   // full cache
-                                           AttentionCase{3, 6, 3, 40, 20, 9, 8},     // no specialization, lane tail
-                                           AttentionCase{2, 2, 1, 16, 3, 2, 0}));    // fewer slots than lanes
+                         ::testing::Values(AttentionCase{5, 4, 2, 32, 40, 37, 0},   // GQA, strided rows below
+                                           AttentionCase{4, 4, 4, 64, 24, 17, 96},  // MHA, queries inside qkv
+                                           AttentionCase{3, 8, 2, 128, 33, 33, 0},  // full cache
+                                           AttentionCase{3, 6, 3, 40, 20, 9, 8},    // no specialization, lane tail
+                                           AttentionCase{2, 2, 1, 16, 3, 2, 0}));   // fewer slots than lanes
 
 // BF16: the kernel against libtorch's batched BF16 products it replaces (the query scaled in BF16,
 // scores as BF16 products plus the bias, an FP32 softmax cast to BF16, the weighted values), which
@@ -74,7 +74,8 @@ TEST_P(DecodeAttention, Bf16MatchesTheBatchedProducts) {
   torch::manual_seed(6);
   const auto bf16 = torch::kBFloat16;
   const torch::Tensor q = torch::randn({c.B, c.H * c.hd + c.q_extra}).to(bf16);
-  const torch::Tensor k = torch::randn({c.B, c.G, c.A, c.hd}).to(bf16), v = torch::randn({c.B, c.G, c.A, c.hd}).to(bf16);
+  const torch::Tensor k = torch::randn({c.B, c.G, c.A, c.hd}).to(bf16),
+                      v = torch::randn({c.B, c.G, c.A, c.hd}).to(bf16);
   torch::Tensor bias = torch::zeros({c.B, c.A});
   bias.masked_fill_(torch::rand({c.B, c.A}) < 0.3, -INFINITY);
   bias.narrow(1, c.L, c.A - c.L).fill_(-INFINITY);
@@ -88,15 +89,18 @@ TEST_P(DecodeAttention, Bf16MatchesTheBatchedProducts) {
   const torch::Tensor probs = at::softmax(scores, -1, torch::kFloat32).to(bf16);
   const torch::Tensor ref = at::matmul(probs, vf).reshape({c.B, c.H, c.hd});
   const DecodeAttentionShape shape{c.H, c.G, c.hd, c.A, c.L, c.H * c.hd + c.q_extra};
-  const auto bits = [](const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); };
+  const auto bits = [](const torch::Tensor& t) {
+    return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+  };
   torch::Tensor out = torch::empty({c.B, c.H, c.hd}, bf16), split = torch::empty_like(out);
-  decode_attention_bf16(bits(q), bits(k), bits(v), bits(bias), reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()),
-                        shape, float(scale), 0, c.B * c.G);
+  decode_attention_bf16(bits(q), bits(k), bits(v), bits(bias),
+                        reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()), shape, float(scale), 0, c.B * c.G);
   EXPECT_LT(rel_error(out.to(torch::kFloat32), ref.to(torch::kFloat32)), 1e-2);
   const int64_t n = c.B * c.G, cuts[4] = {0, 1, n / 2 + 1, n};
   for (int i = 0; i < 3; ++i)
-    decode_attention_bf16(bits(q), bits(k), bits(v), bits(bias), reinterpret_cast<uint16_t*>(split.data_ptr<at::BFloat16>()),
-                          shape, float(scale), cuts[i], cuts[i + 1]);
+    decode_attention_bf16(bits(q), bits(k), bits(v), bits(bias),
+                          reinterpret_cast<uint16_t*>(split.data_ptr<at::BFloat16>()), shape, float(scale), cuts[i],
+                          cuts[i + 1]);
   EXPECT_TRUE(torch::equal(split, out));
 }
 
@@ -122,7 +126,8 @@ TEST(RopeKernel, EqualsTheLibtorchOpsBitForBit) {
   const torch::Tensor emb = torch::cat({angles, angles}, -1);
   const torch::Tensor cos = emb.cos(), sin = emb.sin();  // (rows, hd)
   const torch::Tensor heads_view = x.narrow(1, 0, heads * hd).view({rows, heads, hd});
-  const torch::Tensor rotated_half = torch::cat({-heads_view.narrow(-1, hd / 2, hd / 2), heads_view.narrow(-1, 0, hd / 2)}, -1);
+  const torch::Tensor rotated_half =
+      torch::cat({-heads_view.narrow(-1, hd / 2, hd / 2), heads_view.narrow(-1, 0, hd / 2)}, -1);
   const torch::Tensor ref = heads_view * cos.unsqueeze(1) + rotated_half * sin.unsqueeze(1);
   torch::Tensor out = x.clone();
   rope_f32(out.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), heads, hd, stride, 0, rows);

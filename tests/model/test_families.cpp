@@ -20,8 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* const kVariants[] = {"llama_untied", "llama_tied_head_dim_llama3", "llama_bias_linear", "llama_yarn",
-                                 "qwen2_tied",   "qwen3_head_dim",             "mistral_window"};
+const char* const kVariants[] = {
+    "llama_untied",  "llama_tied_head_dim_llama3", "llama_bias_linear", "llama_yarn", "qwen2_tied", "qwen3_head_dim",
+    "mistral_window"};
 
 int run_python(const std::string& args) {
   const std::string cmd =
@@ -112,7 +113,7 @@ TEST_F(Families, ExportsLoadInTransformersWithSameLogits) {
   ASSERT_TRUE(made_) << "transformers fixture failed";
   torch::NoGradGuard no_grad;
   const fs::path out_root = root_ / "exported";
-  const char* arch[] = {"LlamaForCausalLM", "LlamaForCausalLM", "LlamaForCausalLM", "LlamaForCausalLM",
+  const char* arch[] = {"LlamaForCausalLM", "LlamaForCausalLM", "LlamaForCausalLM",  "LlamaForCausalLM",
                         "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"};
   for (std::size_t i = 0; i < std::size(kVariants); ++i) {
     const LoadedModel loaded = load_pretrained(root_ / kVariants[i]);

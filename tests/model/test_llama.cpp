@@ -150,7 +150,6 @@ TEST(Llama, RejectsBadBuffersAndOptions) {
   EXPECT_THROW(model.forward_cached(random_tokens(1, 5, c.vocab_size, 1), cache), UserError);
 }
 
-
 // Rows padded differently (left, right, both, none, and a hole inside: the dense-mask path) give the
 // logits of each sequence alone, in the full and the cached forward.
 TEST(Llama, AnyPaddingPatternEqualsUnpadded) {
@@ -246,7 +245,8 @@ TEST(Llama, SharedPromptsMatchTheFullRows) {
           LlamaModel m(c, fresh_weights(c, torch::kFloat32));
           m.set_requires_grad(true);
           if (k == 0) {
-            const torch::Tensor rows = torch::cat({prompts.index_select(0, of_row), completions.narrow(1, 0, T - 1)}, 1);
+            const torch::Tensor rows =
+                torch::cat({prompts.index_select(0, of_row), completions.narrow(1, 0, T - 1)}, 1);
             const torch::Tensor rows_valid =
                 valid.defined() ? torch::cat({valid.index_select(0, of_row), torch::ones({8, T - 1}, torch::kBool)}, 1)
                                 : torch::Tensor();
@@ -257,11 +257,14 @@ TEST(Llama, SharedPromptsMatchTheFullRows) {
           (out[k] * w.narrow(1, 0, T)).sum().backward();
           for (const torch::Tensor& p : m.parameters()) grads[k].push_back(p.grad().clone());
         }
-        const std::string what = std::string(c.sliding_window ? "window" : c.activation_checkpointing ? "ckpt" : "plain") +
+        const std::string what = std::string(c.sliding_window             ? "window"
+                                             : c.activation_checkpointing ? "ckpt"
+                                                                          : "plain") +
                                  (valid.defined() ? " padded" : " unpadded") + " T=" + std::to_string(T);
         ASSERT_EQ(out[1].sizes(), (std::vector<int64_t>{8, T, c.vocab_size})) << what;
         EXPECT_LT(rel_error(out[1], out[0]), 1e-5) << what;
-        for (std::size_t i = 0; i < grads[0].size(); ++i) EXPECT_LT(rel_error(grads[1][i], grads[0][i]), 1e-5) << what << " " << i;
+        for (std::size_t i = 0; i < grads[0].size(); ++i)
+          EXPECT_LT(rel_error(grads[1][i], grads[0][i]), 1e-5) << what << " " << i;
       }
   LlamaModel model(base, fresh_weights(base, torch::kFloat32));
   EXPECT_THROW(model.forward_completions({prompts, {}, of_row.narrow(0, 0, 4)}, random_tokens(8, 3, 50, 1)),
@@ -339,7 +342,8 @@ TEST(Llama, ActivationCheckpointingGivesTheSameGradients) {
   EXPECT_EQ(losses[0], losses[1]);
   double worst = 0;
   for (std::size_t i = 0; i < grads[0].size(); ++i)
-    worst = std::max(worst, (grads[1][i] - grads[0][i]).abs().max().item<double>() / grads[0][i].abs().max().item<double>());
+    worst = std::max(worst,
+                     (grads[1][i] - grads[0][i]).abs().max().item<double>() / grads[0][i].abs().max().item<double>());
   std::printf("checkpointed vs plain gradients: max |difference| / max |gradient| = %.3g\n", worst);
   for (std::size_t i = 0; i < grads[0].size(); ++i) {
     const double scale = grads[0][i].abs().max().item<double>();
@@ -362,7 +366,8 @@ TEST(Llama, CudaMatchesCpu) {
   valid[0].narrow(0, 0, 5).fill_(false);
   EXPECT_LT(rel_error(gpu.forward(tokens.cuda(), valid.cuda()).cpu(), cpu.forward(tokens, valid)), 1e-4);
   KVCache a = cpu.new_cache(3, 20), b = gpu.new_cache(3, 20);
-  EXPECT_LT(rel_error(gpu.forward_cached(tokens.cuda(), b, valid.cuda()).cpu(), cpu.forward_cached(tokens, a, valid)), 1e-4);
+  EXPECT_LT(rel_error(gpu.forward_cached(tokens.cuda(), b, valid.cuda()).cpu(), cpu.forward_cached(tokens, a, valid)),
+            1e-4);
   const torch::Tensor next = random_tokens(3, 1, c.vocab_size, 3);
   EXPECT_LT(rel_error(gpu.forward_cached(next.cuda(), b).cpu(), cpu.forward_cached(next, a)), 1e-4);
   // The training forward of GRPO groups (shared prompts, boolean-masked attention, GQA on CUDA).
@@ -370,7 +375,8 @@ TEST(Llama, CudaMatchesCpu) {
   const torch::Tensor completions = random_tokens(6, 5, c.vocab_size, 4);
   const SharedPrompts on_cpu{tokens, valid, of_row}, on_gpu{tokens.cuda(), valid.cuda(), of_row.cuda()};
   EXPECT_LT(rel_error(gpu.forward_completions(on_gpu, completions.cuda()).cpu(),
-                      cpu.forward_completions(on_cpu, completions)), 1e-4);
+                      cpu.forward_completions(on_cpu, completions)),
+            1e-4);
 }
 
 }  // namespace

@@ -198,7 +198,9 @@ TEST_P(PeftLora, PissaIsPeftsAndExportsOntoTheOriginalBase) {
   torch::Tensor residual = base.flat.clone();
   const torch::Tensor ours = pissa_init(base.config, peft.spec, residual, /*seed (unused by a full SVD)=*/0);
   const ParamLayout layout = lora_layout(base.config, peft.spec);
-  const auto view = [](const torch::Tensor& t, const ParamEntry& e) { return t.narrow(0, e.offset, e.numel).view(e.shape); };
+  const auto view = [](const torch::Tensor& t, const ParamEntry& e) {
+    return t.narrow(0, e.offset, e.numel).view(e.shape);
+  };
   double pair_err = 0, product_err = 0;
   for (std::size_t k = 0; k < layout.entries.size(); k += 2) {
     const ParamEntry &a = layout.entries[k], &b = layout.entries[k + 1];
@@ -240,12 +242,13 @@ TEST_P(PeftLora, PissaIsPeftsAndExportsOntoTheOriginalBase) {
   on_base.set_adapters(converted.spec, load_peft_adapter(out, base.config).flat);
   EXPECT_LT(max_abs(on_base.forward(tokens) - logits) / max_abs(logits), 1e-5);
   const torch::Tensor tokens_f = tokens.to(torch::kFloat32).contiguous(), logits_c = logits.contiguous();
-  io::write_safetensors(out / "ours.safetensors",
-                        {{"tokens", io::DType::f32, tokens_f.sizes().vec(), tokens_f.data_ptr(), size_t(tokens_f.numel()) * 4},
-                         {"logits", io::DType::f32, logits_c.sizes().vec(), logits_c.data_ptr(), size_t(logits_c.numel()) * 4}});
-  const std::string cmd = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/model/peft_lora.py check_logits " +
-                          root_.string() + " " + GetParam() + " " + out.string() + " " + (out / "ours.safetensors").string() +
-                          " 2>&1 | grep -v Warn";
+  io::write_safetensors(
+      out / "ours.safetensors",
+      {{"tokens", io::DType::f32, tokens_f.sizes().vec(), tokens_f.data_ptr(), size_t(tokens_f.numel()) * 4},
+       {"logits", io::DType::f32, logits_c.sizes().vec(), logits_c.data_ptr(), size_t(logits_c.numel()) * 4}});
+  const std::string cmd = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR +
+                          "/tests/model/peft_lora.py check_logits " + root_.string() + " " + GetParam() + " " +
+                          out.string() + " " + (out / "ours.safetensors").string() + " 2>&1 | grep -v Warn";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   fs::remove_all(out);
 }
@@ -266,7 +269,9 @@ TEST_P(PeftLora, PissaNiterIsPeftsRandomizedSvd) {
   const torch::Tensor ours = pissa_init(spectral.config, fast, residual, 11);
   const torch::Tensor exact = pissa_init(spectral.config, peft.spec, exact_residual, 0);
   const ParamLayout layout = lora_layout(spectral.config, fast);
-  const auto view = [](const torch::Tensor& t, const ParamEntry& e) { return t.narrow(0, e.offset, e.numel).view(e.shape); };
+  const auto view = [](const torch::Tensor& t, const ParamEntry& e) {
+    return t.narrow(0, e.offset, e.numel).view(e.shape);
+  };
   const auto product = [&](const torch::Tensor& flat, std::size_t k) {
     return view(flat, layout.entries[k + 1]).mm(view(flat, layout.entries[k]));  // B A (out, in)
   };
@@ -278,8 +283,10 @@ TEST_P(PeftLora, PissaNiterIsPeftsRandomizedSvd) {
   }
   const double residual_err = max_abs(residual - peft_residual.flat) / max_abs(spectral.flat);
   const double residual_exact = max_abs(residual - exact_residual) / max_abs(spectral.flat);
-  std::printf("%s: PiSSA niter 4 vs peft's pissa_niter_4: B A max |diff| %.2e (vs the full SVD %.2e), residual %.2e "
-              "(%.2e)\n", GetParam().c_str(), vs_peft, vs_exact, residual_err, residual_exact);
+  std::printf(
+      "%s: PiSSA niter 4 vs peft's pissa_niter_4: B A max |diff| %.2e (vs the full SVD %.2e), residual %.2e "
+      "(%.2e)\n",
+      GetParam().c_str(), vs_peft, vs_exact, residual_err, residual_exact);
   EXPECT_LT(vs_peft, 1e-5);
   EXPECT_LT(vs_exact, 1e-5);
   EXPECT_LT(residual_err, 1e-5);
@@ -316,12 +323,15 @@ TEST(LoraDropout, MasksAreCounterBasedAndDropAtTheRate) {
   const torch::Tensor keep = lora_dropout_keep(pass, 1, LoraModule::v_proj, 2048, 0.1);
   ASSERT_EQ(keep.sizes(), (std::vector<int64_t>{2, 64, 2048}));
   const double dropped = 1.0 - keep.to(torch::kFloat64).mean().item<double>();
-  std::printf("lora.dropout 0.1: dropped fraction %.5f of %lld elements\n", dropped, static_cast<long long>(keep.numel()));
+  std::printf("lora.dropout 0.1: dropped fraction %.5f of %lld elements\n", dropped,
+              static_cast<long long>(keep.numel()));
   EXPECT_NEAR(dropped, 0.1, 0.003);
   EXPECT_TRUE(torch::equal(keep, lora_dropout_keep(pass, 1, LoraModule::v_proj, 2048, 0.1)));
   const DropoutPass alone{12345, false, torch::tensor({8}, torch::kLong), positions.narrow(0, 1, 1)};
   EXPECT_TRUE(torch::equal(keep.narrow(0, 1, 1), lora_dropout_keep(alone, 1, LoraModule::v_proj, 2048, 0.1)));
-  const auto same_frac = [&](const torch::Tensor& other) { return keep.eq(other).to(torch::kFloat64).mean().item<double>(); };
+  const auto same_frac = [&](const torch::Tensor& other) {
+    return keep.eq(other).to(torch::kFloat64).mean().item<double>();
+  };
   const DropoutPass other_key{12346, false, pass.ids, positions}, prompts{12345, true, pass.ids, positions};
   // Independent masks agree on 0.9^2 + 0.1^2 = 82% of the elements.
   EXPECT_LT(same_frac(lora_dropout_keep(other_key, 1, LoraModule::v_proj, 2048, 0.1)), 0.9);

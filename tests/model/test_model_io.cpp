@@ -132,8 +132,12 @@ void expect_load_error(const std::function<void(std::vector<io::Tensor>&)>& edit
 
 TEST(ModelIo, MissingExtraAndMisshapenTensorsAreNamed) {
   expect_load_error([](auto& ts) { ts.erase(ts.begin()); }, "missing tensor 'lm_head.weight'");
-  expect_load_error([](auto& ts) { ts.push_back(ts.back()); ts.back().name = "model.extra.weight"; },
-                    "unexpected tensor 'model.extra.weight'");
+  expect_load_error(
+      [](auto& ts) {
+        ts.push_back(ts.back());
+        ts.back().name = "model.extra.weight";
+      },
+      "unexpected tensor 'model.extra.weight'");
   expect_load_error(
       [](auto& ts) {
         for (auto& t : ts)

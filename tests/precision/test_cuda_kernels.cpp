@@ -74,16 +74,14 @@ struct ModeParam {
 void PrintTo(const ModeParam& p, std::ostream* os) { *os << mode_name(p.mode); }
 
 constexpr ModeParam kAllModes[] = {
-    {RoundMode::fp32},    {RoundMode::bf16_rn}, {RoundMode::bf16_sr},
-    {RoundMode::fp16_rn}, {RoundMode::fp16_sr},
+    {RoundMode::fp32}, {RoundMode::bf16_rn}, {RoundMode::bf16_sr}, {RoundMode::fp16_rn}, {RoundMode::fp16_sr},
 };
 
 // Compute weights as bit patterns, stored with the mode's element size.
 struct ComputeBits {
   std::size_t elem;
   std::vector<uint8_t> bytes;
-  ComputeBits(RoundMode mode, std::size_t n, uint32_t fill)
-      : elem(compute_element_bytes(mode)), bytes(n * elem) {
+  ComputeBits(RoundMode mode, std::size_t n, uint32_t fill) : elem(compute_element_bytes(mode)), bytes(n * elem) {
     for (std::size_t i = 0; i < n; ++i) set(i, fill);
   }
   uint32_t get(std::size_t i) const {
@@ -109,9 +107,7 @@ struct ComputeBits {
 // Same value for the FP32 state: identical bits, or both NaN. Arithmetic on a NaN gives the
 // canonical NaN 0x7FFFFFFF on the GPU but keeps the input's payload on x86; the contract only
 // promises NaN stays NaN (the rounded BF16 / FP16 weights are canonical NaN on both).
-bool same_fp32(uint32_t a, uint32_t b) {
-  return a == b || (std::isnan(bits_float(a)) && std::isnan(bits_float(b)));
-}
+bool same_fp32(uint32_t a, uint32_t b) { return a == b || (std::isnan(bits_float(a)) && std::isnan(bits_float(b))); }
 
 // Device memory with room for a misaligning shift in front; freed on scope exit.
 class DeviceBuffer {
@@ -149,8 +145,8 @@ std::vector<float> edge_values() {
   };
   std::vector<float> v;
   for (uint32_t b : bits) v.push_back(bits_float(b));
-  for (float x : {65504.0f, -65504.0f, 65519.99f, 65520.0f, 65535.9f, 65536.0f, 1e6f, 65505.0f,
-                  1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1e-5f, 6.0e-8f, -2.9e-8f}) {
+  for (float x : {65504.0f, -65504.0f, 65519.99f, 65520.0f, 65535.9f, 65536.0f, 1e6f, 65505.0f, 1.0f + 1.0f / 2048,
+                  1.0f + 3.0f / 2048, 1e-5f, 6.0e-8f, -2.9e-8f}) {
     v.push_back(x);
   }
   return v;
@@ -204,24 +200,21 @@ TEST_P(CudaMaterialize, MatchesScalarReferenceBitForBit) {
     ASSERT_NE(d_master.get(), nullptr);
     ASSERT_NE(d_compute.get(), nullptr);
     ComputeBits out(mode, c.n + c.shift + 2 * pad, kSentinel);
-    ASSERT_CUDA(
-        cudaMemcpy(d_master.get(c.shift * 4), master.data(), c.n * 4, cudaMemcpyHostToDevice));
-    ASSERT_CUDA(
-        cudaMemcpy(d_compute.get(), out.bytes.data(), out.bytes.size(), cudaMemcpyHostToDevice));
+    ASSERT_CUDA(cudaMemcpy(d_master.get(c.shift * 4), master.data(), c.n * 4, cudaMemcpyHostToDevice));
+    ASSERT_CUDA(cudaMemcpy(d_compute.get(), out.bytes.data(), out.bytes.size(), cudaMemcpyHostToDevice));
 
-    materialize_cuda(d_master.get<float>(c.shift * 4), d_compute.get((pad + c.shift) * eb), c.n,
-                     mode, key, c.global_offset);
+    materialize_cuda(d_master.get<float>(c.shift * 4), d_compute.get((pad + c.shift) * eb), c.n, mode, key,
+                     c.global_offset);
     ASSERT_CUDA(cudaDeviceSynchronize());
-    ASSERT_CUDA(
-        cudaMemcpy(out.bytes.data(), d_compute.get(), out.bytes.size(), cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(out.bytes.data(), d_compute.get(), out.bytes.size(), cudaMemcpyDeviceToHost));
 
     std::size_t mismatches = 0;
     for (std::size_t i = 0; i < c.n; ++i) {
       const uint32_t want = reference_round(master[i], mode, key, c.global_offset + i);
       const uint32_t got = out.get(pad + c.shift + i);
       if (got != want && mismatches++ < 5) {
-        ADD_FAILURE() << mode_name(mode) << " element " << i << " (x bits 0x" << std::hex
-                      << float_bits(master[i]) << "): got 0x" << got << ", want 0x" << want;
+        ADD_FAILURE() << mode_name(mode) << " element " << i << " (x bits 0x" << std::hex << float_bits(master[i])
+                      << "): got 0x" << got << ", want 0x" << want;
       }
     }
     EXPECT_EQ(mismatches, 0u);
@@ -246,8 +239,8 @@ TEST_P(CudaMaterialize, ShardsGiveTheBitsOfTheWholeBuffer) {
   materialize_cuda(d_master.get<float>(), d_whole.get(), n, mode, key, 0);
   const std::size_t cuts[] = {0, 1, 129, 4097, 33333, n};
   for (std::size_t s = 0; s + 1 < std::size(cuts); ++s) {
-    materialize_cuda(d_master.get<float>(cuts[s] * 4), d_sharded.get(cuts[s] * eb),
-                     cuts[s + 1] - cuts[s], mode, key, cuts[s]);
+    materialize_cuda(d_master.get<float>(cuts[s] * 4), d_sharded.get(cuts[s] * eb), cuts[s + 1] - cuts[s], mode, key,
+                     cuts[s]);
   }
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> whole(n * eb), sharded(n * eb);
@@ -269,8 +262,7 @@ TEST_P(CudaMaterialize, MatchesTheCpuMaterialize) {
   DeviceBuffer d_master(n * 4), d_compute(gpu.bytes.size());
   ASSERT_CUDA(cudaMemcpy(d_master.get(), master.data(), n * 4, cudaMemcpyHostToDevice));
   materialize_cuda(d_master.get<float>(), d_compute.get(), n, mode, key, global_offset);
-  ASSERT_CUDA(
-      cudaMemcpy(gpu.bytes.data(), d_compute.get(), gpu.bytes.size(), cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(gpu.bytes.data(), d_compute.get(), gpu.bytes.size(), cudaMemcpyDeviceToHost));
   EXPECT_TRUE(cpu.bytes == gpu.bytes);
 }
 
@@ -299,9 +291,8 @@ AdamWScalars scalars_for(double lr, double weight_decay, int64_t step, double gr
 }
 
 // The scalar reference of fused_adamw_step: adamw_element then reference_round, per element.
-std::vector<uint64_t> reference_adamw(AdamWState& st, uint64_t base,
-                                      const std::vector<Segment>& segments, const AdamWScalars& s,
-                                      RoundMode mode, SrKey key) {
+std::vector<uint64_t> reference_adamw(AdamWState& st, uint64_t base, const std::vector<Segment>& segments,
+                                      const AdamWScalars& s, RoundMode mode, SrKey key) {
   std::vector<uint64_t> changed(segments.size(), 0);
   for (std::size_t k = 0; k < segments.size(); ++k) {
     for (uint64_t i = segments[k].offset; i < segments[k].offset + segments[k].size; ++i) {
@@ -385,24 +376,18 @@ struct DeviceAdamW {
     buffers.base = base;
   }
   cudaError_t upload(const AdamWState& st) const {
-    cudaError_t e =
-        cudaMemcpy(master.get(shift * 4), st.master.data(), n * 4, cudaMemcpyHostToDevice);
+    cudaError_t e = cudaMemcpy(master.get(shift * 4), st.master.data(), n * 4, cudaMemcpyHostToDevice);
     if (!e) e = cudaMemcpy(grad.get(shift * 4), st.grad.data(), n * 4, cudaMemcpyHostToDevice);
     if (!e) e = cudaMemcpy(m.get(shift * 4), st.m.data(), n * 4, cudaMemcpyHostToDevice);
     if (!e) e = cudaMemcpy(v.get(shift * 4), st.v.data(), n * 4, cudaMemcpyHostToDevice);
-    if (!e)
-      e = cudaMemcpy(compute.get(shift * eb), st.compute.bytes.data(), n * eb,
-                     cudaMemcpyHostToDevice);
+    if (!e) e = cudaMemcpy(compute.get(shift * eb), st.compute.bytes.data(), n * eb, cudaMemcpyHostToDevice);
     return e;
   }
   cudaError_t download(AdamWState& st) const {
-    cudaError_t e =
-        cudaMemcpy(st.master.data(), master.get(shift * 4), n * 4, cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaMemcpy(st.master.data(), master.get(shift * 4), n * 4, cudaMemcpyDeviceToHost);
     if (!e) e = cudaMemcpy(st.m.data(), m.get(shift * 4), n * 4, cudaMemcpyDeviceToHost);
     if (!e) e = cudaMemcpy(st.v.data(), v.get(shift * 4), n * 4, cudaMemcpyDeviceToHost);
-    if (!e)
-      e = cudaMemcpy(st.compute.bytes.data(), compute.get(shift * eb), n * eb,
-                     cudaMemcpyDeviceToHost);
+    if (!e) e = cudaMemcpy(st.compute.bytes.data(), compute.get(shift * eb), n * eb, cudaMemcpyDeviceToHost);
     return e;
   }
 };
@@ -426,10 +411,10 @@ std::size_t count_mismatches(const AdamWState& got, const AdamWState& want, uint
                                              : got.compute.get(j) == want.compute.get(j));
     if (!ok && mismatches++ < 5) {
       ADD_FAILURE() << "element " << j << " (global " << base + j << "): master 0x" << std::hex
-                    << float_bits(got.master[j]) << " vs 0x" << float_bits(want.master[j])
-                    << ", m 0x" << float_bits(got.m[j]) << " vs 0x" << float_bits(want.m[j])
-                    << ", v 0x" << float_bits(got.v[j]) << " vs 0x" << float_bits(want.v[j])
-                    << ", compute 0x" << got.compute.get(j) << " vs 0x" << want.compute.get(j);
+                    << float_bits(got.master[j]) << " vs 0x" << float_bits(want.master[j]) << ", m 0x"
+                    << float_bits(got.m[j]) << " vs 0x" << float_bits(want.m[j]) << ", v 0x" << float_bits(got.v[j])
+                    << " vs 0x" << float_bits(want.v[j]) << ", compute 0x" << got.compute.get(j) << " vs 0x"
+                    << want.compute.get(j);
     }
   }
   return mismatches;
@@ -515,18 +500,14 @@ TEST_P(CudaFusedAdamW, RejectsBadInputsAndSkipsEmptySegments) {
   EXPECT_THROW(fused_adamw_cuda(buffers, {{99, 4, true}}, s, mode, SrKey{}), std::invalid_argument);
   AdamWHyper bad;
   bad.eps = 0;
-  EXPECT_THROW(fused_adamw_cuda(buffers, {{100, 4, true}}, bad, mode, SrKey{}),
-               std::invalid_argument);
-  const AdamWStepStats stats =
-      fused_adamw_cuda(buffers, {{100, 0, true}, {500, 0, false}}, s, mode, SrKey{});
+  EXPECT_THROW(fused_adamw_cuda(buffers, {{100, 4, true}}, bad, mode, SrKey{}), std::invalid_argument);
+  const AdamWStepStats stats = fused_adamw_cuda(buffers, {{100, 0, true}, {500, 0, false}}, s, mode, SrKey{});
   EXPECT_EQ(stats.changed, (std::vector<uint64_t>{0, 0}));
   EXPECT_EQ(stats.changed_total, 0u);
   EXPECT_EQ(stats.elements, 0u);
 }
 
-std::string mode_param_name(const ::testing::TestParamInfo<ModeParam>& info) {
-  return mode_name(info.param.mode);
-}
+std::string mode_param_name(const ::testing::TestParamInfo<ModeParam>& info) { return mode_name(info.param.mode); }
 
 INSTANTIATE_TEST_SUITE_P(Modes, CudaMaterialize, ::testing::ValuesIn(kAllModes), mode_param_name);
 INSTANTIATE_TEST_SUITE_P(Modes, CudaFusedAdamW, ::testing::ValuesIn(kAllModes), mode_param_name);
@@ -541,12 +522,11 @@ TEST(CudaCountNonfinite, CountsNanAndInfAtAnyAlignmentAndLength) {
   DeviceBuffer d_x((n_max + 4) * 4);
   for (std::size_t shift : {0u, 1u, 2u, 3u}) {
     ASSERT_CUDA(cudaMemcpy(d_x.get(shift * 4), x.data(), n_max * 4, cudaMemcpyHostToDevice));
-    for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(3), std::size_t(5),
-                          std::size_t(11), std::size_t(4096), n_max}) {
+    for (std::size_t n :
+         {std::size_t(0), std::size_t(1), std::size_t(3), std::size_t(5), std::size_t(11), std::size_t(4096), n_max}) {
       std::size_t want = 0;
       for (std::size_t i = 0; i < n; ++i) want += std::isfinite(x[i]) ? 0 : 1;
-      EXPECT_EQ(count_nonfinite_cuda(d_x.get<const float>(shift * 4), n), want)
-          << "n=" << n << " shift=" << shift;
+      EXPECT_EQ(count_nonfinite_cuda(d_x.get<const float>(shift * 4), n), want) << "n=" << n << " shift=" << shift;
     }
   }
 }
@@ -587,7 +567,7 @@ TEST(CudaFp8, ChannelMaximaAndRoundingMatchTheCpuBitForBit) {
   }
   std::vector<int32_t> exponent(rows);
   for (std::size_t r = 0; r < rows; ++r) exponent[r] = fp8_scale_exponent(cpu_amax[r]);
-  exponent[0] = 140;   // beyond FP32's normal powers: the double path
+  exponent[0] = 140;  // beyond FP32's normal powers: the double path
   exponent[1] = -140;
   ASSERT_CUDA(cudaMemcpy(d_exp.get(), exponent.data(), rows * 4, cudaMemcpyHostToDevice));
   const SrKey key{0xFEEDull, 5};
@@ -602,8 +582,8 @@ TEST(CudaFp8, ChannelMaximaAndRoundingMatchTheCpuBitForBit) {
         materialize_fp8_cuda(d_x.get<const float>() + cut, d_out.get<uint16_t>() + cut, n - cut, cut, matrices,
                              d_exp.get<const int32_t>(), sr, key);
       } else {
-        materialize_fp8_cuda(d_x.get<const float>(), d_out.get<uint16_t>(), n, 0, matrices,
-                             d_exp.get<const int32_t>(), sr, key);
+        materialize_fp8_cuda(d_x.get<const float>(), d_out.get<uint16_t>(), n, 0, matrices, d_exp.get<const int32_t>(),
+                             sr, key);
       }
       ASSERT_CUDA(cudaMemcpy(gpu.data(), d_out.get(), n * 2, cudaMemcpyDeviceToHost));
       for (std::size_t i = 0; i < n; ++i)
@@ -618,8 +598,7 @@ TEST(CudaFp8, ChannelMaximaAndRoundingMatchTheCpuBitForBit) {
 #else  // !defined(UNSTUCK_HAVE_CUDA)
 
 TEST(CudaKernels, NotCompiled) {
-  GTEST_SKIP()
-      << "built without CUDA kernels (configure with -DUNSTUCK_CUDA=ON on a machine with nvcc)";
+  GTEST_SKIP() << "built without CUDA kernels (configure with -DUNSTUCK_CUDA=ON on a machine with nvcc)";
 }
 
 #endif

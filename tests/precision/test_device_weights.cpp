@@ -54,11 +54,16 @@ precision::PrecisionConfig precision_of(precision::PrecisionMode mode) {
 uint16_t reference_bits(precision::RoundMode mode, float x, uint64_t step, uint64_t i) {
   using namespace precision;
   switch (mode) {
-    case RoundMode::bf16_sr: return bf16_sr(x, sr_bits_bf16(kSeed, step, i));
-    case RoundMode::fp16_sr: return fp16_sr(x, sr_bits_fp16(kSeed, step, i));
-    case RoundMode::bf16_rn: return bf16_rn(x);
-    case RoundMode::fp16_rn: return fp16_rn(x);
-    case RoundMode::fp32: break;
+    case RoundMode::bf16_sr:
+      return bf16_sr(x, sr_bits_bf16(kSeed, step, i));
+    case RoundMode::fp16_sr:
+      return fp16_sr(x, sr_bits_fp16(kSeed, step, i));
+    case RoundMode::bf16_rn:
+      return bf16_rn(x);
+    case RoundMode::fp16_rn:
+      return fp16_rn(x);
+    case RoundMode::fp32:
+      break;
   }
   return 0;
 }
@@ -252,8 +257,9 @@ TEST(AnalogGrid, TrainerWeightsAreTheCoarseRoundingOfTheMasterAndCountTheirChang
       int64_t wrong = 0, off_grid = 0;
       for (const model::ParamEntry& e : w.layout().entries)
         for (int64_t i = e.offset; i < e.offset + e.numel; ++i) {
-          const uint16_t want = sr ? precision::bf16_coarse_sr(m[i], 4, precision::sr_bits_fp16(kSeed, step, uint64_t(i)))
-                                   : precision::bf16_coarse_rn(m[i], 4);
+          const uint16_t want =
+              sr ? precision::bf16_coarse_sr(m[i], 4, precision::sr_bits_fp16(kSeed, step, uint64_t(i)))
+                 : precision::bf16_coarse_rn(m[i], 4);
           wrong += b[i] != want;
           off_grid += (b[i] & 0x7) != 0;
         }
@@ -333,9 +339,10 @@ std::vector<uint16_t> fp8_reference(const model::ParamLayout& layout, const torc
       const int exp = precision::fp8_scale_exponent(amax);
       for (int64_t c = 0; c < cols; ++c) {
         const int64_t i = e.offset + r * cols + c;
-        out[std::size_t(i)] = linear ? precision::fp8_e4m3_scaled(m[i], exp, sr, precision::sr_bits_fp16(kSeed, step, uint64_t(i)))
-                              : sr   ? precision::bf16_sr(m[i], precision::sr_bits_bf16(kSeed, step, uint64_t(i)))
-                                     : precision::bf16_rn(m[i]);
+        out[std::size_t(i)] =
+            linear ? precision::fp8_e4m3_scaled(m[i], exp, sr, precision::sr_bits_fp16(kSeed, step, uint64_t(i)))
+            : sr   ? precision::bf16_sr(m[i], precision::sr_bits_bf16(kSeed, step, uint64_t(i)))
+                   : precision::bf16_rn(m[i]);
       }
     }
   }
@@ -410,11 +417,12 @@ TEST(Fp8Weights, BaseRoundingIsFp8NearestOfTheBase) {
     for (int64_t i = e.offset; i < e.offset + e.numel; ++i)
       ASSERT_EQ(precision::float_bits(w[i]), uint32_t(want[std::size_t(i)]) << 16) << i;
   const float* m = master.data_ptr<float>();
-  const Fp8Channels raw = fp8_channels(layout, [m](int64_t b, int64_t n, float* out) { std::copy(m + b, m + b + n, out); });
+  const Fp8Channels raw = precision::fp8_channels(
+      layout.fp8_matrices(), layout.total, [m](int64_t b, int64_t n, float* out) { std::copy(m + b, m + b + n, out); });
   torch::Tensor sliced = master.clone();
   const int64_t cut = 10007;
-  round_base_to_fp8(sliced.data_ptr<float>(), 0, cut, raw);
-  round_base_to_fp8(sliced.data_ptr<float>() + cut, cut, sliced.numel() - cut, raw);
+  precision::round_to_fp8_grid(sliced.data_ptr<float>(), 0, cut, raw);
+  precision::round_to_fp8_grid(sliced.data_ptr<float>() + cut, cut, std::size_t(sliced.numel() - cut), raw);
   EXPECT_TRUE(torch::equal(sliced, whole));
   torch::Tensor twice = whole.clone();
   round_base_to_fp8_(twice, layout);

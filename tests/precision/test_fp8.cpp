@@ -90,7 +90,8 @@ TEST(Fp8Rounding, StochasticIsUnbiased) {
   std::mt19937 rng(33);
   for (int i = 0; i < 60; ++i) {
     const int e = int(rng() % 10) - 12;
-    const double q = i % 2 ? double(rng() % 1000000) / 1000000.0 * 0.0156 : 0.0157 + double(rng() % 1000000) / 1e6 * 400;
+    const double q =
+        i % 2 ? double(rng() % 1000000) / 1000000.0 * 0.0156 : 0.0157 + double(rng() % 1000000) / 1e6 * 400;
     const float x = float(std::ldexp(q, e));
     const double qx = double(x) * std::ldexp(1.0, -e);
     const auto hi = std::upper_bound(grid.begin(), grid.end(), std::make_pair(qx, 1000));
@@ -114,9 +115,10 @@ TEST(Fp8Rounding, EdgesAreAsStated) {
       EXPECT_EQ(bf16_value(fp8_e4m3_scaled(float(1000.0 * scale), e, sr, 0xFFFFFFFFu)), 448.0 * scale);
       EXPECT_EQ(fp8_e4m3_scaled(0.0f, e, sr, 0xFFFFFFFFu), 0x0000);
       EXPECT_EQ(fp8_e4m3_scaled(-0.0f, e, sr, 0xFFFFFFFFu), 0x8000);  // the sign of zero is kept
-      for (int c = 1; c <= 0x7E; ++c) {  // exact values never move, whatever the bits
+      for (int c = 1; c <= 0x7E; ++c) {                               // exact values never move, whatever the bits
         const float v = float(e4m3_value(c) * scale);
-        for (const uint32_t r : {0u, 0xFFFFFFFFu}) ASSERT_EQ(bf16_value(fp8_e4m3_scaled(-v, e, sr, r)), -double(v)) << c;
+        for (const uint32_t r : {0u, 0xFFFFFFFFu})
+          ASSERT_EQ(bf16_value(fp8_e4m3_scaled(-v, e, sr, r)), -double(v)) << c;
       }
     }
   }
@@ -134,7 +136,8 @@ TEST(Fp8Rounding, TheFp32PathIsTheRuleBitForBit) {
       // Half the inputs as they come, half brought to the channel's range.
       const float s = stress[i];
       const bool scalable = std::isfinite(s) && s != 0.0f;
-      const float x = i % 2 || !scalable ? s : float(double(s) * std::ldexp(1.0, e - std::ilogb(s) + int(rng() % 12) - 9));
+      const float x =
+          i % 2 || !scalable ? s : float(double(s) * std::ldexp(1.0, e - std::ilogb(s) + int(rng() % 12) - 9));
       for (const bool sr : {false, true}) {
         const uint32_t r = rng();
         ASSERT_EQ(fp8_e4m3_scaled_fast(x, float(down), float(up), sr, r), fp8_e4m3_scaled_by(x, down, up, sr, r))
@@ -183,9 +186,10 @@ TEST(Fp8Rounding, BufferKernelsAreThePerElementRuleForAnySplit) {
       const Fp8Matrix* m = nullptr;
       for (const Fp8Matrix& cand : matrices)
         if (i >= cand.offset && i < cand.offset + cand.rows * cand.cols) m = &cand;
-      const uint16_t want =
-          m ? fp8_e4m3_scaled(x[i], exponent[m->first_row + (i - m->offset) / m->cols], sr, sr_bits_fp16(key.seed, key.step, i))
-            : sr ? bf16_sr(x[i], sr_bits_bf16(key.seed, key.step, i)) : bf16_rn(x[i]);
+      const uint16_t want = m    ? fp8_e4m3_scaled(x[i], exponent[m->first_row + (i - m->offset) / m->cols], sr,
+                                                   sr_bits_fp16(key.seed, key.step, i))
+                            : sr ? bf16_sr(x[i], sr_bits_bf16(key.seed, key.step, i))
+                                 : bf16_rn(x[i]);
       ASSERT_EQ(whole[i], want) << i << (sr ? " SR" : " RN");
     }
   }
@@ -211,9 +215,10 @@ TEST(Fp8Rounding, EverySimdLevelIsThePerElementRule) {
       const Fp8Matrix* m = nullptr;
       for (const Fp8Matrix& cand : matrices)
         if (i >= cand.offset && i < cand.offset + cand.rows * cand.cols) m = &cand;
-      want[i] = m ? fp8_e4m3_scaled(x[i], exponent[m->first_row + (i - m->offset) / m->cols], sr,
-                                    sr_bits_fp16(key.seed, key.step, i))
-                  : sr ? bf16_sr(x[i], sr_bits_bf16(key.seed, key.step, i)) : bf16_rn(x[i]);
+      want[i] = m    ? fp8_e4m3_scaled(x[i], exponent[m->first_row + (i - m->offset) / m->cols], sr,
+                                       sr_bits_fp16(key.seed, key.step, i))
+                : sr ? bf16_sr(x[i], sr_bits_bf16(key.seed, key.step, i))
+                     : bf16_rn(x[i]);
     }
     for (const SimdLevel simd : available_simd_levels()) {
       for (const std::size_t cut : {std::size_t(0), std::size_t(3333)}) {  // 3333: inside row 3

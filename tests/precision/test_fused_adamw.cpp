@@ -40,8 +40,8 @@ AdamWBuffers buffers_of(State& s, uint64_t base = 0) {
 }
 
 // Scalar reference: adamw_element then reference rounding, element by element.
-uint64_t reference_step(State& s, const std::vector<Segment>& segs, const AdamWHyper& h,
-                        RoundMode mode, SrKey key, uint64_t base = 0) {
+uint64_t reference_step(State& s, const std::vector<Segment>& segs, const AdamWHyper& h, RoundMode mode, SrKey key,
+                        uint64_t base = 0) {
   const AdamWScalars sc = adamw_scalars(h);
   uint64_t changed = 0;
   std::vector<uint32_t> before = testing::as_bits(s.compute, mode);
@@ -61,8 +61,8 @@ uint64_t reference_step(State& s, const std::vector<Segment>& segs, const AdamWH
   return changed;
 }
 
-const std::vector<Segment> kSegments = {{0, 1000, true}, {1000, 37, false}, {1037, 5000, true},
-                                        {6037, 129, false}, {6166, 70000, true}};
+const std::vector<Segment> kSegments = {
+    {0, 1000, true}, {1000, 37, false}, {1037, 5000, true}, {6037, 129, false}, {6166, 70000, true}};
 constexpr std::size_t kN = 76166;
 
 TEST(FusedAdamW, EverySimdPathAndThreadCountMatchesScalarReference) {
@@ -79,8 +79,8 @@ TEST(FusedAdamW, EverySimdPathAndThreadCountMatchesScalarReference) {
       for (int threads : {1, 2, 3}) {
         State s = make_state(kN, mode, 1);
         const AdamWStepStats st = fused_adamw_step(buffers_of(s), kSegments, h, mode, key, {threads, simd});
-        const std::string where = std::string(round_mode_name(mode)) + " " + simd_level_name(simd) +
-                                  " threads=" + std::to_string(threads);
+        const std::string where =
+            std::string(round_mode_name(mode)) + " " + simd_level_name(simd) + " threads=" + std::to_string(threads);
         ASSERT_EQ(s.master, ref.master) << where;
         ASSERT_EQ(s.m, ref.m) << where;
         ASSERT_EQ(s.v, ref.v) << where;
@@ -127,7 +127,8 @@ TEST(FusedAdamW, MatchesLibtorchAdamWThenRounding) {
   std::fill(s.m.begin(), s.m.end(), 0.0f);
   std::fill(s.v.begin(), s.v.end(), 0.0f);
   torch::Tensor p = torch::tensor(s.master).set_requires_grad(true);
-  torch::optim::AdamW opt({p}, torch::optim::AdamWOptions(h.lr).betas({h.beta1, h.beta2}).eps(h.eps).weight_decay(h.weight_decay));
+  torch::optim::AdamW opt(
+      {p}, torch::optim::AdamWOptions(h.lr).betas({h.beta1, h.beta2}).eps(h.eps).weight_decay(h.weight_decay));
   std::mt19937 rng(4);
   std::normal_distribution<float> g(0.0f, 1e-2f);
   for (int step = 1; step <= 5; ++step) {
@@ -139,8 +140,7 @@ TEST(FusedAdamW, MatchesLibtorchAdamWThenRounding) {
   }
   const float* tp = p.data_ptr<float>();
   for (std::size_t i = 0; i < n; ++i)
-    ASSERT_NEAR(s.master[i], tp[i], 2e-6 * std::fabs(tp[i]) + 8 * std::ldexp(std::fabs(start[i]), -23))
-        << "i=" << i;
+    ASSERT_NEAR(s.master[i], tp[i], 2e-6 * std::fabs(tp[i]) + 8 * std::ldexp(std::fabs(start[i]), -23)) << "i=" << i;
   const auto compute = testing::as_bits(s.compute, RoundMode::bf16_rn);
   const torch::Tensor rounded = p.detach().to(torch::kBFloat16).view(torch::kInt16);
   std::size_t differ = 0;
@@ -193,8 +193,8 @@ TEST(FusedAdamW, ShardedUpdateEqualsWhole) {
       if (b < e) segs.push_back({b, e - b, s.decay});
     }
     const uint64_t base = part ? cut : 0;
-    AdamWBuffers b{shard.master.data() + base, shard.grad.data() + base, shard.m.data() + base,
-                   shard.v.data() + base, shard.compute.data() + base * 2, base};
+    AdamWBuffers b{shard.master.data() + base, shard.grad.data() + base,        shard.m.data() + base,
+                   shard.v.data() + base,      shard.compute.data() + base * 2, base};
     fused_adamw_step(b, segs, h, mode, {1, 3});
   }
   EXPECT_EQ(shard.master, whole.master);

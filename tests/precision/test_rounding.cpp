@@ -19,8 +19,8 @@ using testing::as_bits;
 using testing::reference_round;
 using testing::stress_values;
 
-std::vector<uint32_t> run_materialize(const std::vector<float>& x, RoundMode mode, SrKey key,
-                                      uint64_t offset, KernelOptions opts) {
+std::vector<uint32_t> run_materialize(const std::vector<float>& x, RoundMode mode, SrKey key, uint64_t offset,
+                                      KernelOptions opts) {
   std::vector<uint8_t> raw(x.size() * compute_element_bytes(mode), 0xAB);
   materialize(x.data(), raw.data(), x.size(), mode, key, offset, opts);
   return as_bits(raw, mode);
@@ -37,8 +37,7 @@ TEST(Philox, MatchesRandom123KnownAnswers) {
   EXPECT_EQ(ones.v[1], 0x41c83b0eu);
   EXPECT_EQ(ones.v[2], 0xa20bc7c6u);
   EXPECT_EQ(ones.v[3], 0x6d5451fdu);
-  const Philox4x32 pi = philox4x32_10({{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
-                                      0xa4093822, 0x299f31d0);
+  const Philox4x32 pi = philox4x32_10({{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0);
   EXPECT_EQ(pi.v[0], 0xd16cfe09u);
   EXPECT_EQ(pi.v[1], 0x94fdccebu);
   EXPECT_EQ(pi.v[2], 0x5001e420u);
@@ -189,8 +188,8 @@ TEST(Rounding, StochasticOverflowEdges) {
   EXPECT_EQ(bf16_sr(NAN, 0), kBf16CanonicalNan);
   EXPECT_EQ(fp16_sr(NAN, 0), kFp16CanonicalNan);
   // Below half of FP16's smallest subnormal, SR still rounds up with probability x / 2^-24.
-  EXPECT_EQ(fp16_sr(std::ldexp(1.0f, -26), 0), 0x0001);              // r < threshold
-  EXPECT_EQ(fp16_sr(std::ldexp(1.0f, -26), 0xFFFFFFFFu), 0x0000);    // r >= threshold
+  EXPECT_EQ(fp16_sr(std::ldexp(1.0f, -26), 0), 0x0001);            // r < threshold
+  EXPECT_EQ(fp16_sr(std::ldexp(1.0f, -26), 0xFFFFFFFFu), 0x0000);  // r >= threshold
 }
 
 // One call == shards with their global offsets == other thread counts == other SIMD widths.

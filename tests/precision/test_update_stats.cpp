@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "unstuck/precision/update_stats.h"
+#include "precision/update_stats.h"
 
 namespace unstuck::precision {
 namespace {
@@ -39,14 +39,16 @@ TEST(UpdateStats, WorkedExample) {
 
 TEST(UpdateStats, EqualTheFullSizeDefinitions) {
   const int64_t n = 100003, block = 4096;
-  for (auto [dtype, mode] : {std::pair{torch::kFloat32, RoundMode::fp32}, std::pair{torch::kBFloat16, RoundMode::bf16_sr},
-                             std::pair{torch::kHalf, RoundMode::fp16_rn}}) {
+  for (auto [dtype, mode] :
+       {std::pair{torch::kFloat32, RoundMode::fp32}, std::pair{torch::kBFloat16, RoundMode::bf16_sr},
+        std::pair{torch::kHalf, RoundMode::fp16_rn}}) {
     const Pair p = weights(dtype, n);
     // Changed: the bits differ (a view as integers of the same width).
     const torch::ScalarType bits = dtype == torch::kFloat32 ? torch::kInt32 : torch::kInt16;
     const int64_t want_changed = p.before.view(bits).ne(p.after.view(bits)).sum().item<int64_t>();
     EXPECT_GT(want_changed, n / 10);
-    EXPECT_EQ(count_changed_bits(p.before.data_ptr(), p.after.data_ptr(), std::size_t(n), mode), uint64_t(want_changed));
+    EXPECT_EQ(count_changed_bits(p.before.data_ptr(), p.after.data_ptr(), std::size_t(n), mode),
+              uint64_t(want_changed));
     const int64_t blocks = (n + block - 1) / block;
     std::vector<double> delta(blocks, 0.0), weight(blocks, 0.0);
     add_block_update_sums(p.before.data_ptr(), p.after.data_ptr(), std::size_t(n), mode, block, delta.data(),
@@ -54,7 +56,8 @@ TEST(UpdateStats, EqualTheFullSizeDefinitions) {
     const torch::Tensor b = p.before.to(torch::kFloat32), a = p.after.to(torch::kFloat32);
     for (int64_t k = 0; k < blocks; ++k) {
       const int64_t s = k * block, len = std::min(block, n - s);
-      const double want_d = (a.narrow(0, s, len) - b.narrow(0, s, len)).to(torch::kDouble).square().sum().item<double>();
+      const double want_d =
+          (a.narrow(0, s, len) - b.narrow(0, s, len)).to(torch::kDouble).square().sum().item<double>();
       const double want_w = b.narrow(0, s, len).to(torch::kDouble).square().sum().item<double>();
       // Summation order differs from libtorch's: relative 1e-12 in double.
       EXPECT_NEAR(delta[k], want_d, 1e-12 * want_d + 1e-300) << k;

@@ -323,7 +323,8 @@ TEST(CodeSandbox, ProgramsSeeNoFileOfTheUsersAndChangeNone) {
   std::ofstream(own) << "private";
   std::ofstream(mine) << "mine";
   fs::permissions(own, fs::perms::owner_read | fs::perms::owner_write);
-  fs::permissions(shared, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+  fs::permissions(shared,
+                  fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
   const auto before = [](const fs::path& p) {
     struct stat st {};
     ::stat(p.c_str(), &st);
@@ -337,8 +338,10 @@ TEST(CodeSandbox, ProgramsSeeNoFileOfTheUsersAndChangeNone) {
       "\nfor p in paths:\n"
       "    for what, act in (('chmod', lambda: os.chmod(p, 0o777)), ('utime', lambda: os.utime(p, (0, 0))),\n"
       "                      ('chown', lambda: os.chown(p, os.getuid(), os.getgid()))):\n"
-      "        try:\n            act()\n            done.append(what + ' ' + p)\n        except OSError:\n            pass\n"
-      "for p in (paths[2], paths[4]):\n    try:\n        os.stat(p)\n        done.append('stat ' + p)\n    except OSError:\n"
+      "        try:\n            act()\n            done.append(what + ' ' + p)\n        except OSError:\n            "
+      "pass\n"
+      "for p in (paths[2], paths[4]):\n    try:\n        os.stat(p)\n        done.append('stat ' + p)\n    except "
+      "OSError:\n"
       "        pass\n"
       "try:\n    open(paths[1]).read()\n    done.append('read own')\nexcept OSError:\n    pass\n"
       "print(open(paths[0]).read(), sorted(done))\n";
@@ -373,8 +376,10 @@ TEST(CodeSandbox, WritesAreBoundedAndLeaveNothing) {
       "path = '.'\nfor k in range(200):\n    path = os.path.join(path, 'd')\n    os.mkdir(path)\n"
       "print(written)\n";
   const auto out = run_sandboxed({py(program)}, o);
-  if (saved) ::setenv("TMPDIR", saved_value.c_str(), 1);
-  else ::unsetenv("TMPDIR");
+  if (saved)
+    ::setenv("TMPDIR", saved_value.c_str(), 1);
+  else
+    ::unsetenv("TMPDIR");
   ASSERT_EQ(out[0].end, SandboxEnd::exited) << out[0].err;
   EXPECT_LE(std::stoi(out[0].out), 8);
   EXPECT_GE(std::stoi(out[0].out), 5);  // 8 MiB of tmpfs hold at least 5 files of 1 MiB
@@ -608,7 +613,8 @@ std::vector<std::pair<std::string, std::string>> forgeries() {
            "            except (OSError, ValueError, OverflowError):\n                continue\n"
            "            _found.update(m.decode() for m in re.findall(rb'[0-9a-f]{32}', _chunk))\n"
            "        _out = os.open('/proc/%d/fd/1' % _p, os.O_WRONLY)\n"
-           "        for _n in _found:\n            for _k in (1, 3):\n                os.write(_out, _pass_line(_n, _k))\n"
+           "        for _n in _found:\n            for _k in (1, 3):\n                os.write(_out, _pass_line(_n, "
+           "_k))\n"
            "    except OSError:\n        pass\n" +
            wrong_returning("-7")},
       {"kill the parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + wrong_returning("-7")},
@@ -643,7 +649,8 @@ std::vector<std::pair<std::string, std::string>> forgeries() {
       {"a thread that prints pass lines",
        hexes + pass_line +
            "import threading, time\ndef _spam():\n    while True:\n        for _n in list(_found) + ['0' * 32]:\n"
-           "            for _fd in (1, 2):\n                try:\n                    os.write(_fd, _pass_line(_n, 3))\n"
+           "            for _fd in (1, 2):\n                try:\n                    os.write(_fd, _pass_line(_n, "
+           "3))\n"
            "                except OSError:\n                    pass\n        time.sleep(0.001)\n"
            "threading.Thread(target=_spam, daemon=True).start()\n" +
            wrong_returning("-7")},
@@ -718,8 +725,8 @@ TEST(CodeVerifier, AssertJudgeSeesTheProgramsValuesAsPythonDoes) {
       "    def __getitem__(self, k):\n        return self.items[k]\n"
       "def same(x):\n    return x\n";
   const RewardResult r = v->score(fenced(program), record({{"test_list", tests}}));
-  EXPECT_EQ(r.status, RewardStatus::correct) << "passed " << r.extra.at("code_pass_frac") * tests.size() << " of "
-                                             << tests.size();
+  EXPECT_EQ(r.status, RewardStatus::correct)
+      << "passed " << r.extra.at("code_pass_frac") * tests.size() << " of " << tests.size();
 }
 
 }  // namespace
@@ -732,7 +739,8 @@ namespace {
 // 3000 levels, read-only and unlistable folders, links to the outside, which are removed and never
 // followed; the outside is untouched.
 TEST(SandboxFolders, RemovedWhateverTheirDepthWithoutFollowingLinks) {
-  const std::filesystem::path top = std::filesystem::temp_directory_path() / ("unstuck_deep_" + std::to_string(::getpid()));
+  const std::filesystem::path top =
+      std::filesystem::temp_directory_path() / ("unstuck_deep_" + std::to_string(::getpid()));
   const std::filesystem::path outside = top.string() + "_outside";
   std::filesystem::remove_all(top);
   std::filesystem::create_directories(outside / "keep");

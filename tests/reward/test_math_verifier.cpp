@@ -38,18 +38,32 @@ void expect_match(const std::vector<std::pair<std::string, std::string>>& pairs,
 }
 
 TEST(MathAnswer, EquivalentForms) {
-  expect_match({{"10000", "10,\\!000"},          {"0.5", "\\frac12"},
-                {"-\\frac{2}{3}", "\\frac{-2}{3}"}, {"7/2", "3\\frac{1}{2}"},
-                {"2\\frac14", "\\frac{9}{4}"},      {"25", "25\\%"},
-                {"5", "5 cm"},                      {"2\\sqrt3", "\\sqrt{12}"},
-                {"2\\pi", "2 \\pi"},                {"1000", "10^3"},
-                {"-5", "\xe2\x88\x92" "5"},         {"[2,\\infty)", "[2, \\infty)"},
-                {"(1, 2)", "(1,2)"},                {"2x+3", "3+2x"},
-                {"5", "x = 5"},                     {"\\text{Monday}", "Monday"},
-                {"1500", "1.5 \\times 10^{3}"},     {"1500", "1.5e3"},
-                {"30", "30^\\circ"},                {"\\{1,2,3\\}", "\\{3,2,1\\}"},
-                {"2, 3", "x = 3 \\text{ or } x = 2"}, {"1 \\pm \\sqrt2", "1-\\sqrt2, 1+\\sqrt2"},
-                {"x^2-1", "(x+1)(x-1)"},            {"\\frac{\\sqrt2}{2}", "\\frac{1}{\\sqrt2}"},
+  expect_match({{"10000", "10,\\!000"},
+                {"0.5", "\\frac12"},
+                {"-\\frac{2}{3}", "\\frac{-2}{3}"},
+                {"7/2", "3\\frac{1}{2}"},
+                {"2\\frac14", "\\frac{9}{4}"},
+                {"25", "25\\%"},
+                {"5", "5 cm"},
+                {"2\\sqrt3", "\\sqrt{12}"},
+                {"2\\pi", "2 \\pi"},
+                {"1000", "10^3"},
+                {"-5",
+                 "\xe2\x88\x92"
+                 "5"},
+                {"[2,\\infty)", "[2, \\infty)"},
+                {"(1, 2)", "(1,2)"},
+                {"2x+3", "3+2x"},
+                {"5", "x = 5"},
+                {"\\text{Monday}", "Monday"},
+                {"1500", "1.5 \\times 10^{3}"},
+                {"1500", "1.5e3"},
+                {"30", "30^\\circ"},
+                {"\\{1,2,3\\}", "\\{3,2,1\\}"},
+                {"2, 3", "x = 3 \\text{ or } x = 2"},
+                {"1 \\pm \\sqrt2", "1-\\sqrt2, 1+\\sqrt2"},
+                {"x^2-1", "(x+1)(x-1)"},
+                {"\\frac{\\sqrt2}{2}", "\\frac{1}{\\sqrt2}"},
                 {"\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{bmatrix}1 & 2\\\\ 3 & 4\\end{bmatrix}"},
                 {"(-\\infty,1)\\cup(2,\\infty)", "(2,\\infty)\\cup(-\\infty,1)"},
                 {"2^{64}", "18446744073709551616"}},
@@ -57,18 +71,28 @@ TEST(MathAnswer, EquivalentForms) {
 }
 
 TEST(MathAnswer, CloseButWrong) {
-  expect_match({{"0.1", "0.10000001"},      {"-5", "5"},
-                {"(1,2]", "[1,2)"},         {"(1,2)", "(2,1)"},
-                {"\\{1,2,3\\}", "\\{1,2,4\\}"}, {"\\sqrt2", "1.414"},
-                {"\\pi", "3.14"},           {"|x|", "x"},
-                {"x^2-1", "(x-1)^2"},       {"2, 3", "2"},
-                {"1 \\pm \\sqrt2", "1+\\sqrt2"}, {"2^{64}", "18446744073709551615"},
+  expect_match({{"0.1", "0.10000001"},
+                {"-5", "5"},
+                {"(1,2]", "[1,2)"},
+                {"(1,2)", "(2,1)"},
+                {"\\{1,2,3\\}", "\\{1,2,4\\}"},
+                {"\\sqrt2", "1.414"},
+                {"\\pi", "3.14"},
+                {"|x|", "x"},
+                {"x^2-1", "(x-1)^2"},
+                {"2, 3", "2"},
+                {"1 \\pm \\sqrt2", "1+\\sqrt2"},
+                {"2^{64}", "18446744073709551615"},
                 {"\\text{Monday}", "Tuesday"},
                 {"\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{pmatrix}1&3\\\\2&4\\end{pmatrix}"}},
                MathMatch::different);
   // No value: division by zero, a number beyond what is evaluated (not "equal" to another one).
-  expect_match({{"5", "\\frac{1}{0}"}, {"5", "12 34"}, {"5", ")("}, {"5", ""},
-                {"10^{10^{10}}", "10^{10^{11}}"}, {"10^{10^{10}}", "10^{10^{10}}"}},
+  expect_match({{"5", "\\frac{1}{0}"},
+                {"5", "12 34"},
+                {"5", ")("},
+                {"5", ""},
+                {"10^{10^{10}}", "10^{10^{11}}"},
+                {"10^{10^{10}}", "10^{10^{10}}"}},
                MathMatch::unreadable);
 }
 
@@ -77,23 +101,38 @@ TEST(MathAnswer, CloseButWrong) {
 // union it is, equations equal up to a non-zero factor, LaTeX's bare braces around a list, blank
 // \text spans; and each one's near miss.
 TEST(MathAnswer, MathVerifyConventions) {
-  expect_match({{"18", "f(x)=18"},                          {"g(x)=10", "10"},
-                {"x < -7", "(-\\infty,-7)"},                {"6 < t \\le 9", "(6,9]"},
-                {"x \\geq 2", "[2, \\infty)"},              {"9 \\ge x > 6", "(6,9]"},
-                {"x \\ne 4", "(-\\infty,4)\\cup(4,\\infty)"}, {"x \\neq 3", "(3,\\infty)\\cup(-\\infty,3)"},
-                {"2x-3y=8", "24 = 6x-9y"},                  {"-6x+8y+14=0", "3x-4y=7"},
-                {"y = 2x+1", "2y = 4x+2"},                  {"x = 2", "2x = 4"},
-                {"\\{4,1,11\\}", "{4,11,1}"},               {"12", "{12}"},
-                {"77", "77\\text{ }"},                      {"35", "35\\text{ \\%}"},
+  expect_match({{"18", "f(x)=18"},
+                {"g(x)=10", "10"},
+                {"x < -7", "(-\\infty,-7)"},
+                {"6 < t \\le 9", "(6,9]"},
+                {"x \\geq 2", "[2, \\infty)"},
+                {"9 \\ge x > 6", "(6,9]"},
+                {"x \\ne 4", "(-\\infty,4)\\cup(4,\\infty)"},
+                {"x \\neq 3", "(3,\\infty)\\cup(-\\infty,3)"},
+                {"2x-3y=8", "24 = 6x-9y"},
+                {"-6x+8y+14=0", "3x-4y=7"},
+                {"y = 2x+1", "2y = 4x+2"},
+                {"x = 2", "2x = 4"},
+                {"\\{4,1,11\\}", "{4,11,1}"},
+                {"12", "{12}"},
+                {"77", "77\\text{ }"},
+                {"35", "35\\text{ \\%}"},
                 {"3 < x", "x > 3"}},
                MathMatch::equal);
-  expect_match({{"f(2) = -8", "-8"},                        {"x < -7", "(-\\infty,-7]"},
-                {"6 < t \\le 9", "[6,9]"},                  {"x > 3", "(3, 9)"},
-                {"x \\ne 4", "(-\\infty,4)\\cup[4,\\infty)"}, {"x \\ne 4", "(-\\infty,4)\\cup(5,\\infty)"},
-                {"2x-3y=8", "6x-9y=25"},                    {"x+y=2", "x-y=2"},
-                {"2x+2y=4", "x+y=2, x=1"},                  {"\\{4,1,11\\}", "{4,11,2}"},
-                {"(3,\\infty)", "x>3"},                     {"1500", "(1,500)"},
-                {"100", "[0,100]"},                         {"x = 2", "x = 2 + y"}},
+  expect_match({{"f(2) = -8", "-8"},
+                {"x < -7", "(-\\infty,-7]"},
+                {"6 < t \\le 9", "[6,9]"},
+                {"x > 3", "(3, 9)"},
+                {"x \\ne 4", "(-\\infty,4)\\cup[4,\\infty)"},
+                {"x \\ne 4", "(-\\infty,4)\\cup(5,\\infty)"},
+                {"2x-3y=8", "6x-9y=25"},
+                {"x+y=2", "x-y=2"},
+                {"2x+2y=4", "x+y=2, x=1"},
+                {"\\{4,1,11\\}", "{4,11,2}"},
+                {"(3,\\infty)", "x>3"},
+                {"1500", "(1,500)"},
+                {"100", "[0,100]"},
+                {"x = 2", "x = 2 + y"}},
                MathMatch::different);
 }
 
@@ -117,8 +156,7 @@ TEST(MathAnswer, StrictnessOptions) {
 }
 
 TEST(MathAnswer, ExtractionOrder) {
-  const std::vector<AnswerFormat> order{AnswerFormat::answer_tag, AnswerFormat::boxed,
-                                        AnswerFormat::hashes};
+  const std::vector<AnswerFormat> order{AnswerFormat::answer_tag, AnswerFormat::boxed, AnswerFormat::hashes};
   EXPECT_EQ(*extract_math_answer("<answer>\\boxed{72}</answer>", order), "72");
   EXPECT_EQ(*extract_math_answer("<answer>The answer is 72.</answer>", order), "72");
   EXPECT_EQ(*extract_math_answer("\\boxed{70} no: \\boxed{72}", order), "72");
@@ -150,8 +188,8 @@ TEST(MathVerifier, StatusesThroughTheRegistry) {
 TEST(MathCorpus, RewardScoreAgreesWithHumanVerdicts) {
   const fs::path corpus = fs::path(UNSTUCK_SOURCE_DIR) / "tests/reward/math_corpus.jsonl";
   const fs::path out = fs::temp_directory_path() / ("math_corpus_scored_" + std::to_string(::getpid()) + ".jsonl");
-  const std::string command = std::string("'") + UNSTUCK_BINARY + "' reward score --input '" +
-                              corpus.string() + "' --output '" + out.string() + "' > /dev/null";
+  const std::string command = std::string("'") + UNSTUCK_BINARY + "' reward score --input '" + corpus.string() +
+                              "' --output '" + out.string() + "' > /dev/null";
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   std::ifstream in(out);
   std::string line;
@@ -177,8 +215,8 @@ TEST(MathCorpus, RewardScoreAgreesWithHumanVerdicts) {
   for (const auto& [category, c] : per_category) {
     std::printf("  %-14s %3d / %3d\n", category.c_str(), c.first, c.second);
   }
-  std::printf("  unstuck %d / %d agree (%.1f%%), math-verify %d / %d\n", agree, total,
-              100.0 * agree / total, math_verify_agree, total);
+  std::printf("  unstuck %d / %d agree (%.1f%%), math-verify %d / %d\n", agree, total, 100.0 * agree / total,
+              math_verify_agree, total);
   EXPECT_EQ(false_positives, 0);
   EXPECT_GE(static_cast<double>(agree) / total, 0.97) << agree << " / " << total;
 }
@@ -187,12 +225,14 @@ TEST(MathCorpus, RewardScoreStrictnessFlags) {
   const fs::path dir = fs::temp_directory_path() / ("math_flags_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "in.jsonl")
-      << R"({"task":"math","prompt":"p","answer":"5","completion":"<answer>5 cm</answer>"})" "\n"
-      << R"({"task":"math","prompt":"p","answer":"0.1","completion":"<answer>0.10000001</answer>"})" "\n";
+      << R"({"task":"math","prompt":"p","answer":"5","completion":"<answer>5 cm</answer>"})"
+         "\n"
+      << R"({"task":"math","prompt":"p","answer":"0.1","completion":"<answer>0.10000001</answer>"})"
+         "\n";
   auto statuses = [&](const std::string& flags) {
     const std::string command = std::string("'") + UNSTUCK_BINARY + "' reward score --input '" +
-                                (dir / "in.jsonl").string() + "' --output '" +
-                                (dir / "out.jsonl").string() + "' " + flags + " > /dev/null";
+                                (dir / "in.jsonl").string() + "' --output '" + (dir / "out.jsonl").string() + "' " +
+                                flags + " > /dev/null";
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
     std::ifstream in(dir / "out.jsonl");
     std::string line, out;

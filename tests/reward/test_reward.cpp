@@ -15,7 +15,7 @@
 #include "unstuck/config/config.h"
 #include "unstuck/data/record.h"
 #include "unstuck/reward/answer.h"
-#include "unstuck/reward/expression.h"
+#include "reward/expression.h"
 #include "unstuck/reward/verifier.h"
 
 namespace unstuck::reward {
@@ -56,8 +56,7 @@ struct Case {
   double reward;
 };
 
-void expect_table(const Verifier& verifier, const TaskRecord& record,
-                  const std::vector<Case>& cases) {
+void expect_table(const Verifier& verifier, const TaskRecord& record, const std::vector<Case>& cases) {
   for (const Case& c : cases) {
     const RewardResult r = verifier.score(c.completion, record);
     EXPECT_EQ(config::enum_name(r.status), std::string(config::enum_name(c.status)))
@@ -158,34 +157,33 @@ TEST(ExtractAnswer, FormatsAndOrder) {
 
 TEST(MathVerifier, AcceptedAndRejectedAnswers) {
   const auto v = make_verifier("math", RewardConfig{});
-  expect_table(
-      *v, math_record("1234"),
-      {
-          {"<answer>1234</answer>", S::correct, 1.0},
-          {"<answer> 1,234 </answer>", S::correct, 1.0},
-          {"<answer>$1234$</answer>", S::correct, 1.0},
-          {"<answer>+1234</answer>", S::correct, 1.0},
-          {"<answer>1234.0</answer>", S::correct, 1.0},
-          {"<answer>01234</answer>", S::correct, 1.0},
-          {"<answer>2468/2</answer>", S::correct, 1.0},
-          {"<answer>\\frac{2468}{2}</answer>", S::correct, 1.0},
-          {"The sum is \\boxed{1234}.", S::correct, 1.0},
-          {"so\n#### 1,234", S::correct, 1.0},
-          {"<answer>1</answer> no wait <answer>1234</answer>", S::correct, 1.0},
-          {"<answer>1235</answer>", S::wrong, 0.1},
-          {"<answer>-1234</answer>", S::wrong, 0.1},
-          {"<answer>123.4</answer>", S::wrong, 0.1},
-          {"\\boxed{1235}", S::wrong, 0.0},
-          {"1234", S::no_answer, 0.0},
-          {"<answer></answer>", S::no_answer, 0.0},
-          {"<answer>1234", S::no_answer, 0.0},
-          {"<answer>12 34</answer>", S::no_answer, 0.1},
-          {"<answer>12,34</answer>", S::wrong, 0.1},  // a list of two numbers
-          {"<answer>1e3</answer>", S::wrong, 0.1},    // 1000
-          {"<answer>the answer is 1234</answer>", S::correct, 1.0},
-          {"<answer>\xef\xbc\x91\xef\xbc\x92\xef\xbc\x93\xef\xbc\x94</answer>", S::correct, 1.0},
-          {"\\boxed{1234", S::no_answer, 0.0},
-      });
+  expect_table(*v, math_record("1234"),
+               {
+                   {"<answer>1234</answer>", S::correct, 1.0},
+                   {"<answer> 1,234 </answer>", S::correct, 1.0},
+                   {"<answer>$1234$</answer>", S::correct, 1.0},
+                   {"<answer>+1234</answer>", S::correct, 1.0},
+                   {"<answer>1234.0</answer>", S::correct, 1.0},
+                   {"<answer>01234</answer>", S::correct, 1.0},
+                   {"<answer>2468/2</answer>", S::correct, 1.0},
+                   {"<answer>\\frac{2468}{2}</answer>", S::correct, 1.0},
+                   {"The sum is \\boxed{1234}.", S::correct, 1.0},
+                   {"so\n#### 1,234", S::correct, 1.0},
+                   {"<answer>1</answer> no wait <answer>1234</answer>", S::correct, 1.0},
+                   {"<answer>1235</answer>", S::wrong, 0.1},
+                   {"<answer>-1234</answer>", S::wrong, 0.1},
+                   {"<answer>123.4</answer>", S::wrong, 0.1},
+                   {"\\boxed{1235}", S::wrong, 0.0},
+                   {"1234", S::no_answer, 0.0},
+                   {"<answer></answer>", S::no_answer, 0.0},
+                   {"<answer>1234", S::no_answer, 0.0},
+                   {"<answer>12 34</answer>", S::no_answer, 0.1},
+                   {"<answer>12,34</answer>", S::wrong, 0.1},  // a list of two numbers
+                   {"<answer>1e3</answer>", S::wrong, 0.1},    // 1000
+                   {"<answer>the answer is 1234</answer>", S::correct, 1.0},
+                   {"<answer>\xef\xbc\x91\xef\xbc\x92\xef\xbc\x93\xef\xbc\x94</answer>", S::correct, 1.0},
+                   {"\\boxed{1234", S::no_answer, 0.0},
+               });
   expect_table(*v, math_record("0.5"),
                {
                    {"<answer>1/2</answer>", S::correct, 1.0},
@@ -299,25 +297,20 @@ TEST(FreeText, ReadsTheAnswerTheSentenceGives) {
 TEST(FreeText, WithoutTheFormatNothingOutsideABoxTagOrHashesIsRead) {
   const auto v = make_verifier("math", RewardConfig{});
   expect_table(*v, math_record("22"), {{"Adding 15 and 7 gives 22.", S::no_answer, 0.0}});
-  EXPECT_EQ(parse_answer_formats({"last_expression"}, "k"),
-            std::vector<AnswerFormat>{AnswerFormat::last_expression});
+  EXPECT_EQ(parse_answer_formats({"last_expression"}, "k"), std::vector<AnswerFormat>{AnswerFormat::last_expression});
   // The number verifier and countdown read the same expression.
   TaskRecord arithmetic = math_record("22");
   arithmetic.task = "arithmetic";
-  EXPECT_EQ(make_verifier("arithmetic", free_text_config())->score("so it is 22.", arithmetic).status,
-            S::correct);
-  EXPECT_EQ(make_verifier("countdown", free_text_config())
-                ->score("We try 3 * 5 + 7", countdown_record({3, 5, 7}, 22))
-                .status,
-            S::correct);
+  EXPECT_EQ(make_verifier("arithmetic", free_text_config())->score("so it is 22.", arithmetic).status, S::correct);
+  EXPECT_EQ(
+      make_verifier("countdown", free_text_config())->score("We try 3 * 5 + 7", countdown_record({3, 5, 7}, 22)).status,
+      S::correct);
 }
 
 TEST(FreeText, AnswersComeInMathVerifysOrder) {
-  EXPECT_EQ(free_text_answers("The final answer is $5$. Then 6 and 7."),
-            (std::vector<std::string>{"5", "7", "6"}));
+  EXPECT_EQ(free_text_answers("The final answer is $5$. Then 6 and 7."), (std::vector<std::string>{"5", "7", "6"}));
   // "12 (2" is an arithmetic expression to math-verify too; it does not parse, so 12 is read.
-  EXPECT_EQ(free_text_answers("Answer: 3 apples cost = 12 (2 boxes)"),
-            (std::vector<std::string>{"12 (2", "12", "3"}));
+  EXPECT_EQ(free_text_answers("Answer: 3 apples cost = 12 (2 boxes)"), (std::vector<std::string>{"12 (2", "12", "3"}));
   EXPECT_EQ(free_text_answers("total $$x^2$$ then \\(y\\) and 1 + 2."),
             (std::vector<std::string>{"1 + 2", "2", "1", "y", "x^2"}));
   EXPECT_TRUE(free_text_answers("").empty());
@@ -392,9 +385,7 @@ TEST(CountdownVerifier, AcceptedAndRejectedAnswers) {
 TEST(CountdownVerifier, RecordWithoutNumbersIsAUserError) {
   const auto v = make_verifier("countdown", RewardConfig{});
   const std::string message = error_of([&] { v->score("<answer>1</answer>", math_record("1")); });
-  EXPECT_NE(
-      message.find("a countdown record needs \"numbers\" (a list of integers) and \"target\""),
-      std::string::npos)
+  EXPECT_NE(message.find("a countdown record needs \"numbers\" (a list of integers) and \"target\""), std::string::npos)
       << message;
 }
 
@@ -431,9 +422,8 @@ TEST(Registry, KnownNamesAndErrors) {
             "reward.format_reward must be in [0, 1) (a correct answer earns 1), got 1.5");
   c = RewardConfig{};
   c.answer_formats = {"answer_tag", "latex"};
-  EXPECT_EQ(
-      error_of([&] { make_verifier("math", c); }),
-      "reward.answer_formats: unknown answer format 'latex' (known: answer_tag, boxed, hashes, last_expression)");
+  EXPECT_EQ(error_of([&] { make_verifier("math", c); }),
+            "reward.answer_formats: unknown answer format 'latex' (known: answer_tag, boxed, hashes, last_expression)");
   c.answer_formats = {"boxed"};
   const auto boxed_only = make_verifier("math", c);
   EXPECT_EQ(boxed_only->score("<answer>42</answer>", math_record("42")).status, S::no_answer);
@@ -481,8 +471,7 @@ TEST(Expression, DeepNestingStopsAtTheDepthLimitInsteadOfRecursing) {
   config.max_answer_chars = 1 << 20;
   const auto v = make_verifier("countdown", config);
   const std::string nested = std::string(200000, '(') + "3*5+7" + std::string(200000, ')');
-  EXPECT_EQ(v->score("<answer>" + nested + "</answer>", countdown_record({3, 5, 7}, 22)).status,
-            S::no_answer);
+  EXPECT_EQ(v->score("<answer>" + nested + "</answer>", countdown_record({3, 5, 7}, 22)).status, S::no_answer);
 }
 
 // 4 KB inputs of the kinds a sampling model or an attacker produces.
@@ -498,8 +487,7 @@ std::vector<std::string> adversarial_inputs() {
   for (char& c : soup) c = alphabet[rng() % alphabet.size()];
   inputs.push_back("<answer>" + soup + "</answer>");
   inputs.push_back("<answer>" + soup.substr(0, 200) + "</answer>");
-  inputs.push_back("<answer>" + std::string(2040, '(') + "3*5+7" + std::string(2040, ')') +
-                   "</answer>");
+  inputs.push_back("<answer>" + std::string(2040, '(') + "3*5+7" + std::string(2040, ')') + "</answer>");
   inputs.push_back("<answer>" + std::string(4080, '9') + "</answer>");
   std::string chain = "3";
   while (chain.size() < 4080) chain += "*999999999";
@@ -561,16 +549,14 @@ TEST(Adversarial, FreeTextOfAQuarterMegabyteScoresInLinearTime) {
     return s;
   };
   const std::vector<std::string> inputs = {
-      repeated("\\("),         repeated("\\["),      repeated("$$ "),    repeated(" [a"),
-      repeated("answer "),     repeated("answer: ="), repeated("final answer "),
-      repeated("1 "),          repeated("1,000 "),    repeated("1+"),     repeated("-(1"),
-      repeated("= 1 "),        repeated("\\frac{1}{"), repeated("$1"),   repeated("**1** "),
+      repeated("\\("),       repeated("\\["),           repeated("$$ "),        repeated(" [a"),    repeated("answer "),
+      repeated("answer: ="), repeated("final answer "), repeated("1 "),         repeated("1,000 "), repeated("1+"),
+      repeated("-(1"),       repeated("= 1 "),          repeated("\\frac{1}{"), repeated("$1"),     repeated("**1** "),
   };
   for (const std::string& input : inputs) {
     const auto start = std::chrono::steady_clock::now();
     ASSERT_NO_THROW(math->score(input, m)) << input.substr(0, 20);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_LT(seconds, 0.25) << input.substr(0, 20) << ": " << seconds << " s";
   }
 }
@@ -594,8 +580,7 @@ TEST(Adversarial, FourKilobyteInputsScoreInUnderAMillisecondEach) {
       calls += 2;
     }
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds / static_cast<double>(calls), 1e-3) << calls << " calls in " << seconds << " s";
 }
 

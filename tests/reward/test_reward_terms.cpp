@@ -76,25 +76,29 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 TEST_F(RewardTerms, TheRewardIsTheWeightedSumAndEachTermIsReported) {
   const fs::path brevity = write("brevity.py", kBrevity), dict = write("dict.py", kVerlDict);
   const std::string python = UNSTUCK_PYTHON;
-  const RewardConfig config = load("  terms:\n"
-                                   "    - verifier: math\n"
-                                   "      weight: 1.0\n"
-                                   "    - function: {path: " + brevity.string() + ", name: brevity, style: trl, python: " +
-                                   python + ", workers: 1}\n"
-                                   "      weight: 0.25\n"
-                                   "    - name: contains\n"
-                                   "      function: {path: " + dict.string() + ", python: " + python + ", workers: 1}\n"
-                                   "      weight: -2.0\n");
+  const RewardConfig config = load(
+      "  terms:\n"
+      "    - verifier: math\n"
+      "      weight: 1.0\n"
+      "    - function: {path: " +
+      brevity.string() + ", name: brevity, style: trl, python: " + python +
+      ", workers: 1}\n"
+      "      weight: 0.25\n"
+      "    - name: contains\n"
+      "      function: {path: " +
+      dict.string() + ", python: " + python +
+      ", workers: 1}\n"
+      "      weight: -2.0\n");
   EXPECT_EQ(term_names(config), (std::vector<std::string>{"math", "brevity", "contains"}));
   EXPECT_TRUE(scorer_can_fail(config, "math"));
   const auto verifier = make_verifier("math", config);
   RewardConfig single;  // the math verifier as the single form scores it (format credit 0.1)
   const auto math = make_verifier("math", single);
   const std::vector<std::string> completions{
-      "<answer>42</answer>",                                   // correct, short, contains 42
-      "a long way round, and then <answer>41</answer>",        // wrong with the tag, long, no 42
-      "no answer at all, but 42 appears in it",                // no_answer, long, contains
-      "boom <answer>42</answer>",                              // the dict term fails; long
+      "<answer>42</answer>",                             // correct, short, contains 42
+      "a long way round, and then <answer>41</answer>",  // wrong with the tag, long, no 42
+      "no answer at all, but 42 appears in it",          // no_answer, long, contains
+      "boom <answer>42</answer>",                        // the dict term fails; long
   };
   const data::TaskRecord record = math_record("42");
   const std::vector<const data::TaskRecord*> records(completions.size(), &record);
@@ -110,7 +114,7 @@ TEST_F(RewardTerms, TheRewardIsTheWeightedSumAndEachTermIsReported) {
     EXPECT_EQ(r.terms.at("contains"), contains_of[i]);
     EXPECT_DOUBLE_EQ(r.reward, m.reward + 0.25 * brevity_of[i] - 2.0 * contains_of[i]);
     if (i < 3) {
-      EXPECT_EQ(r.status, m.status);  // the first term's
+      EXPECT_EQ(r.status, m.status);                                           // the first term's
       EXPECT_EQ(r.extra.at("contains/chars"), double(completions[i].size()));  // a term's extras, by its name
     }
   }
@@ -140,11 +144,13 @@ def code_only(prompts, completions, kind, **kwargs):
     return [None if k != "code" else (1.0 if "def" in c else -1.0) for c, k in zip(completions, kind)]
 )PY");
   const std::string python = UNSTUCK_PYTHON, f = file.string();
-  const RewardConfig config = load("  terms:\n"
-                                   "    - function: {path: " + f + ", name: math_only, style: trl, python: " + python +
-                                   ", workers: 1}\n      weight: 1.0\n"
-                                   "    - function: {path: " + f + ", name: code_only, style: trl, python: " + python +
-                                   ", workers: 1}\n      weight: 0.5\n");
+  const RewardConfig config = load(
+      "  terms:\n"
+      "    - function: {path: " +
+      f + ", name: math_only, style: trl, python: " + python +
+      ", workers: 1}\n      weight: 1.0\n"
+      "    - function: {path: " +
+      f + ", name: code_only, style: trl, python: " + python + ", workers: 1}\n      weight: 0.5\n");
   const auto verifier = make_verifier("math", config);
   data::TaskRecord math = math_record("42"), code = math_record("x"), other = math_record("y");
   math.fields["kind"] = "math";
@@ -172,7 +178,9 @@ TEST_F(RewardTerms, FunctionKeysAreCheckedAndTheInterpreterIsTheProjects) {
   EXPECT_EQ(error_of([&] { load("  function: {path: " + f.string() + ", factory_kwargs: {a: 1}}\n"); }),
             "reward.function.factory_kwargs: set while reward.function.factory is false (set factory: true to call "
             "compute_score with them)");
-  EXPECT_EQ(error_of([&] { load("  function: {path: " + f.string() + ", pythonpath: [" + (dir_ / "nope").string() + "]}\n"); }),
+  EXPECT_EQ(error_of([&] {
+              load("  function: {path: " + f.string() + ", pythonpath: [" + (dir_ / "nope").string() + "]}\n");
+            }),
             "reward.function.pythonpath: '" + (dir_ / "nope").string() + "' is not a folder (it does not exist)");
   EXPECT_EQ(error_of([&] { load("  function: {path: " + f.string() + ", pythonpath: [" + f.string() + "]}\n"); }),
             "reward.function.pythonpath: '" + f.string() + "' is not a folder");
@@ -249,8 +257,8 @@ TEST_F(RewardTerms, MistakesAreRefusedNamingTheItem) {
             "override 'reward.terms[1].weight=2': reward.terms has 1 item(s), so [1] is not one (set the whole list: "
             "reward.terms=[{...}, ...])");
   // One item's key from the command line, after the list.
-  const RunConfig ok = load_run_config("", {"reward.terms=[{verifier: math}, {verifier: countdown}]",
-                                            "reward.terms[1].weight=0.5"});
+  const RunConfig ok =
+      load_run_config("", {"reward.terms=[{verifier: math}, {verifier: countdown}]", "reward.terms[1].weight=0.5"});
   EXPECT_EQ(ok.reward.terms[1].weight, 0.5);
   EXPECT_EQ(ok.reward.terms[0].weight, 1.0);
   // The resolved config (config.yaml of a run) reads back as the same terms.

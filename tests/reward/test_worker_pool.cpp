@@ -65,7 +65,9 @@ class WorkerPoolTest : public ::testing::Test {
     return "<started>";
   }
   static Json verl_item(const std::string& completion, const std::string& truth) {
-    return {{"data_source", "openai/gsm8k"}, {"solution_str", completion}, {"ground_truth", truth},
+    return {{"data_source", "openai/gsm8k"},
+            {"solution_str", completion},
+            {"ground_truth", truth},
             {"extra_info", Json::object()}};
   }
 
@@ -94,9 +96,12 @@ TEST_F(WorkerPoolTest, VerlStyleScoresLikeTheMathVerifier) {
   RewardConfig config;
   config.format_reward = 0;
   const auto math = make_math_verifier(config);
-  const std::vector<std::pair<std::string, std::string>> cases{
-      {"so 3 + 4 = 7\n#### 7", "7"}, {"#### 8", "7"}, {"no answer here", "7"},
-      {"#### -5", "-5"}, {"#### 12", "12"}, {"#### 12", "13"}};
+  const std::vector<std::pair<std::string, std::string>> cases{{"so 3 + 4 = 7\n#### 7", "7"},
+                                                               {"#### 8", "7"},
+                                                               {"no answer here", "7"},
+                                                               {"#### -5", "-5"},
+                                                               {"#### 12", "12"},
+                                                               {"#### 12", "13"}};
   Json batch = Json::array();
   for (const auto& [c, t] : cases) batch.push_back(verl_item(c, t));
   const auto results = pool.run({batch});
@@ -129,9 +134,11 @@ def reward_answer(prompts, completions, answer, **kwargs):
 )PY");
   WorkerPool pool(python(file, "reward_answer", "trl"));
   const auto item = [](const std::string& completion, const std::string& answer) {
-    return Json{{"prompt", "2+2="}, {"completion", completion}, {"columns", {{"answer", answer}, {"difficulty", "easy"}}}};
+    return Json{
+        {"prompt", "2+2="}, {"completion", completion}, {"columns", {{"answer", answer}, {"difficulty", "easy"}}}};
   };
-  const auto results = pool.run({Json::array({item("it is 4", "4"), item("it is 5", "4")}), Json::array({item("7", "7")})});
+  const auto results =
+      pool.run({Json::array({item("it is 4", "4"), item("it is 5", "4")}), Json::array({item("7", "7")})});
   ASSERT_EQ(results.size(), 2u);
   ASSERT_TRUE(results[0][0].ok && results[0][1].ok && results[1][0].ok);
   EXPECT_DOUBLE_EQ(results[0][0].score, 1.001);  // one call for the whole first batch
@@ -363,13 +370,15 @@ def compute_score(data_source, solution_str, ground_truth, extra_info):
 }
 
 TEST_F(WorkerPoolTest, AStartPastStartTimeoutIsRefusedNamingTheKey) {
-  const fs::path file = write("sleepy.py", "import time\ntime.sleep(30)\n"
-                                           "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
-                                           "    return 1.0\n");
+  const fs::path file = write("sleepy.py",
+                              "import time\ntime.sleep(30)\n"
+                              "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+                              "    return 1.0\n");
   WorkerOptions o = python(file, "compute_score", "verl");
   o.start_timeout_s = 1;
-  EXPECT_EQ(start_error(o), "reward.function sleepy.py:compute_score: the worker was not ready within 1 s (raise "
-                            "reward.function.start_timeout_s, or a term's function.start_timeout_s)");
+  EXPECT_EQ(start_error(o),
+            "reward.function sleepy.py:compute_score: the worker was not ready within 1 s (raise "
+            "reward.function.start_timeout_s, or a term's function.start_timeout_s)");
 }
 
 // A reward file inside a package (relative imports, as trl/rewards/accuracy_rewards.py has), named
@@ -392,7 +401,8 @@ TEST_F(WorkerPoolTest, PackageFilesAndModulesLoadAsVerlAndPythonLoadThem) {
   };
   const std::vector<double> expected{1.0, 0.0};
   EXPECT_EQ(scores(python(dir_ / "src/mypkg/rewards/accuracy.py", "compute_score", "verl")), expected);
-  for (const std::string& module : {"pkg://mypkg.rewards.accuracy", "pkg://mypkg/rewards/accuracy", "mypkg.rewards.accuracy"}) {
+  for (const std::string& module :
+       {"pkg://mypkg.rewards.accuracy", "pkg://mypkg/rewards/accuracy", "mypkg.rewards.accuracy"}) {
     WorkerOptions o = python(dir_ / "unused.py", "compute_score", "verl");
     o.argv = python_reward_worker_argv(test_python(), module, "compute_score", "verl");
     o.argv.insert(o.argv.end(), {"--pythonpath", (dir_ / "src").string()});
@@ -482,7 +492,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonu
   WorkerOptions o = python(file, "get_penalty", "trl");
   o.argv.insert(o.argv.end(), {"--factory-kwargs", R"({"limit": 2})"});
   WorkerPool pool(o);
-  const auto item = [](std::vector<int> ids) { return Json{{"prompt", "p"}, {"completion", "c"}, {"completion_ids", ids}}; };
+  const auto item = [](std::vector<int> ids) {
+    return Json{{"prompt", "p"}, {"completion", "c"}, {"completion_ids", ids}};
+  };
   const auto r = pool.run({Json::array({item({1, 2}), item({1, 2, 3})})});
   EXPECT_EQ(r[0][0].score, 0.0);
   EXPECT_EQ(r[0][1].score, -1.0);
@@ -508,8 +520,8 @@ TEST(WorkerScores, NoneMetricsAndColumnsAreRead) {
   const WorkerResult none = worker_item_result(Json{{"none", true}, {"columns", {{"why", "skip"}}}});
   EXPECT_TRUE(none.ok && none.none);
   EXPECT_EQ(none.columns.value("why", ""), "skip");
-  const WorkerResult r = worker_item_result(Json{{"score", 1.5}, {"extra", {{"acc", true}, {"bad", "x"}}},
-                                                 {"metrics", {{"m", {1.0, "x", 2.0}}}}});
+  const WorkerResult r = worker_item_result(
+      Json{{"score", 1.5}, {"extra", {{"acc", true}, {"bad", "x"}}}, {"metrics", {{"m", {1.0, "x", 2.0}}}}});
   ASSERT_TRUE(r.ok);
   EXPECT_EQ(r.extra, (Json{{"acc", 1.0}}));
   EXPECT_EQ(r.metrics, (Json{{"m", {1.0, 2.0}}}));
@@ -539,9 +551,10 @@ def with_none(prompts, completions, **kwargs):
 
 TEST_F(WorkerPoolTest, BatchesRunOnSeveralWorkersAtOnce) {
   // Each worker draws its own number at import (its pid is 2 in every worker: each has a PID namespace).
-  const fs::path file = write("pid.py", "import random\nmine = random.SystemRandom().random()\n"
-                                        "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
-                                        "    return mine\n");
+  const fs::path file = write("pid.py",
+                              "import random\nmine = random.SystemRandom().random()\n"
+                              "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+                              "    return mine\n");
   WorkerPool pool(python(file, "compute_score", "verl", 2));
   const auto r = pool.run({Json::array({verl_item("a", "1")}), Json::array({verl_item("b", "1")})});
   ASSERT_TRUE(r[0][0].ok && r[1][0].ok);
@@ -549,31 +562,38 @@ TEST_F(WorkerPoolTest, BatchesRunOnSeveralWorkersAtOnce) {
 }
 
 TEST_F(WorkerPoolTest, StartRefusesWhatCannotScoreNamingWhy) {
-  const fs::path file = write("r.py", "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
-                                      "    return 1\n\ndef two(a, b):\n    return 1\n");
+  const fs::path file = write("r.py",
+                              "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+                              "    return 1\n\ndef two(a, b):\n    return 1\n");
   EXPECT_EQ(start_error(python(file, "nope", "verl")),
             "reward.function r.py:nope: the worker did not start: " + file.string() +
                 " has no function 'nope' (its functions: compute_score, two)");
   const std::string sig = start_error(python(file, "two", "verl"));
   EXPECT_NE(sig.find("two(a, b) cannot be called as verl calls compute_score (data_source=, solution_str=, "
-                     "ground_truth=, extra_info=)"), std::string::npos) << sig;
+                     "ground_truth=, extra_info=)"),
+            std::string::npos)
+      << sig;
   const std::string trl = start_error(python(file, "two", "trl"));
   EXPECT_NE(trl.find("cannot be called as TRL calls a reward function"), std::string::npos) << trl;
   const fs::path broken = write("broken.py", "import no_such_module_here\n");
   const std::string imp = start_error(python(broken, "f", "verl"));
   EXPECT_NE(imp.find("importing " + broken.string() + " failed"), std::string::npos) << imp;
   EXPECT_NE(imp.find("ModuleNotFoundError"), std::string::npos) << imp;
-  EXPECT_NE(start_error(python(dir_ / "missing.py", "f", "verl")).find("no such file: " + (dir_ / "missing.py").string()),
-            std::string::npos);
+  EXPECT_NE(
+      start_error(python(dir_ / "missing.py", "f", "verl")).find("no such file: " + (dir_ / "missing.py").string()),
+      std::string::npos);
   WorkerOptions o = python(file, "compute_score", "verl");
   o.argv[0] = (dir_ / "no_python").string();
-  EXPECT_EQ(start_error(o), "reward.function r.py:compute_score: the worker did not start: cannot execute the worker command");
-  o.argv = {"/bin/sh", "-c", "echo hello"};
   EXPECT_EQ(start_error(o),
-            "reward.function r.py:compute_score: the worker did not start: its first line is not {\"ready\": true}: hello");
+            "reward.function r.py:compute_score: the worker did not start: cannot execute the worker command");
+  o.argv = {"/bin/sh", "-c", "echo hello"};
+  EXPECT_EQ(
+      start_error(o),
+      "reward.function r.py:compute_score: the worker did not start: its first line is not {\"ready\": true}: hello");
   o.argv = {"/bin/sh", "-c", "exit 3"};
   EXPECT_EQ(start_error(o),
-            "reward.function r.py:compute_score: the worker exited with status 3 before it was ready (its messages are above)");
+            "reward.function r.py:compute_score: the worker exited with status 3 before it was ready (its messages are "
+            "above)");
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ TEST(FixedDecode, BucketsAreFewAndWasteLittle) {
   EXPECT_EQ(decode_bucket(100, 256), 112);
   EXPECT_EQ(decode_bucket(9, 256), 16);
   EXPECT_EQ(decode_bucket(3, 256), 8);
-  EXPECT_EQ(decode_bucket(3, 5), 5);       // never more rows than the batch
+  EXPECT_EQ(decode_bucket(3, 5), 5);        // never more rows than the batch
   EXPECT_EQ(decode_bucket(300, 300), 300);  // the whole batch is its own bucket
   std::set<int64_t> shapes;
   for (int64_t rows = 1; rows <= 256; ++rows) {

@@ -225,7 +225,8 @@ TEST(Sampler, UniformsDrawTokensByInverseCdf) {
   torch::Tensor p;
   {
     torch::NoGradGuard no_grad;
-    const torch::Tensor tokens = torch::tensor(std::vector<int64_t>(kPrompts[0].begin(), kPrompts[0].end())).unsqueeze(0);
+    const torch::Tensor tokens =
+        torch::tensor(std::vector<int64_t>(kPrompts[0].begin(), kPrompts[0].end())).unsqueeze(0);
     p = torch::softmax(m.forward(tokens).select(1, int64_t(kPrompts[0].size()) - 1).squeeze(0), -1);
   }
   std::vector<double> count(std::size_t(V), 0.0);

@@ -28,7 +28,8 @@ fs::path temp_dir(const std::string& name) {
 
 using unstuck::testing::error_of;
 
-std::string render(const std::string& source, const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
+std::string render(const std::string& source,
+                   const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
   return ChatTemplate::parse(source, "t").render(context);
 }
 
@@ -70,8 +71,8 @@ TEST(ChatTemplate, EqualsTransformersOnEveryCase) {
       }
     }
   }
-  std::printf("chat-template parity with transformers' jinja2: %d/%d strings equal (%d cases raise in both)\n",
-              equal, total, raised);
+  std::printf("chat-template parity with transformers' jinja2: %d/%d strings equal (%d cases raise in both)\n", equal,
+              total, raised);
   EXPECT_EQ(equal, total);
   EXPECT_GE(total, 190);
 }
@@ -95,15 +96,20 @@ TEST(ChatTemplate, RefusesConstructsOutsideTheSubsetByNameAndPosition) {
             "chat template x.jinja: line 2, column 8: unsupported filter 'wordwrap' (supported: abs, capitalize, "
             "count, d, default, first, int, items, join, last, length, list, lower, replace, reverse, string, "
             "tojson, trim, upper)");
-  EXPECT_EQ(refused("{% macro f() %}{% endmacro %}"), "chat template x.jinja: line 1, column 4: unsupported statement 'macro'");
+  EXPECT_EQ(refused("{% macro f() %}{% endmacro %}"),
+            "chat template x.jinja: line 1, column 4: unsupported statement 'macro'");
   EXPECT_EQ(refused("{% include 'a' %}"), "chat template x.jinja: line 1, column 4: unsupported statement 'include'");
   EXPECT_EQ(refused("{% raw %}x{% endraw %}"), "chat template x.jinja: line 1, column 1: unsupported statement 'raw'");
-  EXPECT_NE(refused("{{ x is divisibleby 3 }}").find("line 1, column 9: unsupported test 'divisibleby'"), std::string::npos);
-  EXPECT_NE(refused("{{ strftime_now('%d') }}").find("line 1, column 4: unsupported function 'strftime_now'"), std::string::npos);
+  EXPECT_NE(refused("{{ x is divisibleby 3 }}").find("line 1, column 9: unsupported test 'divisibleby'"),
+            std::string::npos);
+  EXPECT_NE(refused("{{ strftime_now('%d') }}").find("line 1, column 4: unsupported function 'strftime_now'"),
+            std::string::npos);
   EXPECT_NE(refused("{{ s.format(1) }}").find("line 1, column 6: unsupported method 'format'"), std::string::npos);
-  EXPECT_NE(refused("{% for m in ms if m %}{% endfor %}").find("unsupported construct 'for ... if'"), std::string::npos);
+  EXPECT_NE(refused("{% for m in ms if m %}{% endfor %}").find("unsupported construct 'for ... if'"),
+            std::string::npos);
   EXPECT_NE(refused("{% set x %}a{% endset %}").find("unsupported construct 'set' block"), std::string::npos);
-  EXPECT_NE(refused("{% generation %}a{% endgeneration %}").find("unsupported statement 'generation'"), std::string::npos);
+  EXPECT_NE(refused("{% generation %}a{% endgeneration %}").find("unsupported statement 'generation'"),
+            std::string::npos);
   EXPECT_NE(refused("{% if x %}a").find("missing {% endif %}"), std::string::npos);
   EXPECT_NE(refused("{{ x ").find("tag is never closed with '}}'"), std::string::npos);
   EXPECT_NE(refused("{# note").find("comment '{#' is never closed"), std::string::npos);
@@ -112,7 +118,8 @@ TEST(ChatTemplate, RefusesConstructsOutsideTheSubsetByNameAndPosition) {
 TEST(ChatTemplate, RuntimeErrorsNameTheCause) {
   EXPECT_EQ(error_of([] { render("{{ raise_exception('roles must alternate') }}"); }),
             "chat template t raised: roles must alternate");
-  EXPECT_EQ(error_of([] { render("\n  {{ nothing.content }}"); }), "chat template t: line 2, column 14: 'nothing' is undefined");
+  EXPECT_EQ(error_of([] { render("\n  {{ nothing.content }}"); }),
+            "chat template t: line 2, column 14: 'nothing' is undefined");
   EXPECT_NE(error_of([] { render("{% set x = 1 %}{% set x.a = 2 %}"); }).find("not a namespace"), std::string::npos);
   EXPECT_NE(error_of([] { render("{{ 1 // 0 }}"); }).find("integer division or modulo by zero"), std::string::npos);
   EXPECT_NE(error_of([] { ChatTemplate::parse("x", "t").render(nlohmann::ordered_json::array()); }).find("JSON object"),
@@ -131,8 +138,9 @@ TEST(ChatTemplate, LimitsBoundRunawayTemplates) {
                 .find("more than 1000 loop iterations"),
             std::string::npos);
   EXPECT_NE(with_limits("{% for i in range(50) %}abc{% endfor %}").find("output exceeds 100 bytes"), std::string::npos);
-  EXPECT_NE(with_limits("{{ " + std::string(40, '(') + "1" + std::string(40, ')') + " }}").find("nesting deeper than 20"),
-            std::string::npos);
+  EXPECT_NE(
+      with_limits("{{ " + std::string(40, '(') + "1" + std::string(40, ')') + " }}").find("nesting deeper than 20"),
+      std::string::npos);
   std::string ifs;
   for (int k = 0; k < 30; ++k) ifs += "{% if true %}";
   EXPECT_NE(with_limits(ifs).find("nesting deeper than 20"), std::string::npos);
@@ -162,7 +170,8 @@ TEST(ChatTemplate, FindsTheModelDirectoryTemplate) {
 
   std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": 3})";
   EXPECT_EQ(error_of([&] { find_chat_template(dir); }),
-            (dir / "tokenizer_config.json").string() + ": 'chat_template' must be a string or a list of {name, template}, got number");
+            (dir / "tokenizer_config.json").string() +
+                ": 'chat_template' must be a string or a list of {name, template}, got number");
   std::ofstream(dir / "tokenizer_config.json") << "{";
   EXPECT_NE(error_of([&] { find_chat_template(dir); }).find("tokenizer_config.json: invalid JSON"), std::string::npos);
   fs::remove_all(dir);

@@ -36,9 +36,15 @@ std::string read_text(const fs::path& p) {
 
 // Every style is checked inside one test, so the reference script (which trains all of them) runs
 // once per ctest process.
-const char* const kStyles[] = {"gpt2",       "llama3",      "qwen2",
-                               "sentencepiece", "sentencepiece_legacy", "spm_llama2",
-                               "spm_legacy", "spm_bos_eos_no_prefix", "spm_minimal"};
+const char* const kStyles[] = {"gpt2",
+                               "llama3",
+                               "qwen2",
+                               "sentencepiece",
+                               "sentencepiece_legacy",
+                               "spm_llama2",
+                               "spm_legacy",
+                               "spm_bos_eos_no_prefix",
+                               "spm_minimal"};
 
 class HfTokenizerParity : public ::testing::Test {
  protected:
@@ -70,8 +76,7 @@ void check_style(const fs::path& dir, const json& reference, const std::string& 
   const json& strings = reference["strings"];
   const json& ref = reference["styles"][style];
   ASSERT_GE(strings.size(), 2000u);
-  size_t ids_equal = 0, special_equal = 0, decode_equal = 0, skip_equal = 0, round_trips = 0,
-         ref_round_trips = 0;
+  size_t ids_equal = 0, special_equal = 0, decode_equal = 0, skip_equal = 0, round_trips = 0, ref_round_trips = 0;
   for (size_t i = 0; i < strings.size(); ++i) {
     const std::string s = strings[i].get<std::string>();
     const std::vector<int32_t> want = ref["ids"][i].get<std::vector<int32_t>>();
@@ -119,8 +124,8 @@ void check_style(const fs::path& dir, const json& reference, const std::string& 
 void check_cli(const fs::path& dir) {
   SCOPED_TRACE("cli " + dir.string());
   const std::string text = "<s>Hello  world 12345 🤖\tcafé";
-  const std::string command = std::string(UNSTUCK_BINARY) + " tokenizer encode --special --model '" +
-                              dir.string() + "' --text '" + text + "' 2>&1";
+  const std::string command = std::string(UNSTUCK_BINARY) + " tokenizer encode --special --model '" + dir.string() +
+                              "' --text '" + text + "' 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string output;
@@ -128,7 +133,10 @@ void check_cli(const fs::path& dir) {
   while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
   ASSERT_EQ(::pclose(pipe), 0) << output;
   std::string ids;
-  for (const int32_t id : Tokenizer::load(dir).encode_for_model(text)) ids += (ids.empty() ? "" : " ") + std::to_string(id);
+  for (const int32_t id : Tokenizer::load(dir).encode_for_model(text)) {
+    if (!ids.empty()) ids += ' ';
+    ids += std::to_string(id);
+  }
   EXPECT_NE(output.find("ids:    " + ids + "\n"), std::string::npos) << output;
 }
 
@@ -233,9 +241,11 @@ TEST_F(HfTokenizerFiles, MillionCharacterPreTokensNeitherFailNorGoQuadratic) {
   j["model"]["vocab"] = json::parse(R"({" ": 0, "a": 1, "  ": 2, "b": 3, "ab": 4})");
   j["model"]["merges"] = json::parse(R"([[" ", " "], ["a", "b"]])");
   j["pre_tokenizer"] = {{"type", "Split"},
-                        {"pattern", {{"Regex", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-                                               "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-                                               "\\s+(?!\\S)|\\s+"}}},
+                        {"pattern",
+                         {{"Regex",
+                           "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                           "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+                           "\\s+(?!\\S)|\\s+"}}},
                         {"behavior", "Isolated"},
                         {"invert", false}};
   std::ofstream(dir_ / "tokenizer.json") << j.dump();

@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 using unstuck::UserError;
 using unstuck::tokenizer::ModelType;
 using unstuck::tokenizer::Tokenizer;
-using unstuck::tokenizer::TrainOptions;
 using unstuck::tokenizer::train_tokenizer;
+using unstuck::tokenizer::TrainOptions;
 
 namespace {
 
@@ -28,8 +28,7 @@ class TokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("unstuck_tok_" + std::to_string(::getpid()) + "_" + info->name());
+    dir_ = fs::temp_directory_path() / ("unstuck_tok_" + std::to_string(::getpid()) + "_" + info->name());
     fs::create_directories(dir_);
     corpus_ = (dir_ / "corpus.txt").string();
     std::ofstream out(corpus_);
@@ -89,20 +88,18 @@ const std::vector<std::string> kRoundTripTexts = {
 
 TEST_F(TokenizerTest, CharModelRoundTripsArithmeticExactly) {
   const Tokenizer tok = Tokenizer::load(train_tokenizer(options(ModelType::character, 0)));
-  for (const std::string& text : {std::string("12+35=<answer>47</answer>"),
-                                  std::string("0-9=<answer>-9</answer>"),
+  for (const std::string& text : {std::string("12+35=<answer>47</answer>"), std::string("0-9=<answer>-9</answer>"),
                                   std::string("39+35=<answer>74</answer>")}) {
     EXPECT_EQ(tok.decode(tok.encode(text)), text);
   }
-  const std::vector<std::string> expected = {"1", "2", "+", "3",        "5",
-                                             "=", "<answer>", "4", "7", "</answer>"};
+  const std::vector<std::string> expected = {"1", "2", "+", "3", "5", "=", "<answer>", "4", "7", "</answer>"};
   EXPECT_EQ(pieces(tok, "12+35=<answer>47</answer>"), expected);
 }
 
 TEST_F(TokenizerTest, EveryModelTypeRoundTripsTextOfCorpusCharacters) {
-  for (const auto& [type, vocab] : {std::pair{ModelType::character, int64_t{0}},
-                                    std::pair{ModelType::bpe, kSubwordVocab},
-                                    std::pair{ModelType::unigram, kSubwordVocab}}) {
+  for (const auto& [type, vocab] :
+       {std::pair{ModelType::character, int64_t{0}}, std::pair{ModelType::bpe, kSubwordVocab},
+        std::pair{ModelType::unigram, kSubwordVocab}}) {
     const Tokenizer tok = Tokenizer::load(train_tokenizer(options(type, vocab)));
     for (const std::string& text : kRoundTripTexts) {
       EXPECT_EQ(tok.decode(tok.encode(text)), text) << unstuck::config::enum_name(type);
@@ -150,9 +147,9 @@ TEST_F(TokenizerTest, SpecialIdsFollowTheConvention) {
 }
 
 TEST_F(TokenizerTest, UserSymbolsEncodeAsOnePiece) {
-  for (const auto& [type, vocab] : {std::pair{ModelType::character, int64_t{0}},
-                                    std::pair{ModelType::bpe, kSubwordVocab},
-                                    std::pair{ModelType::unigram, kSubwordVocab}}) {
+  for (const auto& [type, vocab] :
+       {std::pair{ModelType::character, int64_t{0}}, std::pair{ModelType::bpe, kSubwordVocab},
+        std::pair{ModelType::unigram, kSubwordVocab}}) {
     const Tokenizer tok = Tokenizer::load(train_tokenizer(options(type, vocab)));
     EXPECT_EQ(tok.encode("<answer>"), std::vector<int32_t>{4});
     EXPECT_EQ(tok.encode("</answer>"), std::vector<int32_t>{5});
@@ -173,23 +170,18 @@ TEST_F(TokenizerTest, SerializedModelLoadsBack) {
   const Tokenizer copy = Tokenizer::from_serialized(tok.serialized(), "checkpoint");
   EXPECT_EQ(copy.vocab_size(), tok.vocab_size());
   EXPECT_EQ(copy.encode(kRoundTripTexts[0]), tok.encode(kRoundTripTexts[0]));
-  EXPECT_NE(error_of([] { Tokenizer::from_serialized("junk", "ckpt/tokenizer"); })
-                .find("tokenizer model 'ckpt/tokenizer' is not a valid SentencePiece model"),
+  EXPECT_NE(error_of([] {
+              Tokenizer::from_serialized("junk", "ckpt/tokenizer");
+            }).find("tokenizer model 'ckpt/tokenizer' is not a valid SentencePiece model"),
             std::string::npos);
 }
 
 TEST_F(TokenizerTest, CharVocabSizeIsAnUpperBound) {
-  const int32_t needed =
-      Tokenizer::load(train_tokenizer(options(ModelType::character, 0))).vocab_size();
-  EXPECT_EQ(Tokenizer::load(train_tokenizer(options(ModelType::character, needed + 10)))
-                .vocab_size(),
-            needed);
-  const std::string error =
-      error_of([&] { train_tokenizer(options(ModelType::character, needed - 1)); });
+  const int32_t needed = Tokenizer::load(train_tokenizer(options(ModelType::character, 0))).vocab_size();
+  EXPECT_EQ(Tokenizer::load(train_tokenizer(options(ModelType::character, needed + 10))).vocab_size(), needed);
+  const std::string error = error_of([&] { train_tokenizer(options(ModelType::character, needed - 1)); });
   EXPECT_NE(error.find("needs " + std::to_string(needed) + " pieces"), std::string::npos) << error;
-  EXPECT_NE(error.find("raise --vocab-size to at least " + std::to_string(needed)),
-            std::string::npos)
-      << error;
+  EXPECT_NE(error.find("raise --vocab-size to at least " + std::to_string(needed)), std::string::npos) << error;
 }
 
 TEST_F(TokenizerTest, FailedTrainingKeepsTheExistingModel) {
@@ -199,8 +191,7 @@ TEST_F(TokenizerTest, FailedTrainingKeepsTheExistingModel) {
   EXPECT_THROW(train_tokenizer(options(ModelType::unigram, 100000)), UserError);
   EXPECT_EQ(Tokenizer::load(model).vocab_size(), size);
   for (const auto& entry : fs::directory_iterator(dir_)) {
-    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos)
-        << "left behind: " << entry.path();
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << "left behind: " << entry.path();
   }
 }
 
@@ -212,36 +203,31 @@ TEST_F(TokenizerTest, LoadErrorsNameTheFile) {
   const std::string corrupt = (dir_ / "corrupt.model").string();
   std::ofstream(corrupt) << "this is not a protobuf";
   error = error_of([&] { Tokenizer::load(corrupt); });
-  EXPECT_NE(error.find("tokenizer model '" + corrupt + "' is not a valid SentencePiece model"),
-            std::string::npos)
+  EXPECT_NE(error.find("tokenizer model '" + corrupt + "' is not a valid SentencePiece model"), std::string::npos)
       << error;
 }
 
 TEST_F(TokenizerTest, TrainErrorsNameTheOption) {
   TrainOptions opts = options(ModelType::character, 0);
   opts.input = (dir_ / "nope.txt").string();
-  EXPECT_NE(error_of([&] { train_tokenizer(opts); })
-                .find("training corpus '" + opts.input + "' not found (--input)"),
+  EXPECT_NE(error_of([&] { train_tokenizer(opts); }).find("training corpus '" + opts.input + "' not found (--input)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { train_tokenizer(options(ModelType::bpe, 0)); })
-                .find("a bpe tokenizer needs a vocab_size > 0 (--vocab-size)"),
+  EXPECT_NE(error_of([&] {
+              train_tokenizer(options(ModelType::bpe, 0));
+            }).find("a bpe tokenizer needs a vocab_size > 0 (--vocab-size)"),
             std::string::npos);
   opts = options(ModelType::character, 0);
   opts.user_defined_symbols = {"<a>", "<a>"};
-  EXPECT_NE(error_of([&] { train_tokenizer(opts); }).find("'<a>' is given twice"),
-            std::string::npos);
-  const std::string too_big =
-      error_of([&] { train_tokenizer(options(ModelType::unigram, 100000)); });
-  EXPECT_NE(too_big.find("SentencePiece could not train a unigram tokenizer on '" + corpus_ + "'"),
-            std::string::npos)
+  EXPECT_NE(error_of([&] { train_tokenizer(opts); }).find("'<a>' is given twice"), std::string::npos);
+  const std::string too_big = error_of([&] { train_tokenizer(options(ModelType::unigram, 100000)); });
+  EXPECT_NE(too_big.find("SentencePiece could not train a unigram tokenizer on '" + corpus_ + "'"), std::string::npos)
       << too_big;
 }
 
 TEST_F(TokenizerTest, DecodeRejectsIdsOutsideTheVocabulary) {
   const Tokenizer tok = Tokenizer::load(train_tokenizer(options(ModelType::character, 0)));
   const std::string error = error_of([&] { tok.decode({4, tok.vocab_size()}); });
-  EXPECT_NE(error.find("token id " + std::to_string(tok.vocab_size()) +
-                       " is outside the vocabulary"),
+  EXPECT_NE(error.find("token id " + std::to_string(tok.vocab_size()) + " is outside the vocabulary"),
             std::string::npos)
       << error;
   EXPECT_THROW(tok.id_to_piece(-1), UserError);
@@ -250,8 +236,7 @@ TEST_F(TokenizerTest, DecodeRejectsIdsOutsideTheVocabulary) {
 TEST_F(TokenizerTest, CliTrainsAndEncodes) {
   const std::string model = (dir_ / "cli" / "tok.model").string();
   const std::string train = std::string(UNSTUCK_BINARY) + " tokenizer train --input " + corpus_ +
-                            " --model-type char --out " + model +
-                            " --user-symbols '<answer>,</answer>' 2>&1";
+                            " --model-type char --out " + model + " --user-symbols '<answer>,</answer>' 2>&1";
   std::string output;
   auto run = [&output](const std::string& command) {
     output.clear();
@@ -264,9 +249,9 @@ TEST_F(TokenizerTest, CliTrainsAndEncodes) {
   EXPECT_NE(output.find("pad 0, unk 1, bos 2, eos 3"), std::string::npos) << output;
   EXPECT_TRUE(fs::exists(dir_ / "cli" / "tok.vocab"));
 
-  ASSERT_EQ(run(std::string(UNSTUCK_BINARY) + " tokenizer encode --model " + model +
-                " --text '1+2=<answer>3</answer>' 2>&1"),
-            0)
+  ASSERT_EQ(
+      run(std::string(UNSTUCK_BINARY) + " tokenizer encode --model " + model + " --text '1+2=<answer>3</answer>' 2>&1"),
+      0)
       << output;
   const Tokenizer tok = Tokenizer::load(model);
   std::string ids;
@@ -274,12 +259,11 @@ TEST_F(TokenizerTest, CliTrainsAndEncodes) {
     ids += (ids.empty() ? "" : " ") + std::to_string(id);
   }
   EXPECT_NE(output.find("ids:    " + ids + "\n"), std::string::npos) << output;
-  EXPECT_NE(output.find("pieces: \"1\" \"+\" \"2\" \"=\" \"<answer>\" \"3\" \"</answer>\""),
-            std::string::npos)
+  EXPECT_NE(output.find("pieces: \"1\" \"+\" \"2\" \"=\" \"<answer>\" \"3\" \"</answer>\""), std::string::npos)
       << output;
 
-  EXPECT_NE(run(std::string(UNSTUCK_BINARY) + " tokenizer encode --model " +
-                (dir_ / "missing.model").string() + " --text x 2>&1"),
+  EXPECT_NE(run(std::string(UNSTUCK_BINARY) + " tokenizer encode --model " + (dir_ / "missing.model").string() +
+                " --text x 2>&1"),
             0);
   EXPECT_NE(output.find("not found"), std::string::npos) << output;
 }

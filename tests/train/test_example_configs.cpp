@@ -46,17 +46,19 @@ size_t count_lines(const fs::path& path) {
 void run_example(const std::string& config, const std::string& kind, const std::string& assistant_header) {
   const fs::path dir = fs::temp_directory_path() / ("unstuck_example_" + kind + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  const std::string make = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/train/example_standins.py " +
-                           dir.string() + " " + kind + " " + kStandin;
+  const std::string make = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR +
+                           "/tests/train/example_standins.py " + dir.string() + " " + kind + " " + kStandin;
   const Output made = run(make);
   ASSERT_EQ(made.status, 0) << make << "\n" << made.text;
 
   // The two paths a user changes: the model directory and the dataset folder.
-  const std::string paths = " grpo.base_model=" + (dir / "model").string() + " data.train_path=" +
-                            (dir / "data/train.jsonl").string() + " data.test_path=" + (dir / "data/test.jsonl").string();
+  const std::string paths = " grpo.base_model=" + (dir / "model").string() +
+                            " data.train_path=" + (dir / "data/train.jsonl").string() +
+                            " data.test_path=" + (dir / "data/test.jsonl").string();
   const std::string cfg = std::string(UNSTUCK_SOURCE_DIR) + "/configs/examples/" + config;
 
-  const Output check = run(std::string(UNSTUCK_BINARY) + " data check --config " + cfg + paths + " rollout.max_new_tokens=16");
+  const Output check =
+      run(std::string(UNSTUCK_BINARY) + " data check --config " + cfg + paths + " rollout.max_new_tokens=16");
   ASSERT_EQ(check.status, 0) << check.text;
   EXPECT_NE(check.text.find("train: 17 records"), std::string::npos) << check.text;
   EXPECT_NE(check.text.find("test: 4 records"), std::string::npos) << check.text;
@@ -66,8 +68,8 @@ void run_example(const std::string& config, const std::string& kind, const std::
   EXPECT_NE(check.text.find("within \\boxed{}."), std::string::npos) << check.text;
 
   const fs::path runs = dir / "runs";
-  const std::string train = std::string(UNSTUCK_BINARY) + " train --config " + cfg + paths + " run.output_dir=" +
-                            runs.string() +
+  const std::string train = std::string(UNSTUCK_BINARY) + " train --config " + cfg + paths +
+                            " run.output_dir=" + runs.string() +
                             " grpo.steps=2 grpo.prompts_per_step=2 grpo.group_size=2 grpo.minibatches=1 "
                             "grpo.eval_samples=2 grpo.eval_every=0 rollout.max_new_tokens=16";
   const Output trained = run(train);

@@ -87,7 +87,9 @@ class GrpoTest : public ::testing::Test {
     on_base.set_adapters(exported.spec, exported.flat.clone());
     const torch::Tensor tokens = torch::randint(base.config.vocab_size, {2, 12}, torch::kLong);
     const torch::Tensor want = trained.forward(tokens);
-    const auto rel = [&](const torch::Tensor& t) { return (t - want).abs().max().item<double>() / want.abs().max().item<double>(); };
+    const auto rel = [&](const torch::Tensor& t) {
+      return (t - want).abs().max().item<double>() / want.abs().max().item<double>();
+    };
     EXPECT_LT(rel(on_base.forward(tokens)), 1e-5);
     ExportOptions opts;
     opts.format = "peft";
@@ -95,8 +97,9 @@ class GrpoTest : public ::testing::Test {
     EXPECT_TRUE(torch::equal(model::load_peft_adapter(run_dir / "export_peft", base.config).flat, exported.flat));
     opts.format = "merged";
     export_run(run_dir, run_dir / "export_merged", opts);
-    EXPECT_LT(rel(model::LlamaModel(base.config, model::load_pretrained(run_dir / "export_merged").flat).forward(tokens)),
-              1e-5);
+    EXPECT_LT(
+        rel(model::LlamaModel(base.config, model::load_pretrained(run_dir / "export_merged").flat).forward(tokens)),
+        1e-5);
   }
 
   static fs::path dir_;
@@ -111,11 +114,31 @@ TEST_F(GrpoTest, LogsEveryMetricAndReproducesWithTheSameSeed) {
   const auto ma = read_metrics(a.run_dir), mb = read_metrics(b.run_dir);
   ASSERT_EQ(ma.size(), 3u);
   ASSERT_EQ(mb.size(), 3u);
-  for (const char* key : {"step", "reward_mean", "reward_std", "accuracy", "kl_ref_k3", "kl_ref_exact",
-                          "entropy", "response_len_mean", "clip_frac", "clip_frac_low", "clip_frac_high", "dual_clip_frac", "grad_norm", "lr", "loss_scale",
-                          "skipped_steps", "sticking_frac", "sticking_frac_per_tensor", "update_ratio",
-                          "logprob_mismatch", "zero_adv_frac", "tokens_per_s", "step_seconds",
-                          "changed_from_start_frac", "peak_memory_bytes"})
+  for (const char* key : {"step",
+                          "reward_mean",
+                          "reward_std",
+                          "accuracy",
+                          "kl_ref_k3",
+                          "kl_ref_exact",
+                          "entropy",
+                          "response_len_mean",
+                          "clip_frac",
+                          "clip_frac_low",
+                          "clip_frac_high",
+                          "dual_clip_frac",
+                          "grad_norm",
+                          "lr",
+                          "loss_scale",
+                          "skipped_steps",
+                          "sticking_frac",
+                          "sticking_frac_per_tensor",
+                          "update_ratio",
+                          "logprob_mismatch",
+                          "zero_adv_frac",
+                          "tokens_per_s",
+                          "step_seconds",
+                          "changed_from_start_frac",
+                          "peak_memory_bytes"})
     EXPECT_TRUE(ma[0].contains(key)) << key;
   EXPECT_TRUE(ma.back().contains("eval_accuracy"));
   // FP32: the log-probs kept at sampling time equal the training forward's (KV cache vs full).
@@ -130,7 +153,7 @@ TEST_F(GrpoTest, LogsEveryMetricAndReproducesWithTheSameSeed) {
 // warm-up, then cosine down to the floor at the last of 3 optimizer steps.
 TEST_F(GrpoTest, LearningRateFollowsTheScheduleToItsFloor) {
   RunConfig c = grpo_config("lr_schedule", precision::PrecisionMode::fp32);
-  c.grpo.lr = {LrSchedule::cosine, 1, 0.5};
+  c.grpo.lr = {config::LrSchedule::cosine, 1, 0.5};
   const auto m = read_metrics(run_grpo(c).run_dir);
   ASSERT_EQ(m.size(), 3u);
   const double lr = c.optim.lr;
@@ -197,7 +220,8 @@ TEST_F(GrpoTest, EveryPolicyGradientVariantTrains) {
     if (name == "soft_penalty")
       EXPECT_LE(m[0]["reward_mean"].get<double>(), mb[0]["reward_mean"].get<double>());
     else if (name == "filter_groups")
-      EXPECT_EQ(m[0]["sampling_rounds"] == 1 ? m[0]["sampled_reward_mean"] : mb[0]["reward_mean"], mb[0]["reward_mean"]);
+      EXPECT_EQ(m[0]["sampling_rounds"] == 1 ? m[0]["sampled_reward_mean"] : mb[0]["reward_mean"],
+                mb[0]["reward_mean"]);
     else
       EXPECT_EQ(m[0]["reward_mean"], mb[0]["reward_mean"]) << v.name;
     if (name != "filter_groups") EXPECT_EQ(m[0]["overlong_frac"], mb[0]["overlong_frac"]) << v.name;
@@ -247,8 +271,7 @@ TEST_F(GrpoTest, EveryPolicyGradientVariantTrains) {
         const double a = m[i]["grad_norm"].get<double>(), b = mb[i]["grad_norm"].get<double>();
         EXPECT_LE(std::abs(a - b), 1e-5 * b) << "step " << i + 1;
       }
-    }
-    else
+    } else
       EXPECT_NE(m.back()["grad_norm"], mb.back()["grad_norm"]) << v.name << " trained as the default";
   }
 }
@@ -311,7 +334,7 @@ def always_fails(data_source, solution_str, ground_truth, extra_info=None):
   RunConfig builtin = grpo_config("reward_builtin", precision::PrecisionMode::fp32);
   const auto mb = read_metrics(run_grpo(builtin).run_dir);
   for (const auto& [name, fn, style] : {std::tuple{"reward_verl", "compute_score", reward::FunctionStyle::verl},
-                                         std::tuple{"reward_trl", "trl_reward", reward::FunctionStyle::trl}}) {
+                                        std::tuple{"reward_trl", "trl_reward", reward::FunctionStyle::trl}}) {
     const auto m = read_metrics(run_grpo(with_function(name, fn, style)).run_dir);
     ASSERT_EQ(m.size(), mb.size()) << name;
     for (std::size_t i = 0; i < m.size(); ++i) {
@@ -354,7 +377,10 @@ def always_fails(data_source, solution_str, ground_truth, extra_info=None):
     error = e.what();
   }
   EXPECT_EQ(error.rfind("reward.function: 32 of 32 completions of step 1 failed to score, more than "
-                        "reward.function.max_error_frac = 0.5; the first on this rank:\nTraceback", 0), 0u) << error;
+                        "reward.function.max_error_frac = 0.5; the first on this rank:\nTraceback",
+                        0),
+            0u)
+      << error;
   EXPECT_NE(error.find("RuntimeError: this reward is broken"), std::string::npos) << error;
   EXPECT_TRUE(latest_checkpoint(dir_ / "runs" / "reward_all_fail" / "checkpoints").empty());
   // A function that is not in the file: refused by the plan, nothing written.
@@ -365,9 +391,10 @@ def always_fails(data_source, solution_str, ground_truth, extra_info=None):
   } catch (const UserError& e) {
     error = e.what();
   }
-  EXPECT_EQ(error, "reward.function " + file.string() + ":nope: the worker did not start: " + file.string() +
-                       " has no function 'nope' (its functions: always_fails, compute_score, fails_on_odd, last_answer, "
-                       "same_number, score, trl_reward)");
+  EXPECT_EQ(error,
+            "reward.function " + file.string() + ":nope: the worker did not start: " + file.string() +
+                " has no function 'nope' (its functions: always_fails, compute_score, fails_on_odd, last_answer, "
+                "same_number, score, trl_reward)");
   EXPECT_FALSE(fs::exists(dir_ / "runs" / "reward_missing"));
 }
 
@@ -378,7 +405,9 @@ TEST_F(GrpoTest, RewardWorkersStartOnceAndTheirMemoryIsPlanned) {
   const fs::path file = dir_ / "counted_reward.py";
   const fs::path starts = dir_ / "counted_reward.starts";
   std::ofstream(file) << "import os\n"
-                         "with open(" << nlohmann::json(starts.string()).dump() << ", 'a') as f:\n"
+                         "with open("
+                      << nlohmann::json(starts.string()).dump()
+                      << ", 'a') as f:\n"
                          "    f.write(str(os.getpid()) + '\\n')\n"
                          "ballast = b'x' * (64 << 20)  # 64 MiB resident in every worker\n"
                          "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
@@ -555,7 +584,9 @@ TEST_F(GrpoTest, TrainsOnACodeTaskInTheSandbox) {
   {
     std::ofstream out(data);
     for (const auto& r : data::read_jsonl(base_.data.train_path)) {
-      nlohmann::json j = {{"task", "code"}, {"prompt", r.prompt}, {"answer", r.answer},
+      nlohmann::json j = {{"task", "code"},
+                          {"prompt", r.prompt},
+                          {"answer", r.answer},
                           {"test_list", {"assert 1 + 1 == 2", "assert 1 + 1 == 3"}}};
       out << j.dump() << "\n";
     }
@@ -587,8 +618,8 @@ TEST_F(GrpoTest, TrainsOnACodeTaskInTheSandbox) {
 TEST_F(GrpoTest, TensorBoardEventsMatchMetrics) {
   const GrpoResult r = run_grpo(grpo_config("tb", precision::PrecisionMode::bf16_sr));
   const fs::path out = dir_ / "tb.json";
-  const std::string cmd = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR +
-                          "/tests/train/read_tensorboard.py " + r.run_dir.string() + " > " + out.string();
+  const std::string cmd = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/train/read_tensorboard.py " +
+                          r.run_dir.string() + " > " + out.string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream in(out);
   const auto tb = nlohmann::json::parse(in);
@@ -609,7 +640,8 @@ TEST(TensorBoard, Crc32cKnownAnswer) { EXPECT_EQ(crc32c("123456789", 9), 0xE3069
 TEST_F(GrpoTest, Bf16NearestSticksMoreThanStochasticRounding) {
   double sticking[3];
   int k = 0;
-  for (auto mode : {precision::PrecisionMode::bf16, precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp32}) {
+  for (auto mode :
+       {precision::PrecisionMode::bf16, precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp32}) {
     const GrpoResult r = run_grpo(grpo_config(std::string("stick_") + std::to_string(k), mode));
     sticking[k++] = read_metrics(r.run_dir)[0]["sticking_frac"].get<double>();
   }
@@ -622,9 +654,9 @@ TEST_F(GrpoTest, Bf16NearestSticksMoreThanStochasticRounding) {
 std::vector<nlohmann::json> comparable_metrics(const fs::path& run_dir) {
   std::vector<nlohmann::json> out = read_metrics(run_dir);
   for (auto& m : out)
-    for (const char* k : {"tokens_per_s", "step_seconds", "rollout_seconds", "reward_seconds",
-                          "forward_backward_seconds", "optimizer_seconds", "collective_seconds", "eval_accuracy",
-                          "peak_memory_bytes"})
+    for (const char* k :
+         {"tokens_per_s", "step_seconds", "rollout_seconds", "reward_seconds", "forward_backward_seconds",
+          "optimizer_seconds", "collective_seconds", "eval_accuracy", "peak_memory_bytes"})
       m.erase(k);
   return out;
 }
@@ -634,9 +666,9 @@ std::vector<nlohmann::json> comparable_metrics(const fs::path& run_dir) {
 // elements whose bits the step's update left unchanged, update_ratio ||c_k - c_(k-1)|| /
 // ||c_(k-1)||, changed_from_start_frac the fraction that differs from the starting compute weights
 // (the base rounded to the BF16 grid), counted over the tensors' elements (changed_from_start_frac
-// divided by the flat buffer's size, alignment gaps included, as it always was). FP32 (compute = master) and BF16 round-to-nearest
-// (compute = the master rounded to nearest, so the checkpoint's master gives its bits); one
-// optimizer step per rollout batch.
+// divided by the flat buffer's size, alignment gaps included, as it always was). FP32 (compute =
+// master) and BF16 round-to-nearest (compute = the master rounded to nearest, so the checkpoint's
+// master gives its bits); one optimizer step per rollout batch.
 TEST_F(GrpoTest, WeightMetricsKeepTheirFullSizeDefinitions) {
   for (auto mode : {precision::PrecisionMode::fp32, precision::PrecisionMode::bf16}) {
     const std::string tag = config::enum_name(mode);
@@ -675,7 +707,8 @@ TEST_F(GrpoTest, WeightMetricsKeepTheirFullSizeDefinitions) {
       const double ratio = (a - b).norm().item<double>() / b.norm().item<double>();
       const nlohmann::json& m = metrics[std::size_t(step - 1)];
       EXPECT_NEAR(m["sticking_frac"].get<double>(), same / n, 1e-12) << tag << " step " << step;
-      EXPECT_NEAR(m["changed_from_start_frac"].get<double>(), from_start / double(layout.total), 1e-12) << tag << " step " << step;
+      EXPECT_NEAR(m["changed_from_start_frac"].get<double>(), from_start / double(layout.total), 1e-12)
+          << tag << " step " << step;
       EXPECT_NEAR(m["update_ratio"].get<double>(), ratio, 1e-9 * ratio + 1e-15) << tag << " step " << step;
       EXPECT_GT(ratio, 0.0) << tag << " step " << step;
       prev = ck;
@@ -688,7 +721,8 @@ TEST_F(GrpoTest, WeightMetricsKeepTheirFullSizeDefinitions) {
 // that depends on the rewards.
 TEST_F(GrpoTest, ResumeContinuesBitExactly) {
   std::vector<RunConfig> runs;
-  for (auto mode : {precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16, precision::PrecisionMode::fp8_sr})
+  for (auto mode :
+       {precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16, precision::PrecisionMode::fp8_sr})
     runs.push_back(grpo_config(std::string("straight_") + config::enum_name(mode), mode));
   runs.push_back(grpo_config("straight_dynamic", precision::PrecisionMode::bf16_sr));
   runs.back().grpo.filter_groups = algo::GroupFilter::zero_variance;
@@ -729,10 +763,11 @@ TEST_F(GrpoTest, ResumeContinuesBitExactly) {
 
 // LoRA (rank 4 on all seven projections): the base stays frozen and only the adapters train. The
 // adapters start with B = 0, so step 1 samples exactly what the full-parameter run samples from the
-// same base (reward, entropy, lengths equal) and its KL to the reference, the base without adapters,
-// is 0 (within 1e-6: sums in another order); later steps move the adapters (changed_from_start_frac > 0 of the adapter elements, KL > 0).
-// Sticking is logged per projection and factor; the checkpoint holds lora_layout's elements, and
-// final_adapter/ is a PEFT adapter directory holding the last compute weights.
+// same base (reward, entropy, lengths equal) and its KL to the reference, the base without
+// adapters, is 0 (within 1e-6: sums in another order); later steps move the adapters
+// (changed_from_start_frac > 0 of the adapter elements, KL > 0). Sticking is logged per projection
+// and factor; the checkpoint holds lora_layout's elements, and final_adapter/ is a PEFT adapter
+// directory holding the last compute weights.
 TEST_F(GrpoTest, LoraTrainsAdaptersOnAFrozenBase) {
   RunConfig full = grpo_config("lora_full", precision::PrecisionMode::bf16_sr);
   full.optim.lr = 1e-3;
@@ -758,8 +793,8 @@ TEST_F(GrpoTest, LoraTrainsAdaptersOnAFrozenBase) {
     const double f = per_module[key].get<double>();
     EXPECT_TRUE(f >= 0 && f <= 1) << key << " " << f;
   }
-  const model::ParamLayout adapters = model::lora_layout(
-      model::load_pretrained(base_.sft.output).config, model::lora_spec(lora.lora));
+  const model::ParamLayout adapters =
+      model::lora_layout(model::load_pretrained(base_.sft.output).config, model::lora_spec(lora.lora));
   const TrainerState st = load_checkpoint(latest_checkpoint(r.run_dir / "checkpoints"));
   EXPECT_EQ(st.master.numel(), adapters.total);
   EXPECT_FALSE(fs::exists(r.run_dir / "final_model"));
@@ -996,8 +1031,7 @@ TEST_F(GrpoTest, RowChunkedLogProbsTrainLikeTheWholeMinibatch) {
     EXPECT_GT(a[i]["train_padding_tokens"].get<double>(), 0.0) << "step " << i + 1;
     EXPECT_LT(a[i]["train_padding_tokens"].get<double>(), a[i]["train_tokens"].get<double>()) << "step " << i + 1;
   }
-  EXPECT_NEAR(a[0]["grad_norm"].get<double>(), c[0]["grad_norm"].get<double>(),
-              1e-5 * a[0]["grad_norm"].get<double>());
+  EXPECT_NEAR(a[0]["grad_norm"].get<double>(), c[0]["grad_norm"].get<double>(), 1e-5 * a[0]["grad_norm"].get<double>());
   const auto wa = load_checkpoint(latest_checkpoint(dir_ / "runs" / "chunk_whole" / "checkpoints")).master;
   const auto wb = load_checkpoint(latest_checkpoint(dir_ / "runs" / "chunk_rows" / "checkpoints")).master;
   EXPECT_LT((wa - wb).abs().max().item<float>(), 1e-5f);
@@ -1097,8 +1131,8 @@ TEST_F(GrpoTest, SigintCheckpointsAndExitsCleanly) {
     std::ofstream out(cfg);
     out << resolved_yaml(c);
   }
-  const std::string cmd = "timeout --preserve-status -s INT 4 " + std::string(UNSTUCK_BINARY) +
-                          " train --config " + cfg.string() + " > " + (dir_ / "sigint.out").string() + " 2>&1";
+  const std::string cmd = "timeout --preserve-status -s INT 4 " + std::string(UNSTUCK_BINARY) + " train --config " +
+                          cfg.string() + " > " + (dir_ / "sigint.out").string() + " 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const fs::path ckpt = latest_checkpoint(dir_ / "runs" / "sigint" / "checkpoints");
   ASSERT_FALSE(ckpt.empty());

@@ -85,8 +85,8 @@ TEST(ModelExport, FinalModelAndExportHoldTheRunsComputeWeights) {
   torch::NoGradGuard no_grad;
   const torch::Tensor tokens = torch::randint(0, half.config.vocab_size, {2, 10}, torch::kLong);
   const torch::Tensor logits = model.forward(tokens);
-  nlohmann::json out = {{"architecture", "LlamaForCausalLM"}, {"tokens", nlohmann::json::array()},
-                        {"logits", nlohmann::json::array()}};
+  nlohmann::json out = {
+      {"architecture", "LlamaForCausalLM"}, {"tokens", nlohmann::json::array()}, {"logits", nlohmann::json::array()}};
   for (int64_t b = 0; b < 2; ++b) {
     out["tokens"].push_back(std::vector<int64_t>(tokens[b].data_ptr<int64_t>(), tokens[b].data_ptr<int64_t>() + 10));
     nlohmann::json rows = nlohmann::json::array();
@@ -147,8 +147,9 @@ TEST(ModelExport, Fp8RunsExportTheirFp8ComputeWeights) {
   ExportOptions coded;
   coded.format = "fp8";
   EXPECT_EQ(export_run(r.run_dir, dir / "fp8", coded), io::DType::f8_e4m3);
-  const std::string check = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/train/check_fp8_export.py " +
-                            (dir / "fp8").string() + " " + (dir / "exported").string() + " 2>&1";
+  const std::string check = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR +
+                            "/tests/train/check_fp8_export.py " + (dir / "fp8").string() + " " +
+                            (dir / "exported").string() + " 2>&1";
   EXPECT_EQ(std::system(check.c_str()), 0) << check;
   // The coded export is of the compute weights only.
   coded.dtype = "fp32";

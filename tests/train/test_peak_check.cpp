@@ -1,10 +1,11 @@
 // The memory warning means something: the measured high-water is compared with the plan of the
 // phases run so far, with 10% plus an absolute allowance for allocator slack, and the warning names
 // the phase that went over. A small plan's slack alone no longer trips it.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "unstuck/config/preflight.h"
-#include "unstuck/train/peak_check.h"
+#include "unstuck/train/memory_plan.h"
+#include "train/peak_check.h"
 
 namespace unstuck::train {
 namespace {
@@ -78,8 +79,9 @@ TEST(PeakCheck, OtherProcessesPartsAreLeftOutOfThisProcesssPeak) {
   // Over this process's own plan of the update: warned, though far below the plan with the workers.
   const auto warning = check.after("update", limit(toy_plan(), "update", kPeakAllowanceCpuBytes) + MiB, 1);
   ASSERT_TRUE(warning.has_value());
-  EXPECT_NE(warning->find("(" + format_bytes(toy_plan().phase_peak("update")) + " for the phases run so far)"),
-            std::string::npos) << *warning;
+  const std::string update_peak = format_bytes(toy_plan().phase_peak("update"));
+  const std::string expected = fmt::format("({} for the phases run so far)", update_peak);
+  EXPECT_NE(warning->find(expected), std::string::npos) << *warning;
   // On a GPU they are host memory: neither in the device's peak nor subtracted from it.
   plan.gpu = true;
   EXPECT_DOUBLE_EQ(plan.other_process_bytes(), 0);

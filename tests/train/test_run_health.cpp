@@ -14,8 +14,13 @@ namespace {
 
 // A healthy step: a spread of rewards, entropy 1, a small KL, nothing skipped.
 nlohmann::ordered_json line(int64_t step, int64_t skipped_total = 0) {
-  return {{"step", step},        {"reward_mean", 0.4}, {"reward_std", 0.3},        {"zero_adv_frac", 0.2},
-          {"entropy", 1.0},      {"kl_ref_k3", 0.01},  {"skipped_steps", skipped_total}};
+  return {{"step", step},
+          {"reward_mean", 0.4},
+          {"reward_std", 0.3},
+          {"zero_adv_frac", 0.2},
+          {"entropy", 1.0},
+          {"kl_ref_k3", 0.01},
+          {"skipped_steps", skipped_total}};
 }
 
 bool has_signal(const RunHealth& h, const std::string& signal) {
@@ -116,7 +121,8 @@ TEST(RunHealth, SftWarnsWhenTheLossDoesNotFall) {
   EXPECT_TRUE(good.warnings().empty()) << good.summary();
   EXPECT_EQ(good.summary(), "sft: health over 20 step(s): 0 of 20 optimizer steps skipped; no warnings");
   // Flat (a learning rate of 0) or rising (a diverging one): the loss did not fall, said once at the end.
-  for (const std::vector<double>& losses : {std::vector<double>(12, 2.5), std::vector<double>{2, 2, 2.1, 2.3, 2.8, 3, 3.5, 4}}) {
+  for (const std::vector<double>& losses :
+       {std::vector<double>(12, 2.5), std::vector<double>{2, 2, 2.1, 2.3, 2.8, 3, 3.5, 4}}) {
     const RunHealth bad = sft_run(losses);
     ASSERT_EQ(bad.warnings().size(), 1u) << bad.summary();
     EXPECT_TRUE(has_signal(bad, "loss"));

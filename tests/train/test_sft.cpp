@@ -18,7 +18,7 @@
 #include "unstuck/tokenizer/tokenizer.h"
 #include "unstuck/train/policy_dir.h"
 #include "unstuck/train/sft.h"
-#include "unstuck/train/lr_schedule.h"
+#include "unstuck/config/lr_schedule.h"
 #include "unstuck/train/trainable_weights.h"
 #include "common/model_shape.h"
 #include "train/tiny_task.h"
@@ -60,8 +60,8 @@ TEST(Sft, LossFallsAndModelDirectoryLoadsBack) {
 
   // The CLI evaluates and samples from the written directory.
   const std::string out = (dir / "eval.json").string();
-  const std::string eval = std::string(UNSTUCK_BINARY) + " eval --model " + r.model_dir.string() +
-                           " --samples 16 --k 2 --json > " + out;
+  const std::string eval =
+      std::string(UNSTUCK_BINARY) + " eval --model " + r.model_dir.string() + " --samples 16 --k 2 --json > " + out;
   ASSERT_EQ(std::system(eval.c_str()), 0) << eval;
   std::ifstream in(out);
   const auto j = nlohmann::json::parse(in);
@@ -105,7 +105,7 @@ TEST(Sft, LossFallsAndModelDirectoryLoadsBack) {
   EXPECT_EQ(b["sampling"]["top_k"], 5);
   EXPECT_FALSE(b["sampling"]["stop_ids"].empty());
   EXPECT_EQ(b["model"]["path"], r.model_dir.string());
-  EXPECT_GT(b["prompt_tokens"].get<double>(), 2);  // "a+b=" formatted as training formats it
+  EXPECT_GT(b["prompt_tokens"].get<double>(), 2);                      // "a+b=" formatted as training formats it
   EXPECT_TRUE(b.contains("fp32") && !b.contains("bf16")) << b.dump();  // precision.mode fp32
   EXPECT_GT(b["fp32"]["kv_tokens_per_s"].get<double>(), 0);
   EXPECT_FALSE(b["fp32"].contains("recompute_tokens_per_s"));  // the user's rollout only
@@ -115,16 +115,17 @@ TEST(Sft, LossFallsAndModelDirectoryLoadsBack) {
   EXPECT_EQ(o["sampling"]["temperature"], 0.7);
   // A config whose base model is not there is named.
   std::ofstream(yaml) << "grpo: {base_model: " << (dir / "no_model").string() << "}\n";
-  const std::string missing = std::string(UNSTUCK_BINARY) + " bench generate --config " + yaml.string() + " 2> " +
-                              (dir / "err.txt").string();
+  const std::string missing =
+      std::string(UNSTUCK_BINARY) + " bench generate --config " + yaml.string() + " 2> " + (dir / "err.txt").string();
   EXPECT_NE(std::system(missing.c_str()), 0);
   std::ifstream err_in(dir / "err.txt");
   const std::string err((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
   EXPECT_NE(err.find("grpo.base_model '" + (dir / "no_model").string() + "' is not a model directory"),
-            std::string::npos) << err;
+            std::string::npos)
+      << err;
   // With --model, the error names --model's path, not the config's key.
-  const std::string given = std::string(UNSTUCK_BINARY) + " bench generate --config " + yaml.string() +
-                            " --model " + (dir / "other").string() + " 2> " + (dir / "err2.txt").string();
+  const std::string given = std::string(UNSTUCK_BINARY) + " bench generate --config " + yaml.string() + " --model " +
+                            (dir / "other").string() + " 2> " + (dir / "err2.txt").string();
   EXPECT_NE(std::system(given.c_str()), 0);
   std::ifstream err2_in(dir / "err2.txt");
   const std::string err2((std::istreambuf_iterator<char>(err2_in)), std::istreambuf_iterator<char>());
@@ -227,9 +228,8 @@ TEST(TrainableWeights, StepsInEveryMode) {
   model::init_llama_weights(layout, c, init, 1);
   init = init.to(torch::kBFloat16).to(torch::kFloat32);  // master on the BF16 grid
   precision::OptimConfig optim;
-  for (auto mode : {precision::PrecisionMode::fp32, precision::PrecisionMode::bf16,
-                    precision::PrecisionMode::bf16_sr, precision::PrecisionMode::fp16,
-                    precision::PrecisionMode::fp16_sr}) {
+  for (auto mode : {precision::PrecisionMode::fp32, precision::PrecisionMode::bf16, precision::PrecisionMode::bf16_sr,
+                    precision::PrecisionMode::fp16, precision::PrecisionMode::fp16_sr}) {
     precision::PrecisionConfig pc;
     pc.mode = mode;
     TrainableWeights w(c, init.clone(), pc, 7);
@@ -271,17 +271,19 @@ TEST(TrainableWeights, NonFiniteGradientIsNamed) {
     w.optimizer_step({}, 1e-3);
     ADD_FAILURE() << "NaN gradient accepted";
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("non-finite gradient in tensor 'model.embed_tokens.weight' at optimizer step 1"),
-              std::string::npos) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("non-finite gradient in tensor 'model.embed_tokens.weight' at optimizer step 1"),
+        std::string::npos)
+        << e.what();
   }
 }
 
 TEST(LrSchedule, WarmupThenCosineToTheFloor) {
-  EXPECT_DOUBLE_EQ(scheduled_lr(LrSchedule::constant, 1e-3, 5, 110, 10, 0.1), 1e-3);
-  EXPECT_DOUBLE_EQ(scheduled_lr(LrSchedule::cosine, 1e-3, 5, 110, 10, 0.1), 5e-4);
-  EXPECT_DOUBLE_EQ(scheduled_lr(LrSchedule::warmup, 1e-3, 50, 110, 10, 0.1), 1e-3);
-  EXPECT_NEAR(scheduled_lr(LrSchedule::cosine, 1e-3, 60, 110, 10, 0.1), 5.5e-4, 1e-12);
-  EXPECT_NEAR(scheduled_lr(LrSchedule::cosine, 1e-3, 110, 110, 10, 0.1), 1e-4, 1e-12);
+  EXPECT_DOUBLE_EQ(config::scheduled_lr(config::LrSchedule::constant, 1e-3, 5, 110, 10, 0.1), 1e-3);
+  EXPECT_DOUBLE_EQ(config::scheduled_lr(config::LrSchedule::cosine, 1e-3, 5, 110, 10, 0.1), 5e-4);
+  EXPECT_DOUBLE_EQ(config::scheduled_lr(config::LrSchedule::warmup, 1e-3, 50, 110, 10, 0.1), 1e-3);
+  EXPECT_NEAR(config::scheduled_lr(config::LrSchedule::cosine, 1e-3, 60, 110, 10, 0.1), 5.5e-4, 1e-12);
+  EXPECT_NEAR(config::scheduled_lr(config::LrSchedule::cosine, 1e-3, 110, 110, 10, 0.1), 1e-4, 1e-12);
 }
 
 }  // namespace

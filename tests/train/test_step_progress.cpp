@@ -45,7 +45,8 @@ TEST(StepProgress, NamesThePhaseAndWhereItIsOnceDue) {
   progress.chunk("measure", 1, 3);
   progress.optimizer(2, 2);
   const std::string text = log.text();
-  EXPECT_NE(text.find("  step 7: rollout 3/64 tokens, 2/8 rows finished, 21 tokens sampled"), std::string::npos) << text;
+  EXPECT_NE(text.find("  step 7: rollout 3/64 tokens, 2/8 rows finished, 21 tokens sampled"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("  step 7: update chunk 2/5 of optimizer pass 1/2, "), std::string::npos) << text;
   EXPECT_NE(text.find("  step 7: measure chunk 1/3, "), std::string::npos) << text;
   EXPECT_NE(text.find("  step 7: optimizer step 2/2, "), std::string::npos) << text;

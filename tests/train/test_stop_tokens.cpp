@@ -134,8 +134,8 @@ TEST_F(StopTokens, GrpoRolloutsStopAtTheBasesStopTokens) {
   EXPECT_EQ(io::read_json_file(r.run_dir / "run.json").at("stop_token_ids"), nlohmann::json({eos, first}));
   const double plain_len = first_step(plain_run).at("response_len_mean").get<double>();
   const double stopped_len = first_step(r).at("response_len_mean").get<double>();
-  EXPECT_LT(stopped_len, 0.6 * plain_len) << "plain " << plain_len << ", with the model's first token as a stop "
-                                          << stopped_len;
+  EXPECT_LT(stopped_len, 0.6 * plain_len)
+      << "plain " << plain_len << ", with the model's first token as a stop " << stopped_len;
 }
 
 }  // namespace

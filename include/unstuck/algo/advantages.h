@@ -54,7 +54,7 @@ struct RewardMoments {
 RewardMoments reward_moments(const std::vector<float>& rewards);
 
 struct Advantages {
-  std::vector<float> values;       // one per completion, in the order of the rewards
+  std::vector<float> values;         // one per completion, in the order of the rewards
   int64_t zero_variance_groups = 0;  // groups whose rewards were all equal (advantage 0)
   int64_t groups = 0;
 };

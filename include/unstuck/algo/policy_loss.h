@@ -33,8 +33,8 @@ torch::Tensor tis_weights(const torch::Tensor& proximal, const torch::Tensor& sa
 inline constexpr double kMaxLogRatio = 20.0;
 
 struct PolicyLossOptions {
-  double clip_low = 0.2;      // ratio lower bound 1 - clip_low
-  double clip_high = 0.28;    // ratio upper bound 1 + clip_high (clip-higher)
+  double clip_low = 0.2;    // ratio lower bound 1 - clip_low
+  double clip_high = 0.28;  // ratio upper bound 1 + clip_high (clip-higher)
   // Dual clip (Ye et al. 2020, verl's clip_ratio_c): for A < 0 the per-token loss is at most
   // -A * clip_ratio_c, so a ratio far above 1 cannot push a bad sample down without bound. 0 = off.
   double clip_ratio_c = 3.0;
@@ -43,7 +43,7 @@ struct PolicyLossOptions {
   int64_t max_new_tokens = 0;  // the normalizer of seq_mean_token_sum_norm
   double kl_coef = 0.0;        // weight of the KL penalty in the loss (0 = off)
   KlEstimator kl_estimator = KlEstimator::k3;
-  double entropy_coef = 0.0;   // weight of the entropy bonus (0 = off)
+  double entropy_coef = 0.0;  // weight of the entropy bonus (0 = off)
   // > 0: divide by this instead of the batch's own count of tokens (token_mean) or sequences (the
   // seq_mean aggregations): a data-parallel rank passes the count of the whole minibatch, so the
   // gradients summed over ranks equal the single-process gradient.
@@ -51,13 +51,13 @@ struct PolicyLossOptions {
 };
 
 struct PolicyLoss {
-  torch::Tensor loss;      // scalar, differentiable
-  double clip_frac = 0.0;  // fraction of completion tokens whose ratio was clipped
+  torch::Tensor loss;           // scalar, differentiable
+  double clip_frac = 0.0;       // fraction of completion tokens whose ratio was clipped
   double clip_frac_low = 0.0;   // ... at 1 - clip_low (A < 0, ratio below it)
   double clip_frac_high = 0.0;  // ... at 1 + clip_high (A > 0, ratio above it)
   double dual_clip_frac = 0.0;  // ... by the dual clip (A < 0, ratio above clip_ratio_c)
-  double kl = 0.0;         // mean per-token KL estimate (when ref_logp is given)
-  double entropy = 0.0;    // mean per-token entropy (when given)
+  double kl = 0.0;              // mean per-token KL estimate (when ref_logp is given)
+  double entropy = 0.0;         // mean per-token entropy (when given)
   double ratio_mean = 0.0;
 };
 
@@ -76,9 +76,8 @@ struct PolicyLoss {
 // token clipped; A = -1, ratio e^2 = 7.39 -> 7.39 without the dual clip, 3 with clip_ratio_c 3.
 // GSPO, one row of two tokens with log-ratios 0.2 and 0.4, A = 1: ratio e^0.3 = 1.35 on both ->
 // loss -1.28 (clip_high 0.28), or -1.35 with gradient -0.675 on each token (clip_high 0.5).
-PolicyLoss policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp,
-                       const torch::Tensor& advantages, const torch::Tensor& mask,
-                       const torch::Tensor& ref_logp, const torch::Tensor& entropy,
+PolicyLoss policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& advantages,
+                       const torch::Tensor& mask, const torch::Tensor& ref_logp, const torch::Tensor& entropy,
                        const PolicyLossOptions& options, const torch::Tensor& pg_weight = {});
 
 }  // namespace unstuck::algo

@@ -16,11 +16,13 @@
 #include <variant>
 #include <vector>
 
+#include "unstuck/common/value_names.h"
+
 namespace unstuck::config {
 
 // A field's value, as the generic code sees it. Enums travel as their names.
-using Value = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>,
-                           std::vector<double>, std::vector<std::string>>;
+using Value = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>, std::vector<double>,
+                           std::vector<std::string>>;
 
 enum class Kind {
   section,
@@ -36,13 +38,10 @@ enum class Kind {
   mapping        // a free mapping handed on as it is (`reward.function.kwargs: {method: flexible}`), kept as JSON
 };
 
-// A config value that is a free mapping of names to YAML values, passed on unread (a user function's
-// keyword arguments). Kept as JSON text: an object; YAML scalars become JSON as YAML 1.2's core schema
-// reads them (null, true/false, integers, floats), quoted scalars and everything else strings.
-struct Mapping {
-  std::string json = "{}";
-  bool empty() const { return json == "{}"; }
-};
+// Names of values shared with the components below config (common/value_names.h).
+using unstuck::enum_name;
+using unstuck::format_double;
+using unstuck::Mapping;
 
 // One key of a config tree, bound to a member of a live object (which must outlive the Field).
 struct Field {
@@ -65,7 +64,6 @@ struct Field {
 };
 
 // ---- operations on a bound tree (src/config/*.cpp)
-// -----------------------------------------------
 
 // Applies a YAML file on top of the current values. Throws UserError naming the file, line and
 // dotted key for a missing file, malformed YAML, an unknown key or a value of the wrong type.
@@ -80,24 +78,8 @@ std::string to_yaml(const Field& root, bool with_docs = true);
 // Every leaf as `dotted.key (type, default value)` followed by its doc; or a Markdown table.
 std::string docs_text(const Field& root);
 std::string docs_markdown(const Field& root);
-// Shortest decimal text that reads back as exactly `x` (".inf", "-.inf", ".nan" for non-finite).
-std::string format_double(double x);
-
-// ---- enums
-// --------------------------------------------------------------------------------------- A config
-// enum E declares, in its own namespace, a constexpr table of {value, name} pairs and `constexpr
-// const auto& enum_names(E) { return kTable; }`, found by argument-dependent lookup.
-
-template <class E>
-const char* enum_name(E value) {
-  for (const auto& [v, name] : enum_names(E{})) {
-    if (v == value) return name;
-  }
-  return "?";
-}
 
 // ---- binding
-// -------------------------------------------------------------------------------------
 
 template <class T>
 void bind_value(Field& field, T& value);
@@ -133,8 +115,7 @@ template <class T>
 void set_range(Field& field) {
   field.min = static_cast<int64_t>(std::numeric_limits<T>::min());
   constexpr bool wide = std::is_unsigned_v<T> && sizeof(T) >= sizeof(int64_t);
-  field.max = wide ? std::numeric_limits<int64_t>::max()
-                   : static_cast<int64_t>(std::numeric_limits<T>::max());
+  field.max = wide ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(std::numeric_limits<T>::max());
 }
 
 template <class T>
@@ -150,8 +131,8 @@ void bind_enum(Field& field, T& value) {
 }
 
 template <class T>
-constexpr bool is_section = std::is_class_v<T> && !std::is_same_v<T, std::string> && !std::is_same_v<T, Mapping> &&
-                             !is_vector<T>::value;
+constexpr bool is_section =
+    std::is_class_v<T> && !std::is_same_v<T, std::string> && !std::is_same_v<T, Mapping> && !is_vector<T>::value;
 
 template <class T>
 void bind_section_list(Field& field, std::vector<T>& value) {

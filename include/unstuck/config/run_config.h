@@ -21,8 +21,8 @@
 #include "unstuck/reward/reward_config.h"
 #include "unstuck/rollout/sampling_config.h"
 #include "unstuck/tokenizer/tokenizer_config.h"
-#include "unstuck/train/grpo_config.h"
-#include "unstuck/train/sft_config.h"
+#include "unstuck/config/grpo_config.h"
+#include "unstuck/config/sft_config.h"
 
 namespace unstuck {
 
@@ -66,8 +66,8 @@ struct RunConfig {
   data::DataConfig data;
   reward::RewardConfig reward;
   rollout::SamplingConfig rollout;
-  train::SftConfig sft;
-  train::GrpoConfig grpo;
+  config::SftConfig sft;
+  config::GrpoConfig grpo;
   dist::DistConfig dist;
 
   template <class V>
@@ -83,14 +83,14 @@ struct RunConfig {
     v("rollout", rollout, "sampling of completions (rollouts, evaluation, generate)");
     v("sft", sft, "supervised fine-tuning of the base policy");
     v("grpo", grpo, "GRPO reinforcement learning from verifiable rewards");
-    v("dist", dist, "multi-process training: collective backend and peer timeout (ranks come from RANK, WORLD_SIZE, ...)");
+    v("dist", dist,
+      "multi-process training: collective backend and peer timeout (ranks come from RANK, WORLD_SIZE, ...)");
   }
 };
 
 // Defaults, then the YAML file at `path` (skipped when empty), then each `a.b.c=value` override in
 // order; then validate(). Throws UserError naming the file/override, line and dotted key.
-RunConfig load_run_config(const std::filesystem::path& path,
-                          const std::vector<std::string>& overrides = {});
+RunConfig load_run_config(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});
 // Checks value ranges and combinations; throws UserError naming the dotted key, e.g.
 // "optim.lr must be > 0, got -1".
 void validate(const RunConfig& config);

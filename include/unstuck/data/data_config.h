@@ -74,19 +74,19 @@ struct CountdownOptions {
 };
 
 struct DataConfig {
-  TaskKind task = TaskKind::arithmetic;      // which task (and default verifier) the run uses
-  std::string train_path;                    // JSONL; empty = data/<task>/train.jsonl
-  std::string test_path;                     // JSONL; empty = data/<task>/test.jsonl
-  std::string prompt_key = "prompt";         // record key of the prompt: text or a message list
-  std::string answer_key = "answer";         // dotted path of the reference answer
-  AnswerExtraction answer_extraction = AnswerExtraction::none;  // gsm8k, boxed or none
-  std::string chat_template = "none";        // auto (the model's), none, or a .jinja file
-  std::string system_prompt;                 // system message put first with a chat template
-  std::string prompt_template = "{prompt}";  // what the model is given
+  TaskKind task = TaskKind::arithmetic;                           // which task (and default verifier) the run uses
+  std::string train_path;                                         // JSONL; empty = data/<task>/train.jsonl
+  std::string test_path;                                          // JSONL; empty = data/<task>/test.jsonl
+  std::string prompt_key = "prompt";                              // record key of the prompt: text or a message list
+  std::string answer_key = "answer";                              // dotted path of the reference answer
+  AnswerExtraction answer_extraction = AnswerExtraction::none;    // gsm8k, boxed or none
+  std::string chat_template = "none";                             // auto (the model's), none, or a .jinja file
+  std::string system_prompt;                                      // system message put first with a chat template
+  std::string prompt_template = "{prompt}";                       // what the model is given
   std::string completion_template = "<answer>{answer}</answer>";  // SFT target after the prompt
-  double test_fraction = 0.1;    // share of the problem space reserved for test
-  ArithmeticOptions arithmetic;  // generator options of the arithmetic task
-  CountdownOptions countdown;    // generator options of the countdown task
+  double test_fraction = 0.1;                                     // share of the problem space reserved for test
+  ArithmeticOptions arithmetic;                                   // generator options of the arithmetic task
+  CountdownOptions countdown;                                     // generator options of the countdown task
 
   template <class V>
   void visit(V& v) {
@@ -99,8 +99,7 @@ struct DataConfig {
     v("prompt_key", prompt_key,
       "dotted key of a record's prompt: a string (GSM8K question, MATH problem) or a list of "
       "{role, content} messages (verl's prompt)");
-    v("answer_key", answer_key,
-      "dotted key of the reference answer, e.g. answer, solution, reward_model.ground_truth");
+    v("answer_key", answer_key, "dotted key of the reference answer, e.g. answer, solution, reward_model.ground_truth");
     v("answer_extraction", answer_extraction,
       "how the reference answer is read from answer_key: none (as is), gsm8k (after the last "
       "####), boxed (the last \\boxed{...})");

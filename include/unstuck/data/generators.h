@@ -34,18 +34,17 @@ std::string canonical_key(const TaskRecord& record);
 // n distinct arithmetic problems of `split`, e.g. {"task": "arithmetic", "prompt": "12+35=",
 // "answer": "47", "a": 12, "b": 35, "op": "add"}. Throws UserError when the options' problem
 // space holds fewer than n problems of that split (naming the options to widen).
-std::vector<TaskRecord> generate_arithmetic(const ArithmeticOptions& options, double test_fraction,
-                                            uint64_t seed, int64_t n, Split split);
+std::vector<TaskRecord> generate_arithmetic(const ArithmeticOptions& options, double test_fraction, uint64_t seed,
+                                            int64_t n, Split split);
 
 // n distinct countdown problems of `split`, e.g. {"task": "countdown", "prompt": "Use 3 5 7 to
 // make 22:", "answer": "3*5+7", "numbers": [3, 5, 7], "target": 22}. Solvable by construction:
 // the target is the value of a random expression over all the numbers (integer intermediate
 // results, no negatives, exact divisions), and that expression is kept as the answer.
-std::vector<TaskRecord> generate_countdown(const CountdownOptions& options, double test_fraction,
-                                           uint64_t seed, int64_t n, Split split);
+std::vector<TaskRecord> generate_countdown(const CountdownOptions& options, double test_fraction, uint64_t seed,
+                                           int64_t n, Split split);
 
 // Dispatches on config.task (after validate(config)).
-std::vector<TaskRecord> generate_records(const DataConfig& config, uint64_t seed, int64_t n,
-                                         Split split);
+std::vector<TaskRecord> generate_records(const DataConfig& config, uint64_t seed, int64_t n, Split split);
 
 }  // namespace unstuck::data

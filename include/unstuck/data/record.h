@@ -12,9 +12,9 @@
 namespace unstuck::data {
 
 struct TaskRecord {
-  std::string task;    // verifier / generator name: arithmetic, countdown, math
-  std::string prompt;  // the problem text, e.g. "12+35="
-  std::string answer;  // what a correct completion puts in <answer>...</answer>
+  std::string task;                                  // verifier / generator name: arithmetic, countdown, math
+  std::string prompt;                                // the problem text, e.g. "12+35="
+  std::string answer;                                // what a correct completion puts in <answer>...</answer>
   nlohmann::json fields = nlohmann::json::object();  // task extras: numbers, target, ...
   // The prompt as chat messages ([{"role", "content"}], verl-style records); empty when the
   // prompt is plain text. `prompt` then holds the last user message.

@@ -18,11 +18,24 @@ namespace unstuck::dist {
 enum class DataType { f32, f64, i64, u8 };
 std::size_t element_size(DataType type);
 
-template <class T> constexpr DataType data_type_of();
-template <> constexpr DataType data_type_of<float>() { return DataType::f32; }
-template <> constexpr DataType data_type_of<double>() { return DataType::f64; }
-template <> constexpr DataType data_type_of<int64_t>() { return DataType::i64; }
-template <> constexpr DataType data_type_of<uint8_t>() { return DataType::u8; }
+template <class T>
+constexpr DataType data_type_of();
+template <>
+constexpr DataType data_type_of<float>() {
+  return DataType::f32;
+}
+template <>
+constexpr DataType data_type_of<double>() {
+  return DataType::f64;
+}
+template <>
+constexpr DataType data_type_of<int64_t>() {
+  return DataType::i64;
+}
+template <>
+constexpr DataType data_type_of<uint8_t>() {
+  return DataType::u8;
+}
 
 // A collective failed because a rank died, closed its connections or did not answer within
 // dist.timeout_s. The message names the rank(s).
@@ -58,7 +71,8 @@ class Communicator {
   void broadcast(void* data, std::size_t count, DataType type, int root);
   void barrier();
 
-  template <class T> void all_reduce_sum(T* data, std::size_t count) {
+  template <class T>
+  void all_reduce_sum(T* data, std::size_t count) {
     all_reduce_sum(static_cast<void*>(data), count, data_type_of<T>());
   }
   // True on every rank when `flag` is true on any rank.
@@ -76,7 +90,8 @@ class Communicator {
   virtual void do_barrier() = 0;
 
  private:
-  template <class F> void timed(uint64_t bytes, F&& call);
+  template <class F>
+  void timed(uint64_t bytes, F&& call);
   int rank_, world_size_;
   CommStats stats_;
 };

@@ -18,12 +18,11 @@ constexpr const auto& enum_names(DistBackend) { return kDistBackendNames; }
 
 struct DistConfig {
   DistBackend backend = DistBackend::automatic;  // auto: single process at world size 1, else gloo
-  double timeout_s = 300;  // seconds a rendezvous or collective waits for a peer before failing
+  double timeout_s = 300;                        // seconds a rendezvous or collective waits for a peer before failing
 
   template <class V>
   void visit(V& v) {
-    v("backend", backend,
-      "collectives between ranks: auto (gloo when WORLD_SIZE > 1), gloo (CPU, TCP) or nccl (GPUs)");
+    v("backend", backend, "collectives between ranks: auto (gloo when WORLD_SIZE > 1), gloo (CPU, TCP) or nccl (GPUs)");
     v("timeout_s", timeout_s,
       "seconds a rendezvous or collective waits for a peer; then the run stops, naming the rank");
   }

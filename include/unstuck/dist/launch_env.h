@@ -10,7 +10,7 @@ namespace unstuck::dist {
 struct LaunchEnv {
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;                    // rank on this machine (picks the GPU)
+  int local_rank = 0;                     // rank on this machine (picks the GPU)
   std::string master_addr = "127.0.0.1";  // host of rank 0, which serves the rendezvous store
   int master_port = 29500;
 };

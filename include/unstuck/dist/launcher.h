@@ -11,13 +11,13 @@
 namespace unstuck::dist {
 
 struct LaunchOptions {
-  std::vector<std::string> command;       // program and arguments run by every rank
-  int nproc = 1;                          // ranks on this machine
-  int nnodes = 1;                         // machines in the run
-  int node_rank = 0;                      // this machine's index; its ranks are node_rank * nproc + i
-  std::string master_addr = "127.0.0.1";  // host of global rank 0
-  int master_port = 0;                    // 0: a free port (single machine only)
-  double grace_s = 30;                    // after SIGTERM, seconds before the remaining ranks get SIGKILL
+  std::vector<std::string> command;        // program and arguments run by every rank
+  int nproc = 1;                           // ranks on this machine
+  int nnodes = 1;                          // machines in the run
+  int node_rank = 0;                       // this machine's index; its ranks are node_rank * nproc + i
+  std::string master_addr = "127.0.0.1";   // host of global rank 0
+  int master_port = 0;                     // 0: a free port (single machine only)
+  double grace_s = 30;                     // after SIGTERM, seconds before the remaining ranks get SIGKILL
   std::map<std::string, std::string> env;  // extra environment of every rank
 };
 

@@ -33,15 +33,14 @@ void check_json_depth(std::string_view text, const std::string& where);
 // Reads the next line of `in` into `line` (without the newline); false at the end of the input.
 // Throws UserError "<where>:<line number>: line longer than N bytes" instead of reading an
 // endless line (e.g. /dev/zero) into memory. `line_number` is incremented per line read.
-bool read_capped_line(std::istream& in, std::string& line, std::size_t max_bytes,
-                      const std::string& where, long long& line_number);
+bool read_capped_line(std::istream& in, std::string& line, std::size_t max_bytes, const std::string& where,
+                      long long& line_number);
 
 // Parses `path`. Throws UserError naming the file when it is missing or unreadable, or naming the
 // file, line and column when it is not valid JSON.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 
 // Writes `value` to `path` followed by a newline, indented by `indent` spaces (-1: one line).
-void write_json_file(const std::filesystem::path& path, const nlohmann::json& value,
-                     int indent = 2);
+void write_json_file(const std::filesystem::path& path, const nlohmann::json& value, int indent = 2);
 
 }  // namespace unstuck::io

@@ -29,7 +29,7 @@ class SafetensorsDir {
   const std::string& file_of(const std::string& name) const;  // the shard holding `name`
   // Byte offset of `name`'s data in file_of(name) (`name` must exist).
   uint64_t file_offset(const std::string& name) const;
-  std::vector<std::string> names() const;                     // every tensor, sorted
+  std::vector<std::string> names() const;  // every tensor, sorted
 
  private:
   std::string source_;
@@ -41,8 +41,8 @@ class SafetensorsDir {
 // limit), else model-0000i-of-0000N.safetensors shards of at most that size (a larger tensor gets
 // a shard of its own) plus model.safetensors.index.json. Weight files of the other form already in
 // dir are removed so the directory is unambiguous.
-void write_safetensors_dir(const std::filesystem::path& dir, std::vector<TensorView> tensors,
-                           uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata = {});
+void write_safetensors_dir(const std::filesystem::path& dir, std::vector<TensorView> tensors, uint64_t max_shard_bytes,
+                           const std::map<std::string, std::string>& metadata = {});
 
 // "2GB", "500MB", "1.5GiB", "1000" (bytes) -> bytes; throws UserError naming `what` otherwise.
 uint64_t parse_byte_size(const std::string& text, const std::string& what);

@@ -65,12 +65,12 @@ struct KVCache {
 // One transformer block's weights, by name; optional parts are undefined tensors when the family
 // has none. Each is a view into the flat buffer.
 struct LayerWeights {
-  torch::Tensor attn_norm;                   // (D) input_layernorm
-  torch::Tensor wq, wk, wv, wo;              // (H*hd, D), (G*hd, D), (G*hd, D), (D, H*hd)
-  torch::Tensor bq, bk, bv, bo;              // optional: (H*hd), (G*hd), (G*hd), (D)
-  torch::Tensor q_norm, k_norm;              // optional: (hd) per-head RMSNorm (Qwen3)
-  torch::Tensor mlp_norm;                    // (D) post_attention_layernorm
-  torch::Tensor w_gate, w_up, w_down;        // (F, D), (F, D), (D, F)
+  torch::Tensor attn_norm;             // (D) input_layernorm
+  torch::Tensor wq, wk, wv, wo;        // (H*hd, D), (G*hd, D), (G*hd, D), (D, H*hd)
+  torch::Tensor bq, bk, bv, bo;        // optional: (H*hd), (G*hd), (G*hd), (D)
+  torch::Tensor q_norm, k_norm;        // optional: (hd) per-head RMSNorm (Qwen3)
+  torch::Tensor mlp_norm;              // (D) post_attention_layernorm
+  torch::Tensor w_gate, w_up, w_down;  // (F, D), (F, D), (D, F)
   // Views of the same memory as one matrix where the flat buffer holds the parts back to back (no
   // alignment gap): q/k/v as ((H+2G)*hd, D) (+ bias), gate/up as (2F, D). Used when no gradient is
   // taken (rollouts, measurements): one matrix product instead of three / two.
@@ -134,13 +134,14 @@ class LlamaModel {
   void set_requires_grad(bool requires_grad);
 
   // LoRA (lora.h): adapters on the projections `spec` targets, views of `flat` (lora_layout(config,
-  // spec).total elements in the weights' dtype, on their device; the model keeps it alive). Every path
-  // (forward, completions, cached decoding, checkpointed blocks) then computes a target's output as
-  // x W^T + s (x A^T) B^T, unmerged; the fused q/k/v and gate/up products are not used. With
-  // spec.dropout > 0 a pass given DropoutRows computes s (dropout(x) A^T) B^T, dropout(x) = x * keep /
-  // (1 - p) with counter-based keep bits (regenerated in the backward, never stored); other passes
-  // (rollouts, measurements) compute without it. adapter_parameters() are the A and B leaves in lora_layout order, for requires_grad (their
-  // gradients arrive in .grad); the base follows set_requires_grad as before.
+  // spec).total elements in the weights' dtype, on their device; the model keeps it alive). Every
+  // path (forward, completions, cached decoding, checkpointed blocks) then computes a target's
+  // output as x W^T + s (x A^T) B^T, unmerged; the fused q/k/v and gate/up products are not used.
+  // With spec.dropout > 0 a pass given DropoutRows computes s (dropout(x) A^T) B^T, dropout(x) = x
+  // * keep / (1 - p) with counter-based keep bits (regenerated in the backward, never stored);
+  // other passes (rollouts, measurements) compute without it. adapter_parameters() are the A and B
+  // leaves in lora_layout order, for requires_grad (their gradients arrive in .grad); the base
+  // follows set_requires_grad as before.
   void set_adapters(const LoraSpec& spec, torch::Tensor flat);
   const std::vector<torch::Tensor>& adapter_parameters() const { return adapter_params_; }
   bool has_adapters() const { return !adapters_.empty(); }
@@ -248,8 +249,8 @@ class LlamaModel {
   double lora_dropout_ = 0;
   torch::Tensor adapter_flat_;
   std::vector<torch::Tensor> adapter_params_;
-  torch::Tensor inv_freq_;      // (head_dim / 2) float32, scaled as config.rope_scaling says
-  double rope_attention_ = 1;   // cos/sin multiplier (yarn's attention factor, else 1)
+  torch::Tensor inv_freq_;     // (head_dim / 2) float32, scaled as config.rope_scaling says
+  double rope_attention_ = 1;  // cos/sin multiplier (yarn's attention factor, else 1)
 };
 
 // Rotary inverse frequencies (head_dim / 2, float32) for `config`, with its RoPE scaling applied,
@@ -258,7 +259,6 @@ std::pair<torch::Tensor, double> rope_inv_freq(const ModelConfig& config);
 
 // Fills an FP32 flat buffer with a fresh initialization: normal(0, init_std) for matrices and
 // embeddings, ones for norms, zeros for biases and in the alignment gaps. Deterministic in `seed`.
-void init_llama_weights(const ParamLayout& layout, const ModelConfig& config, torch::Tensor flat_fp32,
-                        uint64_t seed);
+void init_llama_weights(const ParamLayout& layout, const ModelConfig& config, torch::Tensor flat_fp32, uint64_t seed);
 
 }  // namespace unstuck::model

@@ -27,12 +27,12 @@ const char* lora_module_name(LoraModule m);
 LoraModule parse_lora_module(const std::string& name, const std::string& what);
 
 struct LoraSpec {
-  int64_t rank = 0;                   // r
-  double alpha = 0;                   // lora_alpha
-  bool rslora = false;                // use_rslora: s = alpha / sqrt(r)
-  std::vector<LoraModule> targets;    // the adapted projections, in LoraModule order, no repeats
-  double dropout = 0;                 // lora_dropout: the training forwards' dropout on the adapters' input
-  int64_t pissa_niter = 0;            // pissa_init's SVD: 0 exact, N > 0 randomized with N subspace iterations
+  int64_t rank = 0;                 // r
+  double alpha = 0;                 // lora_alpha
+  bool rslora = false;              // use_rslora: s = alpha / sqrt(r)
+  std::vector<LoraModule> targets;  // the adapted projections, in LoraModule order, no repeats
+  double dropout = 0;               // lora_dropout: the training forwards' dropout on the adapters' input
+  int64_t pissa_niter = 0;          // pissa_init's SVD: 0 exact, N > 0 randomized with N subspace iterations
   double scaling() const;
   bool targets_module(LoraModule m) const;
 };

@@ -32,8 +32,7 @@ struct LoraConfig {
   double alpha = 16;    // lora_alpha: the adapters' output is scaled by alpha / r
   bool rslora = false;  // scale by alpha / sqrt(r) instead (rsLoRA)
   double dropout = 0;   // lora_dropout: dropout on the adapters' input in the training forwards
-  std::vector<std::string> target_modules{"q_proj", "k_proj", "v_proj", "o_proj",
-                                          "gate_proj", "up_proj", "down_proj"};
+  std::vector<std::string> target_modules{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   LoraInit init = LoraInit::kaiming;
   int64_t pissa_niter = 0;  // PiSSA's SVD: 0 = exact (full SVD), N > 0 = randomized with N subspace iterations
 

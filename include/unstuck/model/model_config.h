@@ -38,14 +38,14 @@ inline constexpr std::array<std::pair<RopeType, const char*>, 4> kRopeTypeNames{
 constexpr const auto& enum_names(RopeType) { return kRopeTypeNames; }
 
 struct RopeScaling {
-  RopeType type = RopeType::none;        // default = plain RoPE
-  double factor = 1.0;                   // linear / llama3 / yarn: context extension factor
-  double low_freq_factor = 1.0;          // llama3: wavelengths above original/low are divided by factor
-  double high_freq_factor = 4.0;         // llama3: wavelengths below original/high are kept
-  int64_t original_max_len = 8192;       // llama3 / yarn: context length before the extension
-  double beta_fast = 32.0;               // yarn: rotations where the ramp starts
-  double beta_slow = 1.0;                // yarn: rotations where the ramp ends
-  double attention_factor = 0.0;         // yarn: cos/sin scale; 0 = 0.1 ln(factor) + 1
+  RopeType type = RopeType::none;   // default = plain RoPE
+  double factor = 1.0;              // linear / llama3 / yarn: context extension factor
+  double low_freq_factor = 1.0;     // llama3: wavelengths above original/low are divided by factor
+  double high_freq_factor = 4.0;    // llama3: wavelengths below original/high are kept
+  int64_t original_max_len = 8192;  // llama3 / yarn: context length before the extension
+  double beta_fast = 32.0;          // yarn: rotations where the ramp starts
+  double beta_slow = 1.0;           // yarn: rotations where the ramp ends
+  double attention_factor = 0.0;    // yarn: cos/sin scale; 0 = 0.1 ln(factor) + 1
 
   template <class V>
   void visit(V& v) {
@@ -62,24 +62,25 @@ struct RopeScaling {
 
 struct ModelConfig {
   Family family = Family::llama;  // Hugging Face architecture written on export
-  int64_t vocab_size = 0;      // tokens in the vocabulary; 0 = the tokenizer's
-  int64_t dim = 128;           // hidden size
-  int64_t n_layers = 4;        // transformer blocks
-  int64_t n_heads = 4;         // attention (query) heads
-  int64_t n_kv_heads = 4;      // key/value heads (grouped-query attention); divides n_heads
-  int64_t head_size = 0;       // per-head width; 0 = dim / n_heads
-  int64_t ffn_dim = 384;       // SwiGLU inner size
-  int64_t max_seq_len = 128;   // longest sequence (prompt + completion) the model serves
-  double rope_theta = 10000.0; // rotary embedding base
-  RopeScaling rope_scaling;    // rotary frequency scaling (Llama 3.x: llama3)
-  double norm_eps = 1e-5;      // RMSNorm epsilon
-  bool tie_embeddings = false; // share the input embedding with the output head
-  bool qkv_bias = false;       // q/k/v projections have biases (Qwen2)
-  bool o_bias = false;         // the output projection has a bias (Llama attention_bias)
-  bool qk_norm = false;        // per-head RMSNorm of queries and keys before RoPE (Qwen3)
-  int64_t sliding_window = 0;  // attention looks back at most this many tokens; 0 = unlimited
-  double init_std = 0.02;      // std of the normal init of weight matrices (training from scratch)
-  bool activation_checkpointing = false;  // recompute each layer in the backward pass instead of keeping its activations
+  int64_t vocab_size = 0;         // tokens in the vocabulary; 0 = the tokenizer's
+  int64_t dim = 128;              // hidden size
+  int64_t n_layers = 4;           // transformer blocks
+  int64_t n_heads = 4;            // attention (query) heads
+  int64_t n_kv_heads = 4;         // key/value heads (grouped-query attention); divides n_heads
+  int64_t head_size = 0;          // per-head width; 0 = dim / n_heads
+  int64_t ffn_dim = 384;          // SwiGLU inner size
+  int64_t max_seq_len = 128;      // longest sequence (prompt + completion) the model serves
+  double rope_theta = 10000.0;    // rotary embedding base
+  RopeScaling rope_scaling;       // rotary frequency scaling (Llama 3.x: llama3)
+  double norm_eps = 1e-5;         // RMSNorm epsilon
+  bool tie_embeddings = false;    // share the input embedding with the output head
+  bool qkv_bias = false;          // q/k/v projections have biases (Qwen2)
+  bool o_bias = false;            // the output projection has a bias (Llama attention_bias)
+  bool qk_norm = false;           // per-head RMSNorm of queries and keys before RoPE (Qwen3)
+  int64_t sliding_window = 0;     // attention looks back at most this many tokens; 0 = unlimited
+  double init_std = 0.02;         // std of the normal init of weight matrices (training from scratch)
+  bool activation_checkpointing =
+      false;  // recompute each layer in the backward pass instead of keeping its activations
 
   int64_t head_dim() const { return head_size > 0 ? head_size : (n_heads > 0 ? dim / n_heads : 0); }
 

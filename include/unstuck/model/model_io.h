@@ -14,14 +14,15 @@
 #include "unstuck/model/hf_config.h"
 #include "unstuck/model/model_config.h"
 #include "unstuck/model/param_layout.h"
+#include "unstuck/precision/weight_format.h"
 
 namespace unstuck::model {
 
 struct LoadedModel {
   ModelConfig config;
-  torch::Tensor flat;   // FP32, llama_layout(config).total elements
+  torch::Tensor flat;  // FP32, llama_layout(config).total elements
   SpecialTokens tokens;
-  std::string dtype;    // config.json's torch_dtype / dtype, empty when absent
+  std::string dtype;  // config.json's torch_dtype / dtype, empty when absent
 };
 
 // Loads dir/config.json and the weights (F32, BF16 or F16 tensors; single file or sharded). The
@@ -61,15 +62,23 @@ class FlatWeightsReader {
     int fd = -1;
     int64_t size = 0, mtime_ns = 0;
   };
-  struct Piece {  // one tensor of the layout
+  struct Piece {                    // one tensor of the layout
     int64_t offset = 0, numel = 0;  // in the flat buffer
     std::size_t file = 0;
-    uint64_t data_offset = 0;       // bytes into the file
+    uint64_t data_offset = 0;  // bytes into the file
     io::DType dtype = io::DType::f32;
   };
   std::vector<File> files_;
   std::vector<Piece> pieces_;  // ascending offsets
 };
+
+// The compute weights of an FP8 run (`compute`: layout.total BF16 patterns, FP8 channels on their
+// grids) as compressed-tensors' "float-quantized" safetensors in `dir` (shards of at most
+// shard_bytes): each FP8 channel matrix as E4M3FN codes with `<name>_scale` (rows, 1) BF16 holding
+// 2^e, every other tensor BF16; code x scale is the compute weight bit for bit. Throws UserError
+// naming the tensor when a row's scale is outside BF16's normal range. config.json is the caller's.
+void save_fp8_weights(const std::filesystem::path& dir, const ParamLayout& layout, const uint16_t* compute,
+                      const precision::Fp8Channels& channels, uint64_t shard_bytes);
 
 torch::ScalarType torch_dtype(io::DType dtype);
 // The inverse for F32, BF16 and F16; another scalar type throws std::invalid_argument.

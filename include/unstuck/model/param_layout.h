@@ -18,7 +18,7 @@ struct ParamEntry {
   std::vector<int64_t> shape;  // e.g. {n_heads * head_dim, dim}
   int64_t offset = 0;          // first element in the flat buffer (a multiple of kParamAlign)
   int64_t numel = 0;
-  bool decay = true;           // weight decay applies (matrices yes; norms, biases, embeddings no)
+  bool decay = true;  // weight decay applies (matrices yes; norms, biases, embeddings no)
 };
 
 // Tensors start on multiples of this many elements (a stochastic-rounding tile), so the SIMD
@@ -44,7 +44,7 @@ struct ParamLayout {
 // One tensor of a transformer block: name suffix after "model.layers.{i}.", shape, decay. The one
 // list of what a layer holds for `config` (optional parts included only when the config has them).
 struct LayerTensor {
-  std::string suffix;          // e.g. "self_attn.q_proj.bias"
+  std::string suffix;  // e.g. "self_attn.q_proj.bias"
   std::vector<int64_t> shape;
   bool decay = true;
 };

@@ -23,14 +23,11 @@ void materialize_cuda(const float* master, void* compute, std::size_t n, RoundMo
 // counts are reduced on the device and copied back, so this call waits for `stream`.
 // Throws std::invalid_argument when a segment starts below buffers.base.
 AdamWStepStats fused_adamw_cuda(const AdamWBuffers& buffers, const std::vector<Segment>& segments,
-                                const AdamWScalars& scalars, RoundMode mode, SrKey key,
-                                void* stream = nullptr);
+                                const AdamWScalars& scalars, RoundMode mode, SrKey key, void* stream = nullptr);
 
 // Same, from the step's hyper-parameters (scalars as the CPU path computes them).
-inline AdamWStepStats fused_adamw_cuda(const AdamWBuffers& buffers,
-                                       const std::vector<Segment>& segments,
-                                       const AdamWHyper& hyper, RoundMode mode, SrKey key,
-                                       void* stream = nullptr) {
+inline AdamWStepStats fused_adamw_cuda(const AdamWBuffers& buffers, const std::vector<Segment>& segments,
+                                       const AdamWHyper& hyper, RoundMode mode, SrKey key, void* stream = nullptr) {
   return fused_adamw_cuda(buffers, segments, adamw_scalars(hyper), mode, key, stream);
 }
 
@@ -40,8 +37,8 @@ inline AdamWStepStats fused_adamw_cuda(const AdamWBuffers& buffers,
 void fp8_channel_amax_cuda(const float* master, std::size_t n, uint64_t global_offset,
                            const std::vector<Fp8Matrix>& matrices, float* amax, void* stream = nullptr);
 void materialize_fp8_cuda(const float* master, uint16_t* compute, std::size_t n, uint64_t global_offset,
-                          const std::vector<Fp8Matrix>& matrices, const int32_t* exponent, bool stochastic,
-                          SrKey key, void* stream = nullptr);
+                          const std::vector<Fp8Matrix>& matrices, const int32_t* exponent, bool stochastic, SrKey key,
+                          void* stream = nullptr);
 
 // Number of elements of x[0, n) that are NaN or +-Inf. Waits for `stream`.
 std::size_t count_nonfinite_cuda(const float* x, std::size_t n, void* stream = nullptr);
@@ -50,7 +47,6 @@ std::size_t count_nonfinite_cuda(const float* x, std::size_t n, void* stream = n
 // pointers; x holds blocks * block_len elements). The order of the additions is fixed by block_len
 // alone, so a block's sum does not depend on the launch, the stream or the rest of the buffer.
 // Asynchronous on `stream`.
-void block_sumsq_cuda(const float* x, std::size_t blocks, std::size_t block_len, double* out,
-                      void* stream = nullptr);
+void block_sumsq_cuda(const float* x, std::size_t blocks, std::size_t block_len, double* out, void* stream = nullptr);
 
 }  // namespace unstuck::precision

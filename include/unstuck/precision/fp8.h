@@ -25,7 +25,7 @@ constexpr int kE4m3MantissaBits = 3;
 UNSTUCK_HD int fp8_scale_exponent(float amax) {
   uint32_t b = float_bits(amax) & 0x7FFFFFFFu;
   if (b == 0) return 0;
-  int exp = int(b >> 23);        // biased exponent
+  int exp = int(b >> 23);         // biased exponent
   uint32_t mant = b & 0x7FFFFFu;  // amax = 1.mant x 2^(exp - 127) for normals
   if (exp == 0) {                 // a subnormal amax: normalize it
     exp = 1;
@@ -70,13 +70,13 @@ UNSTUCK_HD uint16_t fp8_e4m3_scaled_by(float x, double down, double up, bool sto
   if ((b & 0x7FFFFFFFu) > 0x7F800000u) return kBf16CanonicalNan;
   const bool negative = (b >> 31) != 0;
   const double q = double(bits_float(b & 0x7FFFFFFFu)) * down;  // |x| / 2^e, exact
-  double r;                                                               // |q| rounded onto the grid
+  double r;                                                     // |q| rounded onto the grid
   if (q > double(kE4m3Max)) {
     r = double(kE4m3Max);
   } else if (q >= 0.015625) {  // 2^-6: q is an exact normal float here
     const float qf = float(q);
-    r = double(bf16_to_float(stochastic ? bf16_coarse_sr(qf, kE4m3MantissaBits, r32)
-                                        : bf16_coarse_rn(qf, kE4m3MantissaBits)));
+    r = double(
+        bf16_to_float(stochastic ? bf16_coarse_sr(qf, kE4m3MantissaBits, r32) : bf16_coarse_rn(qf, kE4m3MantissaBits)));
     if (r > double(kE4m3Max)) r = double(kE4m3Max);  // unreachable for |q| <= 448: 448 is on the grid
   } else {
     const double y = q * 512.0;  // in [0, 8): exact

@@ -53,7 +53,6 @@ AdamWScalars adamw_scalars(const AdamWHyper& hyper);
 // Runs one AdamW step on every segment and rewrites their compute weights with `mode`. SR bits are
 // keyed by (key.seed, key.step, global index). Throws std::invalid_argument on bad hyper-parameters.
 AdamWStepStats fused_adamw_step(const AdamWBuffers& buffers, const std::vector<Segment>& segments,
-                                const AdamWHyper& hyper, RoundMode mode, SrKey key,
-                                const KernelOptions& options = {});
+                                const AdamWHyper& hyper, RoundMode mode, SrKey key, const KernelOptions& options = {});
 
 }  // namespace unstuck::precision

@@ -59,13 +59,13 @@ constexpr const auto& enum_names(Offload) { return kOffloadNames; }
 // Dynamic loss scaling (fp16 and fp16_sr only): the scale grows by growth_factor after
 // growth_interval overflow-free steps and shrinks by backoff_factor after `hysteresis` overflows.
 struct LossScaleConfig {
-  double initial_scale = 65536.0;  // scale of the first step
-  double growth_factor = 2.0;      // multiplier after growth_interval clean steps
-  double backoff_factor = 0.5;     // multiplier after an overflow (once hysteresis is used up)
-  int64_t growth_interval = 1000;  // overflow-free steps before the scale grows
-  int hysteresis = 2;              // overflowing steps tolerated before backing off
-  double min_scale = 1.0;          // the scale never drops below this
-  double max_scale = 16777216.0;   // the scale never grows above this (2^24)
+  double initial_scale = 65536.0;      // scale of the first step
+  double growth_factor = 2.0;          // multiplier after growth_interval clean steps
+  double backoff_factor = 0.5;         // multiplier after an overflow (once hysteresis is used up)
+  int64_t growth_interval = 1000;      // overflow-free steps before the scale grows
+  int hysteresis = 2;                  // overflowing steps tolerated before backing off
+  double min_scale = 1.0;              // the scale never drops below this
+  double max_scale = 16777216.0;       // the scale never grows above this (2^24)
   int64_t max_consecutive_skips = 50;  // stop training after this many skipped steps in a row; 0 = never
 
   template <class V>
@@ -121,14 +121,21 @@ struct PrecisionConfig {
 // How the master is rounded into compute weights in `mode`.
 constexpr RoundMode round_mode_for(PrecisionMode mode) {
   switch (mode) {
-    case PrecisionMode::fp32: return RoundMode::fp32;
-    case PrecisionMode::fp16: return RoundMode::fp16_rn;
-    case PrecisionMode::bf16: return RoundMode::bf16_rn;
-    case PrecisionMode::bf16_sr: return RoundMode::bf16_sr;
-    case PrecisionMode::fp16_sr: return RoundMode::fp16_sr;
+    case PrecisionMode::fp32:
+      return RoundMode::fp32;
+    case PrecisionMode::fp16:
+      return RoundMode::fp16_rn;
+    case PrecisionMode::bf16:
+      return RoundMode::bf16_rn;
+    case PrecisionMode::bf16_sr:
+      return RoundMode::bf16_sr;
+    case PrecisionMode::fp16_sr:
+      return RoundMode::fp16_sr;
     // The BF16 rounding of the tensors outside the FP8 channels (and the dtype of the compute weights).
-    case PrecisionMode::fp8_rn: return RoundMode::bf16_rn;
-    case PrecisionMode::fp8_sr: return RoundMode::bf16_sr;
+    case PrecisionMode::fp8_rn:
+      return RoundMode::bf16_rn;
+    case PrecisionMode::fp8_sr:
+      return RoundMode::bf16_sr;
   }
   return RoundMode::fp32;
 }

@@ -119,14 +119,14 @@ UNSTUCK_HD uint16_t fp16_rn(float x) {
   return uint16_t(sign | (float_bits(shifted) - 0x3F000000u));
 }
 
-// Stochastic rounding with 32 random bits r32 (uniform on [0, 2^32)).
-// Rounds |x| up to the next FP16 value with probability (|x| - lo) / (hi - lo), lo and hi its FP16
-// neighbours. Normal range: the 13 dropped mantissa bits are exactly that position, and adding 13
-// random bits carries with probability position / 2^13 (exact). Subnormal range (|x| < 2^-14, grid
-// 2^-24): the position is computed exactly in FP32, truncated to 31 bits and compared with the top 31
-// random bits, so the probability is exact to 2^-31 (absolute bias below 2^-55). Edges: +-Inf stay, NaN -> 0x7E00, exact values never
-// move, |x| in (65504, 65536) becomes Inf with probability (|x| - 65504) / 32 (the next step of the
-// format, 65536, is written as Inf), |x| >= 65536 -> Inf.
+// Stochastic rounding with 32 random bits r32 (uniform on [0, 2^32)). Rounds |x| up to the next
+// FP16 value with probability (|x| - lo) / (hi - lo), lo and hi its FP16 neighbours. Normal range:
+// the 13 dropped mantissa bits are exactly that position, and adding 13 random bits carries with
+// probability position / 2^13 (exact). Subnormal range (|x| < 2^-14, grid 2^-24): the position is
+// computed exactly in FP32, truncated to 31 bits and compared with the top 31 random bits, so the
+// probability is exact to 2^-31 (absolute bias below 2^-55). Edges: +-Inf stay, NaN -> 0x7E00,
+// exact values never move, |x| in (65504, 65536) becomes Inf with probability (|x| - 65504) / 32
+// (the next step of the format, 65536, is written as Inf), |x| >= 65536 -> Inf.
 UNSTUCK_HD uint16_t fp16_sr(float x, uint32_t r32) {
   const uint32_t b = float_bits(x);
   const uint16_t sign = uint16_t((b >> 16) & 0x8000u);
@@ -158,9 +158,8 @@ constexpr uint64_t kBf16SrTile = 128;
 constexpr uint64_t kFp16SrTile = 64;
 
 UNSTUCK_HD Philox4x32 sr_block(uint64_t seed, uint64_t step, uint64_t block) {
-  return philox4x32_10(
-      Philox4x32{{uint32_t(block), uint32_t(block >> 32), uint32_t(step), uint32_t(step >> 32)}},
-      uint32_t(seed), uint32_t(seed >> 32));
+  return philox4x32_10(Philox4x32{{uint32_t(block), uint32_t(block >> 32), uint32_t(step), uint32_t(step >> 32)}},
+                       uint32_t(seed), uint32_t(seed >> 32));
 }
 
 UNSTUCK_HD uint32_t sr_bits_bf16(uint64_t seed, uint64_t step, uint64_t index) {
@@ -181,8 +180,8 @@ UNSTUCK_HD uint32_t sr_bits_fp16(uint64_t seed, uint64_t step, uint64_t index) {
 struct AdamWScalars {
   float beta1, one_minus_beta1;
   float beta2, one_minus_beta2;
-  float step_size;     // lr / (1 - beta1^t)
-  float sqrt_bc2;      // sqrt(1 - beta2^t)
+  float step_size;  // lr / (1 - beta1^t)
+  float sqrt_bc2;   // sqrt(1 - beta2^t)
   float eps;
   float decay_factor;  // 1 - lr * weight_decay (decoupled decay), applied where the mask says so
   float grad_scale;    // multiplies the gradient first: 1 / loss_scale in the FP16 modes, else 1
@@ -191,8 +190,7 @@ struct AdamWScalars {
 // One AdamW element, in the order of torch.optim.AdamW (decay, moments, bias-corrected step).
 // No fused multiply-add: the kernels are compiled without FP contraction so every backend gives
 // the same bits.
-UNSTUCK_HD void adamw_element(float& p, float& m, float& v, float g, bool decay,
-                              const AdamWScalars& s) {
+UNSTUCK_HD void adamw_element(float& p, float& m, float& v, float g, bool decay, const AdamWScalars& s) {
   g = g * s.grad_scale;
   m = m * s.beta1 + s.one_minus_beta1 * g;
   v = v * s.beta2 + s.one_minus_beta2 * (g * g);

@@ -34,8 +34,8 @@ struct SrKey {
 
 // Options shared by the CPU kernels.
 struct KernelOptions {
-  int threads = 0;                         // 0 = all hardware threads
-  SimdLevel simd = detect_simd_level();    // code path; results are identical for every level
+  int threads = 0;                       // 0 = all hardware threads
+  SimdLevel simd = detect_simd_level();  // code path; results are identical for every level
 };
 
 // Rounds master[0, n) into compute[0, n) (uint16_t bits for bf16/fp16, float for fp32).
@@ -48,9 +48,8 @@ void materialize(const float* master, void* compute, std::size_t n, RoundMode mo
 // `mantissa_bits` (1..7) mantissa bits, nearest-even or stochastic (bf16_coarse_rn / bf16_coarse_sr).
 // SR takes element i's 32 bits of the FP16 schedule, sr_bits_fp16(seed, step, i): the bits depend on
 // (seed, step, global index) only, as in `materialize`. Scalar code: an analysis tool, not a fast path.
-void materialize_coarse_bf16(const float* master, uint16_t* compute, std::size_t n, int mantissa_bits,
-                             bool stochastic, SrKey key, uint64_t global_offset = 0,
-                             const KernelOptions& options = {});
+void materialize_coarse_bf16(const float* master, uint16_t* compute, std::size_t n, int mantissa_bits, bool stochastic,
+                             SrKey key, uint64_t global_offset = 0, const KernelOptions& options = {});
 
 // ---- FP8 E4M3FN compute weights (precision.mode fp8_rn / fp8_sr; the rule is unstuck/precision/fp8.h)
 

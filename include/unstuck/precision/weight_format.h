@@ -38,6 +38,12 @@ void set_fp8_exponents(const float* amax, std::size_t n, std::vector<int32_t>& e
 Fp8Channels fp8_channels(std::vector<Fp8Matrix> matrices, int64_t total,
                          const std::function<void(int64_t, int64_t, float*)>& read, int threads = 0);
 
+// The same for a whole master of n elements in host memory.
+Fp8Channels fp8_channels(std::vector<Fp8Matrix> matrices, const float* master, std::size_t n, int threads = 0);
+// x[0, n) (FP32 in host memory, global elements [begin, begin + n)) put on fp8_rn's grid in place
+// with `channels`' scales (every element outside the channels to nearest BF16), as FP32 values.
+void round_to_fp8_grid(float* x, uint64_t begin, std::size_t n, const Fp8Channels& channels, int threads = 0);
+
 // The memory a format's buffers live in: the host, or CUDA device `device`.
 struct Place {
   bool cuda = false;

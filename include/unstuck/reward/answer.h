@@ -14,9 +14,9 @@
 namespace unstuck::reward {
 
 enum class AnswerFormat {
-  answer_tag,  // the last <answer>...</answer> pair
-  boxed,       // the last \boxed{...} or \fbox{...}, braces balanced
-  hashes,      // the text after the last "####", to the end of its line
+  answer_tag,       // the last <answer>...</answer> pair
+  boxed,            // the last \boxed{...} or \fbox{...}, braces balanced
+  hashes,           // the text after the last "####", to the end of its line
   last_expression,  // free text: "final answer is X", "answer: X", else the expression ending last
 };
 
@@ -30,15 +30,13 @@ constexpr const auto& enum_names(AnswerFormat) { return kAnswerFormatNames; }
 
 // The formats named in a config list, in order. Throws UserError naming `key` and listing the
 // known names for an unknown one.
-std::vector<AnswerFormat> parse_answer_formats(const std::vector<std::string>& names,
-                                               const std::string& key);
+std::vector<AnswerFormat> parse_answer_formats(const std::vector<std::string>& names, const std::string& key);
 
 // The answer in `completion` in one format, trimmed of whitespace; nullopt when that format is
 // absent or its content is blank.
 std::optional<std::string> extract_answer(std::string_view completion, AnswerFormat format);
 // The first format of `order` that yields an answer.
-std::optional<std::string> extract_answer(std::string_view completion,
-                                          const std::vector<AnswerFormat>& order);
+std::optional<std::string> extract_answer(std::string_view completion, const std::vector<AnswerFormat>& order);
 
 // The answers free text offers, in the order they are tried (math-verify's "last expression"
 // extraction; at most kMaxFreeTextAnswers):

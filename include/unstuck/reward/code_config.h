@@ -24,17 +24,17 @@ constexpr const auto& enum_names(CodeExtract) { return kCodeExtractNames; }
 struct CodeConfig {
   std::string python = "python3";  // the interpreter that runs the programs (looked up on PATH)
   CodeExtract extract = CodeExtract::last_block;
-  bool partial = false;        // reward = the fraction of tests passed instead of all-or-nothing
-  int workers = 2;             // sandboxes running at once
-  double cpu_s = 5.0;          // CPU seconds of one sandbox (RLIMIT_CPU)
-  double wall_s = 10.0;        // wall-clock seconds of one sandbox
-  int64_t memory_mb = 1024;    // address space of one sandbox (RLIMIT_AS)
-  int64_t file_mb = 16;        // largest file the program may write (RLIMIT_FSIZE)
-  int64_t max_disk_mb = 64;    // all a program may write (its folder is a tmpfs of this size)
-  int processes = 16;          // processes (and threads) a sandbox may hold (RLIMIT_NPROC in its own user namespace)
-  int64_t output_kb = 1024;    // stdout + stderr kept; more kills the run
-  int max_tests = 64;          // tests of a record that run; the rest are ignored (and counted)
-  bool require_isolation = true;        // refuse to start without namespaces and Landlock
+  bool partial = false;           // reward = the fraction of tests passed instead of all-or-nothing
+  int workers = 2;                // sandboxes running at once
+  double cpu_s = 5.0;             // CPU seconds of one sandbox (RLIMIT_CPU)
+  double wall_s = 10.0;           // wall-clock seconds of one sandbox
+  int64_t memory_mb = 1024;       // address space of one sandbox (RLIMIT_AS)
+  int64_t file_mb = 16;           // largest file the program may write (RLIMIT_FSIZE)
+  int64_t max_disk_mb = 64;       // all a program may write (its folder is a tmpfs of this size)
+  int processes = 16;             // processes (and threads) a sandbox may hold (RLIMIT_NPROC in its own user namespace)
+  int64_t output_kb = 1024;       // stdout + stderr kept; more kills the run
+  int max_tests = 64;             // tests of a record that run; the rest are ignored (and counted)
+  bool require_isolation = true;  // refuse to start without namespaces and Landlock
   std::vector<std::string> read_paths;  // extra folders the programs may read (the interpreter's are added)
 
   template <class V>

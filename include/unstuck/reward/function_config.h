@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "unstuck/config/config.h"
+#include "unstuck/common/value_names.h"
 
 namespace unstuck::reward {
 
@@ -39,23 +39,24 @@ struct FunctionConfig {
   std::string path;                    // the Python file; empty = no function (a built-in verifier scores)
   std::string name = "compute_score";  // the function in it
   FunctionStyle style = FunctionStyle::verl;
-  std::string python;                  // the interpreter; empty: reward_python()'s choice
+  std::string python;                   // the interpreter; empty: reward_python()'s choice
   std::vector<std::string> pythonpath;  // folders first on the worker's sys.path
-  config::Mapping kwargs;              // keywords added to every call (verl's reward_kwargs)
-  bool factory = false;                // name is a factory: called once with factory_kwargs, its result scores
-  config::Mapping factory_kwargs;
-  int workers = 2;                     // worker processes
-  int batch_size = 64;                 // completions per request
-  double timeout_s = 60.0;             // a request's limit
-  double start_timeout_s = 60.0;       // a worker's start, from its launch to ready (the import)
-  int64_t memory_mb = 8192;            // address-space limit of each worker; 0 = none
-  double max_error_frac = 0.5;         // a step whose failed completions exceed this fraction stops the run
+  Mapping kwargs;                       // keywords added to every call (verl's reward_kwargs)
+  bool factory = false;                 // name is a factory: called once with factory_kwargs, its result scores
+  Mapping factory_kwargs;
+  int workers = 2;                // worker processes
+  int batch_size = 64;            // completions per request
+  double timeout_s = 60.0;        // a request's limit
+  double start_timeout_s = 60.0;  // a worker's start, from its launch to ready (the import)
+  int64_t memory_mb = 8192;       // address-space limit of each worker; 0 = none
+  double max_error_frac = 0.5;    // a step whose failed completions exceed this fraction stops the run
 
   template <class V>
   void visit(V& v) {
-    v("path", path, "your reward function's Python file (a file inside a package is imported as part of it), or "
-                    "a module: pkg://a.b.c as verl takes it, or a.b.c; run out of process by reward workers; empty: "
-                    "the built-in verifier scores");
+    v("path", path,
+      "your reward function's Python file (a file inside a package is imported as part of it), or "
+      "a module: pkg://a.b.c as verl takes it, or a.b.c; run out of process by reward workers; empty: "
+      "the built-in verifier scores");
     v("name", name, "the function's name in the file");
     v("style", style,
       "verl: name(data_source=, solution_str=, ground_truth=, extra_info=) per completion, a number or a dict "
@@ -77,7 +78,8 @@ struct FunctionConfig {
       "package path names");
     v("workers", workers, "worker processes scoring in parallel, in [1, 64]");
     v("batch_size", batch_size, "completions per request to a worker, >= 1");
-    v("timeout_s", timeout_s, "seconds a request may take; then its completions score reward_error and the worker restarts");
+    v("timeout_s", timeout_s,
+      "seconds a request may take; then its completions score reward_error and the worker restarts");
     v("start_timeout_s", start_timeout_s,
       "seconds a worker may take to start (import your file) before it is refused at the run's start, or "
       "retried with back-off after a restart; in (0, 86400]");

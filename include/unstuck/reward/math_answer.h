@@ -28,8 +28,7 @@ struct MathOptions {
       "irrational values always compare at 1e-12 relative");
     v("units_optional", units_optional,
       "unit words after a number (5 cm, 3 dollars) may be dropped or added; false: they must match");
-    v("answer_is", answer_is,
-      "math: after reward.answer_formats, read the answer from the last \"the answer is X\"");
+    v("answer_is", answer_is, "math: after reward.answer_formats, read the answer from the last \"the answer is X\"");
   }
 };
 
@@ -51,15 +50,13 @@ constexpr const auto& enum_names(MathMatch) { return kMathMatchNames; }
 // strings without spaces, braces and case (symbols kept). Never throws.
 //   ("\frac12", "0.5") -> equal;  ("2x+3", "3+2x") -> equal;  ("0.1", "0.10000001") -> different
 //   ("[2,\infty)", "[2, \infty)") -> equal;  ("(1,2]", "[1,2)") -> different;  ("5", "x = 5") -> equal
-MathMatch compare_math_answers(std::string_view gold, std::string_view answer,
-                               const MathOptions& options = {});
+MathMatch compare_math_answers(std::string_view gold, std::string_view answer, const MathOptions& options = {});
 
 // The answer the math verifier reads: the first of `order` found, refined (an answer tag that
 // holds a \boxed{} gives the box's content; one that says "the answer is X" gives X), then, with
 // options.answer_is, the last "the answer is X" of the completion (X up to the end of its line
 // or sentence). nullopt when none is found.
-std::optional<std::string> extract_math_answer(std::string_view completion,
-                                               const std::vector<AnswerFormat>& order,
+std::optional<std::string> extract_math_answer(std::string_view completion, const std::vector<AnswerFormat>& order,
                                                const MathOptions& options = {});
 
 }  // namespace unstuck::reward

@@ -39,14 +39,14 @@ struct RewardConfig {
   std::string verifier;  // math, arithmetic or countdown; empty = the one data.task names
   // Answer formats tried in order; the first one found in the completion is the answer.
   std::vector<std::string> answer_formats{"answer_tag", "boxed", "hashes"};
-  double format_reward = 0.1;     // reward of a non-correct completion with <answer>...</answer>
-  int max_answer_chars = 256;     // longer extracted answers are rejected (no_answer) unread
-  int max_expression_depth = 32;  // countdown: deeper parenthesis nesting is rejected (no_answer)
-  MathOptions math;               // math: tolerance, units, "the answer is" fallback
-  FunctionConfig function;        // a user's Python reward function instead of the verifier
+  double format_reward = 0.1;        // reward of a non-correct completion with <answer>...</answer>
+  int max_answer_chars = 256;        // longer extracted answers are rejected (no_answer) unread
+  int max_expression_depth = 32;     // countdown: deeper parenthesis nesting is rejected (no_answer)
+  MathOptions math;                  // math: tolerance, units, "the answer is" fallback
+  FunctionConfig function;           // a user's Python reward function instead of the verifier
   std::vector<std::string> command;  // a reward command [prog, args...] (JSONL on stdin/stdout) instead
-  CodeConfig code;                // code: extraction, scoring, sandbox limits
-  std::vector<RewardTerm> terms;  // weighted terms instead of the one scorer above
+  CodeConfig code;                   // code: extraction, scoring, sandbox limits
+  std::vector<RewardTerm> terms;     // weighted terms instead of the one scorer above
 
   template <class V>
   void visit(V& v) {
@@ -62,8 +62,7 @@ struct RewardConfig {
     v("format_reward", format_reward,
       "reward of a completion that is not correct but has a non-blank <answer>...</answer>; "
       "a correct one gets 1 (0 disables; must be < 1)");
-    v("max_answer_chars", max_answer_chars,
-      "longest extracted answer a verifier reads; longer ones score no_answer");
+    v("max_answer_chars", max_answer_chars, "longest extracted answer a verifier reads; longer ones score no_answer");
     v("max_expression_depth", max_expression_depth,
       "deepest parenthesis nesting a countdown expression may use; deeper ones score no_answer");
     v("math", math, "math verifier strictness: numeric tolerance, units, \"the answer is\" fallback");

@@ -1,12 +1,13 @@
 // The sandbox the code verifier runs untrusted programs in. Each job runs as a child of the
 // launcher `unstuck-sandbox` (src/reward/launcher/): in new user, PID, network, IPC, UTS and mount
-// namespaces where the kernel allows (no network, no view of other processes, everything killed when
-// it ends, a private root holding only the system's and the interpreter's folders read-only and its
-// own folder, a tmpfs of disk_mb), under Landlock where the kernel has it (reads only the system's and the interpreter's
-// folders, writes only its fresh temporary folder, no TCP, no signals or abstract sockets out of
-// its domain), with CPU-time, address-space, file-size, process-count and open-file limits, a clean
-// environment, and its own empty temporary folder that is removed afterwards. The caller's side
-// bounds wall time and output and kills the whole job when either runs out.
+// namespaces where the kernel allows (no network, no view of other processes, everything killed
+// when it ends, a private root holding only the system's and the interpreter's folders read-only
+// and its own folder, a tmpfs of disk_mb), under Landlock where the kernel has it (reads only the
+// system's and the interpreter's folders, writes only its fresh temporary folder, no TCP, no
+// signals or abstract sockets out of its domain), with CPU-time, address-space, file-size,
+// process-count and open-file limits, a clean environment, and its own empty temporary folder that
+// is removed afterwards. The caller's side bounds wall time and output and kills the whole job when
+// either runs out.
 #pragma once
 
 #include <cstdint>

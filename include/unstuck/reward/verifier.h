@@ -46,7 +46,7 @@ struct RewardResult {
       : reward(reward_), status(status_), error(std::move(error_)) {}
   double reward = 0.0;  // 1 if correct, else the format credit (if any), else 0; NaN when not_applicable
   RewardStatus status = RewardStatus::no_answer;
-  std::string error;    // status error: why (the function's traceback, "timed out after 60 s", ...)
+  std::string error;  // status error: why (the function's traceback, "timed out after 60 s", ...)
   // Named numbers beside the reward, logged as reward_extra/<key> means: a verl function's dict keys
   // other than "score", the code verifier's pass_frac and outcome counts; with reward.terms a term's
   // own extras as "<term>/<key>".
@@ -67,9 +67,9 @@ struct RewardResult {
 // trainer_state).
 struct ScoringContext {
   const std::vector<std::vector<int32_t>>* completion_ids = nullptr;  // one per completion; null: not known
-  int64_t global_step = 0;  // optimizer steps done before this batch
-  int64_t max_steps = 0;    // the run's steps; 0: not a run
-  double epoch = 0.0;       // passes over the training records so far (fractional)
+  int64_t global_step = 0;                                            // optimizer steps done before this batch
+  int64_t max_steps = 0;                                              // the run's steps; 0: not a run
+  double epoch = 0.0;  // passes over the training records so far (fractional)
   bool world_process_zero = true;
   // When set while a function's workers score, they give up within 0.25 s and score_batch throws
   // Interrupted (the trainer's SIGINT/SIGTERM flag); null: never.
@@ -81,8 +81,7 @@ class Verifier {
   virtual ~Verifier() = default;
   // Never throws for any completion text (garbage scores no_answer); throws UserError when the
   // record lacks what the task needs (countdown: "numbers", "target").
-  virtual RewardResult score(const std::string& completion,
-                             const data::TaskRecord& record) const = 0;
+  virtual RewardResult score(const std::string& completion, const data::TaskRecord& record) const = 0;
   // Every completion with its record, in order (a reward function scores them in batches on its
   // workers, with `context`); by default score() on each.
   virtual std::vector<RewardResult> score_batch(const std::vector<std::string>& completions,
@@ -128,7 +127,6 @@ std::unique_ptr<Verifier> make_code_verifier(const RewardConfig& config);
 // The combination rule: `correctness` unchanged when correct; otherwise reward = format_reward if
 // has_answer_tag(completion), else 0. The status is kept.
 //   format_reward 0.1: correct -> 1.0; "<answer>41</answer>" for 42 -> 0.1; "41" -> 0.0
-RewardResult with_format_credit(RewardResult correctness, const std::string& completion,
-                                const RewardConfig& config);
+RewardResult with_format_credit(RewardResult correctness, const std::string& completion, const RewardConfig& config);
 
 }  // namespace unstuck::reward

@@ -38,12 +38,12 @@ struct WorkerOptions {
 // One item's outcome.
 struct WorkerResult {
   bool ok = false;
-  bool none = false;                                // ok, and the function returned None: not applicable (TRL)
-  double score = 0.0;                               // finite when ok and not none
-  nlohmann::json extra = nlohmann::json::object();  // named numbers: a dict result's other keys, TRL's log_extra
+  bool none = false;                                  // ok, and the function returned None: not applicable (TRL)
+  double score = 0.0;                                 // finite when ok and not none
+  nlohmann::json extra = nlohmann::json::object();    // named numbers: a dict result's other keys, TRL's log_extra
   nlohmann::json columns = nlohmann::json::object();  // named values that are not numbers (text, bools, null)
   nlohmann::json metrics = nlohmann::json::object();  // TRL's log_metric of the call: {"name": [values]}
-  std::string error;                                // when !ok: the function's error, or the worker's
+  std::string error;                                  // when !ok: the function's error, or the worker's
 };
 
 // One item of a worker's answer, {"score": x, "extra": {...}, "columns": {...}, "metrics": {...}},
@@ -86,12 +86,13 @@ class WorkerPool {
     int failed_starts = 0;             // in a row
     std::string why_down;              // the last start's failure
   };
-  void spawn(Worker& w);             // starting (or down, saying why)
-  void check_start(Worker& w);       // starting -> ready or down (or still starting), without blocking
-  void start_blocking(Worker& w);    // spawn, then wait for ready; UserError naming why not
+  void spawn(Worker& w);           // starting (or down, saying why)
+  void check_start(Worker& w);     // starting -> ready or down (or still starting), without blocking
+  void start_blocking(Worker& w);  // spawn, then wait for ready; UserError naming why not
   void stop(Worker& w);
-  void restart(Worker& w);           // stop + spawn, without waiting
+  void restart(Worker& w);  // stop + spawn, without waiting
   void down(Worker& w, const std::string& why);
+  class Round;  // one run(): the batches waiting, which worker scores which, the results
 
   WorkerOptions options_;
   std::vector<Worker> workers_;

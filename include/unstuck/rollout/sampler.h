@@ -1,7 +1,8 @@
 // Rollout engine: batched sampling from the policy with a KV cache (or full recompute, for
 // benchmarks and checks) on the weights' device. Temperature, top-k, top-p, max new tokens, stop at
-// any of a set of stop tokens (finished rows leave the decode batch); keeps each sampled token's log-probability and each
-// sequence's finish reason. Tokens are drawn by inverse CDF from counter-based uniforms.
+// any of a set of stop tokens (finished rows leave the decode batch); keeps each sampled token's
+// log-probability and each sequence's finish reason. Tokens are drawn by inverse CDF from
+// counter-based uniforms.
 #pragma once
 
 #include <torch/types.h>
@@ -25,9 +26,9 @@ inline constexpr std::array<std::pair<FinishReason, const char*>, 2> kFinishReas
 constexpr const auto& enum_names(FinishReason) { return kFinishReasonNames; }
 
 struct Completion {
-  std::vector<int32_t> tokens;   // generated tokens, the stop token included when one was sampled
-  std::vector<float> logprobs;   // log-prob of each generated token under the sampling
-                                 // distribution (temperature applied, before top-k/top-p)
+  std::vector<int32_t> tokens;  // generated tokens, the stop token included when one was sampled
+  std::vector<float> logprobs;  // log-prob of each generated token under the sampling
+                                // distribution (temperature applied, before top-k/top-p)
   FinishReason finish = FinishReason::length;
 };
 
@@ -46,8 +47,8 @@ struct GenerateOptions {
   // end at max_new_tokens only. Real models stop at several (Llama 3 Instruct: <|eot_id|>,
   // <|end_of_text|>, <|eom_id|>); see train::stop_token_ids().
   std::vector<int32_t> stop_ids;
-  int32_t pad_id = 0;      // fills left padding; never attended
-  bool use_cache = true;   // false: recompute the whole sequence every step (reference path)
+  int32_t pad_id = 0;         // fills left padding; never attended
+  bool use_cache = true;      // false: recompute the whole sequence every step (reference path)
   bool drop_finished = true;  // rows that sampled a stop token leave the decode batch (KV cache rows compacted)
   // Consecutive rows with the same prompt (a GRPO group) share one prefill: the distinct prompts
   // fill a cache once, copied to their rows before decoding. false: every row is prefilled.
@@ -70,8 +71,7 @@ struct GenerateOptions {
 // Samples one completion per prompt. Prompts may differ in length (they are left padded). Runs on
 // the model's device; the host reads one count (rows finished) every stop_check_every decode steps when
 // stop tokens are set, and the results once at the end. Deterministic for given uniforms (or generator state).
-std::vector<Completion> generate(const model::LlamaModel& model,
-                                 const std::vector<std::vector<int32_t>>& prompts,
+std::vector<Completion> generate(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerateOptions& options, at::Generator generator);
 
 // Rows with the same prompt as the row before them share it (a GRPO group's rows are consecutive):
@@ -90,8 +90,8 @@ std::pair<torch::Tensor, torch::Tensor> pad_prompts(const std::vector<std::vecto
 // (rows, tokens) float32 uniforms on `device`: element [i][t] is sampling_uniform(seed, step,
 // global_rows[i], t) (unstuck/rollout/sampling_uniform.h). A rank passes its own global rows, so
 // every rank samples what a single process would.
-torch::Tensor sampling_uniforms(uint64_t seed, int64_t step, const std::vector<int64_t>& global_rows,
-                                int64_t tokens, const torch::Device& device);
+torch::Tensor sampling_uniforms(uint64_t seed, int64_t step, const std::vector<int64_t>& global_rows, int64_t tokens,
+                                const torch::Device& device);
 
 // The rows a fixed-shape decode step computes for `rows` unfinished ones (of at most `max_rows`):
 // `rows` rounded up to a multiple of a quarter of the power of two below it (at least 8), at most
@@ -99,6 +99,10 @@ torch::Tensor sampling_uniforms(uint64_t seed, int64_t step, const std::vector<i
 // (one CUDA graph each), with at most a quarter of the rows stale above 32 rows and at most 7 below.
 // Example: decode_bucket(200, 256) == 224.
 int64_t decode_bucket(int64_t rows, int64_t max_rows);
+
+// The decode mode a run takes on `device`: auto resolved (graphs on a GPU of a CUDA build, else
+// dynamic; dynamic without the cache), graphs refused by name where they cannot run.
+DecodeMode resolve_decode_mode(DecodeMode mode, const torch::Device& device, bool use_cache);
 
 // Throws UserError naming rollout.<field> for out-of-range sampling options.
 void validate_sampling(const SamplingConfig& config);

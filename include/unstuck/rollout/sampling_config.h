@@ -27,10 +27,10 @@ constexpr const auto& enum_names(DecodeMode) { return kDecodeModeNames; }
 
 // Options of the sampler.
 struct SamplingConfig {
-  double temperature = 1.0;     // softmax temperature; 0 = greedy
-  int64_t top_k = 0;            // keep the k most likely tokens; 0 = all
-  double top_p = 1.0;           // keep the smallest set with this much probability; 1 = all
-  int64_t max_new_tokens = 32;  // completion length limit
+  double temperature = 1.0;                   // softmax temperature; 0 = greedy
+  int64_t top_k = 0;                          // keep the k most likely tokens; 0 = all
+  double top_p = 1.0;                         // keep the smallest set with this much probability; 1 = all
+  int64_t max_new_tokens = 32;                // completion length limit
   DecodeMode decode = DecodeMode::automatic;  // how the decode loop runs its steps (see DecodeMode)
 
   template <class V>

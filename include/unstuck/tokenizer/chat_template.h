@@ -24,9 +24,9 @@ struct ChatMessage {
 
 // Bounds that keep a hostile or broken template from running away.
 struct ChatTemplateLimits {
-  int max_nesting = 64;                     // nested blocks / expressions while parsing
-  int64_t max_loop_iterations = 1000000;    // for-loop iterations in one render
-  int64_t max_output_bytes = 64ll << 20;    // rendered text
+  int max_nesting = 64;                   // nested blocks / expressions while parsing
+  int64_t max_loop_iterations = 1000000;  // for-loop iterations in one render
+  int64_t max_output_bytes = 64ll << 20;  // rendered text
 };
 
 class ChatTemplate {
@@ -34,8 +34,7 @@ class ChatTemplate {
   // Parses `source` (the Jinja text). `name` (a file, "tokenizer_config.json:chat_template") prefixes
   // every error. Throws UserError for a syntax error or a construct outside the subset, e.g.
   // "chat template t.jinja: line 3, column 8: unsupported filter 'wordwrap' (supported: ...)".
-  static ChatTemplate parse(const std::string& source, const std::string& name,
-                            const ChatTemplateLimits& limits = {});
+  static ChatTemplate parse(const std::string& source, const std::string& name, const ChatTemplateLimits& limits = {});
 
   // Renders with `context` (a JSON object: messages, add_generation_prompt, bos_token, ...). Throws
   // UserError for raise_exception(...) (its message), an undefined variable's attribute, a limit.
@@ -43,14 +42,13 @@ class ChatTemplate {
 
   // apply_chat_template(messages, add_generation_prompt=...) with the special tokens' text:
   //   ChatML, [{user, "2+2?"}], true -> "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
-  std::string apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                    const std::string& bos_token, const std::string& eos_token) const;
+  std::string apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos_token,
+                    const std::string& eos_token) const;
 
   const std::string& name() const { return name_; }
 
  private:
-  ChatTemplate(std::shared_ptr<const jinja::Template> parsed, std::string name,
-               ChatTemplateLimits limits);
+  ChatTemplate(std::shared_ptr<const jinja::Template> parsed, std::string name, ChatTemplateLimits limits);
   std::shared_ptr<const jinja::Template> parsed_;
   std::string name_;
   ChatTemplateLimits limits_;

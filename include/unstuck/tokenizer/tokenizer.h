@@ -67,8 +67,7 @@ class Tokenizer {
   // Token ids of `text`, optionally framed by bos_id() / eos_id() (when the model has them).
   // "12+35=<answer>47</answer>" -> [1, 2, +, 3, 5, =, <answer>, 4, 7, </answer>] with a char model.
   // Added/special tokens written in the text ("<|im_start|>") encode as their id (tokenizer.json).
-  std::vector<int32_t> encode(std::string_view text, bool add_bos = false,
-                              bool add_eos = false) const;
+  std::vector<int32_t> encode(std::string_view text, bool add_bos = false, bool add_eos = false) const;
   // Token ids as the model saw them in training: what transformers' AutoTokenizer gives for
   // `tokenizer(text)["input_ids"]` (tokenizer.json: its post_processor template, e.g. Llama's BOS;
   // SentencePiece: add_bos_token / add_eos_token of tokenizer_config.json, default BOS only).

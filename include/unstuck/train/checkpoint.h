@@ -21,14 +21,14 @@ struct TrainerState {
   int64_t optimizer_steps = 0;  // AdamW steps applied (keys the stochastic rounding)
   int64_t skipped_steps = 0;
   precision::LossScalerState scaler;
-  std::string data_rng;         // std::mt19937_64 state (its stream text)
-  std::vector<int64_t> order;   // current epoch's record order
-  int64_t cursor = 0;           // next position in `order`
-  std::vector<uint8_t> sampling_rng;  // libtorch CPU generator state
+  std::string data_rng;                       // std::mt19937_64 state (its stream text)
+  std::vector<int64_t> order;                 // current epoch's record order
+  int64_t cursor = 0;                         // next position in `order`
+  std::vector<uint8_t> sampling_rng;          // libtorch CPU generator state
   torch::Tensor master, exp_avg, exp_avg_sq;  // FP32 flat buffers (undefined when loaded deferred)
   int64_t elements = 0;                       // elements of each buffer
   std::filesystem::path state_file;           // where a loaded checkpoint's buffers are (state.safetensors)
-  std::string config_yaml;      // the resolved run config (seeds included)
+  std::string config_yaml;                    // the resolved run config (seeds included)
   // precision.compute as the run resolved it (native or fp32; precision.compute: auto is kept by
   // this); empty in checkpoints written before it was recorded.
   std::string compute;
@@ -51,8 +51,8 @@ enum class CheckpointBuffers { load, defer };
 
 // Writes <checkpoints_dir>/step_<step>/ atomically and keeps the newest `keep` checkpoints.
 // Throws UserError (and leaves earlier checkpoints untouched) when the state is not finite.
-std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir,
-                                      const TrainerState& state, int keep);
+std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const TrainerState& state,
+                                      int keep);
 
 // Loads a checkpoint directory after verifying every file against its manifest, then the contents
 // (exactly the three F32 buffers, their shape and element count, finite values, counters in

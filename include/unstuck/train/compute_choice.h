@@ -30,8 +30,8 @@ inline constexpr double kAutoFp32Margin = 0.05;
 
 struct ComputeChoice {
   precision::ComputeMode mode = precision::ComputeMode::native;  // native or fp32, never auto
-  std::string reason;                                             // why (logged and in run.json)
-  std::optional<ComputeProbe> probe;                              // when one was timed
+  std::string reason;                                            // why (logged and in run.json)
+  std::optional<ComputeProbe> probe;                             // when one was timed
   // {"configured", "resolved", "reason", and "probe": {native_ms, fp32_ms, rows, repeats}}.
   nlohmann::json to_json(precision::ComputeMode configured) const;
 };

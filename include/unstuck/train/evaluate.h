@@ -19,11 +19,11 @@
 namespace unstuck::train {
 
 struct EvalOptions {
-  int64_t max_new_tokens = 32;  // completion length limit
-  int64_t batch_size = 128;     // prompts decoded together
-  int64_t k = 0;                // samples per prompt for pass@k; 0 = greedy only
-  double temperature = 1.0;     // sampling temperature of the pass@k samples
-  uint64_t seed = 0;            // sampling stream of the pass@k samples
+  int64_t max_new_tokens = 32;    // completion length limit
+  int64_t batch_size = 128;       // prompts decoded together
+  int64_t k = 0;                  // samples per prompt for pass@k; 0 = greedy only
+  double temperature = 1.0;       // sampling temperature of the pass@k samples
+  uint64_t seed = 0;              // sampling stream of the pass@k samples
   std::vector<int32_t> stop_ids;  // tokens that end a completion (stop_token_ids()); empty: none
 };
 
@@ -34,7 +34,7 @@ struct EvalResult {
   double pass_at_k = 0.0;    // fraction with at least one correct sample among k (k > 0)
   int64_t k = 0;
   std::map<std::string, int64_t> statuses;  // greedy verifier statuses
-  std::vector<std::string> examples;         // a few "prompt -> completion [status]" lines
+  std::vector<std::string> examples;        // a few "prompt -> completion [status]" lines
 };
 
 // Text of a sampled completion: its tokens up to (without) the first stop token, decoded.

@@ -30,8 +30,7 @@ struct GrpoResult {
 // directory (its newest checkpoint) to continue from, bit-exactly on CPU. `comm` (optional): the
 // data-parallel ranks of the run (docs/DISTRIBUTED.md); each rolls out its share of the prompts,
 // the optimizer state is sharded across them, and rank 0 writes metrics and checkpoints.
-GrpoResult run_grpo(RunConfig config, const std::filesystem::path& resume = {},
-                    dist::Communicator* comm = nullptr);
+GrpoResult run_grpo(RunConfig config, const std::filesystem::path& resume = {}, dist::Communicator* comm = nullptr);
 
 // For a process that ends with its run (`unstuck train`): after a failed run the SIGINT/SIGTERM stop
 // handlers stay installed while the error travels up to be printed. A launcher stops the other ranks

@@ -18,8 +18,8 @@ namespace unstuck::train {
 inline constexpr uint64_t kDefaultShardBytes = 2'000'000'000;  // transformers' "2GB"
 
 struct ExportOptions {
-  int64_t step = -1;                       // checkpoint step; -1 = the newest
-  std::string dtype;                       // bf16 | fp16 | fp32; empty = the run's compute dtype
+  int64_t step = -1;  // checkpoint step; -1 = the newest
+  std::string dtype;  // bf16 | fp16 | fp32; empty = the run's compute dtype
   // hf | fp8 (compressed-tensors FP8 codes + scales; FP8 runs) | peft | merged (LoRA runs)
   std::string format = "hf";
   uint64_t shard_bytes = kDefaultShardBytes;  // largest safetensors file (0 = one file)
@@ -50,8 +50,7 @@ void write_final_model(const std::filesystem::path& run_dir, const RunConfig& co
 // to nearest into opts.dtype (default: the compute dtype). hf and fp8 are refused for LoRA runs,
 // peft and merged for the others.
 // Returns the dtype written.
-io::DType export_run(const std::filesystem::path& run_dir, const std::filesystem::path& out,
-                     const ExportOptions& opts);
+io::DType export_run(const std::filesystem::path& run_dir, const std::filesystem::path& out, const ExportOptions& opts);
 
 // "bf16" / "fp16" / "fp32" -> DType; throws UserError naming `what`.
 io::DType parse_export_dtype(const std::string& name, const std::string& what);

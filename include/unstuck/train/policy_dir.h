@@ -17,11 +17,11 @@
 namespace unstuck::train {
 
 struct Policy {
-  RunConfig config;                     // the producing run's config, with overrides applied
+  RunConfig config;  // the producing run's config, with overrides applied
   tokenizer::Tokenizer tokenizer;
-  torch::Tensor master;                 // FP32 weights as stored
+  torch::Tensor master;                      // FP32 weights as stored
   std::unique_ptr<model::LlamaModel> model;  // over `master` converted to `dtype`
-  std::vector<int32_t> stop_ids;        // stop_token_ids() of the directory
+  std::vector<int32_t> stop_ids;             // stop_token_ids() of the directory
 };
 
 // The token ids a completion of the model in `model_dir` ends at: the tokenizer's EOS, then every

@@ -34,7 +34,7 @@ void report_prompt_fit(const PromptFit& fit, int64_t max_prompt_tokens, const st
 // fit_prompts() then report_prompt_fit(): the records that fit.
 std::vector<data::TaskRecord> drop_overlong_prompts(std::vector<data::TaskRecord> records,
                                                     const data::PromptFormatter& prompts,
-                                                    const tokenizer::Tokenizer& tok,
-                                                    int64_t max_prompt_tokens, const std::string& what);
+                                                    const tokenizer::Tokenizer& tok, int64_t max_prompt_tokens,
+                                                    const std::string& what);
 
 }  // namespace unstuck::train

@@ -19,10 +19,11 @@
 #include <vector>
 
 #include "unstuck/config/device.h"
-#include "unstuck/config/preflight.h"
+#include "unstuck/train/memory_plan.h"
 #include "unstuck/config/run_config.h"
 #include "unstuck/model/hf_config.h"
 #include "unstuck/precision/precision_config.h"
+#include "unstuck/rollout/sampling_config.h"
 #include "unstuck/train/prompt_fit.h"
 #include "unstuck/train/run_setup.h"
 
@@ -40,11 +41,11 @@ struct TrainerState;
 
 // What is planned: the command and what it reads beyond the config.
 struct RunRequest {
-  std::string command;             // "train", "sft" or "eval"
-  std::filesystem::path resume;    // train: --resume (a run directory or a checkpoint directory)
+  std::string command;              // "train", "sft" or "eval"
+  std::filesystem::path resume;     // train: --resume (a run directory or a checkpoint directory)
   std::filesystem::path model_dir;  // eval: --model
-  std::string split = "test";      // eval: the split scored
-  int64_t samples = 0;             // eval: records scored (0 = all)
+  std::string split = "test";       // eval: the split scored
+  int64_t samples = 0;              // eval: records scored (0 = all)
   // train: start the run's reward workers in full and keep them in the plan for the trainer
   // (RunPlan::scorer); otherwise one probe worker proves the scorer can start and stops.
   bool keep_scorer = false;
@@ -56,12 +57,29 @@ struct SftExample {
   std::vector<int32_t> completion;
 };
 
+// What the run computes with, decided by the plan before step 1 and read by the trainers, never
+// decided again: the dtypes of the compute and forward weights (libtorch's names, "Float",
+// "BFloat16", "Half"), whether a frozen reference policy is kept and in which dtype, the rollout's
+// decode mode on this device, and whether the policy is measured in a pass of its own.
+struct RunDecisions {
+  std::string compute_weights_dtype;
+  std::string forward_dtype;
+  std::string reference_dtype = "none";                       // train: none, or the reference's weights' dtype
+  rollout::DecodeMode decode = rollout::DecodeMode::dynamic;  // train: rollout.decode resolved
+  // train: the policy's log-probs measured before the update (several epochs or minibatches, or
+  // LoRA dropout in the update's forwards), else by the update's own forward.
+  bool measure_apart = false;
+  std::string dist_backend;  // the communicator's ("single", "gloo", "nccl")
+  bool keeps_reference() const { return reference_dtype != "none"; }
+  nlohmann::json to_json() const;
+};
+
 struct RunPlan {
   RunPlan(std::string command, RunConfig config, RunContext ctx);
 
   std::string command;
-  RunConfig config;  // resolved: the model shape of config.json, the vocabulary, the tokenizer path
-  RunContext ctx;    // tokenizer, prompt formatter, seeds, stop ids; run_dir is where open_run writes
+  RunConfig config;                 // resolved: the model shape of config.json, the vocabulary, the tokenizer path
+  RunContext ctx;                   // tokenizer, prompt formatter, seeds, stop ids; run_dir is where open_run writes
   std::filesystem::path model_dir;  // train: grpo.base_model; eval: --model; sft: none
   model::HfConfig hf;               // model_dir's config.json, read once (train, eval)
   double weight_file_bytes = 0;     // model_dir's *.safetensors
@@ -71,6 +89,7 @@ struct RunPlan {
   // precision.compute resolved (train, sft): native or fp32, with how (ComputeChoice::to_json).
   precision::ComputeMode compute = precision::ComputeMode::native;
   nlohmann::json compute_choice;
+  RunDecisions decisions;  // train, sft: what the run computes with
   // train --resume: the checkpoint, its contents checked against this model and data.
   std::filesystem::path resume_checkpoint;
   std::shared_ptr<const TrainerState> resumed;

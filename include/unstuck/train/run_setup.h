@@ -20,7 +20,7 @@ namespace unstuck::train {
 // first rollout token. Logged as one line and saved in run.json ("startup").
 class StartupClock {
  public:
-  StartupClock();  // marks "launch": the time from the process start to now
+  StartupClock();                       // marks "launch": the time from the process start to now
   void mark(const std::string& stage);  // the time since the previous mark
   double seconds() const;               // since the process start
   // "12.3 s: launch 0.6, base model 3.1 (2.8 GiB), ..."
@@ -59,8 +59,9 @@ struct RunContext {
 // The tokenizer file of a config: tokenizer.path, or data/<task>/tokenizer.model.
 std::filesystem::path tokenizer_file(const RunConfig& config);
 
-// Adds `fields` (a JSON object) to the run directory's run.json (what the run resolved after it
-// opened: devices, dtypes, choices), replacing keys of the same name.
+// Adds `fields` (a JSON object) to the run directory's run.json, replacing keys of the same name:
+// the run's end record (its health; train: its start-up stages). open_run writes run.json at the
+// start with everything the plan decided; nothing else writes it.
 void record_in_run_json(const RunContext& ctx, const nlohmann::json& fields);
 
 }  // namespace unstuck::train

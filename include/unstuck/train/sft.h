@@ -16,7 +16,8 @@ struct SftResult {
   double accuracy = 0.0;            // final greedy test accuracy
   double seconds = 0.0;             // wall time of the whole run
   int64_t steps = 0;
-  std::string health_summary;  // "sft: health over N step(s): ..." (skipped steps, non-finite loss, a loss that did not fall)
+  std::string
+      health_summary;  // "sft: health over N step(s): ..." (skipped steps, non-finite loss, a loss that did not fall)
   bool health_failed = false;  // most optimizer steps skipped: `unstuck sft` exits 3
 };
 

@@ -33,11 +33,11 @@
 namespace unstuck::train {
 
 struct OptimizerStepStats {
-  bool skipped = false;        // FP16 modes: the gradients overflowed and the step was skipped
-  double grad_norm = 0.0;      // global L2 norm of the (unscaled) gradient, before clipping
-  double loss_scale = 1.0;     // scale used for this step's backward
-  uint64_t changed = 0;        // compute-weight elements whose bits this step changed
-  uint64_t elements = 0;       // compute-weight elements in the model's tensors
+  bool skipped = false;                      // FP16 modes: the gradients overflowed and the step was skipped
+  double grad_norm = 0.0;                    // global L2 norm of the (unscaled) gradient, before clipping
+  double loss_scale = 1.0;                   // scale used for this step's backward
+  uint64_t changed = 0;                      // compute-weight elements whose bits this step changed
+  uint64_t elements = 0;                     // compute-weight elements in the model's tensors
   std::vector<uint64_t> changed_per_tensor;  // in layout order
   // Over the whole model (every rank's shard): sum of (after - before)^2 of the compute weights'
   // values, and sum of before^2; sqrt of their ratio is ||delta w|| / ||w|| of this step.
@@ -76,9 +76,8 @@ class TrainableWeights {
   // gradient, the compute weights and the model live on `device` (default: the master's), and each
   // optimizer step moves the gradient to the host and the new compute weights back, a slice at a
   // time through two bounded staging buffers (pinned on a GPU).
-  TrainableWeights(const model::ModelConfig& config, torch::Tensor master,
-                   const precision::PrecisionConfig& precision, uint64_t rounding_seed,
-                   dist::Communicator* comm = nullptr, FrozenBase base = {},
+  TrainableWeights(const model::ModelConfig& config, torch::Tensor master, const precision::PrecisionConfig& precision,
+                   uint64_t rounding_seed, dist::Communicator* comm = nullptr, FrozenBase base = {},
                    std::optional<torch::Device> device = std::nullopt);
   // The parameters' gradient hooks point at this object: it stays where it was built.
   TrainableWeights(const TrainableWeights&) = delete;
@@ -133,11 +132,13 @@ class TrainableWeights {
   // this state's current master's.
   void materialize_slice(const float* master, int64_t begin, int64_t n, void* out, int64_t step,
                          const Fp8Channels* scales = nullptr) const;
-  // The number format of the compute weights (precision.mode), in the master's place.
-  const precision::WeightFormat& format() const { return *format_; }
+  // A new format of this state's precision on the host, with its own scales (FP8: set them from
+  // another master with rescale(), then pass scales() to materialize_slice).
+  std::unique_ptr<precision::WeightFormat> host_format() const;
 
-  // Restores a checkpointed state (full buffers; this rank takes its shard) and regenerates the compute weights from the master: with the
-  // rounding keyed by (seed, optimizer step) they come out bit-identical to the saved run's.
+  // Restores a checkpointed state (full buffers; this rank takes its shard) and regenerates the
+  // compute weights from the master: with the rounding keyed by (seed, optimizer step) they come
+  // out bit-identical to the saved run's.
   void restore(const torch::Tensor& master, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
                int64_t optimizer_steps, const precision::LossScalerState& scaler);
   // The same from buffers read a slice at a time: read(name, begin, n, out) writes elements
@@ -185,26 +186,27 @@ class TrainableWeights {
   void throw_nonfinite_grad() const;
   // fp32 mode: the master is this rank's part of the compute weights (one buffer).
   bool master_is_compute() const {
-    return master_.data_ptr() == static_cast<char*>(compute_all_.data_ptr()) + shard_begin_ * compute_all_.element_size();
+    return master_.data_ptr() ==
+           static_cast<char*>(compute_all_.data_ptr()) + shard_begin_ * compute_all_.element_size();
   }
 
   precision::PrecisionConfig precision_;
   precision::RoundMode round_mode_;
   uint64_t rounding_seed_;
   dist::Communicator* comm_;
-  int64_t total_ = 0;        // elements of the model
-  int64_t shard_size_ = 0;   // elements per rank in the collectives (a multiple of the norm block)
-  int64_t shard_begin_ = 0;  // global index of this rank's first element
-  int64_t owned_ = 0;        // model elements in this rank's shard (less than shard_size_ at the end)
-  torch::Tensor grad_;         // (W * shard_size) accumulated gradient of the whole model
-  torch::Tensor grad_shard_;   // (shard_size) the reduced gradient of this rank's shard
+  int64_t total_ = 0;         // elements of the model
+  int64_t shard_size_ = 0;    // elements per rank in the collectives (a multiple of the norm block)
+  int64_t shard_begin_ = 0;   // global index of this rank's first element
+  int64_t owned_ = 0;         // model elements in this rank's shard (less than shard_size_ at the end)
+  torch::Tensor grad_;        // (W * shard_size) accumulated gradient of the whole model
+  torch::Tensor grad_shard_;  // (shard_size) the reduced gradient of this rank's shard
   torch::Tensor master_, exp_avg_, exp_avg_sq_;  // (owned) this rank's shard
   torch::Tensor compute_all_;  // (W * shard_size) compute weights, padded; compute_ views the model's part
   torch::Tensor compute_, forward_;
-  torch::Tensor scratch_;      // (kSliceElems) the old compute weights of the slice being updated
-  torch::Device device_ = torch::kCPU;  // the model's, gradient's and compute weights' device
-  bool offload_ = false;                // precision.offload: optimizer (master and moments on the host)
-  torch::Tensor stage_grad_, stage_compute_;  // offload: (kSliceElems) host staging of one slice
+  torch::Tensor scratch_;                            // (kSliceElems) the old compute weights of the slice being updated
+  torch::Device device_ = torch::kCPU;               // the model's, gradient's and compute weights' device
+  bool offload_ = false;                             // precision.offload: optimizer (master and moments on the host)
+  torch::Tensor stage_grad_, stage_compute_;         // offload: (kSliceElems) host staging of one slice
   std::unique_ptr<precision::WeightFormat> format_;  // in the master's place
   torch::Tensor discard_;      // a deferred format: (kSliceElems) where the fused AdamW's output goes
   model::ParamLayout layout_;  // of the trainable tensors

@@ -17,19 +17,15 @@ namespace unstuck::train {
 
 using precision::Fp8Channels;
 
-// The FP8 channels of a model and their exponents for one master read a slice at a time:
-// read(begin, n, out) writes FP32 elements [begin, begin + n) of it into out[0, n).
-Fp8Channels fp8_channels(const model::ParamLayout& layout, const std::function<void(int64_t, int64_t, float*)>& read,
-                         int threads = 0);
-// The same for a whole master in host memory (layout.total elements).
-Fp8Channels fp8_channels(const model::ParamLayout& layout, const float* master, int threads = 0);
-
 // The setting of `precision` that runs on the CPU only, as errors name it ("precision.analog_mantissa_bits
 // (the grid-scaled analog) runs on the CPU only"), or "" when it runs anywhere.
 std::string cpu_only_precision(const precision::PrecisionConfig& precision);
 
 // Dtype of the compute weights of a round mode (fp32, bf16 or fp16).
 torch::ScalarType compute_dtype(precision::RoundMode mode);
+// Dtype the forwards compute in: FP32 where precision.compute is fp32, and for FP16 weights off a
+// GPU (no fast FP16 kernels on the CPU: DESIGN.md); else the compute weights' dtype.
+torch::ScalarType forward_dtype(const precision::PrecisionConfig& precision, bool cuda);
 
 // The frozen base a LoRA run computes with: `base` (FP32, moved in) rounded to nearest into the
 // compute dtype of precision.mode (onto precision.analog_mantissa_bits' grid first in a BF16 mode;
@@ -41,17 +37,13 @@ torch::Tensor frozen_base_weights(torch::Tensor base, const precision::Precision
 // step `step`, as TrainableWeights materializes them (precision.mode, the rounding seed, the analog
 // grid), into host memory `out` of compute_dtype (n elements). A checkpoint's compute weights are
 // regenerated with it a slice at a time (export, resume).
-// FP8 modes need the channels' exponents of the master being rounded (fp8_channels); else fp8 is unused.
-void materialize_compute_slice(const precision::PrecisionConfig& precision, uint64_t rounding_seed,
-                               const float* master, int64_t begin, int64_t n, void* out, int64_t step,
-                               const Fp8Channels* fp8 = nullptr);
+// Formats with scales (FP8) need those of the master being rounded (`scales`); else it is unused.
+void materialize_compute_slice(const precision::PrecisionConfig& precision, uint64_t rounding_seed, const float* master,
+                               int64_t begin, int64_t n, void* out, int64_t step, const Fp8Channels* scales = nullptr);
 
-// grpo.round_base_to_fp8: the FP32 base put on fp8_rn's grid in place (FP8 channels by their own
-// scales, computed from this master; every other element to nearest BF16), as FP32 values; CPU.
+// grpo.round_base_to_fp8: the FP32 base put on fp8_rn's grid in place (precision::round_to_fp8_grid
+// with the channels' scales of this master), as FP32 values; CPU.
 void round_base_to_fp8_(torch::Tensor& master, const model::ParamLayout& layout, int threads = 0);
-// The same for global elements [begin, begin + n) of a base, in place, with the unrounded base's
-// channels (fp8_channels of it).
-void round_base_to_fp8(float* x, int64_t begin, int64_t n, const Fp8Channels& channels, int threads = 0);
 
 // grpo.round_base_to_bf16: the FP32 base rounded to nearest BF16, or onto the grid of
 // precision.analog_mantissa_bits when that is set (1-6), as FP32 again (on master's device).

@@ -359,10 +359,11 @@ void restrict_with_landlock(const Options& o) {
   ::close(ruleset);
 }
 
-// No ptrace and no cross-process memory access (below). No new AF_UNIX sockets (socketpair still works): Landlock before ABI 8 does not stop connect() to a
-// socket file, and one reachable one (a D-Bus session bus, docker.sock, an ssh agent) runs commands
-// outside. No io_uring either (it makes sockets past this filter). Other syscall ABIs (i386, x32) kill
-// the job. Best effort: a kernel or architecture without seccomp filters goes without.
+// No ptrace and no cross-process memory access (below). No new AF_UNIX sockets (socketpair still
+// works): Landlock before ABI 8 does not stop connect() to a socket file, and one reachable one (a
+// D-Bus session bus, docker.sock, an ssh agent) runs commands outside. No io_uring either (it makes
+// sockets past this filter). Other syscall ABIs (i386, x32) kill the job. Best effort: a kernel or
+// architecture without seccomp filters goes without.
 void forbid_unix_sockets() {
 #if defined(__x86_64__) || defined(__aarch64__)
 #if defined(__x86_64__)

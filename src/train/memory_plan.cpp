@@ -1,7 +1,7 @@
-// Pre-flight checks: cross-key limits that need the final model shape, and a memory estimate of
-// the run's largest buffers against the machine's RAM, so an absurd size fails at start-up with
-// the key's name instead of a std::bad_alloc (or an abort) minutes into the run.
-#include "unstuck/config/preflight.h"
+// The memory plan and pre-flight checks: cross-key limits that need the final model shape, and the
+// run's memory by part against the device's, so an absurd size fails at start-up with the key's name
+// instead of a std::bad_alloc (or an abort) minutes into the run.
+#include "unstuck/train/memory_plan.h"
 
 #include <unistd.h>
 
@@ -20,7 +20,7 @@
 #include "unstuck/config/device.h"
 #include "unstuck/model/param_layout.h"
 
-namespace unstuck {
+namespace unstuck::train {
 namespace {
 
 std::string num(int64_t v) { return std::to_string(v); }
@@ -54,7 +54,10 @@ double lora_param_count(const model::ModelConfig& m, const model::LoraConfig& l)
   double per_layer = 0;
   for (const std::string& t : l.target_modules) {
     const double in = t == "o_proj" ? q : t == "down_proj" ? f : dim;
-    const double out = t == "q_proj" ? q : t == "k_proj" || t == "v_proj" ? kv : t == "o_proj" || t == "down_proj" ? dim : f;
+    const double out = t == "q_proj"                       ? q
+                       : t == "k_proj" || t == "v_proj"    ? kv
+                       : t == "o_proj" || t == "down_proj" ? dim
+                                                           : f;
     per_layer += aligned(r * in) + aligned(out * r);
   }
   return double(m.n_layers) * per_layer;
@@ -111,7 +114,8 @@ TrainShape train_shape(const RunConfig& c, const MemoryPlanInputs& in) {
   s.P = param_count(m), s.V = double(m.vocab_size), s.L = double(m.n_layers), s.D = double(m.dim);
   s.kv_dim = double(m.n_kv_heads) * double(m.head_dim());
   s.S = double(m.max_seq_len), s.T = double(c.rollout.max_new_tokens);
-  s.Pp = in.longest_prompt >= 0 ? std::min(double(in.longest_prompt), std::max(0.0, s.S - s.T)) : std::max(0.0, s.S - s.T);
+  s.Pp =
+      in.longest_prompt >= 0 ? std::min(double(in.longest_prompt), std::max(0.0, s.S - s.T)) : std::max(0.0, s.S - s.T);
   s.row_len = s.Pp + s.T;
   s.prompt_keys = in.longest_prompt >= 0 ? "the longest prompt (" + num(int64_t(s.Pp)) + " tokens)"
                                          : "model.max_seq_len - rollout.max_new_tokens (" + num(int64_t(s.Pp)) + ")";
@@ -119,8 +123,8 @@ TrainShape train_shape(const RunConfig& c, const MemoryPlanInputs& in) {
   s.fp32 = c.precision.mode == precision::PrecisionMode::fp32;
   s.cb = s.fp32 ? 4 : 2;
   // FP16 weights compute in FP32 on the CPU, and precision.compute: fp32 always does (DESIGN.md).
-  const bool fp16 = c.precision.mode == precision::PrecisionMode::fp16 ||
-                    c.precision.mode == precision::PrecisionMode::fp16_sr;
+  const bool fp16 =
+      c.precision.mode == precision::PrecisionMode::fp16 || c.precision.mode == precision::PrecisionMode::fp16_sr;
   // auto may resolve to fp32 at start-up: counted as fp32 (the larger of the two).
   s.fb = c.precision.compute != precision::ComputeMode::native || fp16 ? 4 : s.cb;
   // What lowers the trainable state on one machine too: adapters instead of every parameter, and on
@@ -140,12 +144,12 @@ TrainShape train_shape(const RunConfig& c, const MemoryPlanInputs& in) {
                       num(int64_t(c.lora.target_modules.size())) + ") x model.n_layers (" + num(m.n_layers) + ")"
                 : model_keys(m);
   s.what = s.lora ? "adapter " : "";
-  s.ref = c.grpo.kl_coef > 0 || c.grpo.ref_metrics_every > 0;
+  s.ref = c.grpo.needs_reference();
   s.pissa = s.lora && c.lora.init == model::LoraInit::pissa && c.grpo.base_adapter.empty();
   s.N = double(c.grpo.prompts_per_step) * double(c.grpo.group_size), s.N_rank = std::ceil(s.N / s.W);
   s.prompts_rank = std::ceil(double(c.grpo.prompts_per_step) / s.W);
-  s.batch = "grpo.prompts_per_step (" + num(c.grpo.prompts_per_step) + ") x grpo.group_size (" +
-            num(c.grpo.group_size) + ")";
+  s.batch =
+      "grpo.prompts_per_step (" + num(c.grpo.prompts_per_step) + ") x grpo.group_size (" + num(c.grpo.group_size) + ")";
   s.rows_knob = "lower grpo.prompts_per_step or rollout.max_new_tokens";
   return s;
 }
@@ -161,8 +165,11 @@ AdaptedShapes adapted_shapes(const RunConfig& c) {
   const double D = double(m.dim);
   for (const std::string& t : c.lora.target_modules) {
     const double q = double(m.n_heads * m.head_dim()), kv = double(m.n_kv_heads * m.head_dim()), F = double(m.ffn_dim);
-    const double out = t == "q_proj" ? q : t == "k_proj" || t == "v_proj" ? kv : t == "o_proj" ? D
-                       : t == "down_proj" ? D : F;
+    const double out = t == "q_proj"                    ? q
+                       : t == "k_proj" || t == "v_proj" ? kv
+                       : t == "o_proj"                  ? D
+                       : t == "down_proj"               ? D
+                                                        : F;
     const double in_f = t == "o_proj" ? q : t == "down_proj" ? F : D;
     a.widest_in = std::max(a.widest_in, in_f);
     if (out * in_f > a.svd_out * a.svd_in) std::tie(a.svd_out, a.svd_in) = std::pair(out, in_f);
@@ -414,11 +421,13 @@ MemoryPlan plan_memory(const RunConfig& c, const std::string& command, const Mem
   if (command == "train") {
     train_parts(c, in, parts);
     if (in.reward_workers > 0)
-      parts.push_back({"reward workers: " + num(in.reward_workers) + " process(es) beside this one, resident at start "
-                       "(measured; each may grow to its memory_mb)",
+      parts.push_back({"reward workers: " + num(in.reward_workers) +
+                           " process(es) beside this one, resident at start "
+                           "(measured; each may grow to its memory_mb)",
                        "reward.function.workers / reward.code.workers (or the terms'): " + num(in.reward_workers),
-                       in.reward_worker_bytes, "lower reward.function.workers (reward.code.workers for the code verifier)",
-                       "", /*host=*/true, /*other_process=*/true});
+                       in.reward_worker_bytes,
+                       "lower reward.function.workers (reward.code.workers for the code verifier)", "", /*host=*/true,
+                       /*other_process=*/true});
   } else {
     // Weights: eval holds the FP32 weights and a compute copy; SFT adds gradients, the AdamW moments
     // and the starting point: ~6 FP32 copies.
@@ -427,12 +436,12 @@ MemoryPlan plan_memory(const RunConfig& c, const std::string& command, const Mem
   if (command == "sft") {
     // Logits (B, S, V), their gradient and the cross-entropy's log-softmax; activations per layer
     // kept for backward (about 8 of width dim + ffn_dim per token and layer).
-    const std::string batch = "sft.batch_size (" + num(c.sft.batch_size) + ") x model.max_seq_len (" +
-                              num(m.max_seq_len) + ")";
+    const std::string batch =
+        "sft.batch_size (" + num(c.sft.batch_size) + ") x model.max_seq_len (" + num(m.max_seq_len) + ")";
     parts.push_back({"batch logits", batch + " x model.vocab_size (" + num(m.vocab_size) + ")",
                      double(c.sft.batch_size) * S * V * 4 * 3, "lower sft.batch_size", "step"});
-    parts.push_back({"batch activations", batch + " x model.n_layers (" + num(m.n_layers) + ") x model.ffn_dim (" +
-                                              num(m.ffn_dim) + ")",
+    parts.push_back({"batch activations",
+                     batch + " x model.n_layers (" + num(m.n_layers) + ") x model.ffn_dim (" + num(m.ffn_dim) + ")",
                      double(c.sft.batch_size) * S * double(m.n_layers) * double(m.dim + m.ffn_dim) * 4 * 8,
                      "lower sft.batch_size", "step"});
   }
@@ -444,7 +453,8 @@ std::string memory_report(const MemoryPlan& plan) {
   const std::string at = plan.peak_phase();
   std::string out = "memory plan per rank: peak " + format_bytes(plan.peak()) +
                     (at.empty() ? std::string() : " (" + at + ")") + "; held all run " + format_bytes(plan.held());
-  if (plan.baseline > 0) out += "\n  " + format_bytes(plan.baseline) + "  process baseline (libtorch, tokenizer, data; measured)";
+  if (plan.baseline > 0)
+    out += "\n  " + format_bytes(plan.baseline) + "  process baseline (libtorch, tokenizer, data; measured)";
   for (const MemoryPart& p : plan.parts)
     if (p.phase.empty() && plan.on_device(p)) out += "\n  " + format_bytes(p.bytes) + "  " + p.what;
   for (const std::string& ph : plan.phases()) {
@@ -491,9 +501,8 @@ std::string format_bytes(double bytes) {
 
 void check_limits(const RunConfig& c) {
   if (c.rollout.max_new_tokens >= c.model.max_seq_len)
-    throw UserError("rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) +
-                    ") must be < model.max_seq_len (" + num(c.model.max_seq_len) +
-                    "): prompt and completion together must fit the model's context");
+    throw UserError("rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") must be < model.max_seq_len (" +
+                    num(c.model.max_seq_len) + "): prompt and completion together must fit the model's context");
 }
 
 MemoryLimit host_memory_limit(double bytes) {
@@ -505,9 +514,10 @@ MemoryLimit gpu_memory_limit(int device) {
   double free = 0, total = 0;
   if (!cuda_memory(device, &free, &total)) return {0, "", 1};  // unknown: no check
   // Each rank has a GPU of its own (resolve_device refuses ranks sharing one).
-  return {free, "the free memory of cuda:" + std::to_string(device) + ", " + format_bytes(free) + " of " +
-                    format_bytes(total),
-          1};
+  return {
+      free,
+      "the free memory of cuda:" + std::to_string(device) + ", " + format_bytes(free) + " of " + format_bytes(total),
+      1};
 }
 
 void check_memory(const MemoryPlan& plan, const MemoryLimit& limit) {
@@ -525,8 +535,10 @@ void check_memory(const MemoryPlan& plan, const MemoryLimit& limit) {
   const std::string at = plan.peak_phase();
   std::vector<const MemoryPart*> in_peak;
   for (const MemoryPart& p : plan.parts)
-    if (plan.on_device(p) && (at == "load" ? p.phase == "load" : (p.phase.empty() || p.phase == at))) in_peak.push_back(&p);
-  std::stable_sort(in_peak.begin(), in_peak.end(), [](const MemoryPart* a, const MemoryPart* b) { return a->bytes > b->bytes; });
+    if (plan.on_device(p) && (at == "load" ? p.phase == "load" : (p.phase.empty() || p.phase == at)))
+      in_peak.push_back(&p);
+  std::stable_sort(in_peak.begin(), in_peak.end(),
+                   [](const MemoryPart* a, const MemoryPart* b) { return a->bytes > b->bytes; });
   const MemoryPart& big = *in_peak.front();
   std::string others;
   for (std::size_t i = 1; i < in_peak.size() && i < 4; ++i)
@@ -534,8 +546,9 @@ void check_memory(const MemoryPlan& plan, const MemoryLimit& limit) {
       others += "; " + in_peak[i]->what + ", " + format_bytes(in_peak[i]->bytes) + ": " + in_peak[i]->knob;
   throw UserError(plan.command + ": planned peak memory " + format_bytes(peak * double(limit.ranks)) +
                   (at.empty() ? std::string() : " (" + at + ")") +
-                  (limit.ranks > 1 ? " (" + format_bytes(peak) + " per rank x LOCAL_WORLD_SIZE " + num(limit.ranks) + ")"
-                                   : std::string()) +
+                  (limit.ranks > 1
+                       ? " (" + format_bytes(peak) + " per rank x LOCAL_WORLD_SIZE " + num(limit.ranks) + ")"
+                       : std::string()) +
                   " exceeds " + limit.where + "; largest part: " + big.what + ", " + format_bytes(big.bytes) +
                   ", sized by " + big.keys + " (" + (big.knob.empty() ? "lower it" : big.knob) + ")" +
                   (others.empty() ? std::string() : "; next:" + others.substr(1)) + "\n" + memory_report(plan));
@@ -555,4 +568,4 @@ MemoryLimit device_memory_limit(const ResolvedDevice& d) {
   return host;
 }
 
-}  // namespace unstuck
+}  // namespace unstuck::train

@@ -12,45 +12,48 @@
 #include "unstuck/algo/dynamic_sampling.h"
 #include "unstuck/algo/loss_options.h"
 #include "unstuck/algo/reward_shaping.h"
-#include "unstuck/train/lr_schedule.h"
+#include "unstuck/config/lr_schedule.h"
 
-namespace unstuck::train {
+namespace unstuck::config {
 
 struct GrpoConfig {
   std::string base_model = "runs/sft-countdown/model";  // policy directory (an SFT output)
-  std::string base_adapter;         // a PEFT LoRA adapter directory to start from (lora.rank > 0)
-  bool round_base_to_bf16 = false;  // put the base weights on the BF16 grid before training
-  bool round_base_to_fp8 = false;   // or on fp8_rn's grid (E4M3, the base's channel scales) in every mode
-  int64_t steps = 100;              // rollout batches (policy updates when minibatches = 1)
-  int64_t prompts_per_step = 32;    // prompts sampled per rollout batch
-  int64_t group_size = 8;           // completions per prompt (the GRPO group)
-  int64_t minibatches = 1;          // optimizer steps per rollout batch and epoch
-  int64_t ppo_epochs = 1;           // passes over each rollout batch
+  std::string base_adapter;                             // a PEFT LoRA adapter directory to start from (lora.rank > 0)
+  bool round_base_to_bf16 = false;                      // put the base weights on the BF16 grid before training
+  bool round_base_to_fp8 = false;  // or on fp8_rn's grid (E4M3, the base's channel scales) in every mode
+  int64_t steps = 100;             // rollout batches (policy updates when minibatches = 1)
+  int64_t prompts_per_step = 32;   // prompts sampled per rollout batch
+  int64_t group_size = 8;          // completions per prompt (the GRPO group)
+  int64_t minibatches = 1;         // optimizer steps per rollout batch and epoch
+  int64_t ppo_epochs = 1;          // passes over each rollout batch
   algo::AdvantageMode advantage = algo::AdvantageMode::grpo;
   algo::RewardScale scale_rewards = algo::RewardScale::auto_;  // divisor of the centered reward
-  double clip_low = 0.2;            // ratio lower bound 1 - clip_low
-  double clip_high = 0.28;          // ratio upper bound 1 + clip_high (clip-higher)
-  double clip_ratio_c = 3.0;        // dual clip of negative advantages (0 = off, else > 1)
+  double clip_low = 0.2;                                       // ratio lower bound 1 - clip_low
+  double clip_high = 0.28;                                     // ratio upper bound 1 + clip_high (clip-higher)
+  double clip_ratio_c = 3.0;                                   // dual clip of negative advantages (0 = off, else > 1)
   algo::ImportanceRatio importance_ratio = algo::ImportanceRatio::token;  // token (PPO) | sequence (GSPO)
   algo::Overlong overlong = algo::Overlong::none;  // truncated completions: none | filter | soft_penalty (DAPO)
-  int64_t overlong_buffer = 0;      // soft_penalty: L_cache, the tokens before max_new_tokens where it ramps
+  int64_t overlong_buffer = 0;  // soft_penalty: L_cache, the tokens before max_new_tokens where it ramps
   algo::GroupFilter filter_groups = algo::GroupFilter::none;  // DAPO's dynamic sampling: drop flat groups
-  int64_t oversample = 0;           // filter_groups: extra rollout rounds at most, to fill the batch
-  double tis_cap = 0.0;             // truncated importance sampling cap (0 = off, else >= 1)
+  int64_t oversample = 0;  // filter_groups: extra rollout rounds at most, to fill the batch
+  double tis_cap = 0.0;    // truncated importance sampling cap (0 = off, else >= 1)
   algo::LossAggregation loss_aggregation = algo::LossAggregation::token_mean;
-  double kl_coef = 0.0;             // KL-to-reference penalty in the loss (0 = off, still logged)
+  double kl_coef = 0.0;  // KL-to-reference penalty in the loss (0 = off, still logged)
   algo::KlEstimator kl_estimator = algo::KlEstimator::k3;
   algo::KlIn kl_in = algo::KlIn::loss;  // the KL penalty in the loss, or in the reward
-  double entropy_coef = 0.0;        // entropy bonus (0 = off)
-  LrScheduleConfig lr;              // grpo.lr_schedule, grpo.warmup_steps, grpo.min_lr_ratio (constant by default)
-  int64_t eval_every = 20;          // rollout batches between greedy test evaluations; 0 = end only
-  int64_t eval_samples = 200;       // test records per evaluation (0 = all)
-  int64_t checkpoint_every = 25;    // rollout batches between checkpoints (and at the end); 0 = end only
-  int64_t keep_checkpoints = 2;     // newest checkpoints kept
-  bool final_model = true;          // write <run dir>/final_model/ (HF model dir, compute weights) at the end
-  int64_t ref_metrics_every = 1;    // rollout batches between KL-to-reference measurements (kl_coef > 0: every)
-  int64_t logprob_chunk_rows = 0;   // sequences per forward(/backward) of the log-prob passes; 0 = whole minibatch
+  double entropy_coef = 0.0;            // entropy bonus (0 = off)
+  LrScheduleConfig lr;                  // grpo.lr_schedule, grpo.warmup_steps, grpo.min_lr_ratio (constant by default)
+  int64_t eval_every = 20;              // rollout batches between greedy test evaluations; 0 = end only
+  int64_t eval_samples = 200;           // test records per evaluation (0 = all)
+  int64_t checkpoint_every = 25;        // rollout batches between checkpoints (and at the end); 0 = end only
+  int64_t keep_checkpoints = 2;         // newest checkpoints kept
+  bool final_model = true;              // write <run dir>/final_model/ (HF model dir, compute weights) at the end
+  int64_t ref_metrics_every = 1;        // rollout batches between KL-to-reference measurements (kl_coef > 0: every)
+  int64_t logprob_chunk_rows = 0;       // sequences per forward(/backward) of the log-prob passes; 0 = whole minibatch
   int64_t logprob_chunk_tokens = 16;  // completion positions of each row per head / log-softmax slice; 0 = all at once
+
+  // A frozen reference policy is needed: for the KL term, or for its measurements.
+  bool needs_reference() const { return kl_coef > 0 || ref_metrics_every > 0; }
 
   template <class V>
   void visit(V& v) {
@@ -102,8 +105,7 @@ struct GrpoConfig {
     v("importance_ratio", importance_ratio,
       "token: PPO's per-token ratio; sequence: GSPO's per-sequence ratio (exp of the mean token log-ratio), with "
       "clip_low/clip_high on it (GSPO uses about 3e-4 / 4e-4) and seq_mean_token_mean as in the paper");
-    v("loss_aggregation", loss_aggregation,
-      "token_mean | seq_mean_token_mean | seq_mean_token_sum_norm (Dr. GRPO)");
+    v("loss_aggregation", loss_aggregation, "token_mean | seq_mean_token_mean | seq_mean_token_sum_norm (Dr. GRPO)");
     v("kl_coef", kl_coef, "weight of the KL penalty to the reference policy (see kl_in); 0 = off");
     v("kl_estimator", kl_estimator, "KL estimator of the penalty: k1 | k2 | k3");
     v("kl_in", kl_in,
@@ -132,4 +134,4 @@ struct GrpoConfig {
   }
 };
 
-}  // namespace unstuck::train
+}  // namespace unstuck::config

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <utility>
 
-namespace unstuck::train {
+namespace unstuck::config {
 
 enum class LrSchedule { constant, warmup, cosine };
 inline constexpr std::array<std::pair<LrSchedule, const char*>, 3> kLrScheduleNames{{
@@ -22,8 +22,8 @@ constexpr const auto& enum_names(LrSchedule) { return kLrScheduleNames; }
 // cosine 0.5 * (1 + cos(pi * progress)) scaled between min_ratio * lr and lr.
 // Example: lr 1e-3, warmup 10, total 110, min_ratio 0.1: step 5 -> 5e-4, step 60 -> 5.5e-4,
 // step 110 -> 1e-4.
-inline double scheduled_lr(LrSchedule schedule, double lr, int64_t step, int64_t total,
-                           int64_t warmup, double min_ratio) {
+inline double scheduled_lr(LrSchedule schedule, double lr, int64_t step, int64_t total, int64_t warmup,
+                           double min_ratio) {
   if (schedule == LrSchedule::constant) return lr;
   if (step <= warmup) return lr * double(step) / double(std::max<int64_t>(1, warmup));
   if (schedule == LrSchedule::warmup) return lr;
@@ -54,4 +54,4 @@ struct LrScheduleConfig {
   }
 };
 
-}  // namespace unstuck::train
+}  // namespace unstuck::config

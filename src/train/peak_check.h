@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "unstuck/config/preflight.h"
+#include "unstuck/train/memory_plan.h"
 
 namespace unstuck::train {
 

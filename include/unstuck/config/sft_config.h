@@ -8,9 +8,9 @@
 #include <string>
 #include <utility>
 
-#include "unstuck/train/lr_schedule.h"
+#include "unstuck/config/lr_schedule.h"
 
-namespace unstuck::train {
+namespace unstuck::config {
 
 // Format of the weights in a saved model directory.
 enum class SaveDtype { fp32, bf16, fp16 };
@@ -22,14 +22,14 @@ inline constexpr std::array<std::pair<SaveDtype, const char*>, 3> kSaveDtypeName
 constexpr const auto& enum_names(SaveDtype) { return kSaveDtypeNames; }
 
 struct SftConfig {
-  int64_t steps = 1200;          // optimizer steps
-  int64_t batch_size = 64;       // sequences per step
+  int64_t steps = 1200;                              // optimizer steps
+  int64_t batch_size = 64;                           // sequences per step
   LrScheduleConfig lr{LrSchedule::cosine, 50, 0.1};  // sft.lr_schedule, sft.warmup_steps, sft.min_lr_ratio
-  int64_t log_every = 25;        // steps between progress lines
-  int64_t eval_every = 300;      // steps between greedy evaluations (and at the end); 0 = end only
-  int64_t eval_samples = 256;    // test records per evaluation (0 = all)
-  std::string output;            // model directory; empty = <run dir>/model
-  SaveDtype save_dtype = SaveDtype::fp32;  // weights format of the saved model
+  int64_t log_every = 25;                            // steps between progress lines
+  int64_t eval_every = 300;                          // steps between greedy evaluations (and at the end); 0 = end only
+  int64_t eval_samples = 256;                        // test records per evaluation (0 = all)
+  std::string output;                                // model directory; empty = <run dir>/model
+  SaveDtype save_dtype = SaveDtype::fp32;            // weights format of the saved model
 
   template <class V>
   void visit(V& v) {
@@ -46,4 +46,4 @@ struct SftConfig {
   }
 };
 
-}  // namespace unstuck::train
+}  // namespace unstuck::config

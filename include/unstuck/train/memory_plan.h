@@ -1,6 +1,7 @@
-// Pre-flight checks of a run config against the final model shape and this machine, before any
-// large allocation or training step: cross-key limits (prompt + completion within model.max_seq_len)
-// and an estimate of the run's memory, refused by name when it cannot fit.
+// A run's memory plan and its pre-flight checks, against the final model shape and this machine,
+// before any large allocation or training step: cross-key limits (prompt + completion within
+// model.max_seq_len) and the run's memory by part, refused by name (with the knobs that help) when it
+// cannot fit. The run's plan (train/run_plan.h) makes it.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 #include "unstuck/config/device.h"
 #include "unstuck/config/run_config.h"
 
-namespace unstuck {
+namespace unstuck::train {
 
 // One part of a run's memory plan: what it is, the config keys that size it, its bytes, and when it
 // is alive: `phase` empty for what the whole run holds (weights, optimizer state, gradients, the
@@ -20,7 +21,8 @@ struct MemoryPart {
   std::string keys;  // "rollout.max_new_tokens (1000000000) x grpo.prompts_per_step (32) x ..."
   double bytes = 0;
   std::string knob;  // what to change when this part does not fit ("raise grpo.minibatches ..."); may be empty
-  std::string phase;  // "" (held all run), "load", "rollout", "update", "log-probs", "optimizer", "checkpoint", "evaluation"
+  std::string
+      phase;  // "" (held all run), "load", "rollout", "update", "log-probs", "optimizer", "checkpoint", "evaluation"
   bool host = false;  // in host memory even when the run computes on a GPU (precision.offload: optimizer)
   // Held by other processes (the reward workers): counted against the machine's memory, never in
   // this process's measured peak. Always also `host`.
@@ -54,7 +56,7 @@ struct MemoryPlan {
   std::string command;
   double baseline = 0;
   std::vector<MemoryPart> parts;  // held first, then by phase; largest first within each
-  bool gpu = false;  // MemoryPlanInputs::gpu: the `host` parts are not device memory
+  bool gpu = false;               // MemoryPlanInputs::gpu: the `host` parts are not device memory
 
   // These (held, phases, peak) are the device's: on a GPU they leave out the `host` parts.
   double held() const;                                 // the parts with no phase
@@ -62,8 +64,8 @@ struct MemoryPlan {
   double phase_peak(const std::string& phase) const;   // the process's memory while `phase` runs
   std::vector<std::string> phases() const;             // in order of first appearance
   double peak() const;
-  std::string peak_phase() const;  // the phase that sets the peak ("" when none)
-  double host_bytes() const;       // on a GPU: the `host` parts (held all run); else 0
+  std::string peak_phase() const;      // the phase that sets the peak ("" when none)
+  double host_bytes() const;           // on a GPU: the `host` parts (held all run); else 0
   double other_process_bytes() const;  // the `other_process` parts counted on this device (0 on a GPU)
   bool on_device(const MemoryPart& p) const { return !(gpu && p.host); }
 };
@@ -113,4 +115,4 @@ MemoryLimit device_memory_limit(const ResolvedDevice& device);
 // limit (check_memory, device_memory_limit) once the data gives the longest prompt.
 void check_limits(const RunConfig& config);
 
-}  // namespace unstuck
+}  // namespace unstuck::train

@@ -1,8 +1,8 @@
-// CPU kernels of the model's no-gradient path (FP32; decode attention also BF16) (rollouts, measurement forwards), each one pass
-// where libtorch runs several ops: decode attention (one query per row against its KV cache, bound
-// by reading the cache), RMSNorm and rotary embedding. Torch-free; src/model/llama.cpp calls them on
-// tensors' buffers. Sums run over 16 fixed lanes, so the scalar, AVX2 and AVX-512 clones the compiler
-// makes of each kernel give the same bits.
+// CPU kernels of the model's no-gradient path (FP32; decode attention also BF16) (rollouts,
+// measurement forwards), each one pass where libtorch runs several ops: decode attention (one query
+// per row against its KV cache, bound by reading the cache), RMSNorm and rotary embedding.
+// Torch-free; src/model/llama.cpp calls them on tensors' buffers. Sums run over 16 fixed lanes, so
+// the scalar, AVX2 and AVX-512 clones the compiler makes of each kernel give the same bits.
 #pragma once
 
 #include <cstdint>
@@ -10,12 +10,12 @@
 namespace unstuck::model {
 
 struct DecodeAttentionShape {
-  int64_t heads = 0;          // H query heads per row
-  int64_t kv_heads = 0;       // G key/value heads per row (H % G == 0; query head h reads G-group h / (H/G))
-  int64_t head_dim = 0;       // hd
-  int64_t slots = 0;          // A slots per (row, KV head) in the cache buffers
-  int64_t filled = 0;         // L <= A: slots read; a hidden slot among them has bias -inf
-  int64_t q_row_stride = 0;   // elements between rows' queries (the heads of a row are hd apart)
+  int64_t heads = 0;         // H query heads per row
+  int64_t kv_heads = 0;      // G key/value heads per row (H % G == 0; query head h reads G-group h / (H/G))
+  int64_t head_dim = 0;      // hd
+  int64_t slots = 0;         // A slots per (row, KV head) in the cache buffers
+  int64_t filled = 0;        // L <= A: slots read; a hidden slot among them has bias -inf
+  int64_t q_row_stride = 0;  // elements between rows' queries (the heads of a row are hd apart)
 };
 
 // For rows b and KV heads g with index b * G + g in [first, last):
@@ -29,9 +29,8 @@ void decode_attention_f32(const float* q, const float* k, const float* v, const 
 // The same in BF16 (bit patterns): q, k, v, bias and out hold BF16 values; the kernel computes in FP32
 // and rounds to BF16 where libtorch's batched BF16 products round (the scaled query, each score,
 // each probability, the output), as the model's BF16 decode did before this kernel.
-void decode_attention_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* bias,
-                           uint16_t* out, const DecodeAttentionShape& shape, float scale, int64_t first,
-                           int64_t last);
+void decode_attention_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* bias, uint16_t* out,
+                           const DecodeAttentionShape& shape, float scale, int64_t first, int64_t last);
 
 // The scalar reference the tests compare with: the same formula with double accumulation and std::exp.
 void decode_attention_reference(const float* q, const float* k, const float* v, const float* bias, float* out,
@@ -39,8 +38,7 @@ void decode_attention_reference(const float* q, const float* k, const float* v, 
 
 // out[r, :] = weight * (x[r, :] / sqrt(mean(x[r, :]^2) + eps)) for rows r in [first, last) of the
 // (rows, dim) x and out (contiguous; out may be x), as Hugging Face's LlamaRMSNorm in FP32.
-void rms_norm_f32(const float* x, const float* weight, float* out, int64_t dim, float eps, int64_t first,
-                  int64_t last);
+void rms_norm_f32(const float* x, const float* weight, float* out, int64_t dim, float eps, int64_t first, int64_t last);
 
 // Rotary embedding in place, as `x * cos + rotate_half(x) * sin` (rotate_half(x) = [-x2, x1]) with
 // the same two products and one sum per element, so the bits equal libtorch's elementwise ops. x holds

@@ -39,8 +39,8 @@ UNSTUCK_HD precision::Philox4x32 dropout_block(DropoutStream s, uint32_t row, ui
 
 // The keep bits (1 kept, 0 dropped) of `features` consecutive elements at (row, position), written
 // to out[0 .. features).
-UNSTUCK_HD void dropout_keep_row(DropoutStream s, uint32_t threshold, uint32_t row, uint32_t position,
-                                 int64_t features, uint8_t* out) {
+UNSTUCK_HD void dropout_keep_row(DropoutStream s, uint32_t threshold, uint32_t row, uint32_t position, int64_t features,
+                                 uint8_t* out) {
   for (int64_t f = 0; f < features; f += 4) {
     const precision::Philox4x32 r = dropout_block(s, row, position, uint32_t(f));
     for (int64_t lane = 0; lane < 4 && f + lane < features; ++lane) out[f + lane] = (r.v[lane] >> 8) >= threshold;
