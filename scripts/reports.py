@@ -128,6 +128,13 @@ REPORTS = [
               "--compute fp32 --out runs/compare-lora --results docs/RESULTS-lora.md --plots docs/results/lora"),
     paper_gap("results-lora-pissa", "docs/RESULTS-lora-pissa.md", "docs/results/lora-pissa", "runs/compare-lora-pissa",
               "scripts/compare.py ... lora.init=pissa lora.dropout=0.05"),
+    # The rounding kernels and the fused AdamW (docs/PRECISION.md), from bench_precision.py's data.
+    dict(name="bench-precision", doc="docs/PRECISION.md", data=["docs/results/bench-precision/avx512.json"],
+         command=["scripts/bench_precision.py", "--table", "docs/results/bench-precision/avx512.json"]),
+    dict(name="bench-precision-fp8", doc="docs/PRECISION.md", indent=2,
+         data=["docs/results/bench-precision/fp8_avx512.json", "docs/results/bench-precision/fp8_scalar.json"],
+         command=["scripts/bench_precision.py", "--table", "docs/results/bench-precision/fp8_avx512.json",
+                  "docs/results/bench-precision/fp8_scalar.json"]),
     # The policy-gradient variants, rerun at 52e1f2a with their data.
     dict(name="variants", doc="docs/RESULTS-variants.md", whole=True, data=["docs/results/variants/variants.json"],
          command=["scripts/variants.py", "--render", "docs/results/variants/variants.json"]),
@@ -137,8 +144,6 @@ REPORTS = [
 # --check prints them as known gaps so they cannot pass for checked. (document, section, what)
 UNBACKED = [
     ("docs/PRECISION.md", "Compute dtype: `precision.compute`", "the probe's BF16 / FP32 times per model shape"),
-    ("docs/PRECISION.md", "FP8 E4M3 compute weights", "`bench precision` rates of the FP8 pass"),
-    ("docs/PRECISION.md", "Benchmark: `unstuck bench precision`", "the GB/s and ratios of the reruns"),
     ("docs/SFT.md", "Benchmark: `unstuck bench generate`", "the table against transformers and its ratios"),
     ("docs/TASKS.md", "Verifiers", "the math verifier's time per completion on adversarial inputs"),
     ("docs/TASKS.md", "Throughput", "the reward function table (whole `reward score` commands)"),
