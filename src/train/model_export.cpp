@@ -89,9 +89,9 @@ nlohmann::json fp8_quantization_config() {
 
 void write_fp8_model_dir(const fs::path& out, const RunConfig& config, const torch::Tensor& compute,
                          const Fp8Channels& channels, uint64_t shard_bytes) {
+  const model::SpecialTokens tokens = base_tokens(config);  // before anything is written, as it can fail
   model::save_fp8_weights(out, model::llama_layout(config.model), static_cast<const uint16_t*>(compute.data_ptr()),
                           channels, shard_bytes);
-  const model::SpecialTokens tokens = base_tokens(config);
   nlohmann::json cfg = model::hf_config_json(config.model, tokens, "bfloat16");
   cfg["quantization_config"] = fp8_quantization_config();
   io::write_json_file(out / "config.json", cfg);
