@@ -15,6 +15,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from result_meta import commit, cpu_name, write_data  # noqa: E402
 
 # (key, what the row shows, target at all threads)
 ROWS = [
@@ -34,15 +36,6 @@ ROWS = [
 ]
 
 
-def cpu_name():
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return "unknown"
-    for line in out.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def run(a):
@@ -55,15 +48,10 @@ def run(a):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"bench_precision.py: {' '.join(cmd)} exited {r.returncode}: {r.stderr[-800:]}")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
     shown = ("UNSTUCK_SIMD=" + a.simd + " " if a.simd else "") + "build/unstuck " + " ".join(cmd[1:])
-    data = {"command": shown, "cpu": cpu_name(), "cores": os.cpu_count(), "commit": commit,
+    data = {"command": shown, "cpu": cpu_name(), "cores": os.cpu_count(), "commit": commit(),
             "date": datetime.date.today().isoformat(), "result": json.loads(r.stdout)}
-    os.makedirs(os.path.dirname(os.path.abspath(a.run)), exist_ok=True)
-    with open(a.run, "w") as f:
-        json.dump(data, f, indent=1)
-        f.write("\n")
+    write_data(a.run, data)
     print(table(data, os.path.relpath(os.path.abspath(a.run), ROOT)), end="")
 
 

@@ -98,6 +98,27 @@ REPORTS = [
     peers("peers-step-ref1", "docs/results/bench_peers_step_ref1.json"),
     peers("peers-step-ref0-t1", "docs/results/bench_peers_step_ref0_t1.json"),
     peers("peers-step-ref0-t2", "docs/results/bench_peers_step_ref0_t2.json"),
+    # precision.compute: auto's probe per model shape (docs/PRECISION.md).
+    dict(name="bench-compute", doc="docs/PRECISION.md", indent=2, data=["docs/results/bench-compute/probe.json"],
+         command=["scripts/bench_compute.py", "--table", "docs/results/bench-compute/probe.json"]),
+    # The reward path's throughput (docs/TASKS.md): bench reward's own benchmarks and whole reward score commands.
+    dict(name="bench-reward-embedded", doc="docs/TASKS.md", data=["docs/results/bench-reward/reward.json"],
+         command=["scripts/bench_reward.py", "--table", "docs/results/bench-reward/reward.json", "--part", "embedded"]),
+    dict(name="bench-reward-commands", doc="docs/TASKS.md", data=["docs/results/bench-reward/reward.json"],
+         command=["scripts/bench_reward.py", "--table", "docs/results/bench-reward/reward.json", "--part", "commands"]),
+    # The LoRA sweeps' sticking per projection and factor (docs/GRPO.md), reduced from their runs' metrics.
+    dict(name="lora-sticking", doc="docs/GRPO.md", indent=2, data=["docs/results/lora/sticking.json"],
+         command=["scripts/lora_sticking.py", "--table", "docs/results/lora/sticking.json"]),
+    dict(name="lora-sticking-pissa", doc="docs/GRPO.md", indent=2, data=["docs/results/lora-pissa/sticking.json"],
+         command=["scripts/lora_sticking.py", "--table", "docs/results/lora-pissa/sticking.json"]),
+    # The first GPU lease's figures (docs/BUILD.md), rendered from its committed logs and bench step JSON.
+    dict(name="gpu-lease", doc="docs/BUILD.md",
+         data=["docs/results/gpu/" + f for f in ("gpu_check.log", "bench_step_tiny.json", "paper_gpu_run.log",
+                                                  "bench_step_27m.json")],
+         command=["scripts/gpu_lease.py", "--table"]),
+    # docs/SFT.md's generation benchmark quotes the latest committed generation run.
+    dict(name="sft-peers-gen", doc="docs/SFT.md", data=["docs/results/bench_peers_gen_bf16kernel.json"],
+         command=[PEERS, "--table", "docs/results/bench_peers_gen_bf16kernel.json"], fence=True),
     # The GPU's first measurements at real shapes: the rollout table from the two leases' scale.json.
     dict(name="gpu-scale-rollout", doc="docs/RESULTS-gpu-scale.md",
          data=["docs/results/gpu-scale/run1_scale.json", "docs/results/gpu-scale/run2_scale.json"],
@@ -123,11 +144,10 @@ REPORTS = [
     paper_gap("results-gpu", "docs/RESULTS-gpu.md", "docs/results/gpu", "runs/paper-gpu",
               "scripts/reproduce.sh --gpu", "It ran on one NVIDIA H200 (paper_gpu_run.log names the device; "
               "the host CPU is not recorded)."),
-    paper_gap("results-lora", "docs/RESULTS-lora.md", "docs/results/lora", "runs/compare-lora",
-              "scripts/compare.py --config configs/grpo/countdown_lora.yaml --modes fp16,bf16,bf16_sr --seeds 3 "
-              "--compute fp32 --out runs/compare-lora --results docs/RESULTS-lora.md --plots docs/results/lora"),
-    paper_gap("results-lora-pissa", "docs/RESULTS-lora-pissa.md", "docs/results/lora-pissa", "runs/compare-lora-pissa",
-              "scripts/compare.py ... lora.init=pissa lora.dropout=0.05"),
+    # The LoRA sweep, rerun at 9671fda with its data.
+    paper("results-lora", "docs/RESULTS-lora.md", "docs/results/lora"),
+    # PiSSA's LoRA sweep, rerun at 9671fda with its data.
+    paper("results-lora-pissa", "docs/RESULTS-lora-pissa.md", "docs/results/lora-pissa"),
     # The rounding kernels and the fused AdamW (docs/PRECISION.md), from bench_precision.py's data.
     dict(name="bench-precision", doc="docs/PRECISION.md", data=["docs/results/bench-precision/avx512.json"],
          command=["scripts/bench_precision.py", "--table", "docs/results/bench-precision/avx512.json"]),
@@ -143,15 +163,6 @@ REPORTS = [
 # Hand-written figures with no committed data behind them, not yet withdrawn or backed (issue 47, item 3):
 # --check prints them as known gaps so they cannot pass for checked. (document, section, what)
 UNBACKED = [
-    ("docs/PRECISION.md", "Compute dtype: `precision.compute`", "the probe's BF16 / FP32 times per model shape"),
-    ("docs/SFT.md", "Benchmark: `unstuck bench generate`", "the table against transformers and its ratios"),
-    ("docs/TASKS.md", "Verifiers", "the math verifier's time per completion on adversarial inputs"),
-    ("docs/TASKS.md", "Throughput", "the reward function table (whole `reward score` commands)"),
-    ("docs/TASKS.md", "Asserts: the verdict out of the program's reach",
-     "the code verifier's and verl compute_score's completions/s (the judge's cost is in docs/results/code-judge/)"),
-    ("docs/CALIBRATION.md", "(most sections)", "step times, sweep timings and the calibration sweeps' measurements"),
-    ("docs/BUILD.md", "the GPU machine's runs", "timings of the GPU check (its logs in docs/results/gpu/ are "
-     "committed, the figures are not rendered from them)"),
 ]
 
 

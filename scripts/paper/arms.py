@@ -30,8 +30,8 @@ FP8_MODES = ("fp8_rn", "fp8_sr")  # E4M3 weights with per-channel scales (docs/P
 # scripts/paper_phase.py). `lr`: the LR x of every arm (default configs/paper/bf16.yaml's); `k`: the LR
 # multiple of the bf16_lr_k arm (default configs/paper/bf16_lr_k.yaml's; --k overrides it). `drift`: run
 # scripts/paper_drift.py after the sweep (`probe_samples`: test records of its retained-gain probe; default
-# the sweep's eval_samples; 0: no probe). docs/CALIBRATION.md gives the measured step times these budgets
-# are based on.
+# the sweep's eval_samples; 0: no probe). The budgets follow the step times of the committed reports
+# (`s/step` in docs/RESULTS*.md).
 QUICK_ARMS = ["fp16", "bf16", "bf16_lr_k", "bf16_sr"]  # the four arms the claims need
 # SFT overrides of configs/sft/countdown.yaml for the larger bases (the default: dim 128, 4 layers, 0.86M).
 WIDE_SFT = ["model.dim=192", "model.n_layers=6", "model.n_heads=6", "model.n_kv_heads=6", "model.ffn_dim=576"]
@@ -43,7 +43,7 @@ PRESETS = {
                         checkpoint_every=20, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
                         probe_samples=2000, results_doc="quick"),
     # --full: the small base and a wider, deeper one (2.9M parameters; two model sizes), each 5 seeds;
-    # reproduce.sh --full runs both, 200 steps as --quick (docs/CALIBRATION.md has the measured time).
+    # reproduce.sh --full runs both, 200 steps as --quick (docs/RESULTS-full*.md give the sweeps' wall times).
     "paper-full": dict(steps=200, seeds=5, arms=QUICK_ARMS, eval_every=50, eval_samples=500,
                        checkpoint_every=20, pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=True,
                        probe_samples=2000, results_doc="full"),
@@ -94,8 +94,8 @@ PRESETS = {
                             pool=dict(records=2000, k=8, lo=0.2, hi=0.8), drift=False, results_doc="gpu-phase",
                             base_name="sft-countdown-gpu", sft=GPU_SFT, device="cuda", compute="native", jobs=4),
     # --gpu-pool: --gpu on the first 64 prompts of its pool (same base), 200 steps: on the CPU policy a
-    # 32-64-prompt pool raised FP16's gain 1.5-2.3x at the same LR (docs/CALIBRATION.md, "Smaller prompt
-    # pools"); the 27M policy's lag at x (20-51%) came with a gain below the verdicts' minimum.
+    # 32-64-prompt pool raised FP16's gain at the same LR (docs/CALIBRATION.md, "Smaller prompt pools";
+    # its data was not kept); the 27M policy's lag at x came with a gain below the verdicts' minimum.
     "paper-gpu-pool": dict(steps=200, seeds=3, arms=QUICK_ARMS, eval_every=50, eval_samples=500, checkpoint_every=20,
                            pool=dict(records=2000, k=8, lo=0.2, hi=0.8, size=64), drift=True, results_doc="gpu-pool",
                            base_name="sft-countdown-gpu", sft=GPU_SFT, device="cuda", compute="native", jobs=4),
