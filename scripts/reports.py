@@ -72,7 +72,7 @@ REPORTS = [
     phase("phase-analog", "docs/RESULTS-phase-analog.md", "docs/results/phase-analog/phase.json"),
     # The README's table of the reproduce.sh presets: wall times and outcomes from their committed runs.
     dict(name="readme-presets", doc="README.md",
-         data=[f"docs/results/{n}/{f}" for n in ("quick", "fp8", "quick-analog", "quick-analog-pool")
+         data=[f"docs/results/{n}/{f}" for n in ("quick", "fp8", "quick-analog", "quick-analog-pool", "full")
                for f in ("report_data.json", "summary.json")]
          + ["docs/results/phase/phase.json", "docs/results/phase-analog/phase.json"],
          command=["scripts/paper_presets.py", "--table"]),
@@ -116,6 +116,11 @@ REPORTS = [
          data=["docs/results/gpu/" + f for f in ("gpu_check.log", "bench_step_tiny.json", "paper_gpu_run.log",
                                                   "bench_step_27m.json")],
          command=["scripts/gpu_lease.py", "--table"]),
+    # The first optimizer step at the 0.5B shape before and after huge pages (docs/PERFORMANCE.md).
+    dict(name="first-step-before", doc="docs/PERFORMANCE.md", data=["docs/results/first-step/before_9671fda.json"],
+         command=["scripts/bench_scale.py", "--table", "docs/results/first-step/before_9671fda.json"], fence=True),
+    dict(name="first-step-after", doc="docs/PERFORMANCE.md", data=["docs/results/first-step/after_thp.json"],
+         command=["scripts/bench_scale.py", "--table", "docs/results/first-step/after_thp.json"], fence=True),
     # docs/SFT.md's generation benchmark quotes the latest committed generation run.
     dict(name="sft-peers-gen", doc="docs/SFT.md", data=["docs/results/bench_peers_gen_bf16kernel.json"],
          command=[PEERS, "--table", "docs/results/bench_peers_gen_bf16kernel.json"], fence=True),
@@ -130,8 +135,8 @@ REPORTS = [
     # "--results", doc, "--print"]) (RESULTS-variants.md: scripts/variants.py --render <its --data>).
     # The quick sweep (the README's main job), rerun at 5d3ff9c with its data.
     paper("results-quick", "docs/RESULTS.md", "docs/results/quick"),
-    paper_gap("results-full", "docs/RESULTS-full.md", "docs/results/full", "runs/paper-full",
-              "scripts/reproduce.sh --full"),
+    # --full's first half (the small base), rerun at 44a1bd4 with its data.
+    paper("results-full", "docs/RESULTS-full.md", "docs/results/full"),
     paper_gap("results-full-wide", "docs/RESULTS-full-wide.md", "docs/results/full-wide", "runs/paper-full-wide",
               "scripts/reproduce.sh --full"),
     # The FP8 sweep, rerun at d4a9304 with its data.

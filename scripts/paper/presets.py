@@ -21,7 +21,8 @@ ROWS = (
     ("quick-fp8", "--quick with FP8 E4M3 (per-channel scales) in BF16's place"),
     ("quick-analog", "--quick on the 5-bit analog grid, k = 1.7 (not a real format)"),
     ("quick-analog-pool", "--quick on a 3-bit analog grid, 64 prompts, x = 2e-5 (not a real format)"),
-    ("full", "two model sizes x 4 arms x 5 seeds"),
+    ("full", "two model sizes x 4 arms x 5 seeds (this row: the small base; the wider base's report, "
+             "RESULTS-full-wide.md, kept no data)"),
 )
 
 
