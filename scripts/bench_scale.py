@@ -255,6 +255,10 @@ class Bench:
         res = {"peak_bytes": peak, "wall_s": wall, "step_s": [m["step_seconds"] for m in timed],
                "rollout_s": [m["rollout_seconds"] for m in timed],
                "update_s": [m["step_seconds"] - m["rollout_seconds"] for m in timed],
+               # The first step apart: it touches the optimizer's moments for the first time.
+               "first_update_s": metrics[0]["step_seconds"] - metrics[0]["rollout_seconds"],
+               "first_optimizer_s": metrics[0]["optimizer_seconds"],
+               "optimizer_s": [m["optimizer_seconds"] for m in timed],
                "completion_len": statistics.mean(m["response_len_mean"] for m in metrics),
                "startup_s": run.get("startup", {}).get("seconds"),
                "startup_stages": run.get("startup", {}).get("stages"),
@@ -466,6 +470,9 @@ def summarize_cells(cells):
         out[who]["completion_len"] = summarize([r["completion_len"] for r in runs])
         if who == "unstuck":
             out[who]["plan_bytes"] = summarize([r["plan_bytes"] for r in runs])
+            for k in ("first_update_s", "first_optimizer_s"):
+                out[who][k] = summarize([r.get(k) for r in runs])
+            out[who]["optimizer_s"] = summarize([x for r in runs for x in r.get("optimizer_s", [])])
             if runs[0].get("export"):
                 out[who]["export"] = runs[-1]["export"]
     if "trl" in out:
@@ -509,6 +516,12 @@ def print_table(rep):
             plan = gib(r["plan_bytes"]["median"]) if r.get("plan_bytes") else "-"
             print(f"{row['mode']:<8} {name:<20} {peak:<20} {plan:<9} {fmt(r['step_s']):<22} {fmt(r['rollout_s']):<22} "
                   f"{fmt(r['update_s']):<22} {fmt(r['completion_len'])}")
+        first = row.get("unstuck", {})
+        if first.get("first_update_s") and first.get("update_s"):  # reports before it: not recorded
+            print(f"{'':<8} {'first step':<20} update {fmt(first['first_update_s'])} s (optimizer "
+                  f"{fmt(first['first_optimizer_s'])} s) against {fmt(first['update_s'])} s (optimizer "
+                  f"{fmt(first['optimizer_s'])} s) later: "
+                  f"{first['first_update_s']['median'] / first['update_s']['median']:.2f}x")
         if "ratios" in row:
             q = row["ratios"]
             f = lambda x: f"{x:.2f}" if x else "-"  # noqa: E731

@@ -54,8 +54,10 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
       texts.push_back(completion_text(outs[i - begin].tokens, tok, o.stop_ids));
       batch_records.push_back(&records[i]);
     }
+    reward::ScoringContext context;
+    context.stop = o.stop;
     const std::vector<reward::RewardResult> scored =
-        verifier.score_batch(texts, batch_records, {});  // one call: a function's workers batch it
+        verifier.score_batch(texts, batch_records, context);  // one call: a function's workers batch it
     for (std::size_t i = begin; i < end; ++i) {
       const std::string& text = texts[i - begin];
       const reward::RewardResult& res = scored[i - begin];

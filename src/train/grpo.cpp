@@ -208,10 +208,16 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
     m["peak_memory_bytes"] = device_peak_bytes(device);
     const bool last_step = step == cfg.grpo.steps;
     if (last_step || (cfg.grpo.eval_every > 0 && step % cfg.grpo.eval_every == 0)) {
-      m["eval_accuracy"] = trainer.evaluate();
-      result.final_eval_accuracy = m["eval_accuracy"].get<double>();
+      try {
+        m["eval_accuracy"] = trainer.evaluate();
+        result.final_eval_accuracy = m["eval_accuracy"].get<double>();
+      } catch (const Interrupted& e) {  // Ctrl-C while scoring: the step stands, its evaluation does not
+        spdlog::warn("train: evaluation after step {} stopped by signal ({}); no eval_accuracy for it", step, e.what());
+      }
     }
     writer.write(m);
+    if (lead && step == first_step && !trainer.startup_record().is_null())  // kept if a later step fails
+      record_in_run_json(ctx, {{"startup", trainer.startup_record()}});
     health.observe(m);
     result.first_reward_mean = writer.first_reward_mean();
     result.last_reward_mean = m["reward_mean"].get<double>();

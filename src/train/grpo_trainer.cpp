@@ -253,6 +253,7 @@ double GrpoTrainer::evaluate() {
   EvalOptions opts;
   opts.max_new_tokens = cfg_.rollout.max_new_tokens;
   opts.stop_ids = ctx_.stop_ids;
+  opts.stop = stop_flag_;
   double correct_records[2] = {0, double(my_test_.size())};  // each rank scores its share
   if (!my_test_.empty())
     correct_records[0] =

@@ -9,9 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
 
 #include "unstuck/common/error.h"
 #include "unstuck/io/json_file.h"
+#include "unstuck/model/lazy_zeros.h"
 #include "unstuck/model/llama.h"
 #include "unstuck/model/model_io.h"
 #include "common/model_shape.h"
@@ -231,6 +234,63 @@ TEST(ModelIo, ShardedAndSingleFileHoldTheSameWeights) {
   }
   fs::remove_all(one);
   fs::remove_all(many);
+}
+
+// The kernel's transparent huge pages backing the mapping that holds `p`, in KiB (smaps'
+// AnonHugePages of that mapping); -1 when /proc/self/smaps has no mapping holding it.
+int64_t huge_page_kib(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    const std::size_t dash = line.find('-');
+    if (dash != std::string::npos && dash < 17 && line.find(' ') > dash) {  // a mapping's header line
+      const std::uintptr_t lo = std::stoull(line.substr(0, dash), nullptr, 16);
+      const std::uintptr_t hi = std::stoull(line.substr(dash + 1, line.find(' ') - dash - 1), nullptr, 16);
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      std::istringstream in(line.substr(14));
+      int64_t kib = 0;
+      in >> kib;
+      return kib;
+    }
+  }
+  return -1;
+}
+
+std::string transparent_huge_pages() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+TEST(LazyZeros, ZeroAlignedAndWritableAtEverySize) {
+  // Below the huge-page threshold (calloc), at it (8 MiB) and past it with an odd count.
+  for (const int64_t n : {int64_t(1), int64_t(1000), int64_t(2) << 20, (int64_t(3) << 20) + 7}) {
+    for (const torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16}) {
+      torch::Tensor t = lazy_zeros(n, dtype);
+      ASSERT_EQ(t.numel(), n);
+      ASSERT_EQ(t.scalar_type(), dtype);
+      const auto address = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+      EXPECT_EQ(address % 64, 0u) << n;
+      if (n * int64_t(t.element_size()) >= (int64_t(8) << 20)) EXPECT_EQ(address % (2u << 20), 0u) << n;
+      EXPECT_TRUE(t.eq(0).all().item<bool>()) << n;
+      t.fill_(1);
+      EXPECT_EQ(t.to(torch::kFloat64).sum().item<double>(), double(n)) << n;
+    }
+  }
+}
+
+TEST(LazyZeros, LargeBuffersAreBackedByHugePagesWhereTheKernelAllowsThem) {
+  const std::string setting = transparent_huge_pages();
+  if (setting.find("[always]") == std::string::npos && setting.find("[madvise]") == std::string::npos)
+    GTEST_SKIP() << "transparent huge pages are off here (" << setting << ")";
+  torch::Tensor t = lazy_zeros(int64_t(16) << 20, torch::kFloat32);  // 64 MiB
+  t.fill_(1);                                                        // the first touch
+  // The kernel may fall back to small pages where it cannot find free 2 MiB frames; most of a fresh
+  // 64 MiB buffer gets huge ones on an idle machine.
+  EXPECT_GE(huge_page_kib(t.data_ptr()), 32 * 1024) << "setting: " << setting;
 }
 
 }  // namespace

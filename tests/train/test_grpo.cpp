@@ -1141,6 +1141,47 @@ TEST_F(GrpoTest, SigintCheckpointsAndExitsCleanly) {
   EXPECT_EQ(int64_t(read_metrics(dir_ / "runs" / "sigint").size()), st.step);
 }
 
+// SIGINT while the last step's evaluation waits on a reward function that hangs (it sleeps once
+// step 1's 32 completions are scored): scoring stops waiting at once instead of at the function's
+// timeout, the step and its checkpoint stand, and the evaluation is reported as stopped.
+TEST_F(GrpoTest, SigintDuringEvaluationStopsScoringAndKeepsTheStep) {
+  const fs::path fn = dir_ / "hangs_in_eval.py";
+  std::ofstream(fn) << "import time\n"
+                       "calls = 0\n"
+                       "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                       "    global calls\n"
+                       "    calls += 1\n"
+                       "    if calls > 32:\n"
+                       "        time.sleep(600)\n"
+                       "    return 0.0\n";
+  RunConfig c = grpo_config("sigint_eval", precision::PrecisionMode::fp32);
+  c.grpo.steps = 1;
+  c.reward.function.path = fn.string();
+  c.reward.function.name = "compute_score";
+  c.reward.function.style = reward::FunctionStyle::verl;
+  c.reward.function.python = UNSTUCK_PYTHON;
+  c.reward.function.workers = 1;
+  c.reward.function.timeout_s = 600;  // only the signal can end the wait within the test's time
+  const fs::path cfg = dir_ / "sigint_eval.yaml";
+  {
+    std::ofstream out(cfg);
+    out << resolved_yaml(c);
+  }
+  const fs::path log = dir_ / "sigint_eval.out";
+  const std::string cmd = "timeout -k 60 --preserve-status -s INT 15 " + std::string(UNSTUCK_BINARY) +
+                          " train --config " + cfg.string() + " > " + log.string() + " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(log);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(out.find("train: evaluation after step 1 stopped by signal"), std::string::npos) << out;
+  const fs::path ckpt = latest_checkpoint(dir_ / "runs" / "sigint_eval" / "checkpoints");
+  ASSERT_FALSE(ckpt.empty()) << out;
+  EXPECT_EQ(load_checkpoint(ckpt).step, 1);
+  const auto m = read_metrics(dir_ / "runs" / "sigint_eval");
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_FALSE(m[0].contains("eval_accuracy")) << m[0].dump();
+}
+
 TEST_F(GrpoTest, NonFiniteStateIsNeverCheckpointed) {
   TrainerState s;
   s.master = torch::ones({8});

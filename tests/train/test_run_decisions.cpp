@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "train/tiny_task.h"
+#include "unstuck/common/error.h"
 #include "unstuck/dist/communicator.h"
 #include "unstuck/io/json_file.h"
 #include "unstuck/train/grpo.h"
@@ -87,6 +89,36 @@ TEST_F(RunDecisionsTest, RunJsonHoldsThePlansDecisionsFromTheStartAndTheEndRecor
   EXPECT_EQ(run["dist_backend"], "single");
   // The end record: the run's health and its start-up stages up to the first rollout token.
   ASSERT_TRUE(run.contains("health")) << run.dump();
+  ASSERT_TRUE(run.contains("startup")) << run.dump();
+  EXPECT_NE(run["startup"].dump().find("first rollout token"), std::string::npos) << run["startup"].dump();
+}
+
+TEST_F(RunDecisionsTest, ARunThatFailsAfterItsFirstStepKeepsItsStartUpInRunJson) {
+  // A verl-style reward that scores step 1's 32 completions and raises from then on (one worker, so
+  // one counter): step 2 fails to score and the run stops with an error, before its end record.
+  const fs::path fn = *dir_ / "fails_after_step_1.py";
+  std::ofstream(fn) << "calls = 0\n"
+                       "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                       "    global calls\n"
+                       "    calls += 1\n"
+                       "    if calls > 32:\n"
+                       "        raise RuntimeError('broken after step 1')\n"
+                       "    return 1.0 if solution_str.strip() == ground_truth else 0.0\n";
+  RunConfig c = tiny_grpo_config(*base_, "fails_after_step_1");
+  c.reward.function.path = fn.string();
+  c.reward.function.name = "compute_score";
+  c.reward.function.style = reward::FunctionStyle::verl;
+  c.reward.function.python = UNSTUCK_PYTHON;
+  c.reward.function.workers = 1;
+  std::string error;
+  try {
+    run_grpo(c);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("completions of step 2 failed to score"), std::string::npos) << error;
+  const nlohmann::json run = io::read_json_file(*dir_ / "runs" / "fails_after_step_1" / "run.json");
+  EXPECT_FALSE(run.contains("health")) << "the run did not end: no end record";
   ASSERT_TRUE(run.contains("startup")) << run.dump();
   EXPECT_NE(run["startup"].dump().find("first rollout token"), std::string::npos) << run["startup"].dump();
 }

@@ -2,7 +2,8 @@
 // every byte at once (gigabytes at a real model's size: seconds of page faults at start-up before
 // anything runs); on the CPU these come from calloc, which for large blocks maps fresh zero pages
 // without writing them, so each page costs its fault when the optimizer (or the copy that fills
-// it) first reaches it. The memory plan counts them in full either way.
+// it) first reaches it. Buffers of 8 MiB and more are mapped directly and advised as transparent
+// huge pages, so that first touch faults once per 2 MiB. The memory plan counts them in full.
 #pragma once
 
 #include <torch/types.h>

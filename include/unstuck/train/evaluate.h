@@ -2,6 +2,7 @@
 // scored by the task's verifier. Used by SFT, GRPO and `unstuck eval`.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -25,6 +26,8 @@ struct EvalOptions {
   double temperature = 1.0;       // sampling temperature of the pass@k samples
   uint64_t seed = 0;              // sampling stream of the pass@k samples
   std::vector<int32_t> stop_ids;  // tokens that end a completion (stop_token_ids()); empty: none
+  // Set (by Ctrl-C): scoring stops waiting for reward workers and throws Interrupted; null: none.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct EvalResult {
