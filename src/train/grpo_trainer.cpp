@@ -254,13 +254,21 @@ double GrpoTrainer::evaluate() {
   opts.max_new_tokens = cfg_.rollout.max_new_tokens;
   opts.stop_ids = ctx_.stop_ids;
   opts.stop = stop_flag_;
-  double correct_records[2] = {0, double(my_test_.size())};  // each rank scores its share
-  if (!my_test_.empty())
-    correct_records[0] =
-        train::evaluate(weights_.model(), ctx_.tokenizer, my_test_, ctx_.prompts, *verifier_, opts).accuracy *
-        double(my_test_.size());
-  comm_.all_reduce_sum(correct_records, 2);
-  return correct_records[0] / std::max(correct_records[1], 1.0);
+  // Each rank scores its share: correct, records, and whether a signal stopped its scoring. Every
+  // rank reaches the sum, stopped or not, so a signal to one rank leaves no collective unmatched.
+  double sums[3] = {0, double(my_test_.size()), 0};
+  std::string stopped;
+  try {
+    if (!my_test_.empty())
+      sums[0] = train::evaluate(weights_.model(), ctx_.tokenizer, my_test_, ctx_.prompts, *verifier_, opts).accuracy *
+                double(my_test_.size());
+  } catch (const Interrupted& e) {
+    sums[2] = 1;
+    stopped = e.what();
+  }
+  comm_.all_reduce_sum(sums, 3);
+  if (sums[2] > 0) throw Interrupted(stopped.empty() ? "another rank's scoring was stopped by signal" : stopped);
+  return sums[0] / std::max(sums[1], 1.0);
 }
 
 void GrpoTrainer::restore(const TrainerState& st, const std::string& where) {
