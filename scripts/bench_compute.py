@@ -20,7 +20,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from result_meta import commit, lscpu, write_data  # noqa: E402
+from result_meta import run_or_table, commit, lscpu, write_data  # noqa: E402
 CONFIG = "configs/sft/countdown.yaml"
 
 # (name shown, the model keys set on top of CONFIG's model section)
@@ -111,16 +111,7 @@ def main():
     p.add_argument("--run", help="run the probes and write the data here")
     p.add_argument("--runs", type=int, default=3, help="probes per shape (default 3)")
     p.add_argument("--threads", type=int, default=1, help="precision.threads (default 1)")
-    p.add_argument("--table", help="print the Markdown table of this data file")
-    a = p.parse_args()
-    if bool(a.run) == bool(a.table):
-        p.error("give one of --run or --table")
-    if a.run:
-        run(a)
-    else:
-        with open(a.table) as f:
-            sys.stdout.write(table(json.load(f), os.path.relpath(os.path.abspath(a.table), ROOT)))
-    return 0
+    return run_or_table(p, run, lambda data, path, a: table(data, path))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from result_meta import commit, cpu_name, write_data  # noqa: E402
+from result_meta import run_or_table, commit, cpu_name, write_data  # noqa: E402
 
 # (key, what the row shows, target at all threads)
 ROWS = [
@@ -75,19 +75,11 @@ def table(data, path):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", help="run the benchmark and write its data here")
-    ap.add_argument("--table", nargs="+", help="print the table of each data file")
     ap.add_argument("--elements", type=int, default=67108864)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--simd", default="", help="UNSTUCK_SIMD for the run (e.g. scalar)")
-    a = ap.parse_args(argv)
-    if bool(a.run) == bool(a.table):
-        ap.error("give --run or --table")
-    if a.run:
-        return run(a)
-    print("\n".join(table(json.load(open(os.path.join(ROOT, p) if not os.path.isabs(p) else p)), p)
-                    for p in a.table), end="")
-    return 0
+    return run_or_table(ap, run, lambda data, path, a: table(data, path), argv)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from result_meta import commit, cpu_name, write_data  # noqa: E402
+from result_meta import run_or_table, commit, cpu_name, write_data  # noqa: E402
 
 FUNCTION = '''import re
 import time
@@ -198,17 +198,8 @@ def main():
     p.add_argument("--run", help="run the benchmarks and write the data here")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds of the reward score commands (default 3)")
     p.add_argument("--code-completions", type=int, default=96, help="bench reward --code-completions (default 96)")
-    p.add_argument("--table", help="print a Markdown table of this data file")
     p.add_argument("--part", choices=["embedded", "commands"], default="embedded", help="which table (--table)")
-    a = p.parse_args()
-    if bool(a.run) == bool(a.table):
-        p.error("give one of --run or --table")
-    if a.run:
-        run(a)
-    else:
-        with open(a.table) as f:
-            sys.stdout.write(table(json.load(f), os.path.relpath(os.path.abspath(a.table), ROOT), a.part))
-    return 0
+    return run_or_table(p, run, lambda data, path, a: table(data, path, a.part))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,14 +76,13 @@ def paper_figures(d):
     done = re.search(r"sft done in (\d+)s: greedy test accuracy ([\d.]+)", log)
     steps = re.search(r"greedy test accuracy [\d.]+ after (\d+) steps", log).group(1)
     rates = [int(x) for x in re.findall(r"\| (\d+) tok/s \|", log)]
-    rates.sort()
     sweep = re.search(r"all (\d+) runs finished in (\d+m\d+s)", log)
     step = json.loads(read(os.path.join(d, "bench_step_27m.json")))
     modes = [m for m in ("fp32", "bf16", "bf16_sr", "fp16") if m in step]
     return [
         ("`gpu_check.sh --paper-only` (the paper's GPU preset end to end)", f"{total} s", "paper_gpu_run.log"),
         (f"its SFT base ({int(sft.group(1)):,} parameters, {steps} steps on the GPU)",
-         f"{done.group(1)} s, median {rates[len(rates) // 2]:,} tok/s, greedy test accuracy {done.group(2)}",
+         f"{done.group(1)} s, median {statistics.median(rates):,.0f} tok/s, greedy test accuracy {done.group(2)}",
          "paper_gpu_run.log"),
         ("its GRPO sweep", f"{sweep.group(1)} runs in {sweep.group(2)}", "paper_gpu_run.log"),
         (f"`bench step --device cuda` on that base ({step['prompts_per_step']} x {step['group_size']} rollouts)",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from result_meta import commit, cpu_name, write_data  # noqa: E402
+from result_meta import run_or_table, commit, cpu_name, write_data  # noqa: E402
 ORDER = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -82,16 +82,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", help="the sweep folder (compare.py --out) to reduce")
     p.add_argument("--out", help="with --run: the data file to write")
-    p.add_argument("--table", help="print the Markdown table of this data file")
-    a = p.parse_args()
-    if bool(a.run) == bool(a.table) or (a.run and not a.out):
-        p.error("give --run SWEEP --out DATA, or --table DATA")
-    if a.run:
-        run(a)
-    else:
-        with open(a.table) as f:
-            sys.stdout.write(table(json.load(f), a.table))
-    return 0
+    return run_or_table(p, lambda a: run(a) if a.out else p.error("--run SWEEP needs --out DATA"),
+                        lambda data, path, a: table(data, path))
 
 
 if __name__ == "__main__":
