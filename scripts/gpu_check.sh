@@ -7,7 +7,7 @@
 # binaries built here (--prebuilt) -> [first CUDA step] CUDA kernel, model, sampling, SFT,
 # device/pre-flight and NCCL tests -> a tiny SFT base -> 20 GRPO steps with run.device=cuda and
 # run.device=cpu from it, compared step by step -> 3 fp8_sr and 3 LoRA GRPO steps on each -> `bench step
-# --device cuda` -> `bench precision` on the host CPU -> [--paper] the paper's GPU preset
+# --device cuda` -> `bench precision` on the host CPU -> `bench sample --device cuda` -> [--paper] the paper's GPU preset
 # (reproduce.sh --gpu; GPU_CHECK_PAPER_PRESETS="paper-gpu paper-gpu-phase" adds its phase diagram,
 # "paper-gpu-pool" runs it on a 64-prompt pool), reports, plots and metrics packed into
 # $OUT/paper_gpu.tar.gz -> [--scale] at the size people train (scripts/gpu_scale.py: Qwen2.5-0.5B and
@@ -392,6 +392,15 @@ echo
 step "bench precision on the host CPU ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1))"
 limited 60 "$U" bench precision --threads 2 --json 2> "$W/bench_precision.log" ||
   { tail -5 "$W/bench_precision.log"; echo "gpu_check: bench precision failed (informational)"; }
+echo
+
+# ---- 9. the fused sampler's CUDA twin against libtorch's ops (issue 52; informational) -------------
+# Its bits against the CPU kernel's ran with the rollout tests above (SampleKernel.CudaDrawsTheCpuKernelsBits).
+step "bench sample --device $DEV: one decode step's draw, the fused sampler against libtorch's ops"
+sample_rows=256
+((REHEARSE)) && sample_rows=8
+limited 60 "$U" bench sample --device "$DEV" --rows "$sample_rows" --repeats 10 --json 2> "$W/bench_sample.log" ||
+  { tail -5 "$W/bench_sample.log"; echo "gpu_check: bench sample failed (informational)"; }
 echo
 step "all checks passed"
 ((SCALE == 1)) && run_scale

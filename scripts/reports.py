@@ -121,6 +121,9 @@ REPORTS = [
          command=["scripts/bench_scale.py", "--table", "docs/results/first-step/before_9671fda.json"], fence=True),
     dict(name="first-step-after", doc="docs/PERFORMANCE.md", data=["docs/results/first-step/after_thp.json"],
          command=["scripts/bench_scale.py", "--table", "docs/results/first-step/after_thp.json"], fence=True),
+    # The fused CPU sampler against libtorch's ops on one decode step's logits (docs/PERFORMANCE.md).
+    dict(name="bench-sample", doc="docs/PERFORMANCE.md", data=["docs/results/bench-sample/sample.json"],
+         command=["scripts/bench_sample.py", "--table", "docs/results/bench-sample/sample.json"], fence=True),
     # docs/SFT.md's generation benchmark quotes the latest committed generation run.
     dict(name="sft-peers-gen", doc="docs/SFT.md", data=["docs/results/bench_peers_gen_bf16kernel.json"],
          command=[PEERS, "--table", "docs/results/bench_peers_gen_bf16kernel.json"], fence=True),

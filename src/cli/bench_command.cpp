@@ -12,6 +12,7 @@
 #include "bench/bench_generate.h"
 #include "bench/bench_precision.h"
 #include "bench/bench_reward.h"
+#include "bench/bench_sample.h"
 #include "bench/bench_step.h"
 #include "bench/bench_tokenizer.h"
 #include "cli/commands.h"
@@ -129,6 +130,25 @@ void add_comm_bench(CLI::App& bench) {
   comm_cmd->callback([comm] { bench::run_comm_bench(*comm, std::cout); });
 }
 
+// bench sample: the fused CPU sampler against libtorch's ops on one step's logits.
+void add_sample_bench(CLI::App& bench) {
+  auto opts = std::make_shared<bench::SampleBenchOptions>();
+  CLI::App* sample = bench.add_subcommand(
+      "sample", "One decode step's draw from (rows, vocab) logits: the fused CPU sampler vs libtorch's ops");
+  sample->add_flag("--json", opts->json, "Print one JSON object instead of the table");
+  sample->add_option("--rows", opts->rows, "Rows drawn per step")->check(CLI::PositiveNumber)->capture_default_str();
+  sample->add_option("--vocab", opts->vocab, "Logits per row")->check(CLI::PositiveNumber)->capture_default_str();
+  sample->add_option("--threads", opts->threads, "libtorch threads (0 = all cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sample->add_option("--repeats", opts->repeats, "Timed rounds after a warm-up (best kept)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  sample->add_option("--device", opts->device, "cpu, cuda or cuda:N (CUDA: greedy and temperature 1)")
+      ->capture_default_str();
+  sample->callback([opts] { bench::run_sample_bench(*opts, std::cout); });
+}
+
 // bench tokenizer: tokenizer.json encoding against the Python `tokenizers`.
 void add_tokenizer_bench(CLI::App& bench) {
   auto tok = std::make_shared<bench::TokenizerBenchOptions>();
@@ -213,6 +233,7 @@ void add_bench_command(CLI::App& app) {
   add_comm_bench(*bench);
   add_tokenizer_bench(*bench);
   add_reward_bench(*bench);
+  add_sample_bench(*bench);
 }
 
 }  // namespace unstuck::cli

@@ -1,7 +1,7 @@
 // FP32 CPU kernels of the model's no-gradient path (src/model/cpu_kernels.h): decode
 // attention, RMSNorm, rotary embedding. Every sum runs over 16 lanes in an order the code fixes, not
-// the vector width, and exp is a polynomial of plain operations, so the scalar, AVX2 and AVX-512
-// clones the compiler makes of each kernel compute the same operations in the same order.
+// the vector width, and exp is a polynomial of plain operations (src/precision/lane_math.h), so the
+// scalar, AVX2 and AVX-512 clones the compiler makes of each kernel compute alike.
 #include "model/cpu_kernels.h"
 
 #include <cmath>
@@ -9,58 +9,20 @@
 #include <limits>
 #include <vector>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define UNSTUCK_ISA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define UNSTUCK_ISA_CLONES
-#endif
-#define UNSTUCK_INLINE inline __attribute__((always_inline))
+#include "precision/lane_math.h"
+#include "model/layer_kernels.h"
 
 namespace unstuck::model {
 namespace {
 
-constexpr int kLanes = 16;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+using lanes::exp_nonpositive;
+using lanes::fold;
+using lanes::kLanes;
+using lanes::kNegInf;
+using lanes::max_of;
 
-// Element types of the decode kernel's tensors, computed in FP32. `round` is the rounding libtorch's
-// ops apply to an intermediate result of that dtype (none in FP32; BF16 round-to-nearest-even, NaN
-// as libtorch's quiet NaN 0x7FC0), so the kernel rounds where the batched products of the BF16 path do.
-struct F32 {
-  using T = float;
-  static float load(const float* p) { return *p; }
-  static float round(float x) { return x; }
-  static void store(float* p, float x) { *p = x; }
-};
-struct BF16 {
-  using T = uint16_t;
-  static float load(const uint16_t* p) {
-    const uint32_t u = uint32_t(*p) << 16;
-    float f;
-    std::memcpy(&f, &u, sizeof f);
-    return f;
-  }
-  static uint16_t bits(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return x != x ? uint16_t(0x7FC0) : uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  }
-  static float round(float x) {
-    const uint16_t b = bits(x);
-    return load(&b);
-  }
-  static void store(uint16_t* p, float x) { *p = bits(x); }
-};
-
-// Lane j accumulates the elements j, j + 16, ...; the lanes fold pairwise (8, 4, 2, 1). The order is
-// fixed by the code, not by the vector width, so every clone sums alike.
-UNSTUCK_INLINE float fold(float (&acc)[kLanes]) {
-  static_assert(kLanes == 16);
-  for (int j = 0; j < 8; ++j) acc[j] += acc[j + 8];
-  for (int j = 0; j < 4; ++j) acc[j] += acc[j + 4];
-  acc[0] += acc[2];
-  acc[1] += acc[3];
-  return acc[0] + acc[1];
-}
+using lanes::BF16;
+using lanes::F32;
 
 template <class E = F32>
 UNSTUCK_INLINE float dot(const float* a, const typename E::T* b, int64_t n) {
@@ -70,44 +32,6 @@ UNSTUCK_INLINE float dot(const float* a, const typename E::T* b, int64_t n) {
     for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * E::load(b + i + j);
   for (int j = 0; i + j < n; ++j) acc[j] += a[i + j] * E::load(b + i + j);
   return fold(acc);
-}
-
-UNSTUCK_INLINE float max_of(const float* x, int64_t n) {
-  float acc[kLanes];
-  for (int j = 0; j < kLanes; ++j) acc[j] = kNegInf;
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
-  for (int j = 0; i + j < n; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) acc[j] = acc[j + w] > acc[j] ? acc[j + w] : acc[j];
-  return acc[0];
-}
-
-// exp(x) for x <= 0 (a score minus the row's maximum), 0 for -inf. Cephes' expf: x = n ln2 + r with
-// |r| <= ln2 / 2 (ln 2 split in two so n ln2 is exact), a degree-6 polynomial for e^r, and 2^n put in
-// the exponent bits. n comes from adding 1.5 * 2^23, which rounds x / ln2 to an integer held in the
-// low mantissa bits (no conversion instruction the baseline ISA lacks). x is clamped at -87 so 2^n
-// stays a normal float; e^-87 (1.6e-38) is negligible next to the row maximum's term, 1.
-UNSTUCK_INLINE float exp_nonpositive(float x) {
-  const float xc = x < -87.0f ? -87.0f : x;
-  const float t = xc * 1.44269504088896341f + 12582912.0f;
-  const float n = t - 12582912.0f;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  int32_t bits;
-  std::memcpy(&bits, &t, sizeof bits);
-  const int32_t exponent = (bits - 0x4B400000 + 127) << 23;  // n + 127 in the exponent field
-  float two_n;
-  std::memcpy(&two_n, &exponent, sizeof two_n);
-  return x == kNegInf ? 0.0f : y * two_n;
 }
 
 // The kernel for head dimension HD (0: any, read from the shape). A compile-time HD keeps the
@@ -216,6 +140,61 @@ void rms_norm_f32(const float* x, const float* weight, float* out, int64_t dim, 
     const float inv = 1.0f / std::sqrt(mean + eps);
     for (int64_t d = 0; d < dim; ++d) o[d] = weight[d] * (xr[d] * inv);
   }
+}
+
+namespace {
+
+template <class E>
+UNSTUCK_INLINE void add_norm_rows(const typename E::T* x, const typename E::T* y, const typename E::T* weight,
+                                  typename E::T* sum, typename E::T* out, int64_t dim, float eps, int64_t first,
+                                  int64_t last) {
+  std::vector<float> s(static_cast<std::size_t>(dim));
+  for (int64_t r = first; r < last; ++r) {
+    const int64_t o = r * dim;
+    for (int64_t d = 0; d < dim; ++d) s[std::size_t(d)] = E::round(E::load(x + o + d) + E::load(y + o + d));
+    const float mean = dot(s.data(), s.data(), dim) / float(dim);
+    const float inv = 1.0f / std::sqrt(mean + eps);
+    for (int64_t d = 0; d < dim; ++d) {
+      E::store(sum + o + d, s[std::size_t(d)]);
+      E::store(out + o + d, normed<E>(s[std::size_t(d)], inv, E::load(weight + d)));
+    }
+  }
+}
+
+template <class E>
+UNSTUCK_INLINE void silu_mul_rows(const typename E::T* gate_up, typename E::T* out, int64_t F, int64_t first,
+                                  int64_t last) {
+  for (int64_t r = first; r < last; ++r) {
+    const typename E::T* g = gate_up + r * 2 * F;
+    typename E::T* o = out + r * F;
+    for (int64_t f = 0; f < F; ++f) {
+      E::store(o + f, silu_times<E>(E::load(g + f), E::load(g + F + f)));
+    }
+  }
+}
+
+}  // namespace
+
+UNSTUCK_ISA_CLONES
+void add_rms_norm_f32(const float* x, const float* y, const float* weight, float* sum, float* out, int64_t dim,
+                      float eps, int64_t first, int64_t last) {
+  add_norm_rows<F32>(x, y, weight, sum, out, dim, eps, first, last);
+}
+
+UNSTUCK_ISA_CLONES
+void add_rms_norm_bf16(const uint16_t* x, const uint16_t* y, const uint16_t* weight, uint16_t* sum, uint16_t* out,
+                       int64_t dim, float eps, int64_t first, int64_t last) {
+  add_norm_rows<BF16>(x, y, weight, sum, out, dim, eps, first, last);
+}
+
+UNSTUCK_ISA_CLONES
+void silu_mul_f32(const float* gate_up, float* out, int64_t F, int64_t first, int64_t last) {
+  silu_mul_rows<F32>(gate_up, out, F, first, last);
+}
+
+UNSTUCK_ISA_CLONES
+void silu_mul_bf16(const uint16_t* gate_up, uint16_t* out, int64_t F, int64_t first, int64_t last) {
+  silu_mul_rows<BF16>(gate_up, out, F, first, last);
 }
 
 UNSTUCK_ISA_CLONES

@@ -40,6 +40,24 @@ void decode_attention_reference(const float* q, const float* k, const float* v, 
 // (rows, dim) x and out (contiguous; out may be x), as Hugging Face's LlamaRMSNorm in FP32.
 void rms_norm_f32(const float* x, const float* weight, float* out, int64_t dim, float eps, int64_t first, int64_t last);
 
+// A layer's residual add and the RMSNorm after it in one pass: for rows r in [first, last) of the
+// (rows, dim) buffers, sum[r] = x[r] + y[r] rounded to the dtype, and
+//   out[r] = round(weight * round(sum[r] * inv)),  inv = 1 / sqrt(mean(sum[r]^2) + eps) in FP32,
+// Hugging Face's LlamaRMSNorm with its two roundings (the normalized value cast back to the dtype,
+// then the weight's product; none in FP32). sum may be x. The sum's bits equal libtorch's add; the
+// mean runs over 16 lanes, so out is within 1e-6 relative (FP32) or 1 BF16 ulp of libtorch's ops.
+void add_rms_norm_f32(const float* x, const float* y, const float* weight, float* sum, float* out, int64_t dim,
+                      float eps, int64_t first, int64_t last);
+void add_rms_norm_bf16(const uint16_t* x, const uint16_t* y, const uint16_t* weight, uint16_t* sum, uint16_t* out,
+                       int64_t dim, float eps, int64_t first, int64_t last);
+
+// The MLP's activation: rows of gate_up hold 2F values (the gate's F, then the up projection's F);
+//   out[r, f] = round(round(silu(g)) * u),  silu(g) = g / (1 + exp(-g)) in FP32,
+// as libtorch's silu and product in the dtype (rows [first, last), out rows of F). exp is the Cephes
+// polynomial (lane_math.h): within 2 FP32 ulp of libtorch's Sleef exp, or 1 BF16 ulp after rounding.
+void silu_mul_f32(const float* gate_up, float* out, int64_t F, int64_t first, int64_t last);
+void silu_mul_bf16(const uint16_t* gate_up, uint16_t* out, int64_t F, int64_t first, int64_t last);
+
 // Rotary embedding in place, as `x * cos + rotate_half(x) * sin` (rotate_half(x) = [-x2, x1]) with
 // the same two products and one sum per element, so the bits equal libtorch's elementwise ops. x holds
 // `heads` vectors of hd values per row (the row's first heads * hd values; rows row_stride apart);

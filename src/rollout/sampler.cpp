@@ -5,6 +5,7 @@
 #include "unstuck/rollout/sampler.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <limits>
@@ -13,7 +14,12 @@
 #include <string>
 #include <tuple>
 
+#if defined(UNSTUCK_HAVE_CUDA)
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include "rollout/decode_graphs.h"
+#include "rollout/sample_kernel.h"
 #include "unstuck/common/error.h"
 #include "unstuck/rollout/sampling_uniform.h"
 
@@ -23,13 +29,21 @@ namespace {
 // Logits (A, V) -> next tokens (A) and their log-probs under the temperature-scaled distribution
 // (before top-k / top-p), log p = scaled[token] - logsumexp(scaled): no (A, V) log-softmax is kept.
 // The token is the first whose cumulative probability exceeds uniform * total (inverse CDF over the
-// filtered, unnormalized probabilities; tokens filtered to probability 0 are never picked).
-std::pair<torch::Tensor, torch::Tensor> sample(const torch::Tensor& logits, const SamplingConfig& s,
-                                               const torch::Tensor& uniform) {
+// filtered, unnormalized probabilities; tokens filtered to probability 0 are never picked). libtorch's
+// ops, five passes over the logits: the path on a device, and the CPU kernel's baseline.
+// The log-probs (A) of the drawn tokens `next` as the trainer computes them (libtorch's ops: the
+// token's scaled logit minus the row's logsumexp, whose bits the update's log-softmax gives too), so
+// that in FP32 the sampler's log-probs equal the trainer's bit for bit (logprob_mismatch 0).
+torch::Tensor logprobs_as_trainer(const torch::Tensor& logits, const SamplingConfig& s, const torch::Tensor& next) {
+  const torch::Tensor scaled = s.temperature == 0.0 || s.temperature == 1.0 ? logits : logits / s.temperature;
+  return scaled.gather(1, next.unsqueeze(1)).squeeze(1) - scaled.logsumexp(-1);
+}
+
+std::pair<torch::Tensor, torch::Tensor> sample_with_ops(const torch::Tensor& logits, const SamplingConfig& s,
+                                                        const torch::Tensor& uniform) {
   if (s.temperature == 0.0) {
     const torch::Tensor next = logits.argmax(-1);  // (A)
-    const torch::Tensor logp = logits.gather(1, next.unsqueeze(1)).squeeze(1) - logits.logsumexp(-1);
-    return {next, logp};
+    return {next, logprobs_as_trainer(logits, s, next)};
   }
   const torch::Tensor scaled = s.temperature == 1.0 ? logits : logits / s.temperature;  // (A, V)
   const torch::Tensor lse = scaled.logsumexp(-1, true);                                 // (A, 1)
@@ -50,7 +64,38 @@ std::pair<torch::Tensor, torch::Tensor> sample(const torch::Tensor& logits, cons
   const torch::Tensor target = uniform.to(cum.scalar_type()).unsqueeze(1) * cum.narrow(1, V - 1, 1);  // (A, 1)
   const torch::Tensor next =
       at::searchsorted(cum, target, /*out_int32=*/false, /*right=*/true).squeeze(1).clamp_max(V - 1);
-  return {next, scaled.gather(1, next.unsqueeze(1)).squeeze(1) - lse.squeeze(1)};
+  return {next, scaled.gather(1, next.unsqueeze(1)).squeeze(1) - lse.squeeze(1)};  // logprobs_as_trainer's bits
+}
+
+// The same draw by the fused CPU kernel (sample_kernel.h): one read of each row's logits, rows in
+// parallel.
+std::pair<torch::Tensor, torch::Tensor> sample_with_kernel(const torch::Tensor& logits, const SamplingConfig& s,
+                                                           const torch::Tensor& uniform) {
+  const int64_t A = logits.size(0);
+  const SampleRowsShape shape{logits.size(1), logits.stride(0), float(s.temperature), s.top_k, s.top_p};
+  const torch::Tensor u = uniform.defined() ? uniform.to(torch::kFloat32).contiguous() : torch::Tensor();
+  torch::Tensor next = torch::empty({A}, logits.options().dtype(torch::kLong));
+  torch::Tensor logp = torch::empty({A}, logits.options());
+  const float* x = logits.data_ptr<float>();
+  const float* uniforms = u.defined() ? u.data_ptr<float>() : nullptr;
+  if (logits.is_cuda()) {
+#if defined(UNSTUCK_HAVE_CUDA)
+    sample_rows_cuda(x, uniforms, shape, A, next.data_ptr<int64_t>(), logp.data_ptr<float>(),
+                     c10::cuda::getCurrentCUDAStream(logits.device().index()).stream());
+    return {next, logp};
+#else
+    throw std::logic_error("the fused sampler on CUDA needs a build with CUDA kernels");
+#endif
+  }
+  at::parallel_for(0, A, 1, [&](int64_t first, int64_t last) {
+    sample_rows_f32(x, uniforms, shape, next.data_ptr<int64_t>(), logp.data_ptr<float>(), first, last);
+  });
+  return {next, logp};
+}
+
+std::pair<torch::Tensor, torch::Tensor> sample(const torch::Tensor& logits, const SamplingConfig& s,
+                                               const torch::Tensor& uniform) {
+  return sample_logits(logits, s, uniform, SamplerPath::automatic);
 }
 
 // The decode loop's model side, one implementation per decode mode: the prompts' prefill gives the
@@ -197,6 +242,22 @@ class FixedDecoder : public CachedDecoder {
 };
 
 }  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> sample_logits(const torch::Tensor& logits, const SamplingConfig& s,
+                                                      const torch::Tensor& uniform, SamplerPath path) {
+  if (s.temperature != 0.0 && (!uniform.defined() || uniform.numel() != logits.size(0)))
+    throw std::invalid_argument("sample_logits: sampling needs one uniform per row");
+  const bool fits = logits.scalar_type() == torch::kFloat32 && logits.dim() == 2 && logits.stride(1) == 1;
+  if (path == SamplerPath::kernel) {
+    if (!fits) throw std::invalid_argument("sample_logits: the fused kernel takes (A, V) FP32 rows of stride 1");
+    return sample_with_kernel(logits, s, uniform);
+  }
+  // Greedy stays with the ops on the CPU too: argmax and the log-prob's logsumexp are all it reads.
+  if (path == SamplerPath::ops || !fits || !logits.is_cpu() || s.temperature == 0.0)
+    return sample_with_ops(logits, s, uniform);
+  const torch::Tensor next = sample_with_kernel(logits, s, uniform).first;
+  return {next, logprobs_as_trainer(logits, s, next)};
+}
 
 int64_t decode_bucket(int64_t rows, int64_t max_rows) {
   if (rows <= 8) return std::min<int64_t>(8, max_rows);

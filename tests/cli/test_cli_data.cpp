@@ -1,4 +1,5 @@
-// End-to-end tests of `unstuck data generate` and `unstuck reward score`: deterministic output,
+// End-to-end tests of `unstuck data generate`, `unstuck reward score` and the benchmarks that take
+// user input (`bench reward --config`, `bench sample`): deterministic output,
 // the shipped datasets reproduced by their documented commands, a scoring round trip, and the
 // exit code and message of bad input. Runs the built binary (UNSTUCK_BINARY) with std::system.
 #include <gtest/gtest.h>
@@ -275,6 +276,35 @@ TEST_F(CliData, BenchRewardTimesTheConfiguredScorer) {
   const CliResult no_input = run("bench reward --config '" + cfg.string() + "'");
   EXPECT_EQ(no_input.code, 2);
   EXPECT_NE(no_input.out.find("bench reward --config needs --input"), std::string::npos) << no_input.out;
+}
+
+// `bench sample` times the fused sampler against libtorch's ops on the same logits: each setting's
+// two times and their ratio, as JSON and as a table; a CUDA device where none is says so.
+TEST_F(CliData, BenchSampleTimesTheKernelAgainstTheOps) {
+  const fs::path json_out = dir_ / "sample.json";
+  const std::string command = std::string("'") + UNSTUCK_BINARY +
+                              "' bench sample --json --rows 3 --vocab 5000 --repeats 2 --threads 1 > '" +
+                              json_out.string() + "' 2>/dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0) << read(json_out);
+  const auto j = nlohmann::json::parse(read(json_out));
+  EXPECT_EQ(j["rows"], 3);
+  EXPECT_EQ(j["vocab"], 5000);
+  EXPECT_EQ(j["device"], "cpu");
+  ASSERT_EQ(j["settings"].size(), 3u);
+  for (const auto& s : j["settings"]) {
+    EXPECT_GT(s["kernel_ms"].get<double>(), 0.0) << s;
+    EXPECT_GT(s["ops_ms"].get<double>(), 0.0) << s;
+    EXPECT_NEAR(s["ops_over_kernel"].get<double>(), s["ops_ms"].get<double>() / s["kernel_ms"].get<double>(), 1e-9);
+  }
+  const CliResult table = run("bench sample --rows 2 --vocab 300 --repeats 1");
+  ASSERT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(table.out.find("2 rows x 300 logits on cpu"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("greedy"), std::string::npos) << table.out;
+  if (!fs::exists("/dev/nvidia0")) {
+    const CliResult cuda = run("bench sample --device cuda --rows 2 --vocab 300");
+    EXPECT_EQ(cuda.code, 2) << cuda.out;
+    EXPECT_NE(cuda.out.find("no CUDA device is available"), std::string::npos) << cuda.out;
+  }
 }
 
 // --config with reward.terms: each line's reward is the weighted sum, and "reward_terms" holds each

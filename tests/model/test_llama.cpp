@@ -2,7 +2,8 @@
 // tolerance), padding (one run per row: rotated, causal; holes: dense mask) equals the unpadded
 // sequence, a sliding window agrees between paths, dropped cache rows decode as before, activation
 // checkpointing gives the plain gradients, parameters view the flat buffer, gradients reach every
-// parameter, bad buffers are rejected, and CUDA (when present) matches the CPU.
+// parameter, bad buffers are rejected, the no-gradient kernels agree with the training ops, and CUDA
+// (when present) matches the CPU.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -118,6 +119,27 @@ TEST(Llama, ParametersViewTheFlatBuffer) {
   EXPECT_TRUE(torch::allclose(model.forward(tokens), before * 2.0, 1e-5, 1e-5));
   EXPECT_EQ(model.parameters().size(), model.layout().entries.size());
 }
+
+// The no-gradient forward (rollouts, measurements) runs our CPU kernels: the fused residual add +
+// RMSNorm, SiLU x up, RoPE; the training forward runs libtorch's ops. They agree to FP32 rounding
+// (1e-5 of the largest logit) and to BF16 rounding (2%, as the cached path above).
+void check_kernels_match_training_ops(torch::ScalarType dtype, double tol) {
+  const ModelConfig c = small_config();
+  LlamaModel model(c, fresh_weights(c, dtype));
+  const torch::Tensor tokens = random_tokens(3, 16, c.vocab_size, 8);
+  torch::Tensor measured;
+  {
+    torch::NoGradGuard no_grad;
+    measured = model.forward(tokens);
+  }
+  model.set_requires_grad(true);
+  const torch::Tensor trained = model.forward(tokens).detach();
+  EXPECT_LT(rel_error(measured.to(torch::kFloat32), trained.to(torch::kFloat32)), tol) << c10::toString(dtype);
+  EXPECT_FALSE(torch::equal(measured, torch::zeros_like(measured)));
+}
+
+TEST(Llama, NoGradientKernelsMatchTheTrainingOpsFp32) { check_kernels_match_training_ops(torch::kFloat32, 1e-5); }
+TEST(Llama, NoGradientKernelsMatchTheTrainingOpsBf16) { check_kernels_match_training_ops(torch::kBFloat16, 2e-2); }
 
 TEST(Llama, GradientsReachEveryParameter) {
   const ModelConfig c = small_config();
