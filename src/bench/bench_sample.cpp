@@ -1,6 +1,6 @@
-// `unstuck bench sample`: the time of one decode step's draw from language-model-like logits, the
-// sampler's CPU path (the fused kernel's draw, libtorch's logsumexp for the log-prob; the kernel's CUDA
-// twin on a device) against libtorch's ops alone (logsumexp, subtract, exp, cumsum, searchsorted),
+// `unstuck bench sample`: the time of one decode step's draw from language-model-like logits, the fused
+// kernel (the CPU's sampler; its CUDA twin on a device) against libtorch's ops (logsumexp, subtract,
+// exp, cumsum, searchsorted),
 // interleaved round by round so a slow spell on a shared machine hits both; ops_over_kernel is the ratio.
 #include "bench/bench_sample.h"
 
@@ -53,9 +53,7 @@ std::pair<double, double> best_of(const torch::Tensor& logits, const torch::Tens
     (void)drawn;
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  // The sampler's path on the CPU (the kernel's draw, libtorch's logsumexp for the log-prob); the
-  // kernel alone on a device.
-  const SamplerPath fused = cuda ? SamplerPath::kernel : SamplerPath::automatic;
+  const SamplerPath fused = SamplerPath::kernel;
   time(fused);
   time(SamplerPath::ops);
   double kernel = 1e30, ops = 1e30;

@@ -53,57 +53,6 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return weight * normed.to(x.scalar_type());
 }
 
-// Whether CPU tensors can run as one of our FP32 or BF16 kernels: no gradient is taken through them,
-// and they are contiguous buffers of one of those dtypes.
-bool cpu_kernel(std::initializer_list<const torch::Tensor*> ts) {
-  const auto dtype = (*ts.begin())->scalar_type();
-  if (dtype != torch::kFloat32 && dtype != torch::kBFloat16) return false;
-  for (const torch::Tensor* t : ts)
-    if (t->scalar_type() != dtype || !t->device().is_cpu() || !t->is_contiguous() ||
-        (torch::GradMode::is_enabled() && t->requires_grad()))
-      return false;
-  return true;
-}
-
-uint16_t* bf16_data(const torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
-
-// The residual sum x + y and its RMSNorm under `weight`: one pass of our kernel on the CPU
-// (cpu_kernels.h: the sum's bits are libtorch's add, the norm Hugging Face's formula), else the ops.
-std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x, const torch::Tensor& y,
-                                                     const torch::Tensor& weight, double eps) {
-  if (!cpu_kernel({&x, &y, &weight})) {
-    const torch::Tensor sum = x + y;
-    return {sum, rms_norm(sum, weight, eps)};
-  }
-  const int64_t D = x.size(-1), rows = x.numel() / D;
-  torch::Tensor sum = torch::empty_like(x), out = torch::empty_like(x);
-  at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / D), [&](int64_t first, int64_t last) {
-    if (x.scalar_type() == torch::kFloat32)
-      add_rms_norm_f32(x.data_ptr<float>(), y.data_ptr<float>(), weight.data_ptr<float>(), sum.data_ptr<float>(),
-                       out.data_ptr<float>(), D, float(eps), first, last);
-    else
-      add_rms_norm_bf16(bf16_data(x), bf16_data(y), bf16_data(weight), bf16_data(sum), bf16_data(out), D, float(eps),
-                        first, last);
-  });
-  return {sum, out};
-}
-
-// silu(gate) * up of (..., 2F) gate_up (the gate's F, then up's F): our kernel on the CPU, else the ops.
-torch::Tensor silu_mul(const torch::Tensor& gate_up, int64_t F) {
-  if (!cpu_kernel({&gate_up})) return torch::silu(gate_up.narrow(-1, 0, F)) * gate_up.narrow(-1, F, F);
-  std::vector<int64_t> sizes = gate_up.sizes().vec();
-  sizes.back() = F;
-  torch::Tensor out = torch::empty(sizes, gate_up.options());
-  const int64_t rows = gate_up.numel() / (2 * F);
-  at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / F), [&](int64_t first, int64_t last) {
-    if (gate_up.scalar_type() == torch::kFloat32)
-      silu_mul_f32(gate_up.data_ptr<float>(), out.data_ptr<float>(), F, first, last);
-    else
-      silu_mul_bf16(bf16_data(gate_up), bf16_data(out), F, first, last);
-  });
-  return out;
-}
-
 torch::Tensor rotate_half(const torch::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -528,7 +477,8 @@ torch::Tensor attend(int64_t layer, const torch::Tensor& q, torch::Tensor k, tor
 torch::Tensor mlp(const Projections& p, const torch::Tensor& h, int64_t F) {
   if (p.fused && p.w.w_gate_up.defined()) {
     const torch::Tensor gate_up = p.base(h, &LayerWeights::w_gate_up, nullptr);  // (B, T, 2F)
-    return p.base(silu_mul(gate_up, F), &LayerWeights::w_down, nullptr);
+    const torch::Tensor act = torch::silu(gate_up.narrow(-1, 0, F)) * gate_up.narrow(-1, F, F);
+    return p.base(act, &LayerWeights::w_down, nullptr);
   }
   const torch::Tensor act =
       torch::silu(p(LoraModule::gate_proj, h, &LayerWeights::w_gate)) * p(LoraModule::up_proj, h, &LayerWeights::w_up);
@@ -560,9 +510,8 @@ torch::Tensor LlamaModel::block(int64_t layer, const torch::Tensor& x_in, const 
   }
   attach_keys(layer, k, v, cache, prompt_kv, T);
   const torch::Tensor attn = attend(layer, q, k, v, mask, causal, cache).transpose(1, 2).reshape({B, T, H * hd});
-  const torch::Tensor o = p(LoraModule::o_proj, attn, &LayerWeights::wo, &LayerWeights::bo);
-  const auto [x, h] = add_rms_norm(x_in, o, w.mlp_norm, config_.norm_eps);  // the residual and the MLP's input
-  return x + mlp(p, h, config_.ffn_dim);                                    // (B, T, D)
+  const torch::Tensor x = x_in + p(LoraModule::o_proj, attn, &LayerWeights::wo, &LayerWeights::bo);
+  return x + mlp(p, rms_norm(x, w.mlp_norm, config_.norm_eps), config_.ffn_dim);  // (B, T, D)
 }
 
 torch::Tensor LlamaModel::hidden(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& mask,

@@ -120,8 +120,8 @@ TEST(Llama, ParametersViewTheFlatBuffer) {
   EXPECT_EQ(model.parameters().size(), model.layout().entries.size());
 }
 
-// The no-gradient forward (rollouts, measurements) runs our CPU kernels: the fused residual add +
-// RMSNorm, SiLU x up, RoPE; the training forward runs libtorch's ops. They agree to FP32 rounding
+// The no-gradient forward (rollouts, measurements) runs our CPU kernels (RMSNorm, RoPE, decode
+// attention); the training forward runs libtorch's ops. They agree to FP32 rounding
 // (1e-5 of the largest logit) and to BF16 rounding (2%, as the cached path above).
 void check_kernels_match_training_ops(torch::ScalarType dtype, double tol) {
   const ModelConfig c = small_config();

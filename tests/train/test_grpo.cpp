@@ -230,7 +230,9 @@ TEST_F(GrpoTest, EveryPolicyGradientVariantTrains) {
       EXPECT_EQ(line.contains("kl_reward_penalty"), name == "kl_in_reward") << name;
       EXPECT_EQ(line.contains("tis_weight_mean"), name.rfind("tis", 0) == 0) << name;
       EXPECT_EQ(line.contains("sampling_rounds"), name == "filter_groups") << name;
-      EXPECT_GE(line["logprob_mismatch_k3"].get<double>(), 0.0);
+      // k3 = e^d - 1 - d >= 0, but in float it rounds to about -1e-9 when the sampler's and the
+      // trainer's FP32 log-probs differ in their last bits (the sampler's sums are its kernel's).
+      EXPECT_GE(line["logprob_mismatch_k3"].get<double>(), -1e-8);
       if (name == "kl_in_reward") EXPECT_GE(line["kl_reward_penalty"].get<double>(), 0.0);  // k2 >= 0
       if (name.rfind("tis", 0) == 0) {
         // FP32 sampler and trainer agree closely: weights near 1, none capped at 2.

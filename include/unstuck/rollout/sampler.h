@@ -93,13 +93,11 @@ std::pair<torch::Tensor, torch::Tensor> pad_prompts(const std::vector<std::vecto
 torch::Tensor sampling_uniforms(uint64_t seed, int64_t step, const std::vector<int64_t>& global_rows, int64_t tokens,
                                 const torch::Device& device);
 
-// Which implementation draws the tokens from a step's logits. automatic: for FP32 logits on the CPU
-// (temperature > 0) the fused kernel (src/rollout/sample_kernel.h: one read of each row's logits) draws the tokens and
-// their log-probs are libtorch's logsumexp formula, the trainer's, so FP32 log-probs equal the
-// trainer's bit for bit; libtorch's ops elsewhere. ops: libtorch's ops (the baseline in `bench
-// sample`). kernel: the fused kernel's tokens and its own log-probs, its CUDA twin on a device (greedy
-// and temperature sampling; not yet the default there: it is checked against the CPU's bits on a GPU
-// lease first).
+// Which implementation draws the tokens from a step's logits. automatic: the fused kernel
+// (src/rollout/sample_kernel.h: one read of each row's logits; tokens and log-probs) for FP32 logits
+// on the CPU, libtorch's ops elsewhere. ops: libtorch's ops (the baseline in `bench sample`). kernel:
+// the fused kernel, its CUDA twin on a device (greedy and temperature sampling; not yet the default
+// there: it is checked against the CPU's bits on a GPU lease first).
 enum class SamplerPath { automatic, ops, kernel };
 
 // Next tokens (A) int64 and their log-probs (A) float32 from logits (A, V) and uniforms (A) (undefined
