@@ -7,7 +7,8 @@ file(GLOB UNSTUCK_CORE_SOURCES CONFIGURE_DEPENDS
   ${UNSTUCK_SRC_DIR}/tokenizer/*.cpp ${UNSTUCK_SRC_DIR}/io/*.cpp ${UNSTUCK_SRC_DIR}/model/param_layout.cpp
   ${UNSTUCK_SRC_DIR}/model/cpu_kernels.cpp ${UNSTUCK_SRC_DIR}/rollout/sample_kernel.cpp
   ${UNSTUCK_SRC_DIR}/dist/launch_env.cpp
-  ${UNSTUCK_SRC_DIR}/model/hf_config.cpp ${UNSTUCK_SRC_DIR}/train/memory_plan.cpp)
+  ${UNSTUCK_SRC_DIR}/model/hf_config.cpp ${UNSTUCK_SRC_DIR}/train/memory_plan.cpp
+  ${UNSTUCK_SRC_DIR}/train/memory_knobs.cpp)
 # The weight formats keep device buffers and count on the device with libtorch: in unstuck_torch.
 list(REMOVE_ITEM UNSTUCK_CORE_SOURCES ${UNSTUCK_SRC_DIR}/precision/weight_format.cpp)
 

@@ -1,7 +1,8 @@
-// Checkpoint files: state.safetensors (master, exp_avg, exp_avg_sq), rng.bin (libtorch generator
+// Checkpoint files: state.safetensors (master, exp_avg, exp_avg_sq; with several ranks one
+// state-<rank>-of-<W>.safetensors per rank, each its contiguous shard), rng.bin (libtorch generator
 // state), trainer.json (counters, scaler, data order), config.yaml (the run config) and
-// manifest.json (size and FNV-1a 64 of each file), written in a temporary directory that is renamed
-// into place once complete.
+// manifest.json (size and FNV-1a 64 of each file, the shards' element ranges), written in a
+// temporary directory that is renamed into place once complete.
 #include "unstuck/train/checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -105,7 +106,10 @@ std::vector<fs::path> complete_checkpoints(const fs::path& root) {
   return all;
 }
 
-const char* kFiles[] = {"state.safetensors", "rng.bin", "trainer.json", "config.yaml"};
+// The files beside the state's: written by the lead rank.
+const char* kSmallFiles[] = {"rng.bin", "trainer.json", "config.yaml"};
+// The manifest's list of state files when several ranks wrote them (absent: one state.safetensors).
+constexpr const char* kShardsKey = "state_shards";
 
 }  // namespace
 
@@ -122,21 +126,62 @@ std::string checkpoint_file_checksum(const fs::path& file, uint64_t* size) {
   return h.hex();
 }
 
-fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep) {
-  for (const torch::Tensor* t : {&s.master, &s.exp_avg, &s.exp_avg_sq})
-    if (precision::count_nonfinite(t->contiguous().data_ptr<float>(), std::size_t(t->numel())) > 0)
-      throw UserError("checkpoint at step " + std::to_string(s.step) +
-                      " not written: the optimizer state holds NaN/Inf values");
-  fs::create_directories(root);
-  const fs::path final_dir = root / step_name(s.step);
-  const fs::path tmp = root / (step_name(s.step) + ".tmp");
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+namespace {
+
+// What a rank wrote of the state, as the lead rank lists it in the manifest.
+struct ShardRecord {
+  int64_t begin = 0, elements = 0;
+  uint64_t bytes = 0;
+  char checksum[16] = {};
+};
+
+std::string shard_file_name(int rank, int world) {
+  if (world == 1) return "state.safetensors";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "state-%05d-of-%05d.safetensors", rank, world);
+  return buf;
+}
+
+// Runs `part` on this rank, then (with several ranks) learns whether it failed on any: then every
+// rank throws, this one its own error or one saying a peer failed, so no rank goes on to a
+// collective the others left.
+template <class Fn>
+void on_every_rank(dist::Communicator* comm, int64_t step, Fn&& part) {
+  std::exception_ptr failed;
+  try {
+    part();
+  } catch (const std::exception&) {
+    failed = std::current_exception();
+  }
+  const bool any = comm && comm->world_size() > 1 ? comm->any(bool(failed)) : bool(failed);
+  if (failed) std::rethrow_exception(failed);
+  if (any)
+    throw UserError("checkpoint at step " + std::to_string(step) +
+                    " not written: another rank failed to write its part (its log names the cause)");
+}
+
+// This rank's shard file in `tmp`, synced; its record (none when it owns no element).
+ShardRecord write_shard(const fs::path& tmp, const TrainerState& s, int rank, int world) {
+  ShardRecord r;
+  r.begin = s.shard_begin;
+  r.elements = s.master.numel();
+  if (r.elements == 0) return r;
   const auto view = [](const char* name, const torch::Tensor& t) {
     return io::TensorView{name, io::DType::f32, {t.numel()}, t.data_ptr(), std::size_t(t.numel()) * 4};
   };
-  io::write_safetensors(tmp / "state.safetensors",
-                        {view("master", s.master), view("exp_avg", s.exp_avg), view("exp_avg_sq", s.exp_avg_sq)});
+  const fs::path file = tmp / shard_file_name(rank, world);
+  io::write_safetensors(file, {view("master", s.master), view("exp_avg", s.exp_avg), view("exp_avg_sq", s.exp_avg_sq)});
+  fsync_path(file);
+  const std::string sum = checkpoint_file_checksum(file, &r.bytes);
+  std::copy(sum.begin(), sum.end(), r.checksum);
+  return r;
+}
+
+// The lead rank's part: the small files, the manifest (last: it marks the checkpoint complete)
+// listing every shard, the rename into place and the pruning to the newest `keep`.
+void commit_checkpoint(const fs::path& root, const fs::path& tmp, const TrainerState& s,
+                       const std::vector<ShardRecord>& shards, int keep) {
+  const fs::path final_dir = root / step_name(s.step);
   {
     std::ofstream out(tmp / "rng.bin", std::ios::binary);
     out.write(reinterpret_cast<const char*>(s.sampling_rng.data()), std::streamsize(s.sampling_rng.size()));
@@ -161,20 +206,66 @@ fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep) 
     cfg << s.config_yaml;
   }
   nlohmann::json manifest = nlohmann::json::object();
-  for (const char* f : kFiles) {
+  for (const char* f : kSmallFiles) {
     fsync_path(tmp / f);
     uint64_t bytes = 0;
     const std::string sum = checkpoint_file_checksum(tmp / f, &bytes);
     manifest[f] = {{"bytes", bytes}, {"fnv1a64", sum}};
   }
-  io::write_json_file(tmp / "manifest.json", manifest);  // last: its presence marks completeness
+  nlohmann::json listed = nlohmann::json::array();
+  for (std::size_t r = 0; r < shards.size(); ++r) {
+    if (shards[r].elements == 0) continue;
+    const std::string name = shard_file_name(int(r), int(shards.size()));
+    manifest[name] = {{"bytes", shards[r].bytes}, {"fnv1a64", std::string(shards[r].checksum, 16)}};
+    listed.push_back({{"file", name}, {"begin", shards[r].begin}, {"elements", shards[r].elements}});
+  }
+  if (shards.size() > 1) manifest[kShardsKey] = listed;
+  io::write_json_file(tmp / "manifest.json", manifest);
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
   fsync_path(root);
-  // Keep the newest `keep` complete checkpoints.
   const std::vector<fs::path> all = complete_checkpoints(root);
   for (std::size_t i = 0; keep > 0 && i + std::size_t(keep) < all.size(); ++i) fs::remove_all(all[i]);
-  return final_dir;
+}
+
+}  // namespace
+
+fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep, dist::Communicator* comm) {
+  const int world = comm ? comm->world_size() : 1, rank = comm ? comm->rank() : 0;
+  const fs::path tmp = root / (step_name(s.step) + ".tmp");
+  try {
+    on_every_rank(comm, s.step, [&] {
+      for (const torch::Tensor* t : {&s.master, &s.exp_avg, &s.exp_avg_sq}) {
+        if (t->numel() != s.master.numel() || !t->is_contiguous() || !t->device().is_cpu())
+          throw std::invalid_argument("save_checkpoint: the buffers must be contiguous host tensors of one length");
+        if (precision::count_nonfinite(t->data_ptr<float>(), std::size_t(t->numel())) > 0)
+          throw UserError("checkpoint at step " + std::to_string(s.step) +
+                          " not written: the optimizer state holds NaN/Inf values" +
+                          (world > 1 ? " (rank " + std::to_string(rank) + "'s shard)" : std::string()));
+      }
+      if (rank != 0) return;
+      fs::create_directories(root);
+      fs::remove_all(tmp);
+      fs::create_directories(tmp);
+    });
+    ShardRecord mine;
+    on_every_rank(comm, s.step, [&] { mine = write_shard(tmp, s, rank, world); });
+    std::vector<ShardRecord> shards(static_cast<std::size_t>(world));
+    if (world > 1)
+      comm->all_gather(&mine, shards.data(), sizeof(ShardRecord), dist::DataType::u8);
+    else
+      shards[0] = mine;
+    on_every_rank(comm, s.step, [&] {
+      if (rank == 0) commit_checkpoint(root, tmp, s, shards, keep);
+    });
+  } catch (const dist::PeerFailure&) {
+    throw;  // a peer is gone: no collective is left to agree on anything
+  } catch (...) {
+    std::error_code ignored;  // every rank has left its part: the partial directory can go
+    if (rank == 0) fs::remove_all(tmp, ignored);
+    throw;
+  }
+  return root / step_name(s.step);
 }
 
 fs::path latest_checkpoint(const fs::path& root) {
@@ -269,7 +360,7 @@ void check_sampling_rng(const std::string& bytes, const fs::path& file) {
 
 namespace {
 
-// The state file's header, parsed (its own checks: dtypes, shapes, byte ranges within the file). A
+// A state file's header, parsed (its own checks: dtypes, shapes, byte ranges within the file). A
 // header that does not parse: a corrupted file says so by its checksum, first.
 std::unique_ptr<io::MappedSafetensors> open_state(const fs::path& state_path, const nlohmann::json& manifest,
                                                   const fs::path& manifest_path) {
@@ -277,7 +368,7 @@ std::unique_ptr<io::MappedSafetensors> open_state(const fs::path& state_path, co
   try {
     return std::make_unique<io::MappedSafetensors>(state_path);
   } catch (const UserError&) {
-    const auto expected = field<std::string>(manifest, {"state.safetensors", "fnv1a64"}, manifest_path);
+    const auto expected = field<std::string>(manifest, {state_path.filename().string(), "fnv1a64"}, manifest_path);
     if (checkpoint_file_checksum(state_path) != expected)
       throw UserError("checkpoint file '" + state_path.string() + "' is corrupted (checksum mismatch)");
     throw;
@@ -291,16 +382,13 @@ struct Range {
   uint64_t nonfinite = 0, negative = 0;
 };
 
-// The state's three flat FP32 buffers of one length (set into `length`), nothing else.
+// A state file's three flat FP32 buffers of one length (set into `length`), nothing else.
 std::vector<Range> state_ranges(const io::MappedSafetensors& st, const fs::path& state_path, int64_t& length) {
   length = -1;
   for (const io::TensorView& t : st.tensors())
     require(t.name == "master" || t.name == "exp_avg" || t.name == "exp_avg_sq", state_path,
             "unexpected tensor '" + t.name + "' (a checkpoint holds master, exp_avg and exp_avg_sq)");
   std::vector<Range> ranges;
-  for (const io::TensorView& t : st.tensors())
-    require(t.name == "master" || t.name == "exp_avg" || t.name == "exp_avg_sq", state_path,
-            "unexpected tensor '" + t.name + "' (a checkpoint holds master, exp_avg and exp_avg_sq)");
   for (const char* name : {"master", "exp_avg", "exp_avg_sq"}) {
     const io::TensorView* t = st.find(name);
     require(t != nullptr, state_path, std::string("tensor '") + name + "' is missing");
@@ -318,39 +406,91 @@ std::vector<Range> state_ranges(const io::MappedSafetensors& st, const fs::path&
   return ranges;
 }
 
-// Every file's size and checksum against the manifest, in one read; the state's buffers' values
-// counted on the way (non-finite, negative second moments) and refused after.
-void verify_files(const fs::path& dir, const nlohmann::json& manifest, const fs::path& manifest_path,
-                  const fs::path& state_path, std::vector<Range>& ranges) {
-  for (const char* f : kFiles) {
-    const fs::path p = dir / f;
-    const auto bytes_expected = field<std::size_t>(manifest, {f, "bytes"}, manifest_path);
-    const auto checksum = field<std::string>(manifest, {f, "fnv1a64"}, manifest_path);
-    if (!fs::exists(p)) throw UserError("checkpoint file '" + p.string() + "' is missing");
-    Fnv1a h;
-    const bool state = p == state_path;
-    const uint64_t size = for_each_block(p, [&](uint64_t at, const unsigned char* bytes, std::size_t len) {
-      h.add(bytes, len);
-      if (!state) return;
-      for (Range& r : ranges) {  // the buffers' values in this block (4-byte aligned: offsets are)
-        const uint64_t b = std::max(r.begin, at), e = std::min(r.end, at + len);
-        if (b >= e) continue;
-        const float* x = reinterpret_cast<const float*>(bytes + (b - at));
-        const std::size_t count = std::size_t(e - b) / 4;
-        r.nonfinite += precision::count_nonfinite(x, count, {1});
-        if (r.name == "exp_avg_sq")
-          for (std::size_t i = 0; i < count; ++i) r.negative += x[i] < 0;
-      }
-    });
-    if (size != bytes_expected)
-      throw UserError("checkpoint file '" + p.string() + "' is truncated or altered: " + std::to_string(size) +
-                      " bytes, manifest says " + std::to_string(bytes_expected));
-    if (h.hex() != checksum) throw UserError("checkpoint file '" + p.string() + "' is corrupted (checksum mismatch)");
+// The state files the manifest lists, in element order: one state.safetensors (its length read
+// later from its header), or the shards several ranks wrote: distinct state-*.safetensors files in
+// this directory, contiguous from element 0.
+std::vector<StateShard> listed_shards(const fs::path& dir, const nlohmann::json& manifest,
+                                      const fs::path& manifest_path) {
+  if (!manifest.contains(kShardsKey)) return {{dir / "state.safetensors", 0, -1}};
+  const nlohmann::json& list = manifest[kShardsKey];
+  require(list.is_array() && !list.empty(), manifest_path, std::string(kShardsKey) + " is not a non-empty list");
+  std::vector<StateShard> out;
+  int64_t next = 0;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string at = std::string(kShardsKey) + "[" + std::to_string(i) + "]";
+    require(list[i].is_object(), manifest_path, at + " is not an object");
+    const auto name = field<std::string>(list[i], {"file"}, manifest_path);
+    const auto begin = field<int64_t>(list[i], {"begin"}, manifest_path);
+    const auto elements = field<int64_t>(list[i], {"elements"}, manifest_path);
+    const std::string suffix = ".safetensors";
+    require(name.rfind("state-", 0) == 0 && name.size() > suffix.size() &&
+                name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+                name.find('/') == std::string::npos,
+            manifest_path, at + " names '" + name + "', expected a state-*.safetensors file of this directory");
+    for (const StateShard& seen : out)
+      require(seen.file.filename() != name, manifest_path, at + " lists '" + name + "' a second time");
+    require(begin == next, manifest_path,
+            at + " begins at element " + std::to_string(begin) + ", expected " + std::to_string(next) +
+                " (the shards cover the buffers in order)");
+    require(elements > 0 && elements <= kMaxCounter, manifest_path,
+            at + " has " + std::to_string(elements) + " elements, expected 1 to 2^53");
+    out.push_back({dir / name, begin, elements});
+    next += elements;
   }
+  return out;
+}
+
+// One file's size and checksum against the manifest, in one read; a state file's buffers' values
+// counted on the way (non-finite, negative second moments) and refused after.
+void verify_file(const fs::path& p, const nlohmann::json& manifest, const fs::path& manifest_path,
+                 std::vector<Range>* ranges) {
+  const std::string f = p.filename().string();
+  const auto bytes_expected = field<std::size_t>(manifest, {f, "bytes"}, manifest_path);
+  const auto checksum = field<std::string>(manifest, {f, "fnv1a64"}, manifest_path);
+  if (!fs::exists(p)) throw UserError("checkpoint file '" + p.string() + "' is missing");
+  Fnv1a h;
+  const uint64_t size = for_each_block(p, [&](uint64_t at, const unsigned char* bytes, std::size_t len) {
+    h.add(bytes, len);
+    if (!ranges) return;
+    for (Range& r : *ranges) {  // the buffers' values in this block (4-byte aligned: offsets are)
+      const uint64_t b = std::max(r.begin, at), e = std::min(r.end, at + len);
+      if (b >= e) continue;
+      const float* x = reinterpret_cast<const float*>(bytes + (b - at));
+      const std::size_t count = std::size_t(e - b) / 4;
+      r.nonfinite += precision::count_nonfinite(x, count, {1});
+      if (r.name == "exp_avg_sq")
+        for (std::size_t i = 0; i < count; ++i) r.negative += x[i] < 0;
+    }
+  });
+  if (size != bytes_expected)
+    throw UserError("checkpoint file '" + p.string() + "' is truncated or altered: " + std::to_string(size) +
+                    " bytes, manifest says " + std::to_string(bytes_expected));
+  if (h.hex() != checksum) throw UserError("checkpoint file '" + p.string() + "' is corrupted (checksum mismatch)");
+  if (!ranges) return;
   // The checksums prove the files are the ones written; what follows proves they make sense (a
   // tampered or buggy writer), before anything of the run is touched.
-  for (const Range& r : ranges) require(r.nonfinite == 0, state_path, "tensor '" + r.name + "' holds NaN/Inf values");
-  require(ranges[2].negative == 0, state_path, "tensor 'exp_avg_sq' holds negative values");
+  for (const Range& r : *ranges) require(r.nonfinite == 0, p, "tensor '" + r.name + "' holds NaN/Inf values");
+  require((*ranges)[2].negative == 0, p, "tensor 'exp_avg_sq' holds negative values");
+}
+
+// Every state file's header, lengths and values, and the small files' checksums; the shards'
+// lengths filled in (one state.safetensors) and their total returned.
+int64_t verify_files(const fs::path& dir, const nlohmann::json& manifest, const fs::path& manifest_path,
+                     std::vector<StateShard>& shards) {
+  int64_t total = 0;
+  for (StateShard& sh : shards) {
+    const std::unique_ptr<io::MappedSafetensors> mapped = open_state(sh.file, manifest, manifest_path);
+    int64_t length = -1;
+    std::vector<Range> ranges = state_ranges(*mapped, sh.file, length);
+    if (sh.elements < 0) sh.elements = length;
+    require(length == sh.elements, sh.file,
+            "it holds " + std::to_string(length) + " elements per buffer, the manifest lists " +
+                std::to_string(sh.elements));
+    verify_file(sh.file, manifest, manifest_path, &ranges);
+    total += length;
+  }
+  for (const char* f : kSmallFiles) verify_file(dir / f, manifest, manifest_path, nullptr);
+  return total;
 }
 
 // trainer.json's fields, then their sense: counters within 2^53, the scaler's scale in range, the
@@ -411,19 +551,13 @@ void read_trainer_state(const fs::path& trainer_path, TrainerState& s) {
 TrainerState load_checkpoint(const fs::path& dir, CheckpointBuffers buffers) {
   const fs::path manifest_path = dir / "manifest.json";
   const nlohmann::json manifest = io::read_json_file(manifest_path);
-  // The state file's header first, so its buffers can be checked while the file is checksummed.
   TrainerState s;
-  const fs::path state_path = dir / "state.safetensors";
-  const std::unique_ptr<io::MappedSafetensors> mapped = open_state(state_path, manifest, manifest_path);
-  int64_t length = -1;
-  std::vector<Range> ranges = state_ranges(*mapped, state_path, length);
-  verify_files(dir, manifest, manifest_path, state_path, ranges);
-  s.elements = length;
-  s.state_file = state_path;
+  s.shards = listed_shards(dir, manifest, manifest_path);
+  s.elements = verify_files(dir, manifest, manifest_path, s.shards);
   if (buffers == CheckpointBuffers::load) {
     for (auto [name, dst] : {std::pair{"master", &s.master}, {"exp_avg", &s.exp_avg}, {"exp_avg_sq", &s.exp_avg_sq}}) {
-      *dst = torch::empty({length}, torch::kFloat32);
-      read_checkpoint_buffer(s, name, 0, length, dst->data_ptr<float>());
+      *dst = torch::empty({s.elements}, torch::kFloat32);
+      read_checkpoint_buffer(s, name, 0, s.elements, dst->data_ptr<float>());
     }
   }
   const fs::path rng_path = dir / "rng.bin";
@@ -438,16 +572,16 @@ TrainerState load_checkpoint(const fs::path& dir, CheckpointBuffers buffers) {
   return s;
 }
 
-void read_checkpoint_buffer(const TrainerState& s, const std::string& name, int64_t begin, int64_t n, float* out) {
-  if (begin < 0 || n < 0 || begin + n > s.elements)
-    throw std::invalid_argument("read_checkpoint_buffer: range outside the buffers");
-  const io::MappedSafetensors st(s.state_file);  // the header only: the data are read with pread
+namespace {
+
+// Elements [begin, begin + n) of buffer `name` of one state file into out[0, n), read with pread.
+void read_shard(const StateShard& sh, const std::string& name, int64_t begin, int64_t n, float* out) {
+  const io::MappedSafetensors st(sh.file);  // the header only
   const io::TensorView* t = st.find(name);
-  if (!t || t->dtype != io::DType::f32 || t->nbytes != std::size_t(s.elements) * 4)
-    throw UserError("checkpoint file '" + s.state_file.string() + "' changed since it was checked (tensor '" + name +
-                    "')");
-  const int fd = ::open(s.state_file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw UserError("checkpoint: cannot read '" + s.state_file.string() + "'");
+  if (!t || t->dtype != io::DType::f32 || t->nbytes != std::size_t(sh.elements) * 4)
+    throw UserError("checkpoint file '" + sh.file.string() + "' changed since it was checked (tensor '" + name + "')");
+  const int fd = ::open(sh.file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UserError("checkpoint: cannot read '" + sh.file.string() + "'");
   char* dst = reinterpret_cast<char*>(out);
   const std::size_t len = std::size_t(n) * 4;
   const uint64_t at = st.file_offset(*t) + uint64_t(begin) * 4;
@@ -455,11 +589,22 @@ void read_checkpoint_buffer(const TrainerState& s, const std::string& name, int6
     const ssize_t got = ::pread(fd, dst + done, std::min(len - done, kReadBlock * 4), off_t(at + done));
     if (got <= 0) {
       ::close(fd);
-      throw UserError("checkpoint: cannot read '" + s.state_file.string() + "' (truncated?)");
+      throw UserError("checkpoint: cannot read '" + sh.file.string() + "' (truncated?)");
     }
     done += std::size_t(got);
   }
   ::close(fd);
+}
+
+}  // namespace
+
+void read_checkpoint_buffer(const TrainerState& s, const std::string& name, int64_t begin, int64_t n, float* out) {
+  if (begin < 0 || n < 0 || begin + n > s.elements)
+    throw std::invalid_argument("read_checkpoint_buffer: range outside the buffers");
+  for (const StateShard& sh : s.shards) {
+    const int64_t b = std::max(begin, sh.begin), e = std::min(begin + n, sh.begin + sh.elements);
+    if (b < e) read_shard(sh, name, b - sh.begin, e - b, out + (b - begin));
+  }
 }
 
 void check_checkpoint_fits(const TrainerState& s, int64_t flat_params, std::size_t train_records, const fs::path& dir) {

@@ -2,8 +2,8 @@
 // directory, the trainer over the base weights, then GrpoTrainer::step() in a loop with
 // evaluation, metrics, checkpoints, the memory and health watches and stop signals around it. Data
 // parallel over the ranks of a communicator: each rank rolls out its share of the prompts (whole
-// groups), the optimizer state is sharded, metrics are reduced before rank 0 writes them, and rank
-// 0 writes the checkpoints of the gathered state.
+// groups), the optimizer state is sharded, metrics are reduced before rank 0 writes them, and each
+// rank writes its shard of every checkpoint.
 #include "unstuck/train/grpo.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -157,10 +157,9 @@ GrpoResult train_steps(const RunPlan& plan, GrpoTrainer& trainer, dist::Communic
                        first_step, cfg.grpo.steps);
   result.first_reward_mean = writer.first_reward_mean();
   const auto save = [&](int64_t step) {
-    const TrainerState st = trainer.checkpoint_state(step);  // every rank takes part; rank 0 writes
-    if (!lead) return;
-    const auto dir = save_checkpoint(ctx.run_dir / "checkpoints", st, int(cfg.grpo.keep_checkpoints));
-    spdlog::info("train: checkpoint {}", dir.string());
+    const TrainerState st = trainer.checkpoint_state(step);  // this rank's shard
+    const auto dir = save_checkpoint(ctx.run_dir / "checkpoints", st, int(cfg.grpo.keep_checkpoints), &comm);
+    if (lead) spdlog::info("train: checkpoint {}", dir.string());
   };
   RunHealth health(cfg.grpo.minibatches * cfg.grpo.ppo_epochs, cfg.grpo.steps - first_step + 1,
                    plan.resumed ? plan.resumed->skipped_steps : 0);

@@ -297,7 +297,6 @@ void GrpoTrainer::restore(const TrainerState& st, const std::string& where) {
 }
 
 TrainerState GrpoTrainer::checkpoint_state(int64_t step) {
-  FullOptimizerState full = weights_.gather_state();  // every rank takes part
   TrainerState st;
   st.step = step;
   st.optimizer_steps = weights_.optimizer_steps();
@@ -308,9 +307,13 @@ TrainerState GrpoTrainer::checkpoint_state(int64_t step) {
   st.cursor = order_.cursor();
   const torch::Tensor gen_state = sampling_.get_state();
   st.sampling_rng.assign(gen_state.data_ptr<uint8_t>(), gen_state.data_ptr<uint8_t>() + gen_state.numel());
-  st.master = full.master.cpu();
-  st.exp_avg = full.exp_avg.cpu();
-  st.exp_avg_sq = full.exp_avg_sq.cpu();
+  // This rank's shard only (each rank writes its own): the buffers themselves on the host, a copy
+  // of the shard from a device.
+  st.master = weights_.master().cpu();
+  st.exp_avg = weights_.exp_avg().cpu();
+  st.exp_avg_sq = weights_.exp_avg_sq().cpu();
+  st.shard_begin = weights_.shard_begin();
+  st.elements = weights_.layout().total;
   st.config_yaml = resolved_yaml(cfg_);
   st.compute = config::enum_name(weights_.precision().compute);
   if (pissa_start_.defined()) {

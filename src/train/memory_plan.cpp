@@ -119,7 +119,7 @@ TrainShape train_shape(const RunConfig& c, const MemoryPlanInputs& in) {
   s.row_len = s.Pp + s.T;
   s.prompt_keys = in.longest_prompt >= 0 ? "the longest prompt (" + num(int64_t(s.Pp)) + " tokens)"
                                          : "model.max_seq_len - rollout.max_new_tokens (" + num(int64_t(s.Pp)) + ")";
-  s.W = double(env_count("WORLD_SIZE"));
+  s.W = double(in.world_size > 0 ? in.world_size : env_count("WORLD_SIZE"));
   s.fp32 = c.precision.mode == precision::PrecisionMode::fp32;
   s.cb = s.fp32 ? 4 : 2;
   // FP16 weights compute in FP32 on the CPU, and precision.compute: fp32 always does (DESIGN.md).
@@ -331,8 +331,8 @@ void late_parts(const RunConfig& c, const TrainShape& s, std::vector<MemoryPart>
   if (s.W > 1)
     parts.push_back({"this rank's shard of the compute weights, copied for the all-gather", s.mk + " / WORLD_SIZE",
                      s.A * s.cb / s.W, "", "optimizer"});
-  // Checkpoints: one rank's shards gathered into the full master and moments on every rank.
-  if (s.W > 1) parts.push_back({"gathered FP32 master and moments (checkpoint)", s.mk, s.A * 12, "", "checkpoint"});
+  // Checkpoints: each rank writes its own shard of the master and moments from the buffers
+  // themselves (from a device, through a host copy of the shard: host memory), so nothing is added.
   // Greedy evaluation of the test records, 128 at a time (EvalOptions::batch_size).
   const double eval_rows =
       std::ceil(std::min(128.0, c.grpo.eval_samples > 0 ? double(c.grpo.eval_samples) : 128.0) / s.W);
@@ -520,7 +520,24 @@ MemoryLimit gpu_memory_limit(int device) {
       1};
 }
 
-void check_memory(const MemoryPlan& plan, const MemoryLimit& limit) {
+namespace {
+
+// The error's list of changes and the per-rank peak each would give against `limit`.
+std::string knob_lines(const std::vector<KnobPlan>& knobs, const MemoryLimit& limit) {
+  if (knobs.empty()) return "";
+  std::string out = "\nwhat one change would give (planned peak per rank; " +
+                    format_bytes(limit.bytes / double(limit.ranks)) + " fits):";
+  for (const KnobPlan& k : knobs)
+    out += "\n  " + k.change + ": " + format_bytes(k.peak) +
+           (k.host > 0 ? " (+ " + format_bytes(k.host) + " of host memory)" : std::string()) +
+           (k.peak * double(limit.ranks) <= limit.bytes ? " - fits" : "");
+  return out;
+}
+
+}  // namespace
+
+void check_memory(const MemoryPlan& plan, const MemoryLimit& limit,
+                  const std::function<std::vector<KnobPlan>()>& knobs) {
   if (plan.host_bytes() > 0) {  // the offloaded optimizer state against this machine's memory
     const MemoryLimit host = host_memory_limit(available_memory_bytes());
     if (host.bytes > 0 && plan.host_bytes() * double(host.ranks) > host.bytes)
@@ -551,7 +568,8 @@ void check_memory(const MemoryPlan& plan, const MemoryLimit& limit) {
                        : std::string()) +
                   " exceeds " + limit.where + "; largest part: " + big.what + ", " + format_bytes(big.bytes) +
                   ", sized by " + big.keys + " (" + (big.knob.empty() ? "lower it" : big.knob) + ")" +
-                  (others.empty() ? std::string() : "; next:" + others.substr(1)) + "\n" + memory_report(plan));
+                  (others.empty() ? std::string() : "; next:" + others.substr(1)) +
+                  (knobs ? knob_lines(knobs(), limit) : std::string()) + "\n" + memory_report(plan));
 }
 
 MemoryLimit device_memory_limit(const ResolvedDevice& d) {

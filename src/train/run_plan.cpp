@@ -114,7 +114,7 @@ void plan_memory_of(RunPlan& plan, const MemoryPlanInputs& inputs) {
   plan.limit = device_memory_limit(plan.device);
   if (plan.limit.bytes > 0) plan.limit.bytes += in.baseline_bytes;
   plan.memory = plan_memory(plan.config, plan.command, in);
-  check_memory(plan.memory, plan.limit);
+  check_memory(plan.memory, plan.limit, [&] { return memory_knobs(plan.config, plan.command, in); });
 }
 
 // The GRPO data: records whose prompt fits; the longest kept prompt sizes the rows of the memory plan.

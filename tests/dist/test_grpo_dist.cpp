@@ -1,6 +1,6 @@
 // Data-parallel GRPO on a tiny task: `unstuck launch --nproc 2 -- train` agrees with one process
-// on the same global batch and seed; a checkpoint of two ranks resumes bit-exactly in two and
-// within tolerance in one; Ctrl-C through the
+// on the same global batch and seed; a checkpoint of two ranks (a shard file each) resumes
+// bit-exactly in two, within tolerance in three and in one, and exports the run's model; Ctrl-C through the
 // launcher checkpoints every rank and exits 0; a rank killed mid-run makes the survivor exit
 // non-zero within a bounded time naming the dead rank, leaving the last checkpoint intact.
 #include <gtest/gtest.h>
@@ -17,11 +17,13 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/weight_bytes.h"
 #include "train/tiny_task.h"
 #include "unstuck/config/config.h"
 #include "unstuck/dist/launcher.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/grpo.h"
+#include "unstuck/train/model_export.h"
 
 extern char** environ;
 
@@ -29,6 +31,8 @@ namespace unstuck::train {
 namespace {
 
 namespace fs = std::filesystem;
+
+using unstuck::testing::weight_bytes;
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p);
@@ -152,8 +156,17 @@ TEST_F(GrpoDistTest, WorldSizeTwoAgreesWithWorldSizeOne) {
   EXPECT_TRUE(torch::equal(load_checkpoint(latest_checkpoint(dir_ / "runs" / "ws2_resumed" / "checkpoints")).master,
                            s2.master));
 
-  // The checkpoint holds the full, unsharded state: the world-size-2 checkpoint of step 2 resumes
-  // in one process and continues like the world-size-1 run.
+  // Each rank wrote its own shard of the state; exported from them, the model is the one the run
+  // ended with (rank 0's final_model, from the gathered compute weights), bit for bit.
+  const fs::path last2 = latest_checkpoint(dir_ / "runs" / "ws2" / "checkpoints");
+  EXPECT_TRUE(fs::exists(last2 / "state-00000-of-00002.safetensors"));
+  EXPECT_TRUE(fs::exists(last2 / "state-00001-of-00002.safetensors"));
+  EXPECT_FALSE(fs::exists(last2 / "state.safetensors"));
+  EXPECT_EQ(export_run(dir_ / "runs" / "ws2", dir_ / "ws2_export", {}), io::DType::f32);
+  EXPECT_EQ(weight_bytes(dir_ / "ws2_export"), weight_bytes(dir_ / "runs" / "ws2" / "final_model"));
+
+  // The world-size-2 checkpoint of step 2 resumes in one process and continues like the
+  // world-size-1 run.
   RunConfig resumed = grpo_config("ws2_then_ws1");
   const GrpoResult r = run_grpo(resumed, dir_ / "runs" / "ws2" / "checkpoints" / "step_00000002");
   const auto mr = read_metrics(r.run_dir);
@@ -162,6 +175,36 @@ TEST_F(GrpoDistTest, WorldSizeTwoAgreesWithWorldSizeOne) {
   EXPECT_LT(
       (load_checkpoint(latest_checkpoint(r.run_dir / "checkpoints")).master - s1.master).abs().max().item<double>(),
       1e-6);
+}
+
+// Per-rank checkpoints reshard on resume: with 12 prompts a step (whole groups for 1, 2 or 3 ranks
+// and two minibatches), three ranks resume the two ranks' checkpoint of step 2 (each reads its own
+// range across both files) and continue as two did: the same rollouts, the master within 1e-6
+// after two more steps (gradients summed in another order); the three ranks write their shards.
+TEST_F(GrpoDistTest, TwoRanksCheckpointResumesAtThree) {
+  RunConfig c = grpo_config("reshard_ws2");
+  c.grpo.prompts_per_step = 12;
+  ASSERT_EQ(launch_two(c), 0) << read_text(dir_ / "reshard_ws2.out");
+  const auto m2 = read_metrics(dir_ / "runs" / "reshard_ws2");
+  ASSERT_EQ(m2.size(), 4u);
+  const TrainerState s2 = load_checkpoint(latest_checkpoint(dir_ / "runs" / "reshard_ws2" / "checkpoints"));
+  fs::copy(dir_ / "runs" / "reshard_ws2", dir_ / "runs" / "ws2_then_ws3", fs::copy_options::recursive);
+  fs::remove_all(dir_ / "runs" / "ws2_then_ws3" / "checkpoints" / "step_00000004");
+  const std::string three_cmd = std::string(UNSTUCK_BINARY) + " launch --nproc 3 -- train --resume " +
+                                (dir_ / "runs" / "ws2_then_ws3").string() + " run.name=ws2_then_ws3 > " +
+                                (dir_ / "ws2_then_ws3.out").string() + " 2>&1";
+  ASSERT_EQ(std::system(three_cmd.c_str()), 0) << read_text(dir_ / "ws2_then_ws3.out");
+  const auto m3 = read_metrics(dir_ / "runs" / "ws2_then_ws3");
+  ASSERT_EQ(m3.size(), 4u);
+  for (std::size_t i = 2; i < 4; ++i) EXPECT_EQ(m3[i]["reward_mean"], m2[i]["reward_mean"]) << "step " << i + 1;
+  const fs::path last3 = latest_checkpoint(dir_ / "runs" / "ws2_then_ws3" / "checkpoints");
+  const TrainerState s3 = load_checkpoint(last3);
+  EXPECT_GE(s3.shards.size(), 2u);  // (a rank owning none of the tiny model's elements writes no file)
+  for (const StateShard& sh : s3.shards)
+    EXPECT_NE(sh.file.filename().string().find("-of-00003.safetensors"), std::string::npos) << sh.file;
+  const double diff = (s3.master - s2.master).abs().max().item<double>();
+  std::cout << "max |master(2 ranks) - master(2 then 3 ranks)| after 4 steps: " << diff << "\n";
+  EXPECT_LT(diff, 1e-6);
 }
 
 // The variants whose statistics span the whole batch agree between one process and two: REINFORCE++'s

@@ -13,7 +13,6 @@
 
 #include "unstuck/common/error.h"
 #include "unstuck/io/json_file.h"
-#include "unstuck/io/safetensors_dir.h"
 #include "unstuck/model/llama.h"
 #include "unstuck/model/lora.h"
 #include "unstuck/model/model_io.h"
@@ -21,6 +20,7 @@
 #include "unstuck/train/grpo.h"
 #include "unstuck/train/model_export.h"
 #include "unstuck/train/policy_dir.h"
+#include "common/weight_bytes.h"
 #include "train/tiny_task.h"
 
 namespace unstuck::train {
@@ -28,17 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Raw bytes of every tensor of a model directory, by name.
-std::map<std::string, std::vector<uint8_t>> weight_bytes(const fs::path& dir) {
-  const io::SafetensorsDir w(dir);
-  std::map<std::string, std::vector<uint8_t>> out;
-  for (const std::string& name : w.names()) {
-    const io::TensorView* t = w.find(name);
-    const auto* p = static_cast<const uint8_t*>(t->data);
-    out[name].assign(p, p + t->nbytes);
-  }
-  return out;
-}
+using unstuck::testing::weight_bytes;
 
 TEST(ModelExport, FinalModelAndExportHoldTheRunsComputeWeights) {
   const fs::path dir = fs::temp_directory_path() / ("unstuck_export_" + std::to_string(::getpid()));

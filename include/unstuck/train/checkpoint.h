@@ -1,7 +1,8 @@
 // GRPO checkpoints: everything a run needs to continue bit-exactly (FP32 master, AdamW moments,
 // loss-scaler state, optimizer and rollout step, every random stream's position, the data-order
 // cursor). Written atomically (temporary directory, fsync, rename) with a manifest of checksums
-// written last; a truncated or altered file is detected on load and named.
+// written last; a truncated or altered file is detected on load and named. With several ranks each
+// writes its own shard of the FP32 state (no rank gathers the whole), and any world size resumes.
 #pragma once
 
 #include <torch/types.h>
@@ -12,23 +13,33 @@
 #include <string_view>
 #include <vector>
 
+#include "unstuck/dist/communicator.h"
 #include "unstuck/precision/loss_scaler.h"
 
 namespace unstuck::train {
+
+// One state file of a checkpoint: elements [begin, begin + elements) of each FP32 buffer.
+struct StateShard {
+  std::filesystem::path file;
+  int64_t begin = 0, elements = 0;
+};
 
 struct TrainerState {
   int64_t step = 0;             // rollout batches completed
   int64_t optimizer_steps = 0;  // AdamW steps applied (keys the stochastic rounding)
   int64_t skipped_steps = 0;
   precision::LossScalerState scaler;
-  std::string data_rng;                       // std::mt19937_64 state (its stream text)
-  std::vector<int64_t> order;                 // current epoch's record order
-  int64_t cursor = 0;                         // next position in `order`
-  std::vector<uint8_t> sampling_rng;          // libtorch CPU generator state
-  torch::Tensor master, exp_avg, exp_avg_sq;  // FP32 flat buffers (undefined when loaded deferred)
-  int64_t elements = 0;                       // elements of each buffer
-  std::filesystem::path state_file;           // where a loaded checkpoint's buffers are (state.safetensors)
-  std::string config_yaml;                    // the resolved run config (seeds included)
+  std::string data_rng;               // std::mt19937_64 state (its stream text)
+  std::vector<int64_t> order;         // current epoch's record order
+  int64_t cursor = 0;                 // next position in `order`
+  std::vector<uint8_t> sampling_rng;  // libtorch CPU generator state
+  // FP32 flat buffers: to save, this rank's elements [shard_begin, shard_begin + numel) of the
+  // whole; loaded, the whole (undefined when loaded deferred).
+  torch::Tensor master, exp_avg, exp_avg_sq;
+  int64_t shard_begin = 0;
+  int64_t elements = 0;            // elements of each whole buffer (the model's, or its adapters')
+  std::vector<StateShard> shards;  // where a loaded checkpoint's buffers are, in element order
+  std::string config_yaml;         // the resolved run config (seeds included)
   // precision.compute as the run resolved it (native or fp32; precision.compute: auto is kept by
   // this); empty in checkpoints written before it was recorded.
   std::string compute;
@@ -50,9 +61,13 @@ std::string checkpoint_file_checksum(const std::filesystem::path& file, uint64_t
 enum class CheckpointBuffers { load, defer };
 
 // Writes <checkpoints_dir>/step_<step>/ atomically and keeps the newest `keep` checkpoints.
-// Throws UserError (and leaves earlier checkpoints untouched) when the state is not finite.
-std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const TrainerState& state,
-                                      int keep);
+// With `comm` of world size W > 1 every rank calls it with its own shard of the buffers (contiguous,
+// in rank order): each writes state-<rank>-of-<W>.safetensors in parallel (a rank that owns no
+// element writes none), then rank 0 the rest, the manifest and the rename; the directory must be on
+// a file system every rank sees. Throws UserError on every rank (and leaves earlier checkpoints
+// untouched) when the state is not finite or a write fails on any rank.
+std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const TrainerState& state, int keep,
+                                      dist::Communicator* comm = nullptr);
 
 // Loads a checkpoint directory after verifying every file against its manifest, then the contents
 // (exactly the three F32 buffers, their shape and element count, finite values, counters in
@@ -64,8 +79,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
 TrainerState load_checkpoint(const std::filesystem::path& dir, CheckpointBuffers buffers = CheckpointBuffers::load);
 
 // Elements [begin, begin + n) of buffer `name` ("master", "exp_avg", "exp_avg_sq") of a loaded
-// checkpoint, read from its state file into out[0, n). Throws UserError naming the file when it
-// can no longer be read as it was validated.
+// checkpoint, read from its state files (whatever world size wrote them) into out[0, n). Throws UserError naming the
+// file when it can no longer be read as it was validated.
 void read_checkpoint_buffer(const TrainerState& state, const std::string& name, int64_t begin, int64_t n, float* out);
 
 // Throws UserError when a loaded checkpoint does not fit this run: `flat_params` elements of the

@@ -29,7 +29,8 @@ struct GrpoResult {
 // `resume`: empty for a fresh run; else a checkpoint directory (.../checkpoints/step_N) or a run
 // directory (its newest checkpoint) to continue from, bit-exactly on CPU. `comm` (optional): the
 // data-parallel ranks of the run (docs/DISTRIBUTED.md); each rolls out its share of the prompts,
-// the optimizer state is sharded across them, and rank 0 writes metrics and checkpoints.
+// the optimizer state is sharded across them, rank 0 writes metrics, and each rank its shard of the
+// checkpoints.
 GrpoResult run_grpo(RunConfig config, const std::filesystem::path& resume = {}, dist::Communicator* comm = nullptr);
 
 // For a process that ends with its run (`unstuck train`): after a failed run the SIGINT/SIGTERM stop

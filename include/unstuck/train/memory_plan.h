@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,8 @@ struct MemoryPlanInputs {
   // the code verifier's sandboxes, or the terms'), and their resident memory measured then.
   int64_t reward_workers = 0;
   double reward_worker_bytes = 0;
+  // The ranks sharing the optimizer state and the batch; 0: WORLD_SIZE from the environment.
+  int64_t world_size = 0;
 };
 
 // A run's memory per rank: what it holds all along plus, at each moment, the parts of one phase.
@@ -104,7 +107,25 @@ MemoryLimit gpu_memory_limit(int device);
 // large parts, and the whole breakdown (memory_report), e.g. "train: planned peak 32.0 GiB (update)
 // exceeds this machine's 24.0 GiB; largest part: activations ..., 29.8 GiB, sized by ... (raise
 // grpo.minibatches ...)".
-void check_memory(const MemoryPlan& plan, const MemoryLimit& limit);
+// `knobs` (memory_knobs()) is called only when the plan does not fit; what it returns is listed in
+// the error, each change with the peak it would give.
+struct KnobPlan;
+void check_memory(const MemoryPlan& plan, const MemoryLimit& limit,
+                  const std::function<std::vector<KnobPlan>()>& knobs = {});
+
+// One change to a run's config and the plan it would have.
+struct KnobPlan {
+  std::string change;          // e.g. "lora.rank=16", "WORLD_SIZE=16 (ranks on more machines)"
+  double peak = 0;             // per rank, as MemoryPlan::peak()
+  double host = 0;             // precision.offload: optimizer: the host memory it adds
+  bool more_machines = false;  // needs more ranks than this machine runs
+};
+// The changes that lower a run's memory, each applied alone to a copy of `config` that still
+// validates and planned again with `in`: lora.rank (full-parameter runs), precision.offload:
+// optimizer (a GPU, 16-bit modes, one rank), model.activation_checkpointing, twice the
+// grpo.minibatches (when the prompts still split into whole groups), half the
+// grpo.logprob_chunk_tokens, and 2x / 8x the ranks; then every single-machine change at once.
+std::vector<KnobPlan> memory_knobs(const RunConfig& config, const std::string& command, const MemoryPlanInputs& in);
 
 // The limit of a resolved device (the GPU's free memory; on the CPU the machine's available memory,
 // or the cgroup limit's free part when smaller).
