@@ -334,7 +334,7 @@ const TensorView* MappedSafetensors::find(std::string_view name) const {
 }
 
 void write_safetensors(const fs::path& path, std::vector<TensorView> tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata, const TensorFill& fill) {
   const std::string prefix = "cannot write safetensors file '" + path.string() + "': ";
   std::sort(tensors.begin(), tensors.end(), [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
   json header = json::object();
@@ -351,7 +351,7 @@ void write_safetensors(const fs::path& path, std::vector<TensorView> tensors,
     bool valid_shape = true;
     for (int64_t d : t.shape) valid_shape = valid_shape && d >= 0;
     const uint64_t needed = valid_shape ? static_cast<uint64_t>(numel(t.shape)) * dtype_size(t.dtype) : 0;
-    if (!valid_shape || needed != t.nbytes || (t.nbytes > 0 && t.data == nullptr)) {
+    if (!valid_shape || needed != t.nbytes || (t.nbytes > 0 && t.data == nullptr && !fill)) {
       throw UserError(prefix + "tensor '" + t.name + "' has shape " + shape_text(t.shape) + " of " +
                       dtype_name(t.dtype) + " but " + std::to_string(t.nbytes) + " bytes of data");
     }
@@ -376,7 +376,20 @@ void write_safetensors(const fs::path& path, std::vector<TensorView> tensors,
   AtomicFileWriter file(path);
   file.write(length_field, kLengthBytes);
   file.write(header_text);
-  for (const TensorView& t : tensors) file.write(t.data, t.nbytes);
+  std::vector<char> block;
+  for (const TensorView& t : tensors) {
+    if (t.data || t.nbytes == 0) {
+      file.write(t.data, t.nbytes);
+      continue;
+    }
+    constexpr std::size_t kFillBlock = std::size_t(64) << 20;  // a multiple of every element size
+    block.resize(std::min(kFillBlock, t.nbytes));
+    for (std::size_t at = 0; at < t.nbytes; at += block.size()) {
+      const std::size_t n = std::min(block.size(), t.nbytes - at);
+      fill(t, at, n, block.data());
+      file.write(block.data(), n);
+    }
+  }
   file.commit();
 }
 

@@ -89,7 +89,7 @@ std::vector<std::string> SafetensorsDir::names() const {
 }
 
 void write_safetensors_dir(const fs::path& dir, std::vector<TensorView> tensors, uint64_t max_shard_bytes,
-                           const std::map<std::string, std::string>& metadata) {
+                           const std::map<std::string, std::string>& metadata, const TensorFill& fill) {
   fs::create_directories(dir);
   std::sort(tensors.begin(), tensors.end(), [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
   uint64_t total = 0;
@@ -102,7 +102,7 @@ void write_safetensors_dir(const fs::path& dir, std::vector<TensorView> tensors,
   }
   for (const fs::path& p : stale) fs::remove(p);
   if (max_shard_bytes == 0 || total <= max_shard_bytes) {
-    write_safetensors(dir / kWeightsFile, tensors, metadata);
+    write_safetensors(dir / kWeightsFile, tensors, metadata, fill);
     return;
   }
   std::vector<std::vector<TensorView>> shards(1);
@@ -118,7 +118,7 @@ void write_safetensors_dir(const fs::path& dir, std::vector<TensorView> tensors,
   json weight_map = json::object();
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const std::string name = shard_name(i + 1, shards.size());
-    write_safetensors(dir / name, shards[i], metadata);
+    write_safetensors(dir / name, shards[i], metadata, fill);
     for (const TensorView& t : shards[i]) weight_map[t.name] = name;
   }
   write_json_file(dir / kWeightsIndexFile, {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});

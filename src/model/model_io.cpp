@@ -179,4 +179,21 @@ void save_pretrained(const std::filesystem::path& dir, const ModelConfig& config
   io::write_json_file(dir / "config.json", hf_config_json(config, tokens, hf_dtype_name(dtype)));
 }
 
+void save_pretrained(const std::filesystem::path& dir, const ModelConfig& config, const FlatFill& fill, io::DType dtype,
+                     const SpecialTokens& tokens, uint64_t max_shard_bytes) {
+  const ParamLayout layout = llama_layout(config);
+  const std::size_t elem = io::dtype_size(dtype);
+  std::vector<io::TensorView> views;
+  std::map<std::string, int64_t> offsets;
+  for (const ParamEntry& e : layout.entries) {
+    views.push_back({e.name, dtype, e.shape, nullptr, std::size_t(e.numel) * elem});
+    offsets[e.name] = e.offset;
+  }
+  const io::TensorFill bytes = [&](const io::TensorView& t, std::size_t at, std::size_t n, void* out) {
+    fill(offsets.at(t.name) + int64_t(at / elem), int64_t(n / elem), out);
+  };
+  io::write_safetensors_dir(dir, std::move(views), max_shard_bytes, {{"format", "pt"}}, bytes);
+  io::write_json_file(dir / "config.json", hf_config_json(config, tokens, hf_dtype_name(dtype)));
+}
+
 }  // namespace unstuck::model

@@ -129,22 +129,12 @@ void write_final_model(const fs::path& run_dir, const RunConfig& config, const t
   write_model_dir(run_dir / "final_model", config, compute, model::io_dtype(compute.scalar_type()));
 }
 
-io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportOptions& opts) {
-  const fs::path ckpt = opts.step >= 0 ? checkpoint_of_step(run_dir / "checkpoints", opts.step)
-                                       : latest_checkpoint(run_dir / "checkpoints");
-  if (ckpt.empty() || !fs::exists(ckpt / "manifest.json"))
-    throw UserError("export: no checkpoint " +
-                    (opts.step >= 0 ? "for step " + std::to_string(opts.step) + " " : std::string()) + "in '" +
-                    (run_dir / "checkpoints").string() + "'");
-  const TrainerState st = load_checkpoint(ckpt, CheckpointBuffers::defer);
-  RunConfig config;
-  config::load_yaml_string(config::bind(config), st.config_yaml, (ckpt / kRunConfigFile).string());
-  validate(config);
-  // The compute weights of that step, regenerated a slice at a time exactly as the run did on resume
-  // (the forward's dtype, precision.compute, does not change them); or the FP32 master (--dtype
-  // fp32), or the master rounded to nearest into another dtype. Memory: the output and one slice.
-  const io::DType compute = model::io_dtype(compute_dtype(precision::round_mode_for(config.precision.mode)));
-  const io::DType dtype = opts.dtype.empty() ? compute : parse_export_dtype(opts.dtype, "--dtype");
+namespace {
+
+// Throws UserError when opts.format (and --dtype) cannot export this run: an unknown format, hf or
+// fp8 for LoRA, peft or merged without it, fp8 for a run off the FP8 grid or with another dtype.
+void check_export_format(const fs::path& run_dir, const RunConfig& config, const ExportOptions& opts, io::DType compute,
+                         io::DType dtype) {
   const bool fp8_coded = opts.format == "fp8", lora = config.lora.enabled();
   const bool peft = opts.format == "peft", merged = opts.format == "merged";
   if (!fp8_coded && !peft && !merged && opts.format != "hf")
@@ -164,10 +154,34 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
                     ", not fp8_rn or fp8_sr (its weights are not on an FP8 grid); use --format hf");
   if (fp8_coded && dtype != compute)
     throw UserError("export --format fp8 writes the run's FP8 compute weights; drop --dtype " + opts.dtype);
+}
+
+}  // namespace
+
+io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportOptions& opts) {
+  const fs::path ckpt = opts.step >= 0 ? checkpoint_of_step(run_dir / "checkpoints", opts.step)
+                                       : latest_checkpoint(run_dir / "checkpoints");
+  if (ckpt.empty() || !fs::exists(ckpt / "manifest.json"))
+    throw UserError("export: no checkpoint " +
+                    (opts.step >= 0 ? "for step " + std::to_string(opts.step) + " " : std::string()) + "in '" +
+                    (run_dir / "checkpoints").string() + "'");
+  const TrainerState st = load_checkpoint(ckpt, CheckpointBuffers::defer);
+  RunConfig config;
+  config::load_yaml_string(config::bind(config), st.config_yaml, (ckpt / kRunConfigFile).string());
+  validate(config);
+  // The compute weights of that step, regenerated a slice at a time exactly as the run did on resume
+  // (the forward's dtype, precision.compute, does not change them); or the FP32 master (--dtype
+  // fp32), or the master rounded to nearest into another dtype. Memory (--format hf): one slice and
+  // one 64 MiB block of the file being written, read across the checkpoint's shards; the other
+  // formats hold their output whole.
+  const io::DType compute = model::io_dtype(compute_dtype(precision::round_mode_for(config.precision.mode)));
+  const io::DType dtype = opts.dtype.empty() ? compute : parse_export_dtype(opts.dtype, "--dtype");
+  const bool fp8_coded = opts.format == "fp8", lora = config.lora.enabled();
+  const bool peft = opts.format == "peft", merged = opts.format == "merged";
+  check_export_format(run_dir, config, opts, compute, dtype);
   const uint64_t seed = derive_seeds(config.run.seed).rounding;
   // merged: the adapters' compute weights (what the run computed with) whatever the output dtype.
   const io::DType flat_dtype = merged ? compute : dtype;
-  torch::Tensor flat = torch::empty({st.elements}, model::torch_dtype(flat_dtype));
   // FP8 modes: the channel exponents of the checkpoint's master (one pass over it first).
   std::unique_ptr<Fp8Channels> fp8;
   if (dtype == compute && precision::is_fp8(config.precision.mode))
@@ -175,22 +189,35 @@ io::DType export_run(const fs::path& run_dir, const fs::path& out, const ExportO
         model::llama_layout(config.model).fp8_matrices(), model::llama_layout(config.model).total,
         [&](int64_t b, int64_t n, float* out) { read_checkpoint_buffer(st, "master", b, n, out); },
         config.precision.threads));
+  // Elements [b, b + n) of the weights to write, in flat_dtype, into `out`: read from the
+  // checkpoint's state files and rounded a slice at a time.
   constexpr int64_t kSlice = 1 << 22;
   torch::Tensor master = torch::empty({std::min(kSlice, st.elements)}, torch::kFloat32);
-  for (int64_t b = 0; b < st.elements; b += kSlice) {
-    const int64_t n = std::min(kSlice, st.elements - b);
-    if (flat_dtype == io::DType::f32) {  // the master (in fp32 mode also the compute weights)
-      read_checkpoint_buffer(st, "master", b, n, flat.data_ptr<float>() + b);
-      continue;
+  const std::size_t elem = io::dtype_size(flat_dtype);
+  const auto fill = [&](int64_t b, int64_t n, void* out) {
+    for (int64_t at = 0; at < n; at += kSlice) {
+      const int64_t m = std::min(kSlice, n - at);
+      char* dst = static_cast<char*>(out) + at * int64_t(elem);
+      if (flat_dtype == io::DType::f32) {  // the master (in fp32 mode also the compute weights)
+        read_checkpoint_buffer(st, "master", b + at, m, reinterpret_cast<float*>(dst));
+        continue;
+      }
+      read_checkpoint_buffer(st, "master", b + at, m, master.data_ptr<float>());
+      if (flat_dtype == compute)
+        materialize_compute_slice(config.precision, seed, master.data_ptr<float>(), b + at, m, dst, st.optimizer_steps,
+                                  fp8.get());
+      else
+        torch::from_blob(dst, {m}, model::torch_dtype(flat_dtype)).copy_(master.narrow(0, 0, m));
     }
-    read_checkpoint_buffer(st, "master", b, n, master.data_ptr<float>());
-    if (flat_dtype == compute)
-      materialize_compute_slice(config.precision, seed, master.data_ptr<float>(), b, n,
-                                static_cast<char*>(flat.data_ptr()) + b * flat.element_size(), st.optimizer_steps,
-                                fp8.get());
-    else
-      flat.narrow(0, b, n).copy_(master.narrow(0, 0, n));
+  };
+  if (!fp8_coded && !lora) {  // hf: streamed into the files, never whole in memory
+    const model::SpecialTokens tokens = base_tokens(config);
+    model::save_pretrained(out, config.model, model::FlatFill(fill), dtype, tokens, opts.shard_bytes);
+    write_model_extras(out, config, tokens);
+    return dtype;
   }
+  torch::Tensor flat = torch::empty({st.elements}, model::torch_dtype(flat_dtype));
+  fill(0, st.elements, flat.data_ptr());
   if (fp8_coded) {
     write_fp8_model_dir(out, config, flat, *fp8, opts.shard_bytes);
     return io::DType::f8_e4m3;

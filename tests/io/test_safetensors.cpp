@@ -153,6 +153,49 @@ TEST_F(SafetensorsTest, RoundTripsAllDtypesAndMetadata) {
       "has no tensor 'nope'");
 }
 
+// Tensors without data are filled block by block: the file equals the one written from whole
+// buffers, for a tensor of 80 MiB (a block of 64 MiB and the rest), beside small ones, and in
+// a sharded directory. Without a fill, a tensor without data is refused.
+TEST_F(SafetensorsTest, FilledTensorsAreWrittenAsTheWholeBuffersWould) {
+  std::vector<float> big(std::size_t(20) << 20);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = float(i % 65521) * 0.5f;
+  const std::vector<Tensor> small = sample_tensors();
+  std::vector<TensorView> whole{TensorView{"big", DType::f32, {int64_t(big.size())}, big.data(), big.size() * 4}};
+  for (const Tensor& t : small) whole.push_back(unstuck::io::view_of(t));
+  std::vector<TensorView> empty = whole;
+  for (TensorView& v : empty) v.data = nullptr;
+  std::vector<std::size_t> asked;  // the block sizes `fill` was asked for
+  const unstuck::io::TensorFill fill = [&](const TensorView& t, std::size_t at, std::size_t n, void* out) {
+    for (const TensorView& w : whole)
+      if (w.name == t.name) std::memcpy(out, static_cast<const char*>(w.data) + at, n);
+    if (t.name == "big") asked.push_back(n);
+  };
+  write_safetensors(path("whole.safetensors"), whole, {{"format", "pt"}});
+  write_safetensors(path("filled.safetensors"), empty, {{"format", "pt"}}, fill);
+  const auto bytes = [&](const std::string& f) {
+    std::ifstream in(path(f), std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_TRUE(bytes("whole.safetensors") == bytes("filled.safetensors"));
+  EXPECT_EQ(asked, (std::vector<std::size_t>{std::size_t(64) << 20, std::size_t(16) << 20}));
+  unstuck::io::write_safetensors_dir(path("whole_dir"), whole, 1 << 20);
+  unstuck::io::write_safetensors_dir(path("filled_dir"), empty, 1 << 20, {}, fill);
+  for (const auto& e : fs::directory_iterator(path("whole_dir"))) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(bytes("whole_dir/" + name) == bytes("filled_dir/" + name)) << name;
+  }
+  expect_error(
+      [&] {
+        try {
+          write_safetensors(path("nothing.safetensors"), empty);
+        } catch (const UserError& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      }(),
+      "tensor 'big' has shape");
+}
+
 TEST_F(SafetensorsTest, HeaderIsPaddedToEightBytesAndEmptyTensorsWork) {
   const float scalar = 3.0f;
   write_safetensors(path("s.safetensors"), {TensorView{"scalar", DType::f32, {}, &scalar, 4},

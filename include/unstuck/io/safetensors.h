@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -90,10 +91,16 @@ class MappedSafetensors {
   std::map<std::string, std::string> metadata_;
 };
 
+// Writes bytes [offset, offset + n) of tensor `t` into `out`: the data of a tensor written without
+// `data`, asked for a bounded block at a time (whole elements).
+using TensorFill = std::function<void(const TensorView& t, std::size_t offset, std::size_t n, void* out)>;
+
 // Writes `tensors` (sorted by name, data in that order, header padded with spaces to a multiple
 // of 8 bytes) and `metadata` to `path`, atomically: a failed write leaves an existing file intact.
-// Throws UserError for duplicate or empty names and byte counts that do not match the shape.
+// A tensor whose `data` is null gets its bytes from `fill`, 64 MiB at a time, so a file can be
+// written from data that never exists whole in memory. Throws UserError for duplicate or empty
+// names and byte counts that do not match the shape.
 void write_safetensors(const std::filesystem::path& path, std::vector<TensorView> tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {}, const TensorFill& fill = {});
 
 }  // namespace unstuck::io

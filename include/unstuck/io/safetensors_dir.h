@@ -40,9 +40,10 @@ class SafetensorsDir {
 // Writes `tensors` into dir: model.safetensors when their bytes fit in `max_shard_bytes` (0 = no
 // limit), else model-0000i-of-0000N.safetensors shards of at most that size (a larger tensor gets
 // a shard of its own) plus model.safetensors.index.json. Weight files of the other form already in
-// dir are removed so the directory is unambiguous.
+// dir are removed so the directory is unambiguous. Tensors without `data` are filled by `fill`, a
+// bounded block at a time (write_safetensors).
 void write_safetensors_dir(const std::filesystem::path& dir, std::vector<TensorView> tensors, uint64_t max_shard_bytes,
-                           const std::map<std::string, std::string>& metadata = {});
+                           const std::map<std::string, std::string>& metadata = {}, const TensorFill& fill = {});
 
 // "2GB", "500MB", "1.5GiB", "1000" (bytes) -> bytes; throws UserError naming `what` otherwise.
 uint64_t parse_byte_size(const std::string& text, const std::string& what);

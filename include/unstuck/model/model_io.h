@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ LoadedModel load_pretrained(const std::filesystem::path& dir, const HfConfig& hf
 // weights (with model.safetensors.index.json) when they exceed it. Each file is written atomically.
 void save_pretrained(const std::filesystem::path& dir, const ModelConfig& config, const torch::Tensor& flat,
                      io::DType dtype, const SpecialTokens& tokens, uint64_t max_shard_bytes = 0);
+// The same from `fill(begin, n, out)`, which writes elements [begin, begin + n) of the flat buffer
+// in `dtype` into out: asked a bounded block at a time, so the weights never exist whole in memory.
+using FlatFill = std::function<void(int64_t begin, int64_t n, void* out)>;
+void save_pretrained(const std::filesystem::path& dir, const ModelConfig& config, const FlatFill& fill, io::DType dtype,
+                     const SpecialTokens& tokens, uint64_t max_shard_bytes = 0);
 
 // Ranges of a model directory's weights as the flat FP32 buffer of load_pretrained(), read from the
 // files again when they are needed (pread: the bytes go through the page cache, never into this

@@ -49,6 +49,8 @@ void write_final_model(const std::filesystem::path& run_dir, const RunConfig& co
 // into the compute dtype, as the run computed with it) and the adapters' compute weights, rounded
 // to nearest into opts.dtype (default: the compute dtype). hf and fp8 are refused for LoRA runs,
 // peft and merged for the others.
+// --format hf streams: the weights are read from the checkpoint's state files (one per rank that
+// wrote them) and written a bounded block at a time, never whole in memory.
 // Returns the dtype written.
 io::DType export_run(const std::filesystem::path& run_dir, const std::filesystem::path& out, const ExportOptions& opts);
 
