@@ -101,6 +101,9 @@ REPORTS = [
     # precision.compute: auto's probe per model shape (docs/PRECISION.md).
     dict(name="bench-compute", doc="docs/PRECISION.md", indent=2, data=["docs/results/bench-compute/probe.json"],
          command=["scripts/bench_compute.py", "--table", "docs/results/bench-compute/probe.json"]),
+    # The memory plan per rank at real shapes and world sizes (docs/DISTRIBUTED.md, issue 49).
+    dict(name="plan-per-rank", doc="docs/DISTRIBUTED.md", data=["docs/results/plan-per-rank/plan.json"],
+         command=["scripts/plan_table.py", "--table", "docs/results/plan-per-rank/plan.json"]),
     # The reward path's throughput (docs/TASKS.md): bench reward's own benchmarks and whole reward score commands.
     dict(name="bench-reward-embedded", doc="docs/TASKS.md", data=["docs/results/bench-reward/reward.json"],
          command=["scripts/bench_reward.py", "--table", "docs/results/bench-reward/reward.json", "--part", "embedded"]),

@@ -1,9 +1,13 @@
 // `unstuck config`: resolve a run config (defaults < file < overrides), validate it and print it,
-// or print the reference of every key with its type, default and doc.
+// check a run's plan, plan a run's memory per rank for a model shape and world sizes, or print the
+// reference of every key with its type, default and doc.
 #include <CLI/CLI.hpp>
 #include <yaml-cpp/yaml.h>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +15,9 @@
 #include "unstuck/common/error.h"
 #include "unstuck/config/run_config.h"
 #include "unstuck/dist/communicator.h"
+#include "unstuck/io/safetensors_dir.h"
+#include "unstuck/model/hf_config.h"
+#include "unstuck/train/memory_plan.h"
 #include "unstuck/train/run_plan.h"
 
 namespace unstuck::cli {
@@ -88,6 +95,84 @@ void add_check(CLI::App& config) {
   });
 }
 
+// One world size's plan, as `config plan` prints and writes it.
+nlohmann::json plan_row(const RunConfig& cfg, int64_t world, int64_t prompt_tokens, double gpu_bytes) {
+  train::MemoryPlanInputs in;
+  in.gpu = true;
+  in.world_size = world;
+  in.longest_prompt = prompt_tokens;
+  const train::MemoryPlan p = train::plan_memory(cfg, "train", in);
+  nlohmann::json phases = nlohmann::json::object();
+  for (const std::string& ph : p.phases()) phases[ph] = p.phase_peak(ph);
+  return {{"world_size", world},          {"peak_bytes", p.peak()},     {"peak_phase", p.peak_phase()},
+          {"held_bytes", p.held()},       {"phase_peak_bytes", phases}, {"host_bytes", p.host_bytes()},
+          {"fits", p.peak() <= gpu_bytes}};
+}
+
+// `unstuck config plan`: the memory plan per rank of a GRPO run for a model's shape (its
+// config.json; no weights, data or devices are read) at several world sizes on GPUs of a given
+// memory: the held state, every phase's peak, and whether it fits.
+void add_plan(CLI::App& config) {
+  struct Args {
+    std::string file, model, gpu_memory = "80GB";
+    std::string worlds = "1";
+    int64_t prompt_tokens = -1;
+    bool json = false;
+    std::vector<std::string> overrides;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* plan = config.add_subcommand(
+      "plan",
+      "The memory plan per rank of a GRPO run (`train`) for a model's config.json at several world sizes on "
+      "GPUs: what each rank holds, the peak of every phase, and whether it fits; reads no weights or data");
+  plan->add_option("--config", a->file, "run config YAML (its grpo, rollout, precision, lora keys)")->required();
+  plan->add_option("--model", a->model, "a model directory or its config.json (the shape; weights not needed)")
+      ->required();
+  plan->add_option("--world-size", a->worlds, "ranks (GPUs), comma-separated, e.g. 1,8,16,64 (default 1)");
+  plan->add_option("--gpu-memory", a->gpu_memory, "each GPU's memory, e.g. 80GB (10^9 bytes) or 141GB");
+  plan->add_option("--prompt-tokens", a->prompt_tokens,
+                   "the longest prompt in tokens (default: model.max_seq_len - rollout.max_new_tokens)");
+  plan->add_flag("--json", a->json, "print one JSON object");
+  plan->add_option("overrides", a->overrides, "key=value overrides, e.g. precision.mode=bf16_sr");
+  plan->callback([a] {
+    RunConfig cfg = load_run_config(a->file, a->overrides);
+    const std::filesystem::path file = std::filesystem::is_directory(a->model)
+                                           ? std::filesystem::path(a->model) / "config.json"
+                                           : std::filesystem::path(a->model);
+    const model::HfConfig hf = model::read_hf_config(file);
+    const bool activation_checkpointing = cfg.model.activation_checkpointing;
+    cfg.model = hf.model;
+    cfg.model.activation_checkpointing = activation_checkpointing;
+    train::check_limits(cfg);
+    const double gpu = double(io::parse_byte_size(a->gpu_memory, "--gpu-memory"));
+    nlohmann::json rows = nlohmann::json::array();
+    std::stringstream list(a->worlds);
+    for (std::string item; std::getline(list, item, ',');) {
+      std::size_t used = 0;
+      long long w = 0;
+      try {
+        w = std::stoll(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != item.size() || w < 1)
+        throw UserError("config plan: --world-size takes counts of at least 1 separated by commas, got '" + a->worlds +
+                        "'");
+      rows.push_back(plan_row(cfg, int64_t(w), a->prompt_tokens, gpu));
+    }
+    if (a->json) {
+      std::cout << nlohmann::json{{"model", file.string()}, {"gpu_bytes", gpu}, {"plans", rows}}.dump() << "\n";
+      return;
+    }
+    std::cout << "per-rank memory plan of `train` for " << file.string() << " (GPUs of " << a->gpu_memory << ")\n";
+    for (const nlohmann::json& r : rows)
+      std::cout << "  world size " << r["world_size"].get<int64_t>() << ": peak "
+                << train::format_bytes(r["peak_bytes"]) << " (" << r["peak_phase"].get<std::string>() << "), held "
+                << train::format_bytes(r["held_bytes"]) << (r["fits"].get<bool>() ? ", fits" : ", does not fit")
+                << "\n";
+  });
+}
+
 void add_docs(CLI::App& config) {
   auto markdown = std::make_shared<bool>(false);
   CLI::App* docs = config.add_subcommand("docs", "List every config key with its type, default and description");
@@ -104,6 +189,7 @@ void add_config_command(CLI::App& app) {
       "reference of every key");
   add_show(*config);
   add_check(*config);
+  add_plan(*config);
   add_docs(*config);
   // Bare `unstuck config` prints this command's help (CLI11 runs sub-command callbacks first).
   config->callback([config] {

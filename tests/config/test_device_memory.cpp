@@ -6,13 +6,21 @@
 
 #include <iostream>
 
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <unistd.h>
 
 #include "unstuck/common/cuda_info.h"
 #include "unstuck/common/error.h"
 #include "unstuck/config/device.h"
+#include "unstuck/config/run_config.h"
+#include "unstuck/model/hf_config.h"
 #include "unstuck/train/memory_plan.h"
 
 namespace unstuck::train {
@@ -215,6 +223,59 @@ TEST(TrainMemory, ARefusalListsThePeakEachChangeWouldGive) {
     EXPECT_NE(k.change, "precision.offload=optimizer");
     EXPECT_NE(k.change, "WORLD_SIZE=8 (ranks on more machines)");
   }
+}
+
+// `unstuck config plan`: a model's config.json (no weights) at several world sizes on GPUs: each
+// row is the plan of the run config with that model shape at that world size (the same numbers as
+// plan_memory in-process), its peak against --gpu-memory; a bad --world-size is named.
+TEST(TrainMemory, ConfigPlanPrintsThePlanPerRankForAModelShape) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("unstuck_config_plan_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  RunConfig shape = big_vocab_run();
+  shape.model.family = model::Family::qwen2;
+  shape.model.qkv_bias = true;
+  shape.model.tie_embeddings = true;
+  std::ofstream(dir / "config.json") << model::hf_config_json(shape.model, {}, "bfloat16").dump();
+  const std::string config = std::string(UNSTUCK_SOURCE_DIR) + "/configs/grpo/countdown.yaml";
+  const auto run = [&](const std::string& args, int* code) {
+    const std::string cmd = std::string(UNSTUCK_BINARY) + " config plan --config " + config + " --model " +
+                            dir.string() + " " + args + " > " + (dir / "out.txt").string() + " 2>&1";
+    *code = WEXITSTATUS(std::system(cmd.c_str()));
+    std::ifstream in(dir / "out.txt");
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  int code = -1;
+  const std::string out =
+      run("--world-size 1,4 --gpu-memory 20GB --prompt-tokens 100 --json precision.mode=bf16_sr", &code);
+  ASSERT_EQ(code, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  RunConfig c = load_run_config(config, {"precision.mode=bf16_sr"});
+  const bool checkpointing = c.model.activation_checkpointing;
+  c.model = model::read_hf_config(dir / "config.json").model;
+  c.model.activation_checkpointing = checkpointing;
+  ASSERT_EQ(j["plans"].size(), 2u);
+  for (const nlohmann::json& row : j["plans"]) {
+    MemoryPlanInputs in;
+    in.gpu = true;
+    in.longest_prompt = 100;
+    in.world_size = row["world_size"].get<int64_t>();
+    const MemoryPlan p = plan_memory(c, "train", in);
+    EXPECT_DOUBLE_EQ(row["peak_bytes"].get<double>(), p.peak()) << row;
+    EXPECT_DOUBLE_EQ(row["held_bytes"].get<double>(), p.held()) << row;
+    EXPECT_EQ(row["peak_phase"], p.peak_phase()) << row;
+    EXPECT_EQ(row["fits"].get<bool>(), p.peak() <= 20e9) << row;
+  }
+  EXPECT_LT(j["plans"][1]["held_bytes"].get<double>(), j["plans"][0]["held_bytes"].get<double>());  // sharded
+  const std::string text = run("--world-size 2 --gpu-memory 1GB", &code);
+  EXPECT_EQ(code, 0) << text;
+  EXPECT_TRUE(has(text, "world size 2: peak ") && has(text, "does not fit")) << text;
+  const std::string bad = run("--world-size 1,0", &code);
+  EXPECT_EQ(code, 2) << bad;
+  EXPECT_TRUE(has(bad, "--world-size takes counts of at least 1 separated by commas, got '1,0'")) << bad;
+  std::filesystem::remove_all(dir);
 }
 
 // A real model's context (Qwen2.5: 32768 positions) is far longer than its GRPO rows: the estimate
