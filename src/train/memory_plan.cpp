@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <tuple>
 #include <utility>
 
@@ -233,22 +234,23 @@ void load_parts(const RunConfig& c, const MemoryPlanInputs& in, const TrainShape
   const model::ModelConfig& m = c.model;
   const AdaptedShapes adapted = adapted_shapes(c);
   const double svd_out = adapted.svd_out, svd_in = adapted.svd_in;
-  // Loading the base model: its files mapped while the FP32 buffer fills (before anything else).
-  // Offloaded, the loaded buffer is the host master (held above) and the files are read on the host.
-  if (!s.offload)
-    parts.push_back({"FP32 weights being loaded", model_keys(m), s.P * 4, "", "load"});  // the whole model, LoRA too
+  // Loading the base model: its files mapped while the FP32 buffer fills (before anything else),
+  // both in host memory: on a GPU the trainer moves the buffer to the device after the load.
+  // Offloaded, the loaded buffer is the host master (held above).
+  if (!s.offload)  // the whole model, LoRA too
+    parts.push_back({"FP32 weights being loaded", model_keys(m), s.P * 4, "", "load", in.gpu});
   parts.push_back({"base model files, mapped while converted", "the weight files of grpo.base_model",
-                   in.weight_file_bytes > 0 ? in.weight_file_bytes : s.P * 4, "", "load", s.offload});
+                   in.weight_file_bytes > 0 ? in.weight_file_bytes : s.P * 4, "", "load", s.offload || in.gpu});
   if (s.pissa &&
       c.lora.pissa_niter == 0) {  // one matrix at a time: LAPACK's copy of it, U, S, V^T, its workspace (about 5 k^2)
     const double k = std::min(svd_out, svd_in);
     parts.push_back({"PiSSA: the SVD of the largest adapted matrix", model_keys(m),
                      (svd_out * svd_in + svd_out * k + k * svd_in + 5 * k * k) * 4,
-                     "lora.pissa_niter > 0 (a randomized SVD)", "load"});
+                     "lora.pissa_niter > 0 (a randomized SVD)", "load", in.gpu});
   } else if (s.pissa) {  // one matrix at a time: the (in, r) and (out, r) bases, Q^T W (r, in) and its SVD
     const double r = double(c.lora.rank);
     parts.push_back({"PiSSA: the randomized SVD of the largest adapted matrix", model_keys(m) + ", lora.rank",
-                     (4 * (svd_out + svd_in) * r + 2 * r * svd_in) * 4, "", "load"});
+                     (4 * (svd_out + svd_in) * r + 2 * r * svd_in) * 4, "", "load", in.gpu});
   }
 }
 
@@ -369,10 +371,13 @@ double MemoryPlan::phase_bytes(const std::string& phase) const {
 }
 
 double MemoryPlan::host_bytes() const {
-  double t = 0;
+  double held = 0;
+  std::map<std::string, double> phase;
   for (const MemoryPart& p : parts)
-    if (!on_device(p)) t += p.bytes;
-  return t;
+    if (!on_device(p)) (p.phase.empty() ? held : phase[p.phase]) += p.bytes;
+  double peak = 0;
+  for (const auto& [name, bytes] : phase) peak = std::max(peak, bytes);
+  return held + peak;
 }
 
 double MemoryPlan::other_process_bytes() const {
@@ -464,7 +469,7 @@ std::string memory_report(const MemoryPlan& plan) {
       if (p.phase == ph && plan.on_device(p)) out += "\n    " + format_bytes(p.bytes) + "  " + p.what;
   }
   if (plan.host_bytes() > 0) {
-    out += "\n  host memory (precision.offload): " + format_bytes(plan.host_bytes());
+    out += "\n  host memory (a GPU run's load; precision.offload's state): peak " + format_bytes(plan.host_bytes());
     for (const MemoryPart& p : plan.parts)
       if (!plan.on_device(p)) out += "\n    " + format_bytes(p.bytes) + "  " + p.what;
   }
@@ -538,12 +543,14 @@ std::string knob_lines(const std::vector<KnobPlan>& knobs, const MemoryLimit& li
 
 void check_memory(const MemoryPlan& plan, const MemoryLimit& limit,
                   const std::function<std::vector<KnobPlan>()>& knobs) {
-  if (plan.host_bytes() > 0) {  // the offloaded optimizer state against this machine's memory
+  if (plan.host_bytes() > 0) {  // a GPU run's load and offloaded state against this machine's memory
     const MemoryLimit host = host_memory_limit(available_memory_bytes());
     if (host.bytes > 0 && plan.host_bytes() * double(host.ranks) > host.bytes)
-      throw UserError(plan.command + ": the host memory of precision.offload: optimizer, " +
+      throw UserError(plan.command + ": the host memory of this GPU run, " +
                       format_bytes(plan.host_bytes() * double(host.ranks)) + ", exceeds " + host.where +
-                      " (the FP32 master and AdamW moments: 12 bytes per parameter)\n" + memory_report(plan));
+                      " (the FP32 weights loaded beside their mapped files; with precision.offload: optimizer "
+                      "the FP32 master and AdamW moments, 12 bytes per parameter)\n" +
+                      memory_report(plan));
   }
   if (limit.bytes <= 0 || plan.parts.empty()) return;  // unknown size: nothing to compare against
   const double peak = plan.peak();

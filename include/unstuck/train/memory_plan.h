@@ -67,8 +67,10 @@ struct MemoryPlan {
   double phase_peak(const std::string& phase) const;   // the process's memory while `phase` runs
   std::vector<std::string> phases() const;             // in order of first appearance
   double peak() const;
-  std::string peak_phase() const;      // the phase that sets the peak ("" when none)
-  double host_bytes() const;           // on a GPU: the `host` parts (held all run); else 0
+  std::string peak_phase() const;  // the phase that sets the peak ("" when none)
+  // On a GPU: the peak of the `host` parts (those held all run plus the largest phase's: the load's
+  // FP32 weights and mapped files); else 0.
+  double host_bytes() const;
   double other_process_bytes() const;  // the `other_process` parts counted on this device (0 on a GPU)
   bool on_device(const MemoryPart& p) const { return !(gpu && p.host); }
 };
