@@ -137,18 +137,22 @@ class RowSampler {
   void sample(const float* x, float u, int64_t* token, float* logprob) {
     const int64_t V = p_.vocab;
     const uint8_t* keep = nullptr;
-    if (filters(p_)) {
+    const float* row = x;  // what the passes below read, scaled by temperature_ as they go
+    temperature_ = p_.temperature;
+    if (filters(p_)) {  // the mask needs the scaled row whole: the passes read it (T 1: the same floats)
       scaled_.resize(std::size_t(V));
       scale_into(x, V, p_.temperature, scaled_.data());
       if (!std::all_of(scaled_.begin(), scaled_.end(), [](float v) { return v == v; }))
         return degenerate_row(x, V, token, logprob);
       keep_mask(scaled_.data(), p_, keep_.data(), order_);
       keep = keep_.data();
+      row = scaled_.data();
+      temperature_ = 1.0f;
     }
-    const Sums s = scan(x, keep);
+    const Sums s = scan(row, keep);
     if (s.degenerate()) return degenerate_row(x, V, token, logprob);
-    *token = is_greedy(p_) ? first_max(x, s.max) : draw(x, keep, s.max, double(u) * s.kept_total);
-    *logprob = float(double(scaled_at(x, *token)) - s.lse());
+    *token = is_greedy(p_) ? first_max(row, s.max) : draw(row, keep, s.max, double(u) * s.kept_total);
+    *logprob = float(double(scaled_at(row, *token)) - s.lse());
   }
 
  private:
@@ -166,7 +170,7 @@ class RowSampler {
     Sums s;
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       const int64_t base = int64_t(c) * kChunk;
-      chunks_[c] = scan_chunk(x + base, chunk_size(c), p_.temperature, keep ? keep + base : nullptr, buf_);
+      chunks_[c] = scan_chunk(x + base, chunk_size(c), temperature_, keep ? keep + base : nullptr, buf_);
       s.max = std::max(s.max, chunks_[c].max);
     }
     for (Chunk& c : chunks_) {
@@ -180,7 +184,7 @@ class RowSampler {
   int64_t chunk_size(std::size_t c) const { return std::min<int64_t>(kChunk, p_.vocab - int64_t(c) * kChunk); }
   float scaled_at(const float* x, int64_t i) const {
     float s;
-    scale_into(x + i, 1, p_.temperature, &s);
+    scale_into(x + i, 1, temperature_, &s);
     return s;
   }
   // exp(chunk max - row max); a chunk whose max is below e^-87 of the row's holds nothing drawable
@@ -192,7 +196,7 @@ class RowSampler {
     for (std::size_t c = 0;; ++c) {
       if (chunks_[c].max != M) continue;
       const int64_t n = chunk_size(c);
-      scale_into(x + int64_t(c) * kChunk, n, p_.temperature, buf_);
+      scale_into(x + int64_t(c) * kChunk, n, temperature_, buf_);
       for (int64_t i = 0; i < n; ++i)
         if (buf_[i] == M) return int64_t(c) * kChunk + i;
     }
@@ -214,7 +218,7 @@ class RowSampler {
       const double f = chunk_factor(chunks_[c], M);
       if (f == 0) continue;
       const int64_t n = chunk_size(c), base = int64_t(c) * kChunk;
-      scale_into(x + base, n, p_.temperature, buf_);
+      scale_into(x + base, n, temperature_, buf_);
       for (int64_t i = 0; i < n; ++i) {
         if ((keep && !keep[base + i]) || buf_[i] - M < kUnderflow) continue;
         last = base + i;
@@ -226,6 +230,7 @@ class RowSampler {
   }
 
   const SampleRowsShape& p_;
+  float temperature_ = 1.0f;  // of the row the passes read: p_.temperature, or 1 for the scaled copy
   std::vector<Chunk> chunks_;
   std::vector<uint8_t> keep_;
   std::vector<float> scaled_;

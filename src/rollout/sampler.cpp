@@ -31,18 +31,11 @@ namespace {
 // The token is the first whose cumulative probability exceeds uniform * total (inverse CDF over the
 // filtered, unnormalized probabilities; tokens filtered to probability 0 are never picked). libtorch's
 // ops, five passes over the logits: the path on a device, and the CPU kernel's baseline.
-// The log-probs (A) of the drawn tokens `next` by libtorch's ops: the token's scaled logit minus the
-// row's logsumexp.
-torch::Tensor logprobs_with_ops(const torch::Tensor& logits, const SamplingConfig& s, const torch::Tensor& next) {
-  const torch::Tensor scaled = s.temperature == 0.0 || s.temperature == 1.0 ? logits : logits / s.temperature;
-  return scaled.gather(1, next.unsqueeze(1)).squeeze(1) - scaled.logsumexp(-1);
-}
-
 std::pair<torch::Tensor, torch::Tensor> sample_with_ops(const torch::Tensor& logits, const SamplingConfig& s,
                                                         const torch::Tensor& uniform) {
   if (s.temperature == 0.0) {
     const torch::Tensor next = logits.argmax(-1);  // (A)
-    return {next, logprobs_with_ops(logits, s, next)};
+    return {next, logits.gather(1, next.unsqueeze(1)).squeeze(1) - logits.logsumexp(-1)};
   }
   const torch::Tensor scaled = s.temperature == 1.0 ? logits : logits / s.temperature;  // (A, V)
   const torch::Tensor lse = scaled.logsumexp(-1, true);                                 // (A, 1)
@@ -92,11 +85,6 @@ std::pair<torch::Tensor, torch::Tensor> sample_with_kernel(const torch::Tensor& 
   return {next, logp};
 }
 
-std::pair<torch::Tensor, torch::Tensor> sample(const torch::Tensor& logits, const SamplingConfig& s,
-                                               const torch::Tensor& uniform) {
-  return sample_logits(logits, s, uniform, SamplerPath::automatic);
-}
-
 // The decode loop's model side, one implementation per decode mode: the prompts' prefill gives the
 // first step's logits; each later step turns the previous step's tokens into the next (a forward and
 // the sampling); rows that finished leave the decode batch when compacting is worth it.
@@ -107,7 +95,7 @@ class Decoder {
   // tokens (unread at t = 0), `u` (A) the uniforms (undefined when greedy).
   std::pair<torch::Tensor, torch::Tensor> step(int64_t t, const torch::Tensor& prev, const torch::Tensor& u, int64_t A,
                                                const SamplingConfig& s) {
-    if (t == 0) return sample(first_, s, u);
+    if (t == 0) return sample_logits(first_, s, u);
     return next(t, prev, u, A, s);
   }
   // Whether `finished` of the A rows (of B at the start) should leave now: a compaction costs about
@@ -145,7 +133,7 @@ class RecomputeDecoder : public Decoder {
     const torch::Tensor logits =
         model_.forward(seq_.narrow(1, 0, L), valid_.defined() ? valid_.narrow(1, 0, L) : torch::Tensor())
             .select(1, L - 1);
-    return sample(logits, s, u);
+    return sample_logits(logits, s, u);
   }
 
  private:
@@ -182,7 +170,7 @@ class CachedDecoder : public Decoder {
  protected:
   std::pair<torch::Tensor, torch::Tensor> next(int64_t, const torch::Tensor& prev, const torch::Tensor& u, int64_t,
                                                const SamplingConfig& s) override {
-    return sample(model_.forward_cached(prev.unsqueeze(1), cache_, {}, /*last_only=*/true).select(1, 0), s, u);
+    return sample_logits(model_.forward_cached(prev.unsqueeze(1), cache_, {}, /*last_only=*/true).select(1, 0), s, u);
   }
   const model::LlamaModel& model_;
   model::KVCache cache_;
@@ -227,7 +215,7 @@ class FixedDecoder : public CachedDecoder {
       model::KVCache view = cache_.first_rows(R);
       view.attend_slots = S;
       const torch::Tensor logits = model_.decode_step(tokens_.narrow(0, 0, R), view).select(1, 0);  // (R, V)
-      auto [next, logp] = sample(logits, s, sampled ? uniforms_.narrow(0, 0, R) : torch::Tensor());
+      auto [next, logp] = sample_logits(logits, s, sampled ? uniforms_.narrow(0, 0, R) : torch::Tensor());
       return std::vector<torch::Tensor>{next, logp};
     };
     const std::vector<torch::Tensor> out = graphs_ ? graphs_->run(R * (cache_.capacity + 1) + S, run) : run();
