@@ -325,7 +325,7 @@ void update_parts(const RunConfig& c, const TrainShape& s, std::vector<MemoryPar
 }
 
 // The optimizer step, checkpoints and evaluations.
-void late_parts(const RunConfig& c, const TrainShape& s, std::vector<MemoryPart>& parts) {
+void late_parts(const RunConfig& c, const MemoryPlanInputs& in, const TrainShape& s, std::vector<MemoryPart>& parts) {
   // Optimizer step and weight statistics: bounded slices of the flat buffers; with several ranks the
   // copy of this rank's shard of the compute weights that the all-gather sends.
   parts.push_back({"optimizer and weight-statistics slices", "min(parameters, 2^22)",
@@ -334,7 +334,10 @@ void late_parts(const RunConfig& c, const TrainShape& s, std::vector<MemoryPart>
     parts.push_back({"this rank's shard of the compute weights, copied for the all-gather", s.mk + " / WORLD_SIZE",
                      s.A * s.cb / s.W, "", "optimizer"});
   // Checkpoints: each rank writes its own shard of the master and moments from the buffers
-  // themselves (from a device, through a host copy of the shard: host memory), so nothing is added.
+  // themselves; from a device (not offloaded) through a host copy of the shard.
+  if (in.gpu && !s.offload)
+    parts.push_back({"this rank's FP32 master and moments copied to the host (checkpoint)", s.mk + " / WORLD_SIZE",
+                     s.A * 12 / s.W, "", "checkpoint", /*host=*/true});
   // Greedy evaluation of the test records, 128 at a time (EvalOptions::batch_size).
   const double eval_rows =
       std::ceil(std::min(128.0, c.grpo.eval_samples > 0 ? double(c.grpo.eval_samples) : 128.0) / s.W);
@@ -351,7 +354,7 @@ void train_parts(const RunConfig& c, const MemoryPlanInputs& in, std::vector<Mem
   load_parts(c, in, s, parts);
   rollout_parts(c, s, parts);
   update_parts(c, s, parts);
-  late_parts(c, s, parts);
+  late_parts(c, in, s, parts);
 }
 
 }  // namespace
