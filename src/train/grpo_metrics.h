@@ -34,6 +34,9 @@ struct StepSums {
   double forward_positions = 0, completion_positions = 0, completion_tokens = 0;
   // Compute weights changed from the start, each rank counting its shard, and the ranks that could not.
   double changed = 0, ranks_not_counting = 0;
+  // The largest abs(sampler's - trainer's log-prob) over this rank's completion tokens; not a sum
+  // (not in visit()): the ranks' maximum is gathered apart.
+  double logprob_mismatch_max = 0;
 
   // The order of the flat buffer is fixed (an all-reduce's summation order may depend on the position).
   template <class V>

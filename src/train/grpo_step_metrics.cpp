@@ -101,6 +101,8 @@ StepSums GrpoTrainer::step_sums(const Scores& sc, const algo::Advantages& adv, c
     sums.push_back(masked_sum(algo::tis_weights(meas.logp, batch.old_logp, tis_cap)));
     sums.push_back(masked_sum(((meas.logp - batch.old_logp) > std::log(tis_cap)).to(mask.scalar_type())));
   }
+  // Last: the largest mismatch (masked tokens count 0, below any real one's abs).
+  sums.push_back(mask.numel() > 0 ? ((meas.logp - batch.old_logp).abs() * mask).max() : zero);
   for (torch::Tensor& t : sums) t = t.to(torch::kDouble);  // exact for float sums and counts < 2^53
   const torch::Tensor host = torch::stack(sums).cpu();
   const double* h = host.data_ptr<double>();
@@ -120,6 +122,7 @@ StepSums GrpoTrainer::step_sums(const Scores& sc, const algo::Advantages& adv, c
   s.logprob_mismatch_k3 = h[5];
   s.tis_weight = tis_cap > 0 ? h[6] : 0.0;
   s.tis_clipped = tis_cap > 0 ? h[7] : 0.0;
+  s.logprob_mismatch_max = h[sums.size() - 1];
   s.update_tokens = up.tokens;
   s.clipped = up.clipped;
   s.clipped_low = up.clipped_low;
@@ -141,6 +144,9 @@ MetricsLine GrpoTrainer::metrics(int64_t step, const Scores& sc, const Sampling&
   std::vector<double> flat = s.flat();
   comm_.all_reduce_sum(flat.data(), flat.size());  // every rank's
   s.assign(flat);
+  std::vector<double> maxima(std::size_t(comm_.world_size()));
+  comm_.all_gather(&s.logprob_mismatch_max, maxima.data(), 1, dist::DataType::f64);
+  s.logprob_mismatch_max = *std::max_element(maxima.begin(), maxima.end());
   MetricsLine m;
   m["step"] = step;
   add_reward_metrics(m, sc, s);
@@ -190,6 +196,7 @@ void GrpoTrainer::add_policy_metrics(MetricsLine& m, const StepSums& s, const Up
   m["update_ratio"] = up.update_ratio;
   m["logprob_mismatch"] = s.logprob_mismatch / tokens;
   m["logprob_mismatch_k3"] = s.logprob_mismatch_k3 / tokens;
+  m["logprob_mismatch_max"] = s.logprob_mismatch_max;
   if (cfg_.grpo.kl_in == algo::KlIn::reward) m["kl_reward_penalty"] = s.kl_penalty / rows;
 }
 
