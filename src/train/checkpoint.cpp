@@ -146,14 +146,14 @@ std::string shard_file_name(int rank, int world) {
 // rank throws, this one its own error or one saying a peer failed, so no rank goes on to a
 // collective the others left.
 template <class Fn>
-void on_every_rank(dist::Communicator* comm, int64_t step, Fn&& part) {
+void on_every_rank(const CheckpointRanks& ranks, int64_t step, Fn&& part) {
   std::exception_ptr failed;
   try {
     part();
   } catch (const std::exception&) {
     failed = std::current_exception();
   }
-  const bool any = comm && comm->world_size() > 1 ? comm->any(bool(failed)) : bool(failed);
+  const bool any = ranks.world > 1 ? ranks.any(bool(failed)) : bool(failed);
   if (failed) std::rethrow_exception(failed);
   if (any)
     throw UserError("checkpoint at step " + std::to_string(step) +
@@ -230,11 +230,11 @@ void commit_checkpoint(const fs::path& root, const fs::path& tmp, const TrainerS
 
 }  // namespace
 
-fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep, dist::Communicator* comm) {
-  const int world = comm ? comm->world_size() : 1, rank = comm ? comm->rank() : 0;
+fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep, const CheckpointRanks& ranks) {
+  const int world = ranks.world, rank = ranks.rank;
   const fs::path tmp = root / (step_name(s.step) + ".tmp");
   try {
-    on_every_rank(comm, s.step, [&] {
+    on_every_rank(ranks, s.step, [&] {
       for (const torch::Tensor* t : {&s.master, &s.exp_avg, &s.exp_avg_sq}) {
         if (t->numel() != s.master.numel() || !t->is_contiguous() || !t->device().is_cpu())
           throw std::invalid_argument("save_checkpoint: the buffers must be contiguous host tensors of one length");
@@ -249,13 +249,13 @@ fs::path save_checkpoint(const fs::path& root, const TrainerState& s, int keep, 
       fs::create_directories(tmp);
     });
     ShardRecord mine;
-    on_every_rank(comm, s.step, [&] { mine = write_shard(tmp, s, rank, world); });
+    on_every_rank(ranks, s.step, [&] { mine = write_shard(tmp, s, rank, world); });
     std::vector<ShardRecord> shards(static_cast<std::size_t>(world));
     if (world > 1)
-      comm->all_gather(&mine, shards.data(), sizeof(ShardRecord), dist::DataType::u8);
+      ranks.all_gather_bytes(&mine, shards.data(), sizeof(ShardRecord));
     else
       shards[0] = mine;
-    on_every_rank(comm, s.step, [&] {
+    on_every_rank(ranks, s.step, [&] {
       if (rank == 0) commit_checkpoint(root, tmp, s, shards, keep);
     });
   } catch (const dist::PeerFailure&) {

@@ -7,8 +7,10 @@
 
 #include <torch/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,8 +68,29 @@ enum class CheckpointBuffers { load, defer };
 // element writes none), then rank 0 the rest, the manifest and the rename; the directory must be on
 // a file system every rank sees. Throws UserError on every rank (and leaves earlier checkpoints
 // untouched) when the state is not finite or a write fails on any rank.
+// The collectives a save of several ranks takes, as callbacks (so this file's code needs no
+// communicator): `any` is true on every rank when its argument is true on any; `all_gather_bytes`
+// gathers `n` bytes of every rank, rank r's at r * n.
+struct CheckpointRanks {
+  int rank = 0, world = 1;
+  std::function<bool(bool)> any;
+  std::function<void(const void* in, void* out, std::size_t n)> all_gather_bytes;
+};
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const TrainerState& state, int keep,
-                                      dist::Communicator* comm = nullptr);
+                                      const CheckpointRanks& ranks);
+inline std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const TrainerState& state,
+                                             int keep, dist::Communicator* comm = nullptr) {
+  CheckpointRanks ranks;
+  if (comm && comm->world_size() > 1) {
+    ranks.rank = comm->rank();
+    ranks.world = comm->world_size();
+    ranks.any = [comm](bool flag) { return comm->any(flag); };
+    ranks.all_gather_bytes = [comm](const void* in, void* out, std::size_t n) {
+      comm->all_gather(in, out, n, dist::DataType::u8);
+    };
+  }
+  return save_checkpoint(checkpoints_dir, state, keep, ranks);
+}
 
 // Loads a checkpoint directory after verifying every file against its manifest, then the contents
 // (exactly the three F32 buffers, their shape and element count, finite values, counters in
