@@ -130,6 +130,12 @@ Why model_section(const RunConfig& c, const std::string& command, const std::str
   return std::nullopt;
 }
 
+Why tools_section(const RunConfig& c, const std::string& command, const std::string& key) {
+  if (command != "train") return "tools.* is read by `unstuck train`; this is a `unstuck " + command + "` run";
+  if (key == "tools.functions" || c.tools.enabled()) return std::nullopt;
+  return "tools.functions is empty, so no tool runs";
+}
+
 Why lora_section(const RunConfig& c, const std::string&, const std::string& key) {
   if (key == "lora.rank" || c.lora.enabled()) return std::nullopt;
   return "lora.rank is 0 (full-parameter training); set lora.rank > 0 to train adapters";
@@ -204,6 +210,7 @@ const std::vector<Rule>& rules() {
       // The model: `train` takes its shape from grpo.base_model's config.json.
       {"model.", model_section},
       {"lora.", lora_section},
+      {"tools.", tools_section},
       {"precision.loss_scale.", loss_scale_section},
       // The reward: what the configured scorers read.
       {"reward.verifier", verifier_key},

@@ -1,12 +1,14 @@
 // validate(RunConfig): the one place where value ranges and combinations are checked. Each check
 // names the dotted key, the rule and the value found, e.g. "optim.lr must be > 0, got -1".
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "unstuck/common/error.h"
 #include "unstuck/config/config.h"
 #include "unstuck/config/run_config.h"
 #include "unstuck/model/param_layout.h"
+#include "unstuck/reward/function_config.h"
 
 namespace unstuck {
 namespace {
@@ -234,6 +236,30 @@ void validate_dist(const dist::DistConfig& d) {
           d.timeout_s);
 }
 
+void require_tools(bool ok, const std::string& key, const std::string& what, const std::string& got) {
+  if (!ok) throw UserError("tools." + key + " must be " + what + ", got " + got);
+}
+
+void validate_tools(const rollout::ToolsConfig& c) {
+  require_tools(c.max_iterations >= 0, "max_iterations", ">= 0 (0: no limit but the tokens)",
+                std::to_string(c.max_iterations));
+  require_tools(c.workers >= 1 && c.workers <= 64, "workers", "in [1, 64]", std::to_string(c.workers));
+  require_tools(c.timeout_s > 0 && c.timeout_s <= 86400, "timeout_s", "in (0, 86400]", std::to_string(c.timeout_s));
+  require_tools(c.start_timeout_s > 0 && c.start_timeout_s <= 86400, "start_timeout_s", "in (0, 86400]",
+                std::to_string(c.start_timeout_s));
+  require_tools(c.memory_mb >= 0, "memory_mb", ">= 0 (0: no limit)", std::to_string(c.memory_mb));
+  for (std::size_t i = 0; i < c.functions.size(); ++i) {
+    const rollout::ToolSpec& t = c.functions[i];
+    const std::string key = "functions[" + std::to_string(i) + "]";
+    require_tools(!t.path.empty(), key + ".path", "a Python file or module", "nothing");
+    require_tools(!t.name.empty(), key + ".name", "the tool function's name", "nothing");
+    if (!reward::names_a_module(t.path) && !std::filesystem::is_regular_file(t.path))
+      throw UserError("tools." + key + ".path: no such file: " + t.path);
+    for (std::size_t j = 0; j < i; ++j)
+      if (c.functions[j].name == t.name) throw UserError("tools." + key + ".name: a second tool named " + t.name);
+  }
+}
+
 }  // namespace
 
 void validate(const RunConfig& config) {
@@ -248,6 +274,10 @@ void validate(const RunConfig& config) {
   validate_rollout(config.rollout);
   require(!(config.rollout.decode == rollout::DecodeMode::graphs && config.run.device == DeviceKind::cpu),
           "rollout.decode", "auto, dynamic or fixed with run.device: cpu (CUDA graphs need a GPU)", "graphs");
+  validate_tools(config.tools);
+  require(!config.tools.enabled() || (config.data.chat_template != "none" && !config.data.chat_template.empty()),
+          "data.chat_template", "auto or a .jinja file with tools.functions (the template renders the tools)",
+          config.data.chat_template.empty() ? "nothing" : config.data.chat_template);
   validate_sft(config.sft);
   validate_grpo(config.grpo);
   const config::GrpoConfig& g = config.grpo;

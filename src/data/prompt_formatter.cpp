@@ -53,7 +53,36 @@ std::string PromptFormatter::render(const TaskRecord& record) const {
     for (const auto& m : record.messages)
       messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   }
-  return chat_->apply(messages, true, bos_token_, eos_token_);
+  if (tools_.is_null()) return chat_->apply(messages, true, bos_token_, eos_token_);
+  nlohmann::ordered_json context;
+  context["messages"] = nlohmann::ordered_json::array();
+  for (const tokenizer::ChatMessage& m : messages)
+    context["messages"].push_back({{"role", m.role}, {"content", m.content}});
+  context["tools"] = tools_;
+  context["add_generation_prompt"] = true;
+  context["bos_token"] = bos_token_;
+  context["eos_token"] = eos_token_;
+  return chat_->render(context);
+}
+
+PromptFormatter PromptFormatter::with_tools(nlohmann::ordered_json tools) const {
+  if (!chat_)
+    throw UserError("tools need a chat template to render them: set data.chat_template to auto or a .jinja file");
+  PromptFormatter copy = *this;
+  copy.tools_ = std::move(tools);
+  return copy;
+}
+
+std::string PromptFormatter::render_conversation(const nlohmann::ordered_json& messages,
+                                                 bool add_generation_prompt) const {
+  if (!chat_)
+    throw UserError("tools need a chat template to render them: set data.chat_template to auto or a .jinja file");
+  nlohmann::ordered_json context;
+  context["messages"] = messages;
+  context["add_generation_prompt"] = add_generation_prompt;
+  context["bos_token"] = bos_token_;
+  context["eos_token"] = eos_token_;
+  return chat_->render(context);
 }
 
 std::string PromptFormatter::describe() const {

@@ -16,6 +16,14 @@ answers. --kwargs are added to every call and win over the passed arguments (ver
                 batch, as TRL 1.16's GRPOTrainer._calculate_rewards calls it (a function without
                 **kwargs gets the names it declares); a list with one number or None per completion
                 (None: not applicable to that completion); an async function is awaited
+  --style tools: the functions of --tools [{"path":, "name":}, ...] as the policy's tools, called as TRL
+                1.16's GRPOTrainer calls them: name(**arguments); an item {"name":, "arguments":} answers
+                {"value": {"content": str(result), "failed": false}}, a call that raises answers
+                {"value": {"content": str({"error": str(e)}), "failed": true}} (what TRL shows the model);
+                an item {"schemas": true} answers {"value": "[schema, ...]"} (JSON text, so the keys keep
+                their order through the trainer's JSON reader), each tool's JSON schema derived
+                from its type hints and Google-style docstring by the rules of transformers'
+                get_json_schema (a tool whose schema cannot be derived stops the worker at its start)
 """
 import argparse
 import asyncio
@@ -264,11 +272,188 @@ def score_trl(fn, items, var_kw, params, state, extra_kwargs):
     return {"results": results}
 
 
+# Tools (--style tools). The schema rules are transformers' get_json_schema's, so a tool renders into
+# the chat template's tools branch as it does under TRL: a docstring is required, its text before
+# Args:/Returns:/Raises: is the description, each parameter needs a type hint and a line in Args:
+# ("name: text" or "name (type): text", continued on deeper-indented lines), a trailing
+# "(choices: [json list])" becomes an enum, and the return hint (when it converts) and Returns: text
+# give "return".
+SCALAR_JSON = {int: "integer", float: "number", str: "string", bool: "boolean", type(None): "null"}
+BARE_JSON = {**SCALAR_JSON, list: "array", tuple: "array", dict: "object"}
+DOC_DESCRIPTION = re.compile(r"^(.*?)[\n\s]*(Args:|Returns:|Raises:|\Z)", re.DOTALL)
+DOC_ARGS = re.compile(r"\n\s*Args:\n(.*?)[\n\s]*(Returns:|Raises:|\Z)", re.DOTALL)
+DOC_RETURNS = re.compile(r"\n\s*Returns:\n\s*(.*?)[\n\s]*(Raises:|\Z)", re.DOTALL)
+DOC_ARG = re.compile(r"(?:^|\n)([ \t]*)(\w+)(?:[ \t]*\([^()\n]*\))?:\s*(.*?)\s*"
+                     r"(?=\n(?!\1[ \t])[ \t]*\w+(?:[ \t]*\([^()\n]*\))?:|\Z)", re.DOTALL)
+
+
+class SchemaError(Exception):
+    pass
+
+
+def enum_schema(values):
+    kinds = list(dict.fromkeys(SCALAR_JSON[type(v)] for v in values))
+    return {"type": kinds[0] if len(kinds) == 1 else kinds, "enum": values}
+
+
+def hint_schema(hint):
+    import enum
+    import typing
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is None and isinstance(hint, type) and issubclass(hint, enum.Enum):
+        values = [m.value for m in hint]
+        if not values or any(type(v) not in SCALAR_JSON for v in values):
+            raise SchemaError(f"the Enum {hint.__name__} needs members whose values are int, float, str, bool or None")
+        return enum_schema(values)
+    if origin is None:
+        if hint is typing.Any:
+            return {}
+        if hint in BARE_JSON:
+            return {"type": BARE_JSON[hint]}
+        raise SchemaError(f"the type hint {hint!r} has no JSON schema (int, float, str, bool, Enum, Literal, "
+                          "and list, tuple, dict and unions of them have)")
+    if origin is typing.Union or origin is types.UnionType:
+        parts = [hint_schema(t) for t in args if t is not type(None)]
+        if len(parts) == 1:
+            out = parts[0]
+        elif all(p.keys() == {"type"} and isinstance(p["type"], str) for p in parts):
+            names = sorted({p["type"] for p in parts})
+            out = {"type": names[0] if len(names) == 1 else names}
+        else:
+            out = {"anyOf": parts}
+        if type(None) in args:
+            out["nullable"] = True
+        return out
+    if origin is typing.Literal and args:
+        if any(type(a) not in SCALAR_JSON for a in args):
+            raise SchemaError("a Literal may list only int, float, str, bool and None values")
+        return enum_schema(list(args))
+    if origin is list:
+        return {"type": "array", "items": hint_schema(args[0])} if args else {"type": "array"}
+    if origin is tuple:
+        if not args:
+            return {"type": "array"}
+        if len(args) == 1 or ... in args:
+            raise SchemaError(f"the type hint {hint} (a one-element or open tuple) has no JSON schema; use list[...]")
+        return {"type": "array", "prefixItems": [hint_schema(t) for t in args]}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": hint_schema(args[1])} if len(args) == 2 else {"type": "object"}
+    raise SchemaError(f"the type hint {hint!r} has no JSON schema")
+
+
+def tool_schema(fn):
+    """{"type": "function", "function": {name, description, parameters[, return]}} of `fn`."""
+    import typing
+    name = getattr(fn, "__name__", "operation")
+    doc = inspect.getdoc(fn)
+    if not doc:
+        raise SchemaError(f"{name} has no docstring (its description and each argument's come from it)")
+    doc = doc.strip()
+    found = DOC_DESCRIPTION.search(doc)
+    description = found.group(1).strip() if found else None
+    found = DOC_RETURNS.search(doc)
+    returns = found.group(1).strip() if found else None
+    found = DOC_ARGS.search(doc)
+    described = {}
+    if found:
+        block = "\n".join(line for line in found.group(1).split("\n") if line.strip())
+        described = {m[1]: re.sub(r"\s*\n+\s*", " ", m[2].strip()) for m in DOC_ARG.findall(block)}
+    sig = inspect.signature(fn)
+    first = next(iter(sig.parameters), None)
+    receiver = first if first in ("self", "cls") and sig.parameters[first].annotation is inspect.Parameter.empty else None
+    required = []
+    for p in sig.parameters.values():
+        if p.name == receiver:
+            continue
+        if p.annotation is inspect.Parameter.empty:
+            raise SchemaError(f"{name}: argument '{p.name}' has no type hint")
+        if p.default is inspect.Parameter.empty:
+            required.append(p.name)
+    properties, result = {}, None
+    for arg, hint in typing.get_type_hints(fn).items():
+        if arg == receiver:
+            continue
+        if arg == "return":
+            try:
+                result = hint_schema(hint)
+            except SchemaError:  # the model never writes the return value: left out, not refused
+                pass
+            continue
+        properties[arg] = hint_schema(hint)
+    for arg, schema in properties.items():
+        if arg not in described:
+            raise SchemaError(f"{name}: the docstring's Args: has no description of '{arg}'")
+        text_ = described[arg]
+        choices = re.search(r"\(choices:\s*(.*?)\)\s*$", text_, flags=re.IGNORECASE)
+        if choices:
+            schema["enum"] = [c.strip() if isinstance(c, str) else c for c in json.loads(choices.group(1))]
+            text_ = text_[: choices.start()].strip()
+        schema["description"] = text_
+    parameters = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    out = {"name": name, "description": description, "parameters": parameters}
+    if result is not None:
+        if returns is not None:
+            result["description"] = returns
+        out["return"] = result
+    return {"type": "function", "function": out}
+
+
+def load_tools(specs, pythonpath):
+    """{name: function} of --tools, each with its schema derived (RuntimeError naming the tool when not)."""
+    tools, schemas = {}, []
+    for spec in specs:
+        fn = load(spec["path"], spec["name"], pythonpath)
+        try:
+            schema = tool_schema(fn)
+        except SchemaError as e:
+            raise RuntimeError(f"tool {spec['path']}:{spec['name']}: no JSON schema: {e}")
+        except Exception:
+            raise RuntimeError(f"tool {spec['path']}:{spec['name']}: deriving its JSON schema failed:\n{short_traceback()}")
+        if spec["name"] in tools:
+            raise RuntimeError(f"two tools are named '{spec['name']}'")
+        tools[spec["name"]] = fn
+        schemas.append(schema)
+    return tools, schemas
+
+
+def call_tool(tools, item):
+    """One tool call as TRL makes it: content str(result), or str({"error": str(e)}) when it raises."""
+    name, arguments = item.get("name"), item.get("arguments")
+    try:
+        if name not in tools:
+            raise ValueError(f"Tool {name} not found.")
+        result = awaited(tools[name](**arguments))
+        return {"value": {"content": clean(str(result)), "failed": False}}
+    except Exception as e:
+        return {"value": {"content": clean(str({"error": str(e)})), "failed": True}}
+    except BaseException as e:  # sys.exit() in a tool: a failed call, the worker lives on
+        return {"value": {"content": clean(str({"error": f"{type(e).__name__}: {e}"})), "failed": True}}
+
+
+def serve_tools(a, send):
+    try:
+        tools, schemas = load_tools(json.loads(a.tools), a.pythonpath)
+    except Exception as e:
+        send({"fatal": str(e)})
+        return 2
+    send({"ready": True})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        results = [{"value": json.dumps(schemas)} if it.get("schemas") else call_tool(tools, it) for it in request.get("items", [])]
+        send({"id": request.get("id"), "results": results})
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--path", required=True)
-    ap.add_argument("--name", required=True)
-    ap.add_argument("--style", choices=["verl", "trl"], required=True)
+    ap.add_argument("--path")
+    ap.add_argument("--name")
+    ap.add_argument("--style", choices=["verl", "trl", "tools"], required=True)
+    ap.add_argument("--tools", default="[]")
     ap.add_argument("--pythonpath", action="append", default=[])
     ap.add_argument("--kwargs", default="{}")
     ap.add_argument("--factory-kwargs", default=None)
@@ -282,6 +467,11 @@ def main():
         out.write(json.dumps(obj) + "\n")
         out.flush()
 
+    if a.style == "tools":
+        return serve_tools(a, send)
+    if a.path is None or a.name is None:
+        send({"fatal": f"--style {a.style} needs --path and --name"})
+        return 2
     try:
         fn = load(a.path, a.name, a.pythonpath)
         if a.factory_kwargs is not None:

@@ -196,6 +196,11 @@ WorkerResult worker_item_result(const nlohmann::json& r) {
       for (const auto& v : values.is_array() ? values : nlohmann::json::array({values}))
         if (v.is_number() && std::isfinite(v.get<double>())) out.metrics[k].push_back(v.get<double>());
   if (r.contains("columns") && r["columns"].is_object()) out.columns = r["columns"];
+  if (r.contains("value")) {
+    out.ok = true;
+    out.value = r["value"];
+    return out;
+  }
   if (r.contains("none") && r["none"] == true) {
     out.ok = out.none = true;
     return out;

@@ -117,7 +117,7 @@ void GrpoTrainer::sample(int64_t step, Rollouts* ro, Scores* sc, Sampling* smp, 
     const std::size_t q = std::size_t(row / G), j = std::size_t(row % G);
     const Candidate& c = candidates[std::size_t(chosen.groups[q])];
     ro->records.push_back(c.record);
-    ro->prompts.push_back(j == 0 ? prompt_ids(*c.record, ctx_.prompts, ctx_.tokenizer) : ro->prompts.back());
+    ro->prompts.push_back(j == 0 ? prompt_ids(*c.record, prompt_format(), ctx_.tokenizer) : ro->prompts.back());
     ro->completions.push_back(c.completions[j]);
     ro->in_loss.push_back(q < chosen.groups.size() - std::size_t(chosen.filled) ? 1 : 0);
     sc->rewards.push_back(c.rewards[j]);
@@ -140,7 +140,7 @@ GrpoTrainer::Rollouts GrpoTrainer::rollout(int64_t step, int64_t round,
   for (int64_t row : my_rows) {
     ro.records.push_back(step_records[std::size_t(row / G)]);
     // A prompt's G rows are consecutive, starting with completion 0: tokenize it once.
-    ro.prompts.push_back(row % G == 0 ? prompt_ids(*ro.records.back(), ctx_.prompts, ctx_.tokenizer)
+    ro.prompts.push_back(row % G == 0 ? prompt_ids(*ro.records.back(), prompt_format(), ctx_.tokenizer)
                                       : ro.prompts.back());
     keys.push_back(round * cfg_.grpo.prompts_per_step * G + row);
   }
@@ -156,15 +156,17 @@ GrpoTrainer::Rollouts GrpoTrainer::rollout(int64_t step, int64_t round,
     progress_.rollout(p);
   };
   ro.completions = rollout::generate(weights_.model(), ro.prompts, gen_opts_, sampling_);
+  if (tools_) run_tools(ro);
   return ro;
 }
 
 // Each row as doubles (exact for rewards, token ids and FP32 log-probs): reward, correct, finish
-// (0 eos, 1 length), length, then max_new_tokens token ids and as many log-probs.
+// (0 eos, 1 length), length, then max_new_tokens token ids, as many log-probs and as many from_tool
+// flags (tools.functions).
 std::vector<GrpoTrainer::Candidate> GrpoTrainer::gather_groups(const std::vector<const data::TaskRecord*>& records,
                                                                const Rollouts& ro, const Scores& sc) const {
   const int64_t G = cfg_.grpo.group_size, T = cfg_.rollout.max_new_tokens;
-  const std::size_t width = std::size_t(4 + 2 * T), mine = ro.completions.size();
+  const std::size_t width = std::size_t(4 + 3 * T), mine = ro.completions.size();
   std::vector<double> send(mine * width, 0.0);
   for (std::size_t i = 0; i < mine; ++i) {
     double* x = send.data() + i * width;
@@ -176,6 +178,7 @@ std::vector<GrpoTrainer::Candidate> GrpoTrainer::gather_groups(const std::vector
     for (std::size_t t = 0; t < c.tokens.size(); ++t) {
       x[4 + t] = c.tokens[t];
       x[4 + std::size_t(T) + t] = c.logprobs[t];
+      x[4 + 2 * std::size_t(T) + t] = c.from_tool.empty() ? 0 : c.from_tool[t];
     }
   }
   std::vector<double> all(send.size() * std::size_t(comm_.world_size()));
@@ -200,9 +203,13 @@ std::vector<GrpoTrainer::Candidate> GrpoTrainer::gather_groups(const std::vector
       out.finish = x[2] != 0 ? rollout::FinishReason::length : rollout::FinishReason::eos;
       out.tokens.resize(n);
       out.logprobs.resize(n);
+      bool any_tool = false;
+      for (std::size_t t = 0; t < n; ++t) any_tool = any_tool || x[4 + 2 * std::size_t(T) + t] != 0;
+      if (any_tool) out.from_tool.resize(n);
       for (std::size_t t = 0; t < n; ++t) {
         out.tokens[t] = int32_t(x[4 + t]);
         out.logprobs[t] = float(x[4 + std::size_t(T) + t]);
+        if (any_tool) out.from_tool[t] = uint8_t(x[4 + 2 * std::size_t(T) + t]);
       }
     }
   }
@@ -213,7 +220,8 @@ void GrpoTrainer::Scores::tally(const std::vector<rollout::Completion>& completi
   correct = gen_tokens = truncated = 0;
   for (std::size_t i = 0; i < completions.size(); ++i) {
     correct += right[i];
-    gen_tokens += double(completions[i].tokens.size());
+    const auto& tool = completions[i].from_tool;  // the policy's tokens only (TRL counts them so)
+    gen_tokens += double(completions[i].tokens.size()) - double(std::count(tool.begin(), tool.end(), uint8_t(1)));
     truncated += completions[i].finish == rollout::FinishReason::length;
   }
 }
@@ -283,6 +291,15 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
       sc.extra[metric].second += 1;
     };
     for (const auto& [key, value] : r.extra) add("reward_extra/" + key, value);
+    if (!ro.tool_stats.empty()) {  // tools.functions: per completion, averaged over the step's
+      const rollout::ToolTurnStats& t = ro.tool_stats[i];
+      add("tools/calls", double(t.calls));
+      add("tools/failures", double(t.failures));
+      add("tools/turns", double(t.turns));
+      add("tools/tool_tokens", double(t.tool_tokens));
+      add("tools/dropped_results", double(t.dropped));
+      add("tools/seconds", t.seconds);
+    }
     for (const auto& [name, value] : r.terms) add("reward/" + name, value);
     for (const auto& [name, values] : r.metrics)
       for (const double value : values) add("reward_metric/" + name, value);

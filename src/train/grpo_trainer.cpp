@@ -115,6 +115,10 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
     throw std::logic_error("GrpoTrainer: the weights compute in " + forward + " with the reference " +
                            reference_dtype() + ", the plan decided " + decisions.forward_dtype + " and " +
                            decisions.reference_dtype);
+  if (cfg_.tools.enabled()) {
+    tools_ = std::make_unique<rollout::ToolRunner>(cfg_.tools);
+    tool_prompts_ = std::make_unique<data::PromptFormatter>(ctx_.prompts.with_tools(tools_->schemas()));
+  }
   gen_opts_.sampling = cfg_.rollout;
   gen_opts_.sampling.decode = decisions.decode;
   gen_opts_.stop_ids = ctx_.stop_ids;

@@ -26,6 +26,7 @@
 #include "unstuck/model/model_io.h"
 #include "unstuck/reward/verifier.h"
 #include "unstuck/rollout/sampler.h"
+#include "unstuck/rollout/tools.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/evaluate.h"
 #include "train/record_order.h"
@@ -119,6 +120,7 @@ class GrpoTrainer {
     std::vector<std::vector<int32_t>> prompts;     // per row
     std::vector<rollout::Completion> completions;  // per row
     std::vector<uint8_t> in_loss;  // per row: 0 in a group that only fills the batch (filter_groups); empty: all 1
+    std::vector<rollout::ToolTurnStats> tool_stats;  // per row, with tools.functions; else empty
   };
   struct Scores {
     std::vector<float> rewards;  // per row: the verifier's, plus the overlong shaping
@@ -245,6 +247,11 @@ class GrpoTrainer {
   algo::HeadInput completion_head(const model::LlamaModel& m, const RolloutBatch& batch, int64_t begin, int64_t end,
                                   std::optional<uint64_t> dropout_key = std::nullopt) const;
   RolloutBatch make_batch(const Rollouts& rollouts) const;
+  // tools.functions: the tool rounds of this rank's rows (grpo_tools.cpp), each row continuing with
+  // its own sampling uniforms (gen_opts_.uniforms' row) from where its completion is.
+  void run_tools(Rollouts& ro);
+  // The formatter of the prompts: ctx_'s, or with tools.functions the copy that renders the tools.
+  const data::PromptFormatter& prompt_format() const { return tool_prompts_ ? *tool_prompts_ : ctx_.prompts; }
   bool reference_due(int64_t step) const;
 
  public:
@@ -276,6 +283,8 @@ class GrpoTrainer {
   std::unique_ptr<Fp8Channels> base_scales_;               // grpo.round_base_to_fp8: the unrounded base's
   std::string verifier_name_;                              // reward.verifier, or data.task's
   std::shared_ptr<reward::Verifier> verifier_;
+  std::unique_ptr<rollout::ToolRunner> tools_;           // tools.functions: the tool workers
+  std::unique_ptr<data::PromptFormatter> tool_prompts_;  // tools.functions: prompts rendering the tools
   RecordOrder order_;
   at::Generator sampling_;
   rollout::GenerateOptions gen_opts_;

@@ -120,7 +120,9 @@ RolloutBatch GrpoTrainer::make_batch(const Rollouts& ro) const {
     b.lengths_host[std::size_t(n)] = len[n];
     for (std::size_t t = 0; t < outs[n].tokens.size(); ++t) {
       tok[n][P + int64_t(t)] = outs[n].tokens[t];
-      msk[n][int64_t(t)] = in_loss ? 1.0f : 0.0f;
+      // A tool's result is context, never the policy's: out of the loss, the KL and the entropy.
+      const bool policy = outs[n].from_tool.empty() || outs[n].from_tool[t] == 0;
+      msk[n][int64_t(t)] = in_loss && policy ? 1.0f : 0.0f;
       olp[n][int64_t(t)] = outs[n].logprobs[t];
     }
   }

@@ -128,7 +128,7 @@ TEST_F(ConfigTest, WrongTypeNamesFileLineAndDottedKey) {
                 "analog_mantissa_bits, offload, got '3'");
   EXPECT_EQ(load_error("- 1\n- 2\n"), at(1) +
                                           "top level: expected a mapping with keys run, precision, optim, model, lora, "
-                                          "tokenizer, data, reward, rollout, sft, grpo, dist, got a list");
+                                          "tokenizer, data, reward, rollout, tools, sft, grpo, dist, got a list");
 }
 
 TEST_F(ConfigTest, QuotedNumbersAndOutOfRangeIntegersAreRejected) {

@@ -60,6 +60,7 @@ Recipe recipe_for(const std::string& prefix) {
       {"rollout.", {"sft", [](RunConfig&) {}}},
       {"model.", {"train", [](RunConfig&) {}}},
       {"lora.", {"train", [](RunConfig& c) { c.lora.rank = 0; }}},
+      {"tools.", {"sft", [](RunConfig&) {}}},
       {"precision.loss_scale.", {"train", [](RunConfig& c) { c.precision.mode = precision::PrecisionMode::bf16; }}},
       {"reward.verifier", {"train", [](RunConfig& c) { c.reward.function.path = "reward.py"; }}},
       {"reward.function.",

@@ -20,6 +20,7 @@
 #include "unstuck/precision/precision_config.h"
 #include "unstuck/reward/reward_config.h"
 #include "unstuck/rollout/sampling_config.h"
+#include "unstuck/rollout/tool_config.h"
 #include "unstuck/tokenizer/tokenizer_config.h"
 #include "unstuck/config/grpo_config.h"
 #include "unstuck/config/sft_config.h"
@@ -66,6 +67,7 @@ struct RunConfig {
   data::DataConfig data;
   reward::RewardConfig reward;
   rollout::SamplingConfig rollout;
+  rollout::ToolsConfig tools;
   config::SftConfig sft;
   config::GrpoConfig grpo;
   dist::DistConfig dist;
@@ -81,6 +83,8 @@ struct RunConfig {
     v("data", data, "task, dataset files and prompt/completion templates");
     v("reward", reward, "verifier options: answer extraction and format credit");
     v("rollout", rollout, "sampling of completions (rollouts, evaluation, generate)");
+    v("tools", tools,
+      "Python tools the policy calls in its rollouts (multi-turn, as TRL's GRPOTrainer(tools=...)); docs/TOOLS.md");
     v("sft", sft, "supervised fine-tuning of the base policy");
     v("grpo", grpo, "GRPO reinforcement learning from verifiable rewards");
     v("dist", dist,

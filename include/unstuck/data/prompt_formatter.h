@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "unstuck/data/data_config.h"
@@ -32,6 +33,16 @@ class PromptFormatter {
   // True without a chat template: the prompt is BOS + render() (the convention of our own
   // tokenizers). With one, the ids are the rendered text's alone, as apply_chat_template(tokenize=True).
   bool prepend_bos() const { return !chat_; }
+
+  // A copy that renders `tools` (JSON schemas, [{"type": "function", "function": {...}}, ...]) into
+  // every prompt, as apply_chat_template(messages, tools=...) does. Needs a chat template.
+  PromptFormatter with_tools(nlohmann::ordered_json tools) const;
+  // apply_chat_template(messages, add_generation_prompt=...) of a conversation given as JSON
+  // messages (assistant tool_calls, tool messages), without the tools: what TRL renders to find the
+  // tokens of a tool result. Needs a chat template.
+  std::string render_conversation(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
+  // The template's eos_token text ("" when none).
+  const std::string& eos_token() const { return eos_token_; }
   // Where the prompt format comes from, for logs: "data.prompt_template" or the template's origin.
   std::string describe() const;
 
@@ -39,6 +50,7 @@ class PromptFormatter {
   DataConfig config_;
   std::shared_ptr<const tokenizer::ChatTemplate> chat_;
   std::string bos_token_, eos_token_;
+  nlohmann::ordered_json tools_;  // null: no tools
 };
 
 }  // namespace unstuck::data

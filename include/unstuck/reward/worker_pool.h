@@ -44,10 +44,11 @@ struct WorkerResult {
   nlohmann::json columns = nlohmann::json::object();  // named values that are not numbers (text, bools, null)
   nlohmann::json metrics = nlohmann::json::object();  // TRL's log_metric of the call: {"name": [values]}
   std::string error;                                  // when !ok: the function's error, or the worker's
+  nlohmann::json value;  // {"value": V}: a worker that answers with data, not a score (the tool workers)
 };
 
 // One item of a worker's answer, {"score": x, "extra": {...}, "columns": {...}, "metrics": {...}},
-// {"none": true} or {"error": "..."}, as the pool reads it: a score must be finite and within
+// {"none": true}, {"value": V} or {"error": "..."}, as the pool reads it: a score must be finite and within
 // float32's range (the trainer's rewards are float32); extras and metrics are finite numbers.
 WorkerResult worker_item_result(const nlohmann::json& item);
 

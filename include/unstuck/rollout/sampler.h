@@ -28,8 +28,11 @@ constexpr const auto& enum_names(FinishReason) { return kFinishReasonNames; }
 struct Completion {
   std::vector<int32_t> tokens;  // generated tokens, the stop token included when one was sampled
   std::vector<float> logprobs;  // log-prob of each generated token under the sampling
-                                // distribution (temperature applied, before top-k/top-p)
+                                // distribution (temperature applied, before top-k/top-p); 0 for a tool's
   FinishReason finish = FinishReason::length;
+  // Per token: 1 where a tool's result (and the template's framing of it) was appended, not sampled
+  // (rollout/tools.h). Empty: every token is the policy's.
+  std::vector<uint8_t> from_tool;
 };
 
 // How far a generate() call is, after a decode step (for progress output).

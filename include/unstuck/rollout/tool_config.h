@@ -1,0 +1,54 @@
+// Options of the policy's tools (the `tools` section; rollout/tools.h runs them). Header-only, free
+// of libtorch, so the config can hold it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace unstuck::rollout {
+
+struct ToolSpec {
+  std::string path;  // the Python file (or module, as reward.function.path takes it)
+  std::string name;  // the function in it, which is also the tool's name
+
+  template <class V>
+  void visit(V& v) {
+    v("path", path, "the Python file that defines the tool (or a module: pkg://a.b.c or a.b.c)");
+    v("name", name, "the function: the tool's name, its docstring and type hints give its JSON schema");
+  }
+};
+
+struct ToolsConfig {
+  std::vector<ToolSpec> functions;  // empty: no tools (one turn per row)
+  int64_t max_iterations = 0;       // tool rounds per row; 0: as many as rollout.max_new_tokens allows
+  std::string python;               // the interpreter; empty: reward.function.python's rule
+  std::vector<std::string> pythonpath;
+  int workers = 2;
+  double timeout_s = 30.0;
+  double start_timeout_s = 60.0;
+  int64_t memory_mb = 4096;
+
+  bool enabled() const { return !functions.empty(); }
+
+  template <class V>
+  void visit(V& v) {
+    v("functions", functions,
+      "the policy's tools, [{path, name}]: Python functions with type hints and a Google-style docstring, as "
+      "TRL's GRPOTrainer(tools=[...]) takes them (the schema is derived as transformers' get_json_schema "
+      "derives it and rendered by the chat template's tools branch); empty: no tools");
+    v("max_iterations", max_iterations,
+      "rounds of tool calls per completion (TRL's max_tool_calling_iterations); 0: as many as "
+      "rollout.max_new_tokens holds");
+    v("python", python,
+      "the Python interpreter that runs the tools; empty: $VIRTUAL_ENV's, else ./.venv/bin/python, else python3");
+    v("pythonpath", pythonpath, "folders put first on the tool workers' sys.path");
+    v("workers", workers, "tool worker processes calling in parallel, in [1, 64]");
+    v("timeout_s", timeout_s,
+      "seconds one call may take; then the model reads an error as the call's result and the worker restarts");
+    v("start_timeout_s", start_timeout_s, "seconds a tool worker may take to start (import the tools' files)");
+    v("memory_mb", memory_mb, "address-space limit of each tool worker in MiB (RLIMIT_AS); 0 = none");
+  }
+};
+
+}  // namespace unstuck::rollout

@@ -1,0 +1,114 @@
+// Tools in the rollout (docs/TOOLS.md): the policy calls Python functions and reads their results
+// before it answers, as TRL 1.16's GRPOTrainer(tools=[...]) runs them. A row is sampled to its end
+// of turn; the turn's <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks (the Qwen2.5 /
+// Qwen3 / Hermes format) are called on out-of-process workers; the results, rendered by the chat
+// template as its tool messages (with the generation prompt after them), are appended to the row,
+// which is sampled again from there. The appended tokens are context, never the policy's: the loss,
+// the KL and the entropy mask them out. A row stops calling at tools.max_iterations, or when the
+// results would not fit in rollout.max_new_tokens (they are dropped then, as TRL drops them).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "unstuck/rollout/sampler.h"
+#include "unstuck/rollout/tool_config.h"
+
+namespace unstuck::reward {
+class WorkerPool;
+}
+namespace unstuck::data {
+class PromptFormatter;
+}
+namespace unstuck::tokenizer {
+class Tokenizer;
+}
+
+namespace unstuck::rollout {
+
+struct ToolCall {
+  std::string name;
+  nlohmann::ordered_json arguments;  // as the model wrote them (TRL calls name(**arguments))
+};
+
+// The tool calls of one assistant turn in the Qwen2.5 / Qwen3 / Hermes format: each
+// <tool_call>JSON</tool_call> block, JSON = {"name": string, "arguments": object}. Empty when the turn
+// has none, and when any block is not such an object (TRL's parse_response then takes the turn as
+// plain text: no call is made). An unclosed block (a turn cut at the token limit) is no call.
+//   "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>" -> [{add, {a: 1}}]
+std::vector<ToolCall> parse_tool_calls(const std::string& text);
+
+struct ToolOutcome {
+  std::string content;  // what the model reads: str(result), or str({'error': ...}) as TRL writes it
+  bool failed = false;  // the call raised, timed out, or named no tool
+  double seconds = 0.0;
+};
+
+// The tool workers (reward::WorkerPool running src/reward/reward_worker.py --style tools): started
+// once, each tool's schema derived at the start (a tool without one is a UserError naming it).
+class ToolRunner {
+ public:
+  explicit ToolRunner(const ToolsConfig& config);
+  ~ToolRunner();
+  // [{"type": "function", "function": {...}}, ...] in tools.functions order, keys in the order
+  // transformers writes them (the chat template's tojson keeps it).
+  const nlohmann::ordered_json& schemas() const { return schemas_; }
+  // Every call, each on its own request (a slow or hung one delays only itself), at most
+  // tools.workers at once. `cancel` as reward::WorkerPool::run takes it.
+  std::vector<ToolOutcome> call(const std::vector<ToolCall>& calls, const std::atomic<bool>* cancel = nullptr);
+
+ private:
+  std::unique_ptr<reward::WorkerPool> pool_;
+  nlohmann::ordered_json schemas_;
+};
+
+// The tokens that follow an assistant turn with these calls and results, found as TRL 1.16 finds them
+// (GRPOTrainer._get_tool_suffix_ids): a dummy conversation with one assistant tool call is rendered
+// without and with the tool messages ({"role": "tool", "name", "content"}) and the next generation
+// prompt; the second's tokens past the first's, the first cut after its last EOS, are the suffix.
+// Throws UserError when the first is not a prefix of the second (a template that cannot carry them).
+std::vector<int32_t> tool_result_tokens(const data::PromptFormatter& format, const tokenizer::Tokenizer& tok,
+                                        const std::vector<ToolCall>& calls, const std::vector<ToolOutcome>& results);
+
+// What the multi-turn loop needs from its caller (the trainer; tests script it).
+struct ToolTurnHooks {
+  // The text of one assistant turn's tokens (special tokens kept: the markers may be added tokens).
+  std::function<std::string(const std::vector<int32_t>&)> decode;
+  // Runs the calls of every row listed (one list per row), results in the same shape.
+  std::function<std::vector<std::vector<ToolOutcome>>(const std::vector<std::vector<ToolCall>>&)> run;
+  // The tokens that follow a turn with these calls and results: the template's tool messages and the
+  // generation prompt of the next assistant turn.
+  std::function<std::vector<int32_t>(const std::vector<ToolCall>&, const std::vector<ToolOutcome>&)> suffix;
+  // One more turn for each row of `rows`, continuing `contexts` (prompt + completion so far): at most
+  // max_new[i] tokens for row i, whose sampled tokens take uniforms from index offset[i] on.
+  std::function<std::vector<Completion>(const std::vector<int64_t>& rows,
+                                        const std::vector<std::vector<int32_t>>& contexts,
+                                        const std::vector<int64_t>& offset, const std::vector<int64_t>& max_new)>
+      generate;
+};
+
+struct ToolTurnLimits {
+  int64_t max_iterations = 0;  // 0: no limit but the tokens
+  int64_t max_new_tokens = 0;  // a completion's budget: the policy's tokens and the tools' together
+  int64_t max_context = 0;     // the model's positions: prompt + completion stays below it (0: no limit)
+};
+
+// Per-row counts of the loop (metrics).
+struct ToolTurnStats {
+  int64_t calls = 0, failures = 0, turns = 1, tool_tokens = 0, dropped = 0;  // dropped: results that did not fit
+  double seconds = 0.0;                                                      // in the tools
+};
+
+// Runs tool rounds on `completions` (each row's first turn, sampled from `prompts`) until no row
+// calls a tool, each row's calls, results and next turn appended to it; the tool tokens get
+// from_tool = 1 and log-prob 0. Returns each row's stats.
+std::vector<ToolTurnStats> run_tool_turns(const std::vector<std::vector<int32_t>>& prompts,
+                                          std::vector<Completion>& completions, const ToolTurnHooks& hooks,
+                                          const ToolTurnLimits& limits);
+
+}  // namespace unstuck::rollout

@@ -1,0 +1,224 @@
+// Tools in the rollout: the tool-call parser, the tool workers, and the multi-turn loop.
+#include "unstuck/rollout/tools.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "unstuck/common/error.h"
+#include "unstuck/data/prompt_formatter.h"
+#include "unstuck/reward/function_config.h"
+#include "unstuck/reward/worker_pool.h"
+#include "unstuck/tokenizer/tokenizer.h"
+
+namespace unstuck::rollout {
+
+namespace {
+
+std::string trimmed(const std::string& s) {
+  const std::size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+}  // namespace
+
+std::vector<ToolCall> parse_tool_calls(const std::string& text) {
+  static const std::string open = "<tool_call>", close = "</tool_call>";
+  std::vector<ToolCall> calls;
+  for (std::size_t at = text.find(open); at != std::string::npos; at = text.find(open, at)) {
+    const std::size_t begin = at + open.size(), end = text.find(close, begin);
+    if (end == std::string::npos) return {};  // cut at the token limit: no call
+    const auto body = nlohmann::ordered_json::parse(trimmed(text.substr(begin, end - begin)), nullptr, false);
+    if (body.is_discarded() || !body.is_object()) return {};
+    const auto name = body.find("name");
+    if (name == body.end() || !name->is_string()) return {};
+    const auto args = body.find("arguments");
+    calls.push_back(
+        {name->get<std::string>(), args == body.end() || args->is_null() ? nlohmann::ordered_json::object() : *args});
+    at = end + close.size();
+  }
+  return calls;
+}
+
+ToolRunner::ToolRunner(const ToolsConfig& config) {
+  reward::FunctionConfig interpreter;
+  interpreter.python = config.python;
+  nlohmann::ordered_json specs = nlohmann::ordered_json::array();
+  std::string names;
+  for (const ToolSpec& t : config.functions) {
+    specs.push_back({{"path", t.path}, {"name", t.name}});
+    names += (names.empty() ? "" : ", ") + t.name;
+  }
+  reward::WorkerOptions o;
+  o.argv = {reward::reward_python(interpreter),
+            "-c",
+            reward::python_reward_worker_source(),
+            "--style",
+            "tools",
+            "--tools",
+            specs.dump()};
+  for (const std::string& folder : config.pythonpath) o.argv.insert(o.argv.end(), {"--pythonpath", folder});
+  o.name = "tools (" + names + ")";
+  o.workers = config.workers;
+  o.timeout_s = config.timeout_s;
+  o.start_timeout_s = config.start_timeout_s;
+  o.memory_mb = config.memory_mb;
+  pool_ = std::make_unique<reward::WorkerPool>(std::move(o));
+  const auto answer = pool_->run({nlohmann::json::array({{{"schemas", true}}})});
+  const reward::WorkerResult& r = answer.at(0).at(0);
+  if (!r.ok || !r.value.is_string())
+    throw UserError("tools: the tool workers did not give the tools' schemas: " + (r.ok ? r.value.dump() : r.error));
+  schemas_ = nlohmann::ordered_json::parse(r.value.get<std::string>());
+}
+
+ToolRunner::~ToolRunner() = default;
+
+std::vector<ToolOutcome> ToolRunner::call(const std::vector<ToolCall>& calls, const std::atomic<bool>* cancel) {
+  std::vector<nlohmann::json> batches;
+  for (const ToolCall& c : calls)
+    batches.push_back(
+        nlohmann::json::array({{{"name", c.name}, {"arguments", nlohmann::json::parse(c.arguments.dump())}}}));
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto answers = pool_->run(batches, nullptr, cancel);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<ToolOutcome> out;
+  for (const auto& answer : answers) {
+    const reward::WorkerResult& r = answer.at(0);
+    ToolOutcome o;
+    o.seconds = seconds;
+    if (r.ok && r.value.is_object() && r.value.value("content", nlohmann::json()).is_string()) {
+      o.content = r.value["content"].get<std::string>();
+      o.failed = r.value.value("failed", true);
+    } else {  // a timeout or a dead worker: the model reads the error as TRL would show it
+      o.content = "{'error': '" + (r.ok ? std::string("the tool worker answered ") + r.value.dump() : r.error) + "'}";
+      o.failed = true;
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+std::vector<int32_t> tool_result_tokens(const data::PromptFormatter& format, const tokenizer::Tokenizer& tok,
+                                        const std::vector<ToolCall>& calls, const std::vector<ToolOutcome>& results) {
+  using Json = nlohmann::ordered_json;
+  Json call = {{"type", "function"}, {"function", {{"name", calls.at(0).name}, {"arguments", Json::object()}}}};
+  Json dummy = Json::array({Json{{"role", "user"}, {"content", "dummy"}},
+                            Json{{"role", "assistant"}, {"content", ""}, {"tool_calls", Json::array({call})}}});
+  std::vector<int32_t> prefix = tok.encode(format.render_conversation(dummy, false));
+  for (std::size_t i = 0; i < calls.size(); ++i)
+    dummy.push_back({{"role", "tool"}, {"name", calls[i].name}, {"content", results[i].content}});
+  const std::vector<int32_t> full = tok.encode(format.render_conversation(dummy, true));
+  const auto eos = std::find(prefix.rbegin(), prefix.rend(), tok.eos_id());
+  if (tok.eos_id() >= 0 && eos != prefix.rend()) prefix.erase(eos.base(), prefix.end());
+  if (full.size() < prefix.size() || !std::equal(prefix.begin(), prefix.end(), full.begin()))
+    throw UserError(
+        "tools: the chat template's rendering of a tool result does not extend the assistant's turn "
+        "(its tokens up to the EOS are not a prefix of the conversation with the tool message); "
+        "the template cannot carry tool results");
+  return {full.begin() + std::ptrdiff_t(prefix.size()), full.end()};
+}
+
+namespace {
+
+// One row between rounds: waiting for its calls (pending) or done.
+struct RowState {
+  std::vector<ToolCall> calls;
+  int64_t iterations = 0;
+};
+
+// Appends a row's tool suffix and its next turn, cut to the budget; returns the turn's tokens kept.
+std::vector<int32_t> append_turn(Completion& c, const std::vector<int32_t>& suffix, const Completion& next,
+                                 int64_t budget, ToolTurnStats& stats) {
+  c.tokens.insert(c.tokens.end(), suffix.begin(), suffix.end());
+  c.logprobs.insert(c.logprobs.end(), suffix.size(), 0.0f);
+  if (c.from_tool.empty()) c.from_tool.assign(c.tokens.size() - suffix.size(), 0);
+  c.from_tool.insert(c.from_tool.end(), suffix.size(), 1);
+  stats.tool_tokens += int64_t(suffix.size());
+  const std::size_t room = std::size_t(budget) - c.tokens.size();
+  const std::size_t n = std::min(room, next.tokens.size());
+  c.tokens.insert(c.tokens.end(), next.tokens.begin(), next.tokens.begin() + std::ptrdiff_t(n));
+  c.logprobs.insert(c.logprobs.end(), next.logprobs.begin(), next.logprobs.begin() + std::ptrdiff_t(n));
+  c.from_tool.insert(c.from_tool.end(), n, 0);
+  c.finish = n < next.tokens.size() ? FinishReason::length : next.finish;
+  ++stats.turns;
+  return {next.tokens.begin(), next.tokens.begin() + std::ptrdiff_t(n)};
+}
+
+}  // namespace
+
+std::vector<ToolTurnStats> run_tool_turns(const std::vector<std::vector<int32_t>>& prompts,
+                                          std::vector<Completion>& completions, const ToolTurnHooks& hooks,
+                                          const ToolTurnLimits& limits) {
+  const std::size_t n = completions.size();
+  std::vector<ToolTurnStats> stats(n);
+  std::vector<RowState> rows(n);
+  std::vector<int64_t> pending;  // rows whose last turn called tools
+  for (std::size_t i = 0; i < n; ++i) {
+    rows[i].calls = parse_tool_calls(hooks.decode(completions[i].tokens));
+    if (!rows[i].calls.empty()) pending.push_back(int64_t(i));
+  }
+  while (!pending.empty()) {
+    std::vector<std::vector<ToolCall>> calls;
+    for (int64_t r : pending) calls.push_back(rows[std::size_t(r)].calls);
+    const std::vector<std::vector<ToolOutcome>> results = hooks.run(calls);
+    std::vector<int64_t> next_rows, offset, max_new;
+    std::vector<std::vector<int32_t>> contexts, suffixes;
+    for (std::size_t k = 0; k < pending.size(); ++k) {
+      const std::size_t r = std::size_t(pending[k]);
+      ToolTurnStats& s = stats[r];
+      s.calls += int64_t(calls[k].size());
+      double wait = 0.0;
+      for (const ToolOutcome& o : results[k]) {
+        s.failures += o.failed;
+        wait = std::max(wait, o.seconds);
+      }
+      s.seconds += wait;
+      ++rows[r].iterations;
+      std::vector<int32_t> suffix = hooks.suffix(calls[k], results[k]);
+      const int64_t used = int64_t(completions[r].tokens.size() + suffix.size());
+      const int64_t context = int64_t(prompts[r].size()) + used;
+      if (used > limits.max_new_tokens || (limits.max_context > 0 && context >= limits.max_context)) {
+        ++s.dropped;  // TRL drops results that would pass the completion budget: the row ends as it is
+        continue;
+      }
+      std::vector<int32_t> ctx = prompts[r];
+      ctx.insert(ctx.end(), completions[r].tokens.begin(), completions[r].tokens.end());
+      ctx.insert(ctx.end(), suffix.begin(), suffix.end());
+      next_rows.push_back(int64_t(r));
+      contexts.push_back(std::move(ctx));
+      suffixes.push_back(std::move(suffix));
+      offset.push_back(used);
+      max_new.push_back(limits.max_new_tokens - used);
+    }
+    if (next_rows.empty()) break;
+    // Rows with no room left get their results and an empty turn (TRL cuts the turn to nothing).
+    std::vector<int64_t> sampled_rows, sampled_offset, sampled_max;
+    std::vector<std::vector<int32_t>> sampled_contexts;
+    for (std::size_t k = 0; k < next_rows.size(); ++k)
+      if (max_new[k] > 0) {
+        sampled_rows.push_back(next_rows[k]);
+        sampled_contexts.push_back(std::move(contexts[k]));
+        sampled_offset.push_back(offset[k]);
+        sampled_max.push_back(max_new[k]);
+      }
+    std::vector<Completion> sampled;
+    if (!sampled_rows.empty()) sampled = hooks.generate(sampled_rows, sampled_contexts, sampled_offset, sampled_max);
+    std::vector<Completion> next(next_rows.size());
+    for (std::size_t k = 0, j = 0; k < next_rows.size(); ++k)
+      if (max_new[k] > 0) next[k] = std::move(sampled[j++]);
+    pending.clear();
+    for (std::size_t k = 0; k < next_rows.size(); ++k) {
+      const std::size_t r = std::size_t(next_rows[k]);
+      const std::vector<int32_t> turn =
+          append_turn(completions[r], suffixes[k], next[k], limits.max_new_tokens, stats[r]);
+      rows[r].calls = parse_tool_calls(hooks.decode(turn));
+      const bool more = limits.max_iterations == 0 || rows[r].iterations < limits.max_iterations;
+      if (!rows[r].calls.empty() && more) pending.push_back(int64_t(r));
+    }
+  }
+  return stats;
+}
+
+}  // namespace unstuck::rollout

@@ -1,0 +1,321 @@
+// Tools in the rollout: the tool-call parser on the Qwen / Hermes format (and what TRL takes as no
+// call), the multi-turn loop on scripted turns (the tokens, which ones are the tools', the sampling
+// offsets, the budget and the iteration limit), and the tool workers on tests/rollout/tool_corpus.py.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "unstuck/common/error.h"
+#include "unstuck/data/prompt_formatter.h"
+#include "unstuck/rollout/tools.h"
+#include "unstuck/tokenizer/tokenizer.h"
+
+namespace unstuck::rollout {
+namespace {
+
+TEST(ParseToolCalls, ReadsEveryBlockOfATurn) {
+  const auto one = parse_tool_calls(
+      "<tool_call>\n{\"name\": \"multiply\", \"arguments\": {\"a\": 3, \"b\": 4}}\n</tool_call><|im_end|>");
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].name, "multiply");
+  EXPECT_EQ(one[0].arguments.dump(), "{\"a\":3,\"b\":4}");
+  const auto two = parse_tool_calls(
+      "Let me compute.\n<tool_call>{\"name\": \"add\", \"arguments\": {\"b\": 1, \"a\": 2}}</tool_call>\n"
+      "<tool_call>\n{\"name\": \"now\"}\n</tool_call>");
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].arguments.dump(), "{\"b\":1,\"a\":2}");  // the model's order
+  EXPECT_EQ(two[1].name, "now");
+  EXPECT_TRUE(two[1].arguments.is_object() && two[1].arguments.empty());  // missing: {} (as TRL)
+  const auto null_args = parse_tool_calls("<tool_call>{\"name\": \"now\", \"arguments\": null}</tool_call>");
+  ASSERT_EQ(null_args.size(), 1u);
+  EXPECT_TRUE(null_args[0].arguments.is_object());
+  // Arguments that are not an object stay as written: the call fails in the tool (TRL does the same).
+  const auto text_args = parse_tool_calls("<tool_call>{\"name\": \"add\", \"arguments\": \"1, 2\"}</tool_call>");
+  ASSERT_EQ(text_args.size(), 1u);
+  EXPECT_TRUE(text_args[0].arguments.is_string());
+}
+
+TEST(ParseToolCalls, AMalformedOrUnclosedBlockMeansNoCallAtAll) {
+  EXPECT_TRUE(parse_tool_calls("The answer is 12.").empty());
+  EXPECT_TRUE(parse_tool_calls("<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1}</tool_call>").empty());
+  EXPECT_TRUE(parse_tool_calls("<tool_call>{\"arguments\": {}}</tool_call>").empty());
+  EXPECT_TRUE(parse_tool_calls("<tool_call>{\"name\": 7}</tool_call>").empty());
+  EXPECT_TRUE(parse_tool_calls("<tool_call>[1, 2]</tool_call>").empty());
+  EXPECT_TRUE(parse_tool_calls("<tool_call>{\"name\": \"add\", \"arguments\": {}}").empty());  // cut at the limit
+  // One bad block spoils the turn: TRL's parse_response falls back to plain text.
+  EXPECT_TRUE(parse_tool_calls("<tool_call>{\"name\": \"a\"}</tool_call><tool_call>oops</tool_call>").empty());
+}
+
+// Tokens are characters here: decode() is the identity on their codes.
+std::vector<int32_t> ids(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<int32_t>& t) { return {t.begin(), t.end()}; }
+
+Completion turn(const std::string& s, FinishReason finish = FinishReason::eos) {
+  Completion c;
+  c.tokens = ids(s);
+  c.logprobs.assign(c.tokens.size(), -0.5f);
+  c.finish = finish;
+  return c;
+}
+
+struct Script {
+  std::map<int64_t, std::vector<std::string>> turns;  // row -> its turns after the first
+  std::vector<std::vector<int64_t>> offsets, max_new, rows;
+  int64_t tool_rounds = 0;
+  ToolTurnHooks hooks() {
+    ToolTurnHooks h;
+    h.decode = text;
+    h.run = [this](const std::vector<std::vector<ToolCall>>& calls) {
+      ++tool_rounds;
+      std::vector<std::vector<ToolOutcome>> out;
+      for (const auto& row : calls) {
+        out.emplace_back();
+        for (const ToolCall& c : row)
+          out.back().push_back(
+              {c.name == "fail" ? "{'error': 'x'}" : "=" + c.arguments.dump(), c.name == "fail", 0.25});
+      }
+      return out;
+    };
+    h.suffix = [](const std::vector<ToolCall>&, const std::vector<ToolOutcome>& results) {
+      std::string s = "[";
+      for (const ToolOutcome& o : results) s += o.content;
+      return ids(s + "]");
+    };
+    h.generate = [this](const std::vector<int64_t>& r, const std::vector<std::vector<int32_t>>&,
+                        const std::vector<int64_t>& off, const std::vector<int64_t>& mx) {
+      rows.push_back(r);
+      offsets.push_back(off);
+      max_new.push_back(mx);
+      std::vector<Completion> out;
+      for (int64_t row : r) {
+        auto& queue = turns.at(row);
+        out.push_back(turn(queue.front()));
+        queue.erase(queue.begin());
+      }
+      return out;
+    };
+    return h;
+  }
+};
+
+const std::string kCall = "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_call>";
+
+TEST(RunToolTurns, AppendsResultsAndTurnsAndMarksTheToolsTokens) {
+  std::vector<std::vector<int32_t>> prompts = {ids("P0"), ids("P1")};
+  std::vector<Completion> c = {turn("A" + kCall), turn("no call")};
+  Script s;
+  s.turns[0] = {"B" + kCall, "done"};
+  ToolTurnLimits limits;
+  limits.max_new_tokens = 400;
+  const auto stats = run_tool_turns(prompts, c, s.hooks(), limits);
+  const std::string result = "[={\"x\":1}]";
+  EXPECT_EQ(text(c[0].tokens), "A" + kCall + result + "B" + kCall + result + "done");
+  ASSERT_EQ(c[0].from_tool.size(), c[0].tokens.size());
+  ASSERT_EQ(c[0].logprobs.size(), c[0].tokens.size());
+  for (std::size_t t = 0; t < c[0].tokens.size(); ++t) {
+    const std::size_t first = 1 + kCall.size(), second = first + result.size() + 1 + kCall.size();
+    const bool tool = (t >= first && t < first + result.size()) || (t >= second && t < second + result.size());
+    EXPECT_EQ(c[0].from_tool[t], tool ? 1 : 0) << t;
+    EXPECT_EQ(c[0].logprobs[t], tool ? 0.0f : -0.5f) << t;
+  }
+  EXPECT_TRUE(c[1].from_tool.empty());  // a row without calls is untouched
+  EXPECT_EQ(text(c[1].tokens), "no call");
+  EXPECT_EQ(stats[0].calls, 2);
+  EXPECT_EQ(stats[0].turns, 3);
+  EXPECT_EQ(stats[0].tool_tokens, int64_t(2 * result.size()));
+  EXPECT_DOUBLE_EQ(stats[0].seconds, 0.5);
+  EXPECT_EQ(stats[1].calls, 0);
+  // Each turn samples from where the row's completion is, within what is left of the budget.
+  ASSERT_EQ(s.offsets.size(), 2u);
+  const int64_t after1 = int64_t(1 + kCall.size() + result.size());
+  EXPECT_EQ(s.offsets[0], std::vector<int64_t>{after1});
+  EXPECT_EQ(s.max_new[0], std::vector<int64_t>{400 - after1});
+  const int64_t after2 = after1 + int64_t(1 + kCall.size() + result.size());
+  EXPECT_EQ(s.offsets[1], std::vector<int64_t>{after2});
+}
+
+TEST(RunToolTurns, StopsAtTheIterationLimitAndCountsFailures) {
+  std::vector<std::vector<int32_t>> prompts = {ids("P")};
+  const std::string fail = "<tool_call>{\"name\": \"fail\"}</tool_call>";
+  std::vector<Completion> c = {turn(fail)};
+  Script s;
+  s.turns[0] = {kCall, kCall, kCall};
+  ToolTurnLimits limits;
+  limits.max_new_tokens = 1000;
+  limits.max_iterations = 2;
+  const auto stats = run_tool_turns(prompts, c, s.hooks(), limits);
+  EXPECT_EQ(s.tool_rounds, 2);
+  EXPECT_EQ(stats[0].calls, 2);
+  EXPECT_EQ(stats[0].failures, 1);
+  EXPECT_EQ(stats[0].turns, 3);
+  EXPECT_EQ(s.turns[0].size(), 1u);  // the third scripted turn was never sampled
+}
+
+TEST(RunToolTurns, ResultsThatDoNotFitAreDroppedAndTheLastTurnIsCutToTheBudget) {
+  const std::string result = "[={\"x\":1}]";
+  std::vector<std::vector<int32_t>> prompts = {ids("P"), ids("Q")};
+  std::vector<Completion> c = {turn(kCall), turn(kCall)};
+  Script s;
+  s.turns[1] = {"a long answer that will not fit"};
+  ToolTurnLimits limits;
+  limits.max_new_tokens = int64_t(kCall.size() + result.size()) + 4;
+  limits.max_context = 1000;
+  // Row 0's context is too long for the model: its results are dropped, it ends as it was.
+  prompts[0] = ids(std::string(1000 - kCall.size() - result.size(), 'p'));
+  const auto stats = run_tool_turns(prompts, c, s.hooks(), limits);
+  EXPECT_EQ(text(c[0].tokens), kCall);
+  EXPECT_TRUE(c[0].from_tool.empty());
+  EXPECT_EQ(stats[0].dropped, 1);
+  EXPECT_EQ(c[0].finish, FinishReason::eos);
+  // Row 1: its results fit, its next turn is cut to the 4 tokens left and ends at the length limit.
+  EXPECT_EQ(text(c[1].tokens), kCall + result + "a lo");
+  EXPECT_EQ(c[1].finish, FinishReason::length);
+  EXPECT_EQ(s.max_new.at(0), std::vector<int64_t>{4});
+}
+
+std::string corpus() { return std::string(UNSTUCK_SOURCE_DIR) + "/tests/rollout/tool_corpus.py"; }
+
+TEST(ToolRunner, DerivesSchemasAndCallsToolsAsTrlDoes) {
+  ToolsConfig cfg;
+  cfg.functions = {{corpus(), "multiply"}, {corpus(), "sleepy"}};
+  cfg.python = UNSTUCK_PYTHON;
+  cfg.timeout_s = 2;
+  ToolRunner tools(cfg);
+  ASSERT_EQ(tools.schemas().size(), 2u);
+  EXPECT_EQ(tools.schemas()[0]["function"]["name"], "multiply");
+  // Key order as transformers writes it (the template's tojson keeps it).
+  EXPECT_EQ(tools.schemas()[0].dump().substr(0, 40), "{\"type\":\"function\",\"function\":{\"name\":\"m");
+  const auto out = tools.call({{"multiply", {{"a", 6}, {"b", 7}}},
+                               {"multiply", {{"a", 6}}},
+                               {"divide", nlohmann::ordered_json::object()},
+                               {"sleepy", {{"seconds", 30}}}});
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].content, "42");
+  EXPECT_FALSE(out[0].failed);
+  EXPECT_EQ(out[1].content, "{'error': \"multiply() missing 1 required positional argument: 'b'\"}");
+  EXPECT_TRUE(out[1].failed);
+  EXPECT_EQ(out[2].content, "{'error': 'Tool divide not found.'}");
+  EXPECT_TRUE(out[3].failed);  // past tools.timeout_s: an error the model reads, the worker restarted
+  EXPECT_NE(out[3].content.find("timed out"), std::string::npos) << out[3].content;
+  EXPECT_EQ(tools.call({{"multiply", {{"a", 2}, {"b", 3}}}}).at(0).content, "6");  // still serving
+}
+
+TEST(ToolRunner, AToolWithoutASchemaIsRefusedAtTheStartNamingIt) {
+  ToolsConfig cfg;
+  cfg.functions = {{corpus(), "undescribed"}};
+  cfg.python = UNSTUCK_PYTHON;
+  try {
+    ToolRunner tools(cfg);
+    FAIL() << "started";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("undescribed: the docstring's Args: has no description of 'y'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Where two id lists part: "equal", or the lengths and the first index that differs.
+template <class T>
+std::string first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  std::size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  if (i == a.size() && i == b.size()) return "equal";
+  return "lengths " + std::to_string(a.size()) + " and " + std::to_string(b.size()) + ", first difference at " +
+         std::to_string(i);
+}
+
+// TRL 1.16's own loop (GRPOTrainer._tool_call_loop and _get_tool_suffix_ids, unchanged) on a Qwen2-style
+// tokenizer with TRL's Qwen2.5 chat template and the scripted turns of tests/rollout/trl_tool_loop.py:
+// the prompts rendered with the tools, each row's completion ids and which of them are the tools'
+// equal Unstuck's, through one call, failing calls, an unknown tool, a malformed call, and results
+// dropped for the completion budget.
+TEST(TrlToolParity, PromptsCompletionsAndMasksEqualTrlsToolLoop) {
+  const std::filesystem::path out = std::filesystem::temp_directory_path() / "unstuck_trl_tool_loop";
+  std::filesystem::remove_all(out);
+  const std::string cmd = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/rollout/trl_tool_loop.py " +
+                          out.string() + " > " + (out.string() + ".log") + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << "trl is not installed";
+  ASSERT_EQ(rc, 0) << cmd;
+  std::ifstream in(out / "trl.json");
+  const nlohmann::json trl = nlohmann::json::parse(in);
+  const std::filesystem::path model_dir = trl["model_dir"].get<std::string>();
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir);  // with tokenizer_config.json (its eos_token)
+  ToolsConfig cfg;
+  for (const auto& name : trl["tools"])
+    cfg.functions.push_back({trl["corpus"].get<std::string>(), name.get<std::string>()});
+  cfg.python = UNSTUCK_PYTHON;
+  ToolRunner tools(cfg);
+  data::DataConfig dc;
+  dc.chat_template = "auto";
+  const data::PromptFormatter format = data::PromptFormatter(dc, model_dir).with_tools(tools.schemas());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<Completion> completions;
+  std::map<int64_t, std::vector<std::vector<int32_t>>> later;
+  for (const auto& row : trl["rows"]) {
+    data::TaskRecord record;
+    record.messages = nlohmann::json::array({{{"role", "user"}, {"content", row["user"]}}});
+    prompts.push_back(tok.encode(format.render(record)));
+    EXPECT_EQ(first_difference(prompts.back(), row["prompt_ids"].get<std::vector<int32_t>>()), "equal")
+        << "prompt of " << row["user"];
+    const auto turns = row["turns"].get<std::vector<std::vector<int32_t>>>();
+    Completion first;
+    first.tokens = turns[0];
+    first.logprobs.assign(first.tokens.size(), -0.5f);
+    first.finish = FinishReason::eos;
+    completions.push_back(first);
+    later[int64_t(completions.size()) - 1] = {turns.begin() + 1, turns.end()};
+  }
+  ToolTurnHooks hooks;
+  hooks.decode = [&](const std::vector<int32_t>& ids) { return tok.decode(ids, false); };
+  hooks.run = [&](const std::vector<std::vector<ToolCall>>& calls) {
+    std::vector<std::vector<ToolOutcome>> results;
+    for (const auto& row : calls) results.push_back(tools.call(row));
+    return results;
+  };
+  hooks.suffix = [&](const std::vector<ToolCall>& calls, const std::vector<ToolOutcome>& results) {
+    return tool_result_tokens(format, tok, calls, results);
+  };
+  hooks.generate = [&](const std::vector<int64_t>& rows, const std::vector<std::vector<int32_t>>&,
+                       const std::vector<int64_t>&, const std::vector<int64_t>&) {
+    std::vector<Completion> next;
+    for (int64_t r : rows) {
+      Completion c;
+      c.tokens = later.at(r).front();
+      later.at(r).erase(later.at(r).begin());
+      c.logprobs.assign(c.tokens.size(), -0.5f);
+      c.finish = FinishReason::eos;
+      next.push_back(c);
+    }
+    return next;
+  };
+  ToolTurnLimits limits;
+  limits.max_new_tokens = trl["max_completion_length"].get<int64_t>();
+  limits.max_context = 4096;
+  const std::vector<ToolTurnStats> stats = run_tool_turns(prompts, completions, hooks, limits);
+  int64_t calls = 0, failures = 0;
+  for (std::size_t i = 0; i < completions.size(); ++i) {
+    const auto& row = trl["rows"][i];
+    EXPECT_EQ(first_difference(completions[i].tokens, row["completion_ids"].get<std::vector<int32_t>>()), "equal")
+        << "row " << i;
+    std::vector<int> mask;
+    for (std::size_t t = 0; t < completions[i].tokens.size(); ++t)
+      mask.push_back(completions[i].from_tool.empty() || completions[i].from_tool[t] == 0 ? 1 : 0);
+    EXPECT_EQ(first_difference(mask, row["tool_mask"].get<std::vector<int>>()), "equal") << "row " << i;
+    std::vector<float> logprobs(completions[i].logprobs.begin(), completions[i].logprobs.end());
+    EXPECT_EQ(first_difference(logprobs, row["logprobs"].get<std::vector<float>>()), "equal") << "row " << i;
+    calls += stats[i].calls;
+    failures += stats[i].failures;
+  }
+  EXPECT_EQ(calls, trl["tool_calls"].get<int64_t>());
+  EXPECT_EQ(failures, trl["tool_failures"].get<int64_t>());
+  EXPECT_EQ(stats[4].dropped, 1);  // the case the script is built to reach
+}
+
+}  // namespace
+}  // namespace unstuck::rollout

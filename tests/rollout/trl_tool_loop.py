@@ -1,0 +1,103 @@
+"""TRL 1.16's own tool-calling loop, unchanged, on scripted model turns: the reference of the token and
+mask parity test (tests/rollout/test_tools.cpp, TrlToolParity).
+
+  trl_tool_loop.py OUT
+
+Builds a Qwen2-style model directory with a byte-level BPE tokenizer (tests/train/example_standins.py),
+gives it TRL's shipped Qwen2.5 chat template (trl/chat_templates/qwen2_5.jinja, with its tools
+branch), renders the prompts with the tools of tool_corpus.py as GRPOTrainer does, then runs
+GRPOTrainer._get_tool_suffix_ids and GRPOTrainer._tool_call_loop (called on a stand-in `self` that
+holds what they read) with each row's turns scripted as token ids. Writes OUT/trl.json: per row the
+prompt ids, the scripted turns, and TRL's completion ids and tool mask. Exit 77 without trl.
+"""
+import json
+import os
+import subprocess
+import sys
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from tool_schema_parity import module  # noqa: E402
+TOOLS = ["multiply", "get_current_temperature"]
+MAX_COMPLETION = 400
+
+USER = ["What is 6 times 7?", "Weather in Paris, and 2 times 3?", "What is 2 + 3?", "Multiply 1 by 2.",
+        "Multiply a lot."]
+# Each row's turns: the first is what generation gave, the others come after each round of tools.
+TURNS = [
+    ['<tool_call>\n{"name": "multiply", "arguments": {"a": 6, "b": 7}}\n</tool_call><|im_end|>',
+     "The product is 42.<|im_end|>"],
+    ['Let me check.\n<tool_call>\n{"name": "get_current_temperature", "arguments": {"location": "Paris, France"}}\n'
+     '</tool_call>\n<tool_call>\n{"name": "multiply", "arguments": {"a": 2}}\n</tool_call><|im_end|>',
+     '<tool_call>\n{"name": "divide", "arguments": {"a": 1, "b": 2}}\n</tool_call><|im_end|>',
+     "Done: 22 degrees.<|im_end|>"],
+    ["No tool is needed: 5.<|im_end|>"],
+    ['<tool_call>\n{"name": "multiply", "arguments": {"a": 1</tool_call><|im_end|>'],
+    # Long enough that the second round's results would pass max_completion_length: TRL drops them.
+    ['<tool_call>\n{"name": "multiply", "arguments": {"a": 3, "b": 3}}\n</tool_call><|im_end|>',
+     "step " * 190 + ' <tool_call>\n{"name": "multiply", "arguments": {"a": 11111, "b": 11111}}\n</tool_call><|im_end|>',
+     "never sampled<|im_end|>"],
+]
+
+
+def main():
+    out = sys.argv[1]
+    try:
+        import trl  # noqa: F401
+        from trl.chat_template_utils import add_response_schema, parse_response, qwen2_5_chat_template
+        from trl.trainer.grpo_trainer import GRPOTrainer
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        print(f"skip: {e}")
+        return 77
+    os.makedirs(out, exist_ok=True)
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests/train/example_standins.py"), out, "gsm8k", "real"],
+                   check=True, stdout=subprocess.DEVNULL)
+    model_dir = os.path.join(out, "model")
+    config_path = os.path.join(model_dir, "tokenizer_config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    config["chat_template"] = qwen2_5_chat_template
+    with open(config_path, "w") as f:
+        json.dump(config, f, indent=2)
+    tok = add_response_schema(AutoTokenizer.from_pretrained(model_dir))
+    corpus = module(os.path.join(HERE, "tool_corpus.py"), "tool_corpus")
+    tools = [getattr(corpus, n) for n in TOOLS]
+    prompts = [[{"role": "user", "content": u}] for u in USER]
+    prompt_ids = [tok.apply_chat_template(p, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False)
+                  for p in prompts]
+    turns = [[tok.encode(t, add_special_tokens=False) for t in row] for row in TURNS]
+    later = {i: list(row[1:]) for i, row in enumerate(turns)}
+
+    def generate_single_turn(ids, images, fields, num_generations=1, has_tool_images=False):
+        rows = [next(i for i, p in enumerate(prompt_ids) if list(x[:len(p)]) == p) for x in ids]
+        out_ids = [later[r].pop(0) for r in rows]
+        return out_ids, [[-0.5] * len(x) for x in out_ids]
+
+    me = types.SimpleNamespace(
+        tools=tools, _sync_tool_dicts=[{f.__name__: f for f in tools} for _ in prompts],
+        _async_tool_dicts=[{} for _ in prompts], max_tool_calling_iterations=sys.maxsize, use_vllm=False,
+        model=types.SimpleNamespace(config=types.SimpleNamespace(max_position_embeddings=4096)), _is_vlm=False,
+        max_completion_length=MAX_COMPLETION, environment_factories=None, _tokenizer=tok, processing_class=tok,
+        chat_template=None, chat_template_kwargs={}, _generate_single_turn=generate_single_turn)
+    me._get_tool_suffix_ids = lambda messages: GRPOTrainer._get_tool_suffix_ids(me, messages)
+    completion_ids = [list(row[0]) for row in turns]
+    completions = [[parse_response(tok, ids, prefix=prompt_ids[i], tools=tools)] for i, ids in enumerate(completion_ids)]
+    logprobs = [[-0.5] * len(x) for x in completion_ids]
+    tool_mask, completions, completion_ids, logprobs, calls, failures, _ = GRPOTrainer._tool_call_loop(
+        me, [list(p) for p in prompts], prompt_ids, completion_ids, completions, logprobs, None, {})
+    result = {"model_dir": model_dir, "tools": TOOLS, "corpus": os.path.join(HERE, "tool_corpus.py"),
+              "max_completion_length": MAX_COMPLETION, "tool_calls": calls, "tool_failures": failures,
+              "rows": [{"user": USER[i], "prompt_ids": prompt_ids[i], "turns": turns[i],
+                        "completion_ids": completion_ids[i], "tool_mask": tool_mask[i], "logprobs": logprobs[i]}
+                       for i in range(len(USER))]}
+    with open(os.path.join(out, "trl.json"), "w") as f:
+        json.dump(result, f)
+    print(f"{len(USER)} rows, {calls} tool calls, {failures} failed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
