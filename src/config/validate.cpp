@@ -175,6 +175,8 @@ void validate_grpo(const config::GrpoConfig& g) {
           "0 (off) or in [1, " + shown(kMaxCoef) + "]", shown(g.tis_cap));
   validate_lr_schedule(g.lr, "grpo");
   require(g.eval_every >= 0, "grpo.eval_every", ">= 0", std::to_string(g.eval_every));
+  require(g.log_rollouts_every >= 0, "grpo.log_rollouts_every", ">= 0 (0 = never)",
+          std::to_string(g.log_rollouts_every));
   require(g.eval_samples >= 0, "grpo.eval_samples", ">= 0", std::to_string(g.eval_samples));
   require(g.checkpoint_every >= 0, "grpo.checkpoint_every", ">= 0", std::to_string(g.checkpoint_every));
   require(g.keep_checkpoints >= 1, "grpo.keep_checkpoints", ">= 1", std::to_string(g.keep_checkpoints));

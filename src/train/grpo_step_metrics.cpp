@@ -181,8 +181,9 @@ void GrpoTrainer::add_policy_metrics(MetricsLine& m, const StepSums& s, const Up
     m["kl_ref_exact"] = s.kl_ref_exact / tokens;
   }
   m["entropy"] = s.entropy / tokens;
-  m["response_len_mean"] = s.generated_tokens / rows;
-  m["overlong_frac"] = s.truncated / rows;  // completions cut at rollout.max_new_tokens
+  m["response_len_mean"] = s.generated_tokens / rows;  // the policy's tokens (a tool's are not its)
+  m["loss_tokens_mean"] = s.tokens / rows;             // the tokens the loss reads, per completion
+  m["overlong_frac"] = s.truncated / rows;             // completions cut at rollout.max_new_tokens
   // Each clip fraction: the mean over the optimizer steps of clipped tokens / tokens.
   m["clip_frac"] = s.clip_mean(s.clipped);
   m["clip_frac_low"] = s.clip_mean(s.clipped_low);

@@ -5,7 +5,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
+
+#include "unstuck/common/error.h"
 
 #include "train/grpo_internal.h"
 
@@ -49,6 +52,53 @@ void GrpoTrainer::run_tools(Rollouts& ro) {
   limits.max_new_tokens = cfg_.rollout.max_new_tokens;
   limits.max_context = weights_.model().config().max_seq_len;
   ro.tool_stats = rollout::run_tool_turns(ro.prompts, ro.completions, hooks, limits);
+}
+
+namespace {
+
+// A completion as its runs of the policy's tokens and the tools' ([{"from": "policy" | "tools",
+// "text"}]), special tokens kept.
+nlohmann::json turns_of(const rollout::Completion& c, const tokenizer::Tokenizer& tok) {
+  nlohmann::json turns = nlohmann::json::array();
+  std::size_t begin = 0;
+  for (std::size_t t = 1; t <= c.tokens.size(); ++t) {
+    const auto tool = [&](std::size_t i) { return !c.from_tool.empty() && c.from_tool[i] != 0; };
+    if (t < c.tokens.size() && tool(t) == tool(begin)) continue;
+    turns.push_back(
+        {{"from", tool(begin) ? "tools" : "policy"},
+         {"text",
+          tok.decode({c.tokens.begin() + std::ptrdiff_t(begin), c.tokens.begin() + std::ptrdiff_t(t)}, false)}});
+    begin = t;
+  }
+  return turns;
+}
+
+}  // namespace
+
+void GrpoTrainer::log_rollouts(int64_t step, const Rollouts& ro, const Scores& sc) const {
+  const std::string name =
+      comm_.rank() == 0 ? "rollouts.jsonl" : "rollouts-rank" + std::to_string(comm_.rank()) + ".jsonl";
+  std::ofstream out(ctx_.run_dir / name, std::ios::app);
+  if (!out) throw UserError("grpo.log_rollouts_every: cannot append to " + (ctx_.run_dir / name).string());
+  const std::vector<int64_t>& rows = rows_of_[std::size_t(comm_.rank())];
+  for (std::size_t i = 0; i < ro.completions.size(); ++i) {
+    const rollout::Completion& c = ro.completions[i];
+    nlohmann::json line = {{"step", step},
+                           {"row", i < rows.size() ? rows[i] : int64_t(i)},
+                           {"prompt", ctx_.tokenizer.decode(ro.prompts[i], false)},
+                           {"completion", ctx_.tokenizer.decode(c.tokens, false)},
+                           {"finish", c.finish == rollout::FinishReason::eos ? "eos" : "length"},
+                           {"reward", sc.rewards[i]},
+                           {"correct", sc.right[i] != 0}};
+    if (!ro.tool_stats.empty()) {
+      const rollout::ToolTurnStats& t = ro.tool_stats[i];
+      line["turns"] = turns_of(c, ctx_.tokenizer);
+      line["tool_calls"] = t.calls;
+      line["tool_failures"] = t.failures;
+    }
+    out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  if (!out) throw UserError("grpo.log_rollouts_every: writing " + (ctx_.run_dir / name).string() + " failed");
 }
 
 }  // namespace unstuck::train

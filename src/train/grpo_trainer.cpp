@@ -176,6 +176,7 @@ MetricsLine GrpoTrainer::step(int64_t step) {
   Scores sc;
   Sampling smp;
   rollout_phase(step, &ro, &sc, &smp, &time);
+  if (cfg_.grpo.log_rollouts_every > 0 && step % cfg_.grpo.log_rollouts_every == 0) log_rollouts(step, ro, sc);
   const RolloutBatch batch = make_batch(ro);
   const algo::Advantages adv = advantages_of(shaped_rewards(batch, &sc));
   const torch::Tensor advantages = torch::tensor(adv.values).to(device_);  // (N)

@@ -250,6 +250,8 @@ class GrpoTrainer {
   // tools.functions: the tool rounds of this rank's rows (grpo_tools.cpp), each row continuing with
   // its own sampling uniforms (gen_opts_.uniforms' row) from where its completion is.
   void run_tools(Rollouts& ro);
+  // grpo.log_rollouts_every: this rank's rows of the step appended to the run's rollouts JSONL.
+  void log_rollouts(int64_t step, const Rollouts& ro, const Scores& sc) const;
   // The formatter of the prompts: ctx_'s, or with tools.functions the copy that renders the tools.
   const data::PromptFormatter& prompt_format() const { return tool_prompts_ ? *tool_prompts_ : ctx_.prompts; }
   bool reference_due(int64_t step) const;

@@ -44,6 +44,7 @@ struct GrpoConfig {
   double entropy_coef = 0.0;            // entropy bonus (0 = off)
   LrScheduleConfig lr;                  // grpo.lr_schedule, grpo.warmup_steps, grpo.min_lr_ratio (constant by default)
   int64_t eval_every = 20;              // rollout batches between greedy test evaluations; 0 = end only
+  int64_t log_rollouts_every = 0;       // steps between rollouts written to rollouts.jsonl; 0 = never
   int64_t eval_samples = 200;           // test records per evaluation (0 = all)
   int64_t checkpoint_every = 25;        // rollout batches between checkpoints (and at the end); 0 = end only
   int64_t keep_checkpoints = 2;         // newest checkpoints kept
@@ -115,6 +116,9 @@ struct GrpoConfig {
     v("entropy_coef", entropy_coef, "weight of the entropy bonus; 0 = off");
     lr.visit(v);
     v("eval_every", eval_every, "rollout batches between greedy test evaluations; 0 = at the end only");
+    v("log_rollouts_every", log_rollouts_every,
+      "steps between writes of the step's rollouts to <run dir>/rollouts.jsonl (rank r > 0: "
+      "rollouts-rank<r>.jsonl): prompt, completion, its turns (the policy's and the tools'), reward; 0 = never");
     v("eval_samples", eval_samples, "test records per evaluation; 0 = the whole split");
     v("checkpoint_every", checkpoint_every,
       "rollout batches between checkpoints (and one at the end); 0 = at the end only");

@@ -1,0 +1,164 @@
+// Multi-turn GRPO with a tool, end to end through `unstuck train`: a small Qwen2-shaped policy
+// fine-tuned to call multiply(a, b) (tests/train/tool_standin.py) is trained with tools.functions;
+// the calls it writes are run by the tool workers, their results reach its context and it answers
+// after them; the loss reads only its own tokens; the same seed gives the same run, two ranks sample
+// the rows one does, and a run resumed from a checkpoint continues bit for bit.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+
+#include "train/tiny_task.h"
+
+namespace unstuck::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<nlohmann::json> read_lines(const fs::path& p) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+class ToolsRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("unstuck_tools_run_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    const std::string make = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/train/tool_standin.py " +
+                             dir_.string() + " > " + (dir_.string() + ".standin.log") + " 2>&1";
+    made_ = std::system(make.c_str());
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  void SetUp() override {
+    if (WIFEXITED(made_) && WEXITSTATUS(made_) == 77) GTEST_SKIP() << "transformers is not installed";
+    ASSERT_EQ(made_, 0) << read_text(dir_.string() + ".standin.log");
+  }
+
+  // The run's YAML: 2 prompts x 4 completions a step, fp32, the multiply tool.
+  static fs::path config(const std::string& name, int64_t steps) {
+    const fs::path path = dir_ / (name + ".yaml");
+    std::ofstream out(path);
+    out << "run: {name: " << name << ", output_dir: " << (dir_ / "runs").string() << ", seed: 3}\n"
+        << "data: {task: math, train_path: " << (dir_ / "data/train.jsonl").string()
+        << ", test_path: " << (dir_ / "data/test.jsonl").string()
+        << ", prompt_key: question, answer_key: answer, answer_extraction: gsm8k, chat_template: auto, "
+           "prompt_template: \"{prompt}\"}\n"
+        << "reward: {verifier: math, answer_formats: [boxed], format_reward: 0.0}\n"
+        << "precision: {mode: fp32}\n"
+        << "optim: {lr: 1.0e-3}\n"
+        << "rollout: {temperature: 1.0, max_new_tokens: 96}\n"
+        << "tools:\n  functions: [{path: " << UNSTUCK_SOURCE_DIR << "/tests/rollout/tool_corpus.py, name: multiply}]\n"
+        << "  python: " << UNSTUCK_PYTHON << "\n"
+        << "grpo: {base_model: " << (dir_ / "model").string() << ", steps: " << steps
+        << ", prompts_per_step: 2, group_size: 4, minibatches: 1, eval_every: 0, eval_samples: 2, "
+           "log_rollouts_every: 1, checkpoint_every: 2}\n";
+    return path;
+  }
+  static int run(const std::string& args, const std::string& log) {
+    const std::string cmd = std::string(UNSTUCK_BINARY) + " " + args + " > " + (dir_ / log).string() + " 2>&1";
+    return std::system(cmd.c_str());
+  }
+
+  static fs::path dir_;
+  static int made_;
+};
+fs::path ToolsRun::dir_;
+int ToolsRun::made_ = -1;
+
+// The rollouts of a run, both ranks' files merged, by (step, row).
+std::map<std::pair<int64_t, int64_t>, nlohmann::json> rollouts_of(const fs::path& run_dir) {
+  std::map<std::pair<int64_t, int64_t>, nlohmann::json> out;
+  for (const auto& e : fs::directory_iterator(run_dir))
+    if (e.path().filename().string().rfind("rollouts", 0) == 0)
+      for (nlohmann::json& line : read_lines(e.path())) {
+        const std::pair<int64_t, int64_t> key{line["step"].get<int64_t>(), line["row"].get<int64_t>()};
+        out[key] = std::move(line);
+      }
+  return out;
+}
+
+TEST_F(ToolsRun, CallsRunTheirResultsReachThePolicyAndStayOutOfTheLoss) {
+  ASSERT_EQ(run("train --config " + config("calls", 2).string(), "calls.log"), 0) << read_text(dir_ / "calls.log");
+  const fs::path run_dir = dir_ / "runs" / "calls";
+  const auto metrics = read_metrics(run_dir);
+  ASSERT_EQ(metrics.size(), 2u);
+  double calls = 0;
+  for (const auto& m : metrics) {
+    calls += m["tools/calls"].get<double>();
+    // The loss reads the policy's tokens: as many as it generated (a tool's result is not among them).
+    EXPECT_DOUBLE_EQ(m["loss_tokens_mean"].get<double>(), m["response_len_mean"].get<double>());
+    if (m["tools/calls"].get<double>() > 0) EXPECT_GT(m["tools/tool_tokens"].get<double>(), 0.0);
+  }
+  EXPECT_GT(calls, 0.0) << "the fine-tuned policy calls multiply";
+  // Every call the policy wrote was run: the result that follows it is a * b, in the template's
+  // tool message, and the policy's next turn comes after it.
+  const std::regex call(
+      R"(<tool_call>\n\{"name": "multiply", "arguments": \{"a": (\d+), "b": (\d+)\}\}\n</tool_call>)");
+  int64_t checked = 0;
+  for (const auto& [key, line] : rollouts_of(run_dir)) {
+    if (!line.contains("turns")) continue;
+    const auto& turns = line["turns"];
+    for (std::size_t t = 0; t + 1 < turns.size(); ++t) {
+      if (turns[t]["from"] != "policy" || turns[t + 1]["from"] != "tools") continue;
+      std::smatch m;
+      const std::string text = turns[t]["text"];
+      if (!std::regex_search(text, m, call)) continue;
+      const int64_t product = std::stoll(m[1]) * std::stoll(m[2]);
+      EXPECT_NE(turns[t + 1]["text"].get<std::string>().find("<tool_response>\n" + std::to_string(product) +
+                                                             "\n</tool_response>"),
+                std::string::npos)
+          << turns[t + 1]["text"];
+      EXPECT_LT(t + 2, turns.size()) << "the policy answers after the result";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST_F(ToolsRun, SameSeedSameRunTwoRanksTheSameRowsAndResumeBitExact) {
+  ASSERT_EQ(run("train --config " + config("a", 4).string(), "a.log"), 0) << read_text(dir_ / "a.log");
+  ASSERT_EQ(run("launch --nproc 2 -- train --config " + config("b", 4).string(), "b.log"), 0)
+      << read_text(dir_ / "b.log");
+  const auto ra = rollouts_of(dir_ / "runs" / "a"), rb = rollouts_of(dir_ / "runs" / "b");
+  ASSERT_EQ(ra.size(), 4u * 8u);
+  ASSERT_EQ(rb.size(), ra.size());
+  for (const auto& [key, line] : ra) {
+    // Step 1 samples from the same weights: its rows are the same text, token for token.
+    if (key.first > 1) continue;
+    EXPECT_EQ(line["completion"], rb.at(key)["completion"]) << "step " << key.first << " row " << key.second;
+    EXPECT_EQ(line["reward"], rb.at(key)["reward"]);
+  }
+  // Resumed at step 2 in one process, the run continues as it went.
+  fs::copy(dir_ / "runs" / "a", dir_ / "runs" / "a_resumed", fs::copy_options::recursive);
+  fs::remove_all(dir_ / "runs" / "a_resumed" / "checkpoints" / "step_00000004");
+  fs::remove(dir_ / "runs" / "a_resumed" / "rollouts.jsonl");
+  ASSERT_EQ(run("train --resume " + (dir_ / "runs" / "a_resumed").string() + " run.name=a_resumed", "r.log"), 0)
+      << read_text(dir_ / "r.log");
+  const auto ma = read_metrics(dir_ / "runs" / "a"), mr = read_metrics(dir_ / "runs" / "a_resumed");
+  ASSERT_EQ(mr.size(), 4u);
+  for (std::size_t i = 2; i < 4; ++i)
+    for (const char* key :
+         {"reward_mean", "grad_norm", "entropy", "tools/calls", "tools/tool_tokens", "loss_tokens_mean"})
+      EXPECT_EQ(mr[i][key], ma[i][key]) << "resumed, step " << i + 1 << " " << key;
+  const auto rr = rollouts_of(dir_ / "runs" / "a_resumed");
+  for (const auto& [key, line] : rr) EXPECT_EQ(line["completion"], ra.at(key)["completion"]);
+  // A second run of the same config is the same run.
+  ASSERT_EQ(run("train --config " + config("a2", 4).string(), "a2.log"), 0) << read_text(dir_ / "a2.log");
+  const auto ra2 = rollouts_of(dir_ / "runs" / "a2");
+  for (const auto& [key, line] : ra) EXPECT_EQ(line["completion"], ra2.at(key)["completion"]);
+}
+
+}  // namespace
+}  // namespace unstuck::train
