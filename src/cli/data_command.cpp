@@ -22,6 +22,7 @@
 #include "unstuck/train/evaluate.h"
 #include "unstuck/train/run_setup.h"
 #include "unstuck/train/sft.h"
+#include "unstuck/rollout/tools.h"
 
 namespace unstuck::cli {
 namespace {
@@ -104,8 +105,9 @@ void check(const CheckArgs& args) {
   }
   const std::filesystem::path tok_path = train::tokenizer_file(cfg);
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_path);
-  const data::PromptFormatter prompts(cfg.data,
-                                      std::filesystem::is_directory(tok_path) ? tok_path : tok_path.parent_path());
+  data::PromptFormatter prompts(cfg.data, std::filesystem::is_directory(tok_path) ? tok_path : tok_path.parent_path());
+  // With tools.functions the prompts render the tools' schemas, as `unstuck train` renders them.
+  if (cfg.tools.enabled()) prompts = prompts.with_tools(rollout::ToolRunner(cfg.tools).schemas());
   const int64_t max_prompt = cfg.model.max_seq_len - cfg.rollout.max_new_tokens;
   std::cout << "tokenizer " << tok_path.string() << "; prompts from " << prompts.describe()
             << (prompts.prepend_bos() ? " after BOS" : "") << "\nprompt limit " << max_prompt

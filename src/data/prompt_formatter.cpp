@@ -86,7 +86,9 @@ std::string PromptFormatter::render_conversation(const nlohmann::ordered_json& m
 }
 
 std::string PromptFormatter::describe() const {
-  return chat_ ? "chat template " + chat_->name() : std::string("data.prompt_template");
+  if (!chat_) return "data.prompt_template";
+  const std::string tools = tools_.is_array() ? " with " + std::to_string(tools_.size()) + " tool(s)" : "";
+  return "chat template " + chat_->name() + tools;
 }
 
 }  // namespace unstuck::data

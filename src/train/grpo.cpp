@@ -102,10 +102,10 @@ std::unique_ptr<GrpoTrainer> make_trainer(RunPlan& plan, dist::Communicator& com
   if (cfg.grpo.eval_samples > 0 && int64_t(test.size()) > cfg.grpo.eval_samples)
     test.resize(std::size_t(cfg.grpo.eval_samples));
   const auto [test_begin, test_end] = dist::rank_range(int64_t(test.size()), comm.world_size(), comm.rank());
-  auto trainer =
-      std::make_unique<GrpoTrainer>(cfg, plan.ctx, comm, std::move(master), plan.train.kept,
-                                    std::vector<data::TaskRecord>(test.begin() + test_begin, test.begin() + test_end),
-                                    device, plan.compute, plan.decisions, std::move(base), std::move(plan.scorer));
+  auto trainer = std::make_unique<GrpoTrainer>(
+      cfg, plan.ctx, comm, std::move(master), plan.train.kept,
+      std::vector<data::TaskRecord>(test.begin() + test_begin, test.begin() + test_end), device, plan.compute,
+      plan.decisions, std::move(base), std::move(plan.scorer), std::move(plan.tools));
   startup.mark("trainer");
   const TrainableWeights& weights = trainer->weights();
   spdlog::info(

@@ -63,7 +63,8 @@ int64_t RolloutBatch::forward_positions(int64_t begin, int64_t end) const {
 GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm, torch::Tensor master,
                          const std::vector<data::TaskRecord>& train, std::vector<data::TaskRecord> my_test,
                          torch::Device device, precision::ComputeMode compute, const RunDecisions& decisions,
-                         FrozenBase base, std::shared_ptr<reward::Verifier> scorer)
+                         FrozenBase base, std::shared_ptr<reward::Verifier> scorer,
+                         std::shared_ptr<rollout::ToolRunner> tools)
     : cfg_(config),
       ctx_(ctx),
       comm_(comm),
@@ -116,7 +117,7 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
                            reference_dtype() + ", the plan decided " + decisions.forward_dtype + " and " +
                            decisions.reference_dtype);
   if (cfg_.tools.enabled()) {
-    tools_ = std::make_unique<rollout::ToolRunner>(cfg_.tools);
+    tools_ = tools ? std::move(tools) : std::make_shared<rollout::ToolRunner>(cfg_.tools);
     tool_prompts_ = std::make_unique<data::PromptFormatter>(ctx_.prompts.with_tools(tools_->schemas()));
   }
   gen_opts_.sampling = cfg_.rollout;

@@ -84,7 +84,7 @@ class GrpoTrainer {
   GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::Communicator& comm, torch::Tensor master,
               const std::vector<data::TaskRecord>& train, std::vector<data::TaskRecord> my_test, torch::Device device,
               precision::ComputeMode compute, const RunDecisions& decisions, FrozenBase base = {},
-              std::shared_ptr<reward::Verifier> scorer = nullptr);
+              std::shared_ptr<reward::Verifier> scorer = nullptr, std::shared_ptr<rollout::ToolRunner> tools = nullptr);
 
   // One rollout batch: sample, score, update; returns its metrics line, reduced across ranks.
   MetricsLine step(int64_t step);
@@ -285,7 +285,7 @@ class GrpoTrainer {
   std::unique_ptr<Fp8Channels> base_scales_;               // grpo.round_base_to_fp8: the unrounded base's
   std::string verifier_name_;                              // reward.verifier, or data.task's
   std::shared_ptr<reward::Verifier> verifier_;
-  std::unique_ptr<rollout::ToolRunner> tools_;           // tools.functions: the tool workers
+  std::shared_ptr<rollout::ToolRunner> tools_;           // tools.functions: the tool workers
   std::unique_ptr<data::PromptFormatter> tool_prompts_;  // tools.functions: prompts rendering the tools
   RecordOrder order_;
   at::Generator sampling_;

@@ -24,6 +24,7 @@
 #include "unstuck/model/param_layout.h"
 #include "unstuck/reward/verifier.h"
 #include "unstuck/rollout/sampler.h"
+#include "unstuck/rollout/tools.h"
 #include "train/base_weights.h"
 #include "unstuck/train/checkpoint.h"
 #include "unstuck/train/compute_choice.h"
@@ -187,6 +188,12 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
                     std::string(config::enum_name(plan.config.run.device)) +
                     " resolves to the CPU here; use "
                     "rollout.decode: auto (graphs on a GPU, dynamic steps on the CPU)");
+  // Tools: their workers start and give the schemas, which every prompt then renders.
+  if (plan.config.tools.enabled()) {
+    plan.tools = std::make_shared<rollout::ToolRunner>(plan.config.tools);
+    plan.ctx.prompts = plan.ctx.prompts.with_tools(plan.tools->schemas());
+    mark("tools");
+  }
   // The data: prompts longer than max_seq_len - max_new_tokens are dropped and counted.
   plan_train_data(plan);
   mark("data");

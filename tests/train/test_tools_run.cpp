@@ -127,6 +127,21 @@ TEST_F(ToolsRun, CallsRunTheirResultsReachThePolicyAndStayOutOfTheLoss) {
   EXPECT_GT(checked, 0);
 }
 
+// The prompts render the tools' schemas, and the data is fitted to those lengths before training:
+// with room for 124 prompt tokens, every prompt (158-160 tokens with the tools, about 20 without) is
+// dropped.
+TEST_F(ToolsRun, PromptsRenderTheToolsAndAreFittedWithThem) {
+  ASSERT_EQ(run("data check --config " + config("check", 1).string(), "check.log"), 0) << read_text(dir_ / "check.log");
+  const std::string shown = read_text(dir_ / "check.log");
+  EXPECT_NE(shown.find("with 1 tool(s)"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"multiply\""), std::string::npos)
+      << shown;
+  EXPECT_NE(shown.find("dropped (longer than 928 tokens): 0"), std::string::npos) << shown;
+  ASSERT_EQ(run("data check --config " + config("check", 1).string() + " rollout.max_new_tokens=900", "short.log"), 0);
+  EXPECT_NE(read_text(dir_ / "short.log").find("dropped (longer than 124 tokens): 600"), std::string::npos)
+      << read_text(dir_ / "short.log");
+}
+
 TEST_F(ToolsRun, SameSeedSameRunTwoRanksTheSameRowsAndResumeBitExact) {
   ASSERT_EQ(run("train --config " + config("a", 4).string(), "a.log"), 0) << read_text(dir_ / "a.log");
   ASSERT_EQ(run("launch --nproc 2 -- train --config " + config("b", 4).string(), "b.log"), 0)

@@ -31,6 +31,9 @@ namespace unstuck::dist {
 class Communicator;
 }
 
+namespace unstuck::rollout {
+class ToolRunner;
+}
 namespace unstuck::reward {
 class Verifier;
 }  // namespace unstuck::reward
@@ -104,6 +107,10 @@ struct RunPlan {
   // train with RunRequest::keep_scorer: the run's reward scorer when it runs workers (reward.function,
   // reward.command, or terms with them), started once here and handed to the trainer; else null.
   std::shared_ptr<reward::Verifier> scorer;
+  // train with tools.functions: the tool workers, started here (each tool's schema derived, so a
+  // tool without one stops the run before anything is written) and handed to the trainer. The
+  // prompts (ctx.prompts) render the tools, so the data is fitted to its real prompt lengths.
+  std::shared_ptr<rollout::ToolRunner> tools;
 
   // {"command", "device", "threads", "compute", "data", "stop_token_ids", "seeds", "memory", ...}.
   nlohmann::json to_json() const;
