@@ -132,8 +132,8 @@ Why model_section(const RunConfig& c, const std::string& command, const std::str
 
 Why tools_section(const RunConfig& c, const std::string& command, const std::string& key) {
   if (command != "train") return "tools.* is read by `unstuck train`; this is a `unstuck " + command + "` run";
-  if (key == "tools.functions" || c.tools.enabled()) return std::nullopt;
-  return "tools.functions is empty, so no tool runs";
+  if (key == "tools.functions" || key == "tools.builtin_python" || c.tools.enabled()) return std::nullopt;
+  return "tools.functions is empty and tools.builtin_python false, so no tool runs";
 }
 
 Why lora_section(const RunConfig& c, const std::string&, const std::string& key) {

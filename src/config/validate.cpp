@@ -257,6 +257,8 @@ void validate_tools(const rollout::ToolsConfig& c) {
     require_tools(!t.name.empty(), key + ".name", "the tool function's name", "nothing");
     if (!reward::names_a_module(t.path) && !std::filesystem::is_regular_file(t.path))
       throw UserError("tools." + key + ".path: no such file: " + t.path);
+    if (c.builtin_python && t.name == "python")
+      throw UserError("tools." + key + ".name: python is the built-in tool's name (tools.builtin_python: true)");
     for (std::size_t j = 0; j < i; ++j)
       if (c.functions[j].name == t.name) throw UserError("tools." + key + ".name: a second tool named " + t.name);
   }
@@ -278,7 +280,7 @@ void validate(const RunConfig& config) {
           "rollout.decode", "auto, dynamic or fixed with run.device: cpu (CUDA graphs need a GPU)", "graphs");
   validate_tools(config.tools);
   require(!config.tools.enabled() || (config.data.chat_template != "none" && !config.data.chat_template.empty()),
-          "data.chat_template", "auto or a .jinja file with tools.functions (the template renders the tools)",
+          "data.chat_template", "auto or a .jinja file with tools (the template renders them)",
           config.data.chat_template.empty() ? "nothing" : config.data.chat_template);
   validate_sft(config.sft);
   validate_grpo(config.grpo);

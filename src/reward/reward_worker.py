@@ -23,7 +23,8 @@ answers. --kwargs are added to every call and win over the passed arguments (ver
                 an item {"schemas": true} answers {"value": "[schema, ...]"} (JSON text, so the keys keep
                 their order through the trainer's JSON reader), each tool's JSON schema derived
                 from its type hints and Google-style docstring by the rules of transformers'
-                get_json_schema (a tool whose schema cannot be derived stops the worker at its start)
+                get_json_schema (a tool whose schema cannot be derived stops the worker at its start);
+                --builtin-python adds the schema of the built-in python(code) tool (run by the trainer)
 """
 import argparse
 import asyncio
@@ -400,6 +401,15 @@ def tool_schema(fn):
     return {"type": "function", "function": out}
 
 
+def python(code: str) -> str:
+    """Runs a Python program in a sandbox and returns what it prints.
+
+    Args:
+        code: The program. What it prints is the result; if it raises, the error's last line is returned.
+    """
+    raise RuntimeError("the python tool runs in the trainer's code sandbox, not in the worker")
+
+
 def load_tools(specs, pythonpath):
     """{name: function} of --tools, each with its schema derived (RuntimeError naming the tool when not)."""
     tools, schemas = {}, []
@@ -435,6 +445,8 @@ def call_tool(tools, item):
 def serve_tools(a, send):
     try:
         tools, schemas = load_tools(json.loads(a.tools), a.pythonpath)
+        if a.builtin_python:  # its schema only: the trainer runs it in the code sandbox
+            schemas.append(tool_schema(python))
     except Exception as e:
         send({"fatal": str(e)})
         return 2
@@ -454,6 +466,7 @@ def main():
     ap.add_argument("--name")
     ap.add_argument("--style", choices=["verl", "trl", "tools"], required=True)
     ap.add_argument("--tools", default="[]")
+    ap.add_argument("--builtin-python", action="store_true")
     ap.add_argument("--pythonpath", action="append", default=[])
     ap.add_argument("--kwargs", default="{}")
     ap.add_argument("--factory-kwargs", default=None)

@@ -9,6 +9,7 @@
 #include "unstuck/common/error.h"
 #include "unstuck/data/prompt_formatter.h"
 #include "unstuck/reward/function_config.h"
+#include "unstuck/reward/sandbox.h"
 #include "unstuck/reward/worker_pool.h"
 #include "unstuck/tokenizer/tokenizer.h"
 
@@ -60,6 +61,17 @@ ToolRunner::ToolRunner(const ToolsConfig& config) {
             "--tools",
             specs.dump()};
   for (const std::string& folder : config.pythonpath) o.argv.insert(o.argv.end(), {"--pythonpath", folder});
+  if (config.builtin_python) {
+    o.argv.push_back("--builtin-python");
+    names += std::string(names.empty() ? "" : ", ") + "python";
+    builtin_python_ = true;
+    sandbox_ = std::make_unique<reward::SandboxOptions>();
+    sandbox_->limits.cpu_s = config.timeout_s;
+    sandbox_->limits.wall_s = config.timeout_s;
+    if (config.memory_mb > 0) sandbox_->limits.memory_mb = config.memory_mb;
+    sandbox_->parallel = config.workers;
+    python_ = reward::sandboxed_python(reward::reward_python(interpreter), *sandbox_, "tools", "");
+  }
   o.name = "tools (" + names + ")";
   o.workers = config.workers;
   o.timeout_s = config.timeout_s;
@@ -75,7 +87,60 @@ ToolRunner::ToolRunner(const ToolsConfig& config) {
 
 ToolRunner::~ToolRunner() = default;
 
+std::vector<ToolOutcome> ToolRunner::run_python(const std::vector<ToolCall>& calls) const {
+  std::vector<reward::SandboxJob> jobs;
+  std::vector<ToolOutcome> out(calls.size());
+  std::vector<std::size_t> ran;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const nlohmann::ordered_json& args = calls[i].arguments;
+    const auto code = args.is_object() ? args.find("code") : args.end();
+    if (!args.is_object() || code == args.end() || !code->is_string() || args.size() != 1) {
+      out[i] = {"{'error': 'python takes one argument, code, a string'}", true, 0.0};
+      continue;
+    }
+    jobs.push_back({{python_, "-I", "-"}, code->get<std::string>()});
+    ran.push_back(i);
+  }
+  if (jobs.empty()) return out;
+  const std::vector<reward::SandboxOutcome> outcomes = reward::run_sandboxed(jobs, *sandbox_);
+  for (std::size_t k = 0; k < ran.size(); ++k) {
+    const reward::SandboxOutcome& o = outcomes[k];
+    ToolOutcome& t = out[ran[k]];
+    t.seconds = o.wall_s;
+    if (o.end == reward::SandboxEnd::exited && o.exit_code == 0) {
+      t.content = o.out;
+      continue;
+    }
+    t.failed = true;
+    if (o.end != reward::SandboxEnd::exited) {
+      t.content = o.out + "{'error': '" + reward::outcome_text(o) + "'}";
+      continue;
+    }
+    const std::string err = o.err.substr(0, o.err.find_last_not_of(" \n") + 1);
+    const std::size_t line = err.find_last_of('\n');  // the error's last line
+    t.content = o.out + err.substr(line == std::string::npos ? 0 : line + 1);
+  }
+  return out;
+}
+
 std::vector<ToolOutcome> ToolRunner::call(const std::vector<ToolCall>& calls, const std::atomic<bool>* cancel) {
+  std::vector<ToolCall> python, others;
+  std::vector<std::size_t> python_at, others_at;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const bool builtin = builtin_python_ && calls[i].name == "python";
+    (builtin ? python : others).push_back(calls[i]);
+    (builtin ? python_at : others_at).push_back(i);
+  }
+  std::vector<ToolOutcome> out(calls.size());
+  const std::vector<ToolOutcome> ran = run_python(python);
+  for (std::size_t k = 0; k < ran.size(); ++k) out[python_at[k]] = ran[k];
+  const std::vector<ToolOutcome> called = call_workers(others, cancel);
+  for (std::size_t k = 0; k < called.size(); ++k) out[others_at[k]] = called[k];
+  return out;
+}
+
+std::vector<ToolOutcome> ToolRunner::call_workers(const std::vector<ToolCall>& calls, const std::atomic<bool>* cancel) {
+  if (calls.empty()) return {};
   std::vector<nlohmann::json> batches;
   for (const ToolCall& c : calls)
     batches.push_back(

@@ -12,6 +12,7 @@
 
 #include "unstuck/common/error.h"
 #include "unstuck/data/prompt_formatter.h"
+#include "unstuck/reward/sandbox.h"
 #include "unstuck/rollout/tools.h"
 #include "unstuck/tokenizer/tokenizer.h"
 
@@ -203,6 +204,37 @@ TEST(ToolRunner, DerivesSchemasAndCallsToolsAsTrlDoes) {
   EXPECT_TRUE(out[3].failed);  // past tools.timeout_s: an error the model reads, the worker restarted
   EXPECT_NE(out[3].content.find("timed out"), std::string::npos) << out[3].content;
   EXPECT_EQ(tools.call({{"multiply", {{"a", 2}, {"b", 3}}}}).at(0).content, "6");  // still serving
+}
+
+// tools.builtin_python: the schema the worker derives for python(code), and the policy's programs run
+// in the code sandbox: what they print, the error's last line, the time limit, bad arguments.
+TEST(ToolRunner, TheBuiltinPythonToolRunsCodeInTheSandbox) {
+  if (!reward::sandbox_capabilities().missing.empty())
+    GTEST_SKIP() << "the sandbox lacks " << reward::sandbox_capabilities().missing;
+  ToolsConfig cfg;
+  cfg.builtin_python = true;
+  cfg.python = UNSTUCK_PYTHON;
+  cfg.timeout_s = 2;
+  ToolRunner tools(cfg);
+  ASSERT_EQ(tools.schemas().size(), 1u);
+  const auto& fn = tools.schemas()[0]["function"];
+  EXPECT_EQ(fn["name"], "python");
+  EXPECT_EQ(fn["parameters"]["required"], nlohmann::ordered_json::array({"code"}));
+  EXPECT_EQ(fn["parameters"]["properties"]["code"]["type"], "string");
+  const auto out = tools.call({{"python", {{"code", "print(6 * 7)"}}},
+                               {"python", {{"code", "print('partial')\n1 / 0"}}},
+                               {"python", {{"code", "while True:\n    pass"}}},
+                               {"python", {{"source", "print(1)"}}},
+                               {"python", {{"code", "import socket\nsocket.create_connection(('1.1.1.1', 53), 1)"}}}});
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_EQ(out[0].content, "42\n");
+  EXPECT_FALSE(out[0].failed);
+  EXPECT_EQ(out[1].content, "partial\nZeroDivisionError: division by zero");
+  EXPECT_TRUE(out[1].failed);
+  EXPECT_TRUE(out[2].failed);
+  EXPECT_NE(out[2].content.find("error"), std::string::npos) << out[2].content;
+  EXPECT_EQ(out[3].content, "{'error': 'python takes one argument, code, a string'}");
+  EXPECT_TRUE(out[4].failed) << out[4].content;  // no network in the sandbox
 }
 
 TEST(ToolRunner, AToolWithoutASchemaIsRefusedAtTheStartNamingIt) {

@@ -69,6 +69,16 @@ struct SandboxOptions {
 // when isolation is required and missing, or when the launcher cannot be found.
 std::vector<SandboxOutcome> run_sandboxed(const std::vector<SandboxJob>& jobs, const SandboxOptions& options);
 
+// The Python interpreter `python` (an executable path, or a name looked up on PATH) made ready for
+// sandboxed jobs: its real executable (sys.executable, asked of it as the caller) is returned, its
+// prefixes are added to options.read_paths, and it is proven to start in the sandbox under `options`.
+// Throws UserError naming <key>.python (and `read_paths_key`, the key that adds folders, if any).
+std::string sandboxed_python(const std::string& python, SandboxOptions& options, const std::string& key,
+                             const std::string& read_paths_key);
+
+// How a job ended, for messages: "exited with status 1: <stderr's tail>", "timed out after 2.0 s", ...
+std::string outcome_text(const SandboxOutcome& outcome);
+
 // The launcher executable: $UNSTUCK_SANDBOX when set, else unstuck-sandbox next to the running
 // executable, else the build tree's (a compile-time path).
 std::string sandbox_launcher_path();

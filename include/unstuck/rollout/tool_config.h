@@ -20,7 +20,8 @@ struct ToolSpec {
 };
 
 struct ToolsConfig {
-  std::vector<ToolSpec> functions;  // empty: no tools (one turn per row)
+  std::vector<ToolSpec> functions;  // empty (and no builtin_python): no tools, one turn per row
+  bool builtin_python = false;      // the built-in `python` tool (the code sandbox)
   int64_t max_iterations = 0;       // tool rounds per row; 0: as many as rollout.max_new_tokens allows
   std::string python;               // the interpreter; empty: reward.function.python's rule
   std::vector<std::string> pythonpath;
@@ -29,7 +30,7 @@ struct ToolsConfig {
   double start_timeout_s = 60.0;
   int64_t memory_mb = 4096;
 
-  bool enabled() const { return !functions.empty(); }
+  bool enabled() const { return !functions.empty() || builtin_python; }
 
   template <class V>
   void visit(V& v) {
@@ -37,6 +38,10 @@ struct ToolsConfig {
       "the policy's tools, [{path, name}]: Python functions with type hints and a Google-style docstring, as "
       "TRL's GRPOTrainer(tools=[...]) takes them (the schema is derived as transformers' get_json_schema "
       "derives it and rendered by the chat template's tools branch); empty: no tools");
+    v("builtin_python", builtin_python,
+      "a built-in tool named python: the code the policy passes runs in the code sandbox (no network, a private "
+      "root, tools.timeout_s of CPU and wall time, tools.memory_mb) and the model reads what it prints, or the "
+      "error's last line");
     v("max_iterations", max_iterations,
       "rounds of tool calls per completion (TRL's max_tool_calling_iterations); 0: as many as "
       "rollout.max_new_tokens holds");

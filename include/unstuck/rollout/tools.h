@@ -21,7 +21,8 @@
 
 namespace unstuck::reward {
 class WorkerPool;
-}
+struct SandboxOptions;
+}  // namespace unstuck::reward
 namespace unstuck::data {
 class PromptFormatter;
 }
@@ -63,8 +64,15 @@ class ToolRunner {
   std::vector<ToolOutcome> call(const std::vector<ToolCall>& calls, const std::atomic<bool>* cancel = nullptr);
 
  private:
+  std::vector<ToolOutcome> call_workers(const std::vector<ToolCall>& calls, const std::atomic<bool>* cancel);
+  // tools.builtin_python: the calls of `python`, each program a sandboxed job.
+  std::vector<ToolOutcome> run_python(const std::vector<ToolCall>& calls) const;
+
   std::unique_ptr<reward::WorkerPool> pool_;
   nlohmann::ordered_json schemas_;
+  bool builtin_python_ = false;
+  std::unique_ptr<reward::SandboxOptions> sandbox_;  // tools.builtin_python: the jobs' limits
+  std::string python_;                               // tools.builtin_python: the interpreter in the sandbox
 };
 
 // The tokens that follow an assistant turn with these calls and results, found as TRL 1.16 finds them
