@@ -44,30 +44,21 @@ std::string PromptFormatter::render(const TaskRecord& record) const {
                       "'); set data.chat_template to auto or a .jinja file to render it");
     return format_prompt(record, config_);
   }
-  std::vector<tokenizer::ChatMessage> messages;
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   const bool own_system = !record.messages.empty() && record.messages[0].value("role", "") == "system";
-  if (!config_.system_prompt.empty() && !own_system) messages.push_back({"system", config_.system_prompt});
+  if (!config_.system_prompt.empty() && !own_system)
+    messages.push_back({{"role", "system"}, {"content", config_.system_prompt}});
   if (record.messages.empty()) {
-    messages.push_back({"user", format_prompt(record, config_)});
+    messages.push_back({{"role", "user"}, {"content", format_prompt(record, config_)}});
   } else {
     for (const auto& m : record.messages)
-      messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      messages.push_back({{"role", m["role"].get<std::string>()}, {"content", m["content"].get<std::string>()}});
   }
-  if (tools_.is_null()) return chat_->apply(messages, true, bos_token_, eos_token_);
-  nlohmann::ordered_json context;
-  context["messages"] = nlohmann::ordered_json::array();
-  for (const tokenizer::ChatMessage& m : messages)
-    context["messages"].push_back({{"role", m.role}, {"content", m.content}});
-  context["tools"] = tools_;
-  context["add_generation_prompt"] = true;
-  context["bos_token"] = bos_token_;
-  context["eos_token"] = eos_token_;
-  return chat_->render(context);
+  return render_messages(std::move(messages), tools_, true);
 }
 
 PromptFormatter PromptFormatter::with_tools(nlohmann::ordered_json tools) const {
-  if (!chat_)
-    throw UserError("tools need a chat template to render them: set data.chat_template to auto or a .jinja file");
+  require_chat_template("tools need a chat template to render them");
   PromptFormatter copy = *this;
   copy.tools_ = std::move(tools);
   return copy;
@@ -75,10 +66,19 @@ PromptFormatter PromptFormatter::with_tools(nlohmann::ordered_json tools) const 
 
 std::string PromptFormatter::render_conversation(const nlohmann::ordered_json& messages,
                                                  bool add_generation_prompt) const {
-  if (!chat_)
-    throw UserError("tools need a chat template to render them: set data.chat_template to auto or a .jinja file");
+  require_chat_template("a conversation with tool calls needs a chat template to render it");
+  return render_messages(messages, nullptr, add_generation_prompt);
+}
+
+void PromptFormatter::require_chat_template(const std::string& what) const {
+  if (!chat_) throw UserError(what + ": set data.chat_template to auto or a .jinja file");
+}
+
+std::string PromptFormatter::render_messages(nlohmann::ordered_json messages, const nlohmann::ordered_json& tools,
+                                             bool add_generation_prompt) const {
   nlohmann::ordered_json context;
-  context["messages"] = messages;
+  context["messages"] = std::move(messages);
+  if (!tools.is_null()) context["tools"] = tools;
   context["add_generation_prompt"] = add_generation_prompt;
   context["bos_token"] = bos_token_;
   context["eos_token"] = eos_token_;

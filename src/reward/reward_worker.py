@@ -18,8 +18,8 @@ answers. --kwargs are added to every call and win over the passed arguments (ver
                 (None: not applicable to that completion); an async function is awaited
   --style tools: the functions of --tools [{"path":, "name":}, ...] as the policy's tools, called as TRL
                 1.16's GRPOTrainer calls them: name(**arguments); an item {"name":, "arguments":} answers
-                {"value": {"content": str(result), "failed": false}}, a call that raises answers
-                {"value": {"content": str({"error": str(e)}), "failed": true}} (what TRL shows the model);
+                {"value": {"content": str(result), "failed": false, "seconds": s}}, a call that raises answers
+                {"value": {"content": str({"error": str(e)}), "failed": true, "seconds": s}} (what TRL shows the model);
                 an item {"schemas": true} answers {"value": "[schema, ...]"} (JSON text, so the keys keep
                 their order through the trainer's JSON reader), each tool's JSON schema derived
                 from its type hints and Google-style docstring by the rules of transformers'
@@ -36,6 +36,7 @@ import numbers
 import os
 import re
 import sys
+import time
 import traceback
 import types
 
@@ -429,17 +430,20 @@ def load_tools(specs, pythonpath):
 
 
 def call_tool(tools, item):
-    """One tool call as TRL makes it: content str(result), or str({"error": str(e)}) when it raises."""
+    """One tool call as TRL makes it: content str(result), or str({"error": str(e)}) when it raises;
+    with the seconds the call took."""
     name, arguments = item.get("name"), item.get("arguments")
+    start = time.perf_counter()
     try:
         if name not in tools:
             raise ValueError(f"Tool {name} not found.")
         result = awaited(tools[name](**arguments))
-        return {"value": {"content": clean(str(result)), "failed": False}}
+        content, failed = str(result), False
     except Exception as e:
-        return {"value": {"content": clean(str({"error": str(e)})), "failed": True}}
+        content, failed = str({"error": str(e)}), True
     except BaseException as e:  # sys.exit() in a tool: a failed call, the worker lives on
-        return {"value": {"content": clean(str({"error": f"{type(e).__name__}: {e}"})), "failed": True}}
+        content, failed = str({"error": f"{type(e).__name__}: {e}"}), True
+    return {"value": {"content": clean(content), "failed": failed, "seconds": time.perf_counter() - start}}
 
 
 def serve_tools(a, send):

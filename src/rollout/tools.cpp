@@ -46,6 +46,7 @@ std::vector<ToolCall> parse_tool_calls(const std::string& text) {
 ToolRunner::ToolRunner(const ToolsConfig& config) {
   reward::FunctionConfig interpreter;
   interpreter.python = config.python;
+  const std::string python = reward::reward_python(interpreter);
   nlohmann::ordered_json specs = nlohmann::ordered_json::array();
   std::string names;
   for (const ToolSpec& t : config.functions) {
@@ -53,27 +54,20 @@ ToolRunner::ToolRunner(const ToolsConfig& config) {
     names += (names.empty() ? "" : ", ") + t.name;
   }
   reward::WorkerOptions o;
-  o.argv = {reward::reward_python(interpreter),
-            "-c",
-            reward::python_reward_worker_source(),
-            "--style",
-            "tools",
-            "--tools",
-            specs.dump()};
+  o.argv = {python, "-c", reward::python_reward_worker_source(), "--style", "tools", "--tools", specs.dump()};
   for (const std::string& folder : config.pythonpath) o.argv.insert(o.argv.end(), {"--pythonpath", folder});
   if (config.builtin_python) {
     o.argv.push_back("--builtin-python");
     names += std::string(names.empty() ? "" : ", ") + "python";
-    builtin_python_ = true;
     sandbox_ = std::make_unique<reward::SandboxOptions>();
     sandbox_->limits.cpu_s = config.timeout_s;
     sandbox_->limits.wall_s = config.timeout_s;
     if (config.memory_mb > 0) sandbox_->limits.memory_mb = config.memory_mb;
     sandbox_->parallel = config.workers;
-    python_ = reward::sandboxed_python(reward::reward_python(interpreter), *sandbox_, "tools", "");
+    python_ = reward::sandboxed_python(python, *sandbox_, "tools", "");
   }
   o.name = "tools (" + names + ")";
-  o.workers = config.workers;
+  o.workers = config.functions.empty() ? 1 : config.workers;  // the built-in alone: one worker, for its schema
   o.timeout_s = config.timeout_s;
   o.start_timeout_s = config.start_timeout_s;
   o.memory_mb = config.memory_mb;
@@ -127,7 +121,7 @@ std::vector<ToolOutcome> ToolRunner::call(const std::vector<ToolCall>& calls, co
   std::vector<ToolCall> python, others;
   std::vector<std::size_t> python_at, others_at;
   for (std::size_t i = 0; i < calls.size(); ++i) {
-    const bool builtin = builtin_python_ && calls[i].name == "python";
+    const bool builtin = sandbox_ && calls[i].name == "python";
     (builtin ? python : others).push_back(calls[i]);
     (builtin ? python_at : others_at).push_back(i);
   }
@@ -152,10 +146,11 @@ std::vector<ToolOutcome> ToolRunner::call_workers(const std::vector<ToolCall>& c
   for (const auto& answer : answers) {
     const reward::WorkerResult& r = answer.at(0);
     ToolOutcome o;
-    o.seconds = seconds;
+    o.seconds = seconds;  // a call the worker could not time (it timed out or died) took the round
     if (r.ok && r.value.is_object() && r.value.value("content", nlohmann::json()).is_string()) {
       o.content = r.value["content"].get<std::string>();
       o.failed = r.value.value("failed", true);
+      o.seconds = r.value.value("seconds", seconds);
     } else {  // a timeout or a dead worker: the model reads the error as TRL would show it
       o.content = "{'error': '" + (r.ok ? std::string("the tool worker answered ") + r.value.dump() : r.error) + "'}";
       o.failed = true;

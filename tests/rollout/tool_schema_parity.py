@@ -74,6 +74,11 @@ def check_worker(python, corpus):
         print(f"FAIL worker: {p.stdout!r} {p.stderr[-2000:]}")
         return 1
     got = lines[1]["results"]
+    for g in got[1:]:  # each call's own time: a number, taken out before the comparison
+        seconds = g["value"].pop("seconds", None)
+        if not isinstance(seconds, float) or not 0.0 <= seconds < 60.0:
+            print(f"FAIL worker: a call without its seconds: {json.dumps(g)} ({seconds!r})")
+            return 1
     expected = [
         {"value": json.dumps([worker_schema(corpus, n) for n in ("multiply", "fetch_page", "get_current_temperature")])},
         {"value": {"content": "42", "failed": False}},

@@ -47,6 +47,13 @@ class PromptFormatter {
   std::string describe() const;
 
  private:
+  // Throws UserError "<what>: set data.chat_template to ..." when no chat template is configured.
+  void require_chat_template(const std::string& what) const;
+  // The chat template applied to {messages, tools (when not null), add_generation_prompt,
+  // bos_token, eos_token}: the one place a template context is built.
+  std::string render_messages(nlohmann::ordered_json messages, const nlohmann::ordered_json& tools,
+                              bool add_generation_prompt) const;
+
   DataConfig config_;
   std::shared_ptr<const tokenizer::ChatTemplate> chat_;
   std::string bos_token_, eos_token_;

@@ -70,8 +70,7 @@ class ToolRunner {
 
   std::unique_ptr<reward::WorkerPool> pool_;
   nlohmann::ordered_json schemas_;
-  bool builtin_python_ = false;
-  std::unique_ptr<reward::SandboxOptions> sandbox_;  // tools.builtin_python: the jobs' limits
+  std::unique_ptr<reward::SandboxOptions> sandbox_;  // tools.builtin_python (null without): the jobs' limits
   std::string python_;                               // tools.builtin_python: the interpreter in the sandbox
 };
 

@@ -62,12 +62,6 @@ std::string checkpoint_file_checksum(const std::filesystem::path& file, uint64_t
 // the file (validated there, read later a slice at a time by read_checkpoint_buffer()).
 enum class CheckpointBuffers { load, defer };
 
-// Writes <checkpoints_dir>/step_<step>/ atomically and keeps the newest `keep` checkpoints.
-// With `comm` of world size W > 1 every rank calls it with its own shard of the buffers (contiguous,
-// in rank order): each writes state-<rank>-of-<W>.safetensors in parallel (a rank that owns no
-// element writes none), then rank 0 the rest, the manifest and the rename; the directory must be on
-// a file system every rank sees. Throws UserError on every rank (and leaves earlier checkpoints
-// untouched) when the state is not finite or a write fails on any rank.
 // The collectives a save of several ranks takes, as callbacks (so this file's code needs no
 // communicator): `any` is true on every rank when its argument is true on any; `all_gather_bytes`
 // gathers `n` bytes of every rank, rank r's at r * n.
@@ -76,6 +70,13 @@ struct CheckpointRanks {
   std::function<bool(bool)> any;
   std::function<void(const void* in, void* out, std::size_t n)> all_gather_bytes;
 };
+
+// Writes <checkpoints_dir>/step_<step>/ atomically and keeps the newest `keep` checkpoints.
+// With `comm` of world size W > 1 every rank calls it with its own shard of the buffers (contiguous,
+// in rank order): each writes state-<rank>-of-<W>.safetensors in parallel (a rank that owns no
+// element writes none), then rank 0 the rest, the manifest and the rename; the directory must be on
+// a file system every rank sees. Throws UserError on every rank (and leaves earlier checkpoints
+// untouched) when the state is not finite or a write fails on any rank.
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const TrainerState& state, int keep,
                                       const CheckpointRanks& ranks);
 inline std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const TrainerState& state,
