@@ -84,6 +84,12 @@ class WorkerVerifier : public Verifier {
         items.push_back(make_item_(completions[i], *records[i]));
         if (config_.style == FunctionStyle::trl)  // TRL passes completion_ids always: [] where not known
           items.back()["completion_ids"] = context.completion_ids ? Json(context.completion_ids->at(i)) : Json::array();
+        if (context.conversations) {  // tools: TRL's completion is the conversation; a command gets both
+          if (make_item_ == command_item)
+            items.back()["messages"] = context.conversations->at(i);
+          else if (config_.style == FunctionStyle::trl)
+            items.back()["completion"] = context.conversations->at(i);
+        }
       }
       batches.push_back(std::move(items));
     }

@@ -43,6 +43,39 @@ std::vector<ToolCall> parse_tool_calls(const std::string& text) {
   return calls;
 }
 
+nlohmann::json assistant_message(const std::string& text, const std::string& plain, const std::string& eos) {
+  nlohmann::json m = {{"role", "assistant"}};
+  std::string rest = text;
+  if (!eos.empty() && rest.size() >= eos.size() && rest.compare(rest.size() - eos.size(), eos.size(), eos) == 0)
+    rest.resize(rest.size() - eos.size());
+  const std::vector<ToolCall> calls = parse_tool_calls(rest);
+  if (calls.empty() && rest.find("<tool_call>") != std::string::npos)
+    return {{"role", "assistant"}, {"content", plain}};
+  const std::size_t lead = rest.find_first_not_of(" \t\n\r");
+  const std::size_t think_end = rest.find("</think>");
+  if (lead != std::string::npos && rest.compare(lead, 7, "<think>") == 0 && think_end != std::string::npos) {
+    m["reasoning_content"] = trimmed(rest.substr(lead + 7, think_end - lead - 7));
+    rest = rest.substr(think_end + 8);
+  }
+  std::string content;  // the last stretch of text outside the blocks (transformers' parser keeps that one)
+  for (std::size_t at = 0;;) {
+    const std::size_t open = rest.find("<tool_call>", at);
+    const std::string piece = trimmed(rest.substr(at, open == std::string::npos ? std::string::npos : open - at));
+    if (!piece.empty()) content = piece;
+    if (open == std::string::npos) break;
+    at = rest.find("</tool_call>", open) + 12;
+  }
+  m["content"] = content;
+  if (!calls.empty()) {
+    m["tool_calls"] = nlohmann::json::array();
+    for (const ToolCall& c : calls)
+      m["tool_calls"].push_back(
+          {{"type", "function"},
+           {"function", {{"name", c.name}, {"arguments", nlohmann::json::parse(c.arguments.dump())}}}});
+  }
+  return m;
+}
+
 ToolRunner::ToolRunner(const ToolsConfig& config) {
   reward::FunctionConfig interpreter;
   interpreter.python = config.python;
@@ -218,6 +251,7 @@ std::vector<ToolTurnStats> run_tool_turns(const std::vector<std::vector<int32_t>
   for (std::size_t i = 0; i < n; ++i) {
     rows[i].calls = parse_tool_calls(hooks.decode(completions[i].tokens));
     if (!rows[i].calls.empty()) pending.push_back(int64_t(i));
+    if (hooks.message) stats[i].messages.push_back(hooks.message(completions[i].tokens));
   }
   while (!pending.empty()) {
     std::vector<std::vector<ToolCall>> calls;
@@ -243,6 +277,10 @@ std::vector<ToolTurnStats> run_tool_turns(const std::vector<std::vector<int32_t>
         ++s.dropped;  // TRL drops results that would pass the completion budget: the row ends as it is
         continue;
       }
+      if (hooks.message)
+        for (std::size_t j = 0; j < calls[k].size(); ++j)
+          stats[r].messages.push_back(
+              {{"role", "tool"}, {"name", calls[k][j].name}, {"content", results[k][j].content}});
       std::vector<int32_t> ctx = prompts[r];
       ctx.insert(ctx.end(), completions[r].tokens.begin(), completions[r].tokens.end());
       ctx.insert(ctx.end(), suffix.begin(), suffix.end());
@@ -274,6 +312,7 @@ std::vector<ToolTurnStats> run_tool_turns(const std::vector<std::vector<int32_t>
       const std::vector<int32_t> turn =
           append_turn(completions[r], suffixes[k], next[k], limits.max_new_tokens, stats[r]);
       rows[r].calls = parse_tool_calls(hooks.decode(turn));
+      if (hooks.message && !turn.empty()) stats[r].messages.push_back(hooks.message(turn));
       const bool more = limits.max_iterations == 0 || rows[r].iterations < limits.max_iterations;
       if (!rows[r].calls.empty() && more) pending.push_back(int64_t(r));
     }

@@ -263,6 +263,9 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
   }
   reward::ScoringContext context;  // TRL's completion_ids and trainer_state
   context.completion_ids = &ids;
+  std::vector<nlohmann::json> conversations;  // tools: each completion's messages
+  for (const rollout::ToolTurnStats& t : ro.tool_stats) conversations.push_back(t.messages);
+  if (!ro.tool_stats.empty()) context.conversations = &conversations;
   context.global_step = step - 1;
   context.max_steps = cfg_.grpo.steps;
   context.epoch =

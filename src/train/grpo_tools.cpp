@@ -18,6 +18,10 @@ void GrpoTrainer::run_tools(Rollouts& ro) {
   const torch::Tensor uniforms = gen_opts_.uniforms.to(torch::kCPU);  // (rows, max_new_tokens)
   rollout::ToolTurnHooks hooks;
   hooks.decode = [this](const std::vector<int32_t>& ids) { return ctx_.tokenizer.decode(ids, false); };
+  hooks.message = [this](const std::vector<int32_t>& ids) {
+    return rollout::assistant_message(ctx_.tokenizer.decode(ids, false), ctx_.tokenizer.decode(ids, true),
+                                      prompt_format().eos_token());
+  };
   hooks.run = [this](const std::vector<std::vector<rollout::ToolCall>>& calls) {
     std::vector<rollout::ToolCall> flat;
     for (const auto& row : calls) flat.insert(flat.end(), row.begin(), row.end());
@@ -93,6 +97,7 @@ void GrpoTrainer::log_rollouts(int64_t step, const Rollouts& ro, const Scores& s
     if (!ro.tool_stats.empty()) {
       const rollout::ToolTurnStats& t = ro.tool_stats[i];
       line["turns"] = turns_of(c, ctx_.tokenizer);
+      line["messages"] = t.messages;
       line["tool_calls"] = t.calls;
       line["tool_failures"] = t.failures;
     }

@@ -305,6 +305,9 @@ TEST(TrlToolParity, PromptsCompletionsAndMasksEqualTrlsToolLoop) {
   }
   ToolTurnHooks hooks;
   hooks.decode = [&](const std::vector<int32_t>& ids) { return tok.decode(ids, false); };
+  hooks.message = [&](const std::vector<int32_t>& ids) {
+    return assistant_message(tok.decode(ids, false), tok.decode(ids, true), format.eos_token());
+  };
   hooks.run = [&](const std::vector<std::vector<ToolCall>>& calls) {
     std::vector<std::vector<ToolOutcome>> results;
     for (const auto& row : calls) results.push_back(tools.call(row));
@@ -341,8 +344,15 @@ TEST(TrlToolParity, PromptsCompletionsAndMasksEqualTrlsToolLoop) {
     EXPECT_EQ(first_difference(mask, row["tool_mask"].get<std::vector<int>>()), "equal") << "row " << i;
     std::vector<float> logprobs(completions[i].logprobs.begin(), completions[i].logprobs.end());
     EXPECT_EQ(first_difference(logprobs, row["logprobs"].get<std::vector<float>>()), "equal") << "row " << i;
+    // What the reward functions receive: TRL's completion messages.
+    EXPECT_EQ(stats[i].messages, row["messages"]) << "row " << i;
     calls += stats[i].calls;
     failures += stats[i].failures;
+  }
+  for (const auto& probe : trl["parsed"]) {  // single turns through TRL's parse_response
+    const auto ids = probe["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(assistant_message(tok.decode(ids, false), tok.decode(ids, true), format.eos_token()), probe["message"])
+        << tok.decode(ids, false);
   }
   EXPECT_EQ(calls, trl["tool_calls"].get<int64_t>());
   EXPECT_EQ(failures, trl["tool_failures"].get<int64_t>());

@@ -40,6 +40,24 @@ TURNS = [
      "step " * 190 + ' <tool_call>\n{"name": "multiply", "arguments": {"a": 11111, "b": 11111}}\n</tool_call><|im_end|>',
      "never sampled<|im_end|>"],
 ]
+# Single assistant turns for parse_response (the messages reward functions get): trimming, the last
+# stretch of text, <think>, several calls, null or non-object arguments, malformed and unclosed blocks.
+PROBES = [
+    '<tool_call>\n{"name": "multiply", "arguments": {"a": 1}}\n</tool_call><|im_end|>',
+    '  Hello there.  \n<|im_end|>',
+    'Hi\n\n<tool_call>\n{"name": "multiply", "arguments": {"a": 1}}\n</tool_call>\nafter text<|im_end|>',
+    'A<tool_call>{"name": "m", "arguments": {"a": 1}}</tool_call> mid <tool_call>{"name": "n"}</tool_call><|im_end|>',
+    '<think>\nhmm, 6*7\n</think>\n\nAnswer 42<|im_end|>',
+    '<think>\nuse the tool\n</think>\n<tool_call>\n{"name": "multiply", "arguments": {"a": 6, "b": 7}}\n</tool_call><|im_end|>',
+    'cut at the limit',
+    '<tool_call>\n{"name": "m", "arguments": "6, 7"}\n</tool_call><|im_end|>',
+    '<tool_call>\n{"name": "m", "arguments": {"a": 1}}\n</tool_call>\n<tool_call>\n{"name": "n", "arguments": null}\n</tool_call>\n<|im_end|>',
+    'text <b> &amp; <|endoftext|> more<|im_end|>',
+    '<tool_call>[1, 2]</tool_call><|im_end|>',
+    '<tool_call>{"arguments": {}}</tool_call><|im_end|>',
+    '<tool_call>\n{"name": "multiply", "arguments": {"a": 1',
+    'x <tool_call>{"name": "m", "arguments": {}}</tool_call> <|im_start|>user<|im_end|>',
+]
 
 
 def main():
@@ -91,8 +109,12 @@ def main():
     result = {"model_dir": model_dir, "tools": TOOLS, "corpus": os.path.join(HERE, "tool_corpus.py"),
               "max_completion_length": MAX_COMPLETION, "tool_calls": calls, "tool_failures": failures,
               "rows": [{"user": USER[i], "prompt_ids": prompt_ids[i], "turns": turns[i],
-                        "completion_ids": completion_ids[i], "tool_mask": tool_mask[i], "logprobs": logprobs[i]}
+                        "completion_ids": completion_ids[i], "tool_mask": tool_mask[i], "logprobs": logprobs[i],
+                        "messages": completions[i]}
                        for i in range(len(USER))]}
+    probe_ids = [tok.encode(t, add_special_tokens=False) for t in PROBES]
+    result["parsed"] = [{"ids": ids, "message": parse_response(tok, ids, prefix=prompt_ids[0], tools=tools)}
+                        for ids in probe_ids]
     with open(os.path.join(out, "trl.json"), "w") as f:
         json.dump(result, f)
     print(f"{len(USER)} rows, {calls} tool calls, {failures} failed")

@@ -47,7 +47,8 @@ class ToolsRun : public ::testing::Test {
   }
 
   // The run's YAML: 2 prompts x 4 completions a step, fp32, the multiply tool.
-  static fs::path config(const std::string& name, int64_t steps) {
+  static fs::path config(const std::string& name, int64_t steps,
+                         const std::string& reward = "{verifier: math, answer_formats: [boxed], format_reward: 0.0}") {
     const fs::path path = dir_ / (name + ".yaml");
     std::ofstream out(path);
     out << "run: {name: " << name << ", output_dir: " << (dir_ / "runs").string() << ", seed: 3}\n"
@@ -55,7 +56,7 @@ class ToolsRun : public ::testing::Test {
         << ", test_path: " << (dir_ / "data/test.jsonl").string()
         << ", prompt_key: question, answer_key: answer, answer_extraction: gsm8k, chat_template: auto, "
            "prompt_template: \"{prompt}\"}\n"
-        << "reward: {verifier: math, answer_formats: [boxed], format_reward: 0.0}\n"
+        << "reward: " << reward << "\n"
         << "precision: {mode: fp32}\n"
         << "optim: {lr: 1.0e-3}\n"
         << "rollout: {temperature: 1.0, max_new_tokens: 96}\n"
@@ -125,6 +126,32 @@ TEST_F(ToolsRun, CallsRunTheirResultsReachThePolicyAndStayOutOfTheLoss) {
     }
   }
   EXPECT_GT(checked, 0);
+}
+
+// A TRL reward function gets each completion as TRL gives it with tools: messages, the assistant turns
+// with their tool_calls and the tool messages after them (tests/train/tool_reward.py scores 1 when a
+// tool message holds the product of its call). Rows whose rollout ran a call score 1, the others 0.
+TEST_F(ToolsRun, RewardFunctionsReceiveTheConversation) {
+  const std::string reward =
+      std::string("{function: {path: ") + UNSTUCK_SOURCE_DIR +
+      "/tests/train/tool_reward.py, name: used_the_product, style: trl, python: " + UNSTUCK_PYTHON + ", workers: 1}}";
+  ASSERT_EQ(run("train --config " + config("messages", 2, reward).string(), "messages.log"), 0)
+      << read_text(dir_ / "messages.log");
+  int64_t with_tools = 0, rows = 0;
+  for (const auto& [key, line] : rollouts_of(dir_ / "runs" / "messages")) {
+    bool called = false;
+    for (const auto& turn : line["turns"]) called = called || turn["from"] == "tools";
+    EXPECT_EQ(line["reward"].get<double>(), called ? 1.0 : 0.0) << line.dump();
+    // The log shows the same messages: the first is the policy's first turn.
+    ASSERT_FALSE(line["messages"].empty());
+    EXPECT_EQ(line["messages"][0]["role"], "assistant");
+    with_tools += called;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 16);
+  EXPECT_GT(with_tools, 0);
+  for (const auto& m : read_metrics(dir_ / "runs" / "messages"))
+    EXPECT_EQ(m.value("reward_error_frac", -1.0), 0.0) << m.dump();
 }
 
 // The prompts render the tools' schemas, and the data is fitted to those lengths before training:

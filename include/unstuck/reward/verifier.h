@@ -67,9 +67,12 @@ struct RewardResult {
 // trainer_state).
 struct ScoringContext {
   const std::vector<std::vector<int32_t>>* completion_ids = nullptr;  // one per completion; null: not known
-  int64_t global_step = 0;                                            // optimizer steps done before this batch
-  int64_t max_steps = 0;                                              // the run's steps; 0: not a run
-  double epoch = 0.0;  // passes over the training records so far (fractional)
+  // With tools: each completion as messages (its assistant turns, tool calls and tool results), what
+  // TRL's reward functions get as the completion; null: a single turn.
+  const std::vector<nlohmann::json>* conversations = nullptr;
+  int64_t global_step = 0;  // optimizer steps done before this batch
+  int64_t max_steps = 0;    // the run's steps; 0: not a run
+  double epoch = 0.0;       // passes over the training records so far (fractional)
   bool world_process_zero = true;
   // When set while a function's workers score, they give up within 0.25 s and score_batch throws
   // Interrupted (the trainer's SIGINT/SIGTERM flag); null: never.

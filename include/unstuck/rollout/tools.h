@@ -44,6 +44,16 @@ struct ToolCall {
 //   "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>" -> [{add, {a: 1}}]
 std::vector<ToolCall> parse_tool_calls(const std::string& text);
 
+// An assistant turn as TRL 1.16's parse_response gives it for the Qwen2.5 / Qwen3 templates (the
+// message reward functions receive): {"role": "assistant", "content", "reasoning_content" (a leading
+// <think>...</think>), "tool_calls": [{"type": "function", "function": {name, arguments}}]}. `text` is
+// the turn decoded with its special tokens, `plain` without them, `eos` the template's EOS text (cut
+// from the end). The content is the last stretch of text outside the <tool_call> blocks, trimmed (as
+// transformers' parser keeps it); a turn whose blocks do not parse is plain text: {"content": plain}.
+//   "Let me check.\n<tool_call>{...}</tool_call><|im_end|>" -> content "", one tool call
+//   "  The product is 42. <|im_end|>"                        -> content "The product is 42."
+nlohmann::json assistant_message(const std::string& text, const std::string& plain, const std::string& eos);
+
 struct ToolOutcome {
   std::string content;  // what the model reads: str(result), or str({'error': ...}) as TRL writes it
   bool failed = false;  // the call raised, timed out, or named no tool
@@ -86,6 +96,8 @@ std::vector<int32_t> tool_result_tokens(const data::PromptFormatter& format, con
 struct ToolTurnHooks {
   // The text of one assistant turn's tokens (special tokens kept: the markers may be added tokens).
   std::function<std::string(const std::vector<int32_t>&)> decode;
+  // The assistant message of one turn's tokens (assistant_message()); unset: no messages are kept.
+  std::function<nlohmann::json(const std::vector<int32_t>&)> message;
   // Runs the calls of every row listed (one list per row), results in the same shape.
   std::function<std::vector<std::vector<ToolOutcome>>(const std::vector<std::vector<ToolCall>>&)> run;
   // The tokens that follow a turn with these calls and results: the template's tool messages and the
@@ -109,6 +121,9 @@ struct ToolTurnLimits {
 struct ToolTurnStats {
   int64_t calls = 0, failures = 0, turns = 1, tool_tokens = 0, dropped = 0;  // dropped: results that did not fit
   double seconds = 0.0;                                                      // in the tools
+  // The completion as TRL's reward functions receive it (hooks.message set): each assistant turn's
+  // message, each kept result as {"role": "tool", "name", "content"}; a turn cut to nothing is left out.
+  nlohmann::json messages = nlohmann::json::array();
 };
 
 // Runs tool rounds on `completions` (each row's first turn, sampled from `prompts`) until no row
