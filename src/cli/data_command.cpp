@@ -107,7 +107,10 @@ void check(const CheckArgs& args) {
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_path);
   data::PromptFormatter prompts(cfg.data, std::filesystem::is_directory(tok_path) ? tok_path : tok_path.parent_path());
   // With tools.functions the prompts render the tools' schemas, as `unstuck train` renders them.
-  if (cfg.tools.enabled()) prompts = prompts.with_tools(rollout::ToolRunner(cfg.tools).schemas());
+  if (cfg.tools.enabled()) {
+    prompts = prompts.with_tools(rollout::ToolRunner(cfg.tools).schemas());
+    rollout::tool_call_format(prompts);  // as train refuses a template whose tool calls it cannot read
+  }
   const int64_t max_prompt = cfg.model.max_seq_len - cfg.rollout.max_new_tokens;
   std::cout << "tokenizer " << tok_path.string() << "; prompts from " << prompts.describe()
             << (prompts.prepend_bos() ? " after BOS" : "") << "\nprompt limit " << max_prompt

@@ -2,6 +2,7 @@
 #include "unstuck/rollout/tools.h"
 
 #include <algorithm>
+#include <regex>
 #include <chrono>
 #include <string>
 #include <utility>
@@ -25,7 +26,9 @@ std::string trimmed(const std::string& s) {
 
 }  // namespace
 
-std::vector<ToolCall> parse_tool_calls(const std::string& text) {
+namespace {
+
+std::vector<ToolCall> parse_hermes(const std::string& text) {
   static const std::string open = "<tool_call>", close = "</tool_call>";
   std::vector<ToolCall> calls;
   for (std::size_t at = text.find(open); at != std::string::npos; at = text.find(open, at)) {
@@ -43,12 +46,75 @@ std::vector<ToolCall> parse_tool_calls(const std::string& text) {
   return calls;
 }
 
-nlohmann::json assistant_message(const std::string& text, const std::string& plain, const std::string& eos) {
+// Llama 3.1: a turn ending `{"name": "<name>", "parameters": <JSON>}<eos>`; `before` receives the
+// text ahead of the call.
+std::vector<ToolCall> parse_llama3(const std::string& text, const std::string& eos, std::string* before = nullptr) {
+  static const std::regex open(R"re(\{"name":\s*"([^"]+)",\s*"parameters":\s*)re");
+  std::string rest = text.substr(0, text.find_last_not_of(" \t\r\n") + 1);
+  if (eos.empty() || rest.size() < eos.size() || rest.compare(rest.size() - eos.size(), eos.size(), eos) != 0)
+    return {};  // no end of turn (cut at the limit): no call
+  rest.resize(rest.size() - eos.size());
+  std::smatch m;
+  if (!std::regex_search(rest, m, open) || rest.empty() || rest.back() != '}') return {};
+  const std::size_t body = std::size_t(m.position(0) + m.length(0));
+  if (body >= rest.size()) return {};
+  const auto args = nlohmann::ordered_json::parse(rest.substr(body, rest.size() - 1 - body), nullptr, false);
+  if (args.is_discarded()) return {};
+  if (before) *before = rest.substr(0, std::size_t(m.position(0)));
+  return {{m[1].str(), args.is_null() ? nlohmann::ordered_json::object() : args}};
+}
+
+std::string without_suffix(std::string text, const std::string& suffix) {
+  if (!suffix.empty() && text.size() >= suffix.size() &&
+      text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0)
+    text.resize(text.size() - suffix.size());
+  return text;
+}
+
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ToolCall& c : calls)
+    out.push_back({{"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", nlohmann::json::parse(c.arguments.dump())}}}});
+  return out;
+}
+
+}  // namespace
+
+std::vector<ToolCall> parse_tool_calls(const std::string& text, ToolCallFormat format, const std::string& eos) {
+  return format == ToolCallFormat::llama3_json ? parse_llama3(text, eos) : parse_hermes(text);
+}
+
+ToolCallFormat tool_call_format(const data::PromptFormatter& format) {
+  using Json = nlohmann::ordered_json;
+  const Json call = {{"type", "function"},
+                     {"function", {{"name", "probe_tool"}, {"arguments", Json{{"probe_argument", 1}}}}}};
+  const Json probe = Json::array({Json{{"role", "user"}, {"content", "x"}},
+                                  Json{{"role", "assistant"}, {"content", ""}, {"tool_calls", Json::array({call})}}});
+  const std::string shown = format.render_conversation(probe, false);
+  if (shown.find("<tool_call>") != std::string::npos) return ToolCallFormat::hermes;
+  if (std::regex_search(shown, std::regex(R"re(\{"name":\s*"probe_tool",\s*"parameters":\s*\{"probe_argument")re")))
+    return ToolCallFormat::llama3_json;
+  throw UserError(
+      "tools: the chat template (" + format.describe() +
+      ") writes an assistant's tool call in a form Unstuck does not read; it reads <tool_call>{\"name\", "
+      "\"arguments\"}</tool_call> blocks (Qwen2.5, Qwen3, Hermes) and Llama 3.1's {\"name\", \"parameters\"} "
+      "JSON. The template rendered a call to probe_tool(probe_argument=1) as:\n" +
+      shown.substr(shown.size() > 400 ? shown.size() - 400 : 0));
+}
+
+nlohmann::json assistant_message(const std::string& text, const std::string& plain, const std::string& eos,
+                                 ToolCallFormat format) {
   nlohmann::json m = {{"role", "assistant"}};
-  std::string rest = text;
-  if (!eos.empty() && rest.size() >= eos.size() && rest.compare(rest.size() - eos.size(), eos.size(), eos) == 0)
-    rest.resize(rest.size() - eos.size());
-  const std::vector<ToolCall> calls = parse_tool_calls(rest);
+  if (format == ToolCallFormat::llama3_json) {  // the call is the turn's end; the text before it the content
+    std::string before;
+    const std::vector<ToolCall> calls = parse_llama3(text, eos, &before);
+    m["content"] = trimmed(calls.empty() ? without_suffix(text, eos) : before);
+    if (!calls.empty()) m["tool_calls"] = tool_calls_json(calls);
+    return m;
+  }
+  std::string rest = without_suffix(text, eos);
+  const std::vector<ToolCall> calls = parse_hermes(rest);
   if (calls.empty() && rest.find("<tool_call>") != std::string::npos)
     return {{"role", "assistant"}, {"content", plain}};
   const std::size_t lead = rest.find_first_not_of(" \t\n\r");
@@ -66,13 +132,7 @@ nlohmann::json assistant_message(const std::string& text, const std::string& pla
     at = rest.find("</tool_call>", open) + 12;
   }
   m["content"] = content;
-  if (!calls.empty()) {
-    m["tool_calls"] = nlohmann::json::array();
-    for (const ToolCall& c : calls)
-      m["tool_calls"].push_back(
-          {{"type", "function"},
-           {"function", {{"name", c.name}, {"arguments", nlohmann::json::parse(c.arguments.dump())}}}});
-  }
+  if (!calls.empty()) m["tool_calls"] = tool_calls_json(calls);
   return m;
 }
 
@@ -249,7 +309,7 @@ std::vector<ToolTurnStats> run_tool_turns(const std::vector<std::vector<int32_t>
   std::vector<RowState> rows(n);
   std::vector<int64_t> pending;  // rows whose last turn called tools
   for (std::size_t i = 0; i < n; ++i) {
-    rows[i].calls = parse_tool_calls(hooks.decode(completions[i].tokens));
+    rows[i].calls = hooks.calls(completions[i].tokens);
     if (!rows[i].calls.empty()) pending.push_back(int64_t(i));
     if (hooks.message) stats[i].messages.push_back(hooks.message(completions[i].tokens));
   }
@@ -311,7 +371,7 @@ std::vector<ToolTurnStats> run_tool_turns(const std::vector<std::vector<int32_t>
       const std::size_t r = std::size_t(next_rows[k]);
       const std::vector<int32_t> turn =
           append_turn(completions[r], suffixes[k], next[k], limits.max_new_tokens, stats[r]);
-      rows[r].calls = parse_tool_calls(hooks.decode(turn));
+      rows[r].calls = hooks.calls(turn);
       if (hooks.message && !turn.empty()) stats[r].messages.push_back(hooks.message(turn));
       const bool more = limits.max_iterations == 0 || rows[r].iterations < limits.max_iterations;
       if (!rows[r].calls.empty() && more) pending.push_back(int64_t(r));

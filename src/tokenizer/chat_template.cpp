@@ -488,11 +488,18 @@ class Renderer {
       const bool use_default = v.is(K::undefined) || (boolean && !jinja::truthy(v));
       return use_default ? (args.empty() ? Value::string("") : args[0]) : v;
     }
-    if (!e.kwargs.empty()) fail(e.pos, "filter '" + f + "' takes no keyword arguments here");
-    if (f == "tojson") {
-      if (!args.empty()) fail(e.pos, "tojson with arguments is not supported");
-      return Value::string(jinja::to_json_text(v));
+    if (f == "tojson") {  // transformers' tojson(x, indent=None); its other options are refused
+      int indent = -1;
+      for (const auto& [k, x] : e.kwargs) {
+        const Value value = eval(*x);
+        if (k != "indent" || !(value.is(K::integer) || value.is(K::none)))
+          fail(e.pos, "tojson takes indent=<integer> only here (got " + k + "=)");
+        indent = value.is(K::integer) ? int(std::clamp<int64_t>(value.i, 0, 64)) : -1;
+      }
+      if (!args.empty()) fail(e.pos, "tojson with positional arguments is not supported");
+      return Value::string(jinja::to_json_text(v, indent));
     }
+    if (!e.kwargs.empty()) fail(e.pos, "filter '" + f + "' takes no keyword arguments here");
     if (f == "string") return Value::string(jinja::to_str(v));
     require_defined(v, e.pos);
     if (f == "trim") return Value::string(strip_chars(jinja::to_str(v), " \t\n\r\f\v", true, true));
@@ -520,6 +527,13 @@ class Renderer {
       return Value::string(replace_all(jinja::to_str(v), args[0].s, args[1].s, e.pos));
     }
     std::vector<Value> items = items_of(v, e.pos);
+    if (f == "select" || f == "reject") {  // select(test, arg): the items that pass (reject: that fail)
+      if (args.empty() || !args[0].is(K::string)) fail(e.pos, f + "() needs the name of a test");
+      jinja::Array kept;
+      for (const Value& x : items)
+        if (passes(args[0].s, x, args, e.pos) == (f == "select")) kept.push_back(x);
+      return Value::array(std::move(kept));
+    }
     if (f == "first") return items.empty() ? Value::undefined("first") : items.front();
     if (f == "last") return items.empty() ? Value::undefined("last") : items.back();
     if (f == "list") return Value::array(items);
@@ -545,9 +559,20 @@ class Renderer {
     return Value::string(out);
   }
 
-  bool run_test(const Expr& e) {
-    const Value v = eval(*e.args[0]);
-    const std::string& t = e.text;
+  bool run_test(const Expr& e) { return test_value(e.text, eval(*e.args[0]), e.pos); }
+
+  // select()/reject()'s test `t` of an item: one of run_test's, or equalto / eq / == / ne / != with
+  // its argument (args[1]).
+  bool passes(const std::string& t, const Value& x, const std::vector<Value>& args, size_t pos) {
+    if (t == "equalto" || t == "eq" || t == "==" || t == "ne" || t == "!=") {
+      if (args.size() != 2) fail(pos, "the test '" + t + "' takes one argument");
+      return jinja::equal(x, args[1]) == (t == "equalto" || t == "eq" || t == "==");
+    }
+    if (args.size() != 1) fail(pos, "the test '" + t + "' takes no argument here");
+    return test_value(t, x, pos);
+  }
+
+  bool test_value(const std::string& t, const Value& v, size_t pos) {
     if (t == "defined") return !v.is(K::undefined);
     if (t == "undefined") return v.is(K::undefined);
     if (t == "none") return v.is(K::none);
@@ -561,7 +586,8 @@ class Renderer {
     if (t == "mapping") return v.is(K::object);
     if (t == "iterable") return v.is(K::array) || v.is(K::object) || v.is(K::string) || v.is(K::undefined);
     if (t == "sequence") return v.is(K::array) || v.is(K::object) || v.is(K::string);
-    if (!v.is(K::integer)) fail(e.pos, "test '" + t + "' needs an integer");
+    if (t != "odd" && t != "even") fail(pos, "unsupported test '" + t + "'");
+    if (!v.is(K::integer)) fail(pos, "test '" + t + "' needs an integer");
     return t == "odd" ? (v.i % 2 != 0) : (v.i % 2 == 0);
   }
 

@@ -81,9 +81,10 @@ struct Value {
 Value from_json(const nlohmann::ordered_json& j);
 bool truthy(const Value& v);
 bool equal(const Value& a, const Value& b);
-std::string to_str(const Value& v);        // Python's str(): what {{ x }} prints ("" for undefined)
-std::string to_repr(const Value& v);       // Python's repr()
-std::string to_json_text(const Value& v);  // json.dumps(v, ensure_ascii=False)
+std::string to_str(const Value& v);   // Python's str(): what {{ x }} prints ("" for undefined)
+std::string to_repr(const Value& v);  // Python's repr()
+// json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: None, all on one line).
+std::string to_json_text(const Value& v, int indent = -1, int depth = 0);
 std::string type_name(const Value& v);
 std::vector<uint32_t> codepoint_offsets(const std::string& s);  // byte offset of each code point
 std::string change_case(const std::string& s, bool upper);      // str.upper() / str.lower()

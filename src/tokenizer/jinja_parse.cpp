@@ -11,9 +11,9 @@
 namespace unstuck::tokenizer::jinja {
 namespace {
 
-const std::set<std::string> kFilters = {"trim",    "length",  "count", "default", "d",         "tojson", "upper",
-                                        "lower",   "string",  "first", "last",    "join",      "list",   "items",
-                                        "reverse", "replace", "int",   "abs",     "capitalize"};
+const std::set<std::string> kFilters = {"trim",    "length",  "count", "default", "d",          "tojson", "upper",
+                                        "lower",   "string",  "first", "last",    "join",       "list",   "items",
+                                        "reverse", "replace", "int",   "abs",     "capitalize", "select", "reject"};
 const std::set<std::string> kTests = {"defined",  "undefined", "none",    "string",  "number",
                                       "integer",  "float",     "boolean", "mapping", "iterable",
                                       "sequence", "true",      "false",   "odd",     "even"};

@@ -237,7 +237,11 @@ std::string to_repr(const Value& v) {
   return "";
 }
 
-std::string to_json_text(const Value& v) {
+std::string to_json_text(const Value& v, int indent, int depth) {
+  // json.dumps: ", " / ": " on one line; with indent, one item a line and "," ending each but the last.
+  const std::string open_line = indent < 0 ? "" : "\n" + std::string(std::size_t(indent * (depth + 1)), ' ');
+  const std::string close_line = indent < 0 ? "" : "\n" + std::string(std::size_t(indent * depth), ' ');
+  const std::string between = indent < 0 ? ", " : "," + open_line;
   switch (v.kind) {
     case Value::Kind::undefined:
     case Value::Kind::none:
@@ -253,18 +257,21 @@ std::string to_json_text(const Value& v) {
     case Value::Kind::string:
       return json_string(v.s);
     case Value::Kind::array: {
-      std::string out = "[";
-      for (size_t k = 0; k < v.arr->size(); ++k) out += (k ? ", " : "") + to_json_text((*v.arr)[k]);
-      return out + "]";
+      if (v.arr->empty()) return "[]";
+      std::string out = "[" + open_line;
+      for (size_t k = 0; k < v.arr->size(); ++k)
+        out += (k ? between : "") + to_json_text((*v.arr)[k], indent, depth + 1);
+      return out + close_line + "]";
     }
     case Value::Kind::object: {
-      std::string out = "{";
+      if (v.obj->empty()) return "{}";
+      std::string out = "{" + open_line;
       bool first = true;
       for (const auto& [k, e] : *v.obj) {
-        out += (first ? "" : ", ") + json_string(k) + ": " + to_json_text(e);
+        out += (first ? "" : between) + json_string(k) + ": " + to_json_text(e, indent, depth + 1);
         first = false;
       }
-      return out + "}";
+      return out + close_line + "}";
     }
   }
   return "null";

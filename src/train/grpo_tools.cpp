@@ -17,10 +17,13 @@ namespace unstuck::train {
 void GrpoTrainer::run_tools(Rollouts& ro) {
   const torch::Tensor uniforms = gen_opts_.uniforms.to(torch::kCPU);  // (rows, max_new_tokens)
   rollout::ToolTurnHooks hooks;
-  hooks.decode = [this](const std::vector<int32_t>& ids) { return ctx_.tokenizer.decode(ids, false); };
-  hooks.message = [this](const std::vector<int32_t>& ids) {
-    return rollout::assistant_message(ctx_.tokenizer.decode(ids, false), ctx_.tokenizer.decode(ids, true),
-                                      prompt_format().eos_token());
+  const std::string& eos = prompt_format().eos_token();
+  hooks.calls = [this, &eos](const std::vector<int32_t>& ids) {
+    return rollout::parse_tool_calls(ctx_.tokenizer.decode(ids, false), tool_format_, eos);
+  };
+  hooks.message = [this, &eos](const std::vector<int32_t>& ids) {
+    return rollout::assistant_message(ctx_.tokenizer.decode(ids, false), ctx_.tokenizer.decode(ids, true), eos,
+                                      tool_format_);
   };
   hooks.run = [this](const std::vector<std::vector<rollout::ToolCall>>& calls) {
     std::vector<rollout::ToolCall> flat;

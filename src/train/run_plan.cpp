@@ -192,6 +192,7 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   if (plan.config.tools.enabled()) {
     plan.tools = std::make_shared<rollout::ToolRunner>(plan.config.tools);
     plan.ctx.prompts = plan.ctx.prompts.with_tools(plan.tools->schemas());
+    rollout::tool_call_format(plan.ctx.prompts);  // a template whose tool calls we cannot read stops here
     mark("tools");
   }
   // The data: prompts longer than max_seq_len - max_new_tokens are dropped and counted.

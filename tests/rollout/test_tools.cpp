@@ -70,7 +70,7 @@ struct Script {
   int64_t tool_rounds = 0;
   ToolTurnHooks hooks() {
     ToolTurnHooks h;
-    h.decode = text;
+    h.calls = [](const std::vector<int32_t>& ids) { return parse_tool_calls(text(ids)); };
     h.run = [this](const std::vector<std::vector<ToolCall>>& calls) {
       ++tool_rounds;
       std::vector<std::vector<ToolOutcome>> out;
@@ -266,11 +266,14 @@ std::string first_difference(const std::vector<T>& a, const std::vector<T>& b) {
 // the prompts rendered with the tools, each row's completion ids and which of them are the tools'
 // equal Unstuck's, through one call, failing calls, an unknown tool, a malformed call, and results
 // dropped for the completion budget.
-TEST(TrlToolParity, PromptsCompletionsAndMasksEqualTrlsToolLoop) {
-  const std::filesystem::path out = std::filesystem::temp_directory_path() / "unstuck_trl_tool_loop";
+// TRL's tool loop (tests/rollout/trl_tool_loop.py, `family` qwen or llama) and ours on the same
+// scripted turns: prompts, completion ids, tool masks, log-probs and messages equal; `expected` is
+// the tool-call format ours must read off the template.
+void expect_trl_tool_parity(const std::string& family, ToolCallFormat expected) {
+  const std::filesystem::path out = std::filesystem::temp_directory_path() / ("unstuck_trl_tool_loop_" + family);
   std::filesystem::remove_all(out);
   const std::string cmd = std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/rollout/trl_tool_loop.py " +
-                          out.string() + " > " + (out.string() + ".log") + " 2>&1";
+                          out.string() + " " + family + " > " + (out.string() + ".log") + " 2>&1";
   const int rc = std::system(cmd.c_str());
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << "trl is not installed";
   ASSERT_EQ(rc, 0) << cmd;
@@ -286,6 +289,8 @@ TEST(TrlToolParity, PromptsCompletionsAndMasksEqualTrlsToolLoop) {
   data::DataConfig dc;
   dc.chat_template = "auto";
   const data::PromptFormatter format = data::PromptFormatter(dc, model_dir).with_tools(tools.schemas());
+  const ToolCallFormat syntax = tool_call_format(format);
+  ASSERT_EQ(syntax, expected);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<Completion> completions;
   std::map<int64_t, std::vector<std::vector<int32_t>>> later;
@@ -304,9 +309,11 @@ TEST(TrlToolParity, PromptsCompletionsAndMasksEqualTrlsToolLoop) {
     later[int64_t(completions.size()) - 1] = {turns.begin() + 1, turns.end()};
   }
   ToolTurnHooks hooks;
-  hooks.decode = [&](const std::vector<int32_t>& ids) { return tok.decode(ids, false); };
+  hooks.calls = [&](const std::vector<int32_t>& ids) {
+    return parse_tool_calls(tok.decode(ids, false), syntax, format.eos_token());
+  };
   hooks.message = [&](const std::vector<int32_t>& ids) {
-    return assistant_message(tok.decode(ids, false), tok.decode(ids, true), format.eos_token());
+    return assistant_message(tok.decode(ids, false), tok.decode(ids, true), format.eos_token(), syntax);
   };
   hooks.run = [&](const std::vector<std::vector<ToolCall>>& calls) {
     std::vector<std::vector<ToolOutcome>> results;
@@ -351,12 +358,40 @@ TEST(TrlToolParity, PromptsCompletionsAndMasksEqualTrlsToolLoop) {
   }
   for (const auto& probe : trl["parsed"]) {  // single turns through TRL's parse_response
     const auto ids = probe["ids"].get<std::vector<int32_t>>();
-    EXPECT_EQ(assistant_message(tok.decode(ids, false), tok.decode(ids, true), format.eos_token()), probe["message"])
+    EXPECT_EQ(assistant_message(tok.decode(ids, false), tok.decode(ids, true), format.eos_token(), syntax),
+              probe["message"])
         << tok.decode(ids, false);
   }
   EXPECT_EQ(calls, trl["tool_calls"].get<int64_t>());
   EXPECT_EQ(failures, trl["tool_failures"].get<int64_t>());
   EXPECT_EQ(stats[4].dropped, 1);  // the case the script is built to reach
+}
+
+TEST(TrlToolParity, PromptsCompletionsAndMasksEqualTrlsToolLoop) {
+  expect_trl_tool_parity("qwen", ToolCallFormat::hermes);
+}
+
+// Llama 3.1's template (TRL's shipped llama3_1.jinja): a call is a turn of bare JSON with
+// "parameters", a result an ipython message (its text as JSON, as the template's tojson writes it).
+TEST(TrlToolParity, Llama31JsonCallsEqualTrlsToolLoop) { expect_trl_tool_parity("llama", ToolCallFormat::llama3_json); }
+
+// A template that writes tool calls in a form we do not read is refused by name before any run.
+TEST(ToolCallFormat, AnUnknownFormIsRefusedWithWhatTheTemplateWrote) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "unstuck_tool_format";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "t.jinja")
+      << "{% for m in messages %}{% if m.tool_calls %}CALL {{ m.tool_calls[0].function.name }}"
+         "{% else %}{{ m.role }}: {{ m.content }}\n{% endif %}{% endfor %}";
+  data::DataConfig dc;
+  dc.chat_template = (dir / "t.jinja").string();
+  const data::PromptFormatter format(dc, dir);
+  try {
+    tool_call_format(format);
+    ADD_FAILURE() << "an unknown tool-call form was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("CALL probe_tool"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("t.jinja"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

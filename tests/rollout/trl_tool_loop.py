@@ -1,13 +1,15 @@
 """TRL 1.16's own tool-calling loop, unchanged, on scripted model turns: the reference of the token and
 mask parity test (tests/rollout/test_tools.cpp, TrlToolParity).
 
-  trl_tool_loop.py OUT
+  trl_tool_loop.py OUT [qwen|llama]
 
 Builds a Qwen2-style model directory with a byte-level BPE tokenizer (tests/train/example_standins.py),
 gives it TRL's shipped Qwen2.5 chat template (trl/chat_templates/qwen2_5.jinja, with its tools
 branch), renders the prompts with the tools of tool_corpus.py as GRPOTrainer does, then runs
 GRPOTrainer._get_tool_suffix_ids and GRPOTrainer._tool_call_loop (called on a stand-in `self` that
-holds what they read) with each row's turns scripted as token ids. Writes OUT/trl.json: per row the
+holds what they read) with each row's turns scripted as token ids. With `llama`: a Llama-3-style
+byte-level BPE tokenizer and TRL's shipped Llama 3.1 template, whose tool calls are bare JSON
+{"name": ..., "parameters": ...} turns and whose tool results are ipython messages. Writes OUT/trl.json: per row the
 prompt ids, the scripted turns, and TRL's completion ids and tool mask. Exit 77 without trl.
 """
 import json
@@ -40,6 +42,36 @@ TURNS = [
      "step " * 190 + ' <tool_call>\n{"name": "multiply", "arguments": {"a": 11111, "b": 11111}}\n</tool_call><|im_end|>',
      "never sampled<|im_end|>"],
 ]
+# The Llama 3.1 template's rows: a call is a whole turn of bare JSON, one per turn.
+LLAMA_TURNS = [
+    ['{"name": "multiply", "parameters": {"a": 6, "b": 7}}<|eot_id|>', "The product is 42.<|eot_id|>"],
+    ['Let me check. {"name": "get_current_temperature", "parameters": {"location": "Paris, France"}}<|eot_id|>',
+     '{"name": "multiply", "parameters": {"a": 2}}<|eot_id|>',
+     '{"name": "divide", "parameters": {"a": 1, "b": 2}}<|eot_id|>',
+     "Done: 22 degrees.<|eot_id|>"],
+    ["No tool is needed: 5.<|eot_id|>"],
+    ['{"name": "multiply", "parameters": {"a": 1}<|eot_id|>'],
+    ['{"name": "multiply", "parameters": {"a": 3, "b": 3}}<|eot_id|>',
+     "step " * 255 + '{"name": "multiply", "parameters": {"a": 11111, "b": 11111}}<|eot_id|>',
+     "never sampled<|eot_id|>"],
+]
+LLAMA_PROBES = [
+    '{"name": "multiply", "parameters": {"a": 6, "b": 7}}<|eot_id|>',
+    '  {"name": "multiply", "parameters": {"a": 6, "b": 7}}<|eot_id|>',
+    '  The answer is 42.  <|eot_id|>',
+    'Let me call. {"name": "multiply", "parameters": {"a": 6, "b": 7}}<|eot_id|>',
+    '{"name": "multiply", "parameters": {"a": 6, "b": 7}} trailing<|eot_id|>',
+    '{"name": "multiply", "parameters": {"a": 6, "b": 7}}',
+    '{"name": "multiply", "parameters": "x"}<|eot_id|>',
+    '{"name": "multiply", "arguments": {"a": 6}}<|eot_id|>',
+    '{"name":"multiply","parameters":{"a":6}}<|eot_id|>',
+    '{"name": "multiply", "parameters": {"a": 6, "b": 7}<|eot_id|>',
+    '{"parameters": {"a": 6}, "name": "multiply"}<|eot_id|>',
+    '{"name": "multiply", "parameters": {"a": 6}, "extra": 1}<|eot_id|>',
+    '{"name": "multiply", "parameters": null}<|eot_id|>',
+    'x <|start_header_id|>y<|eot_id|>',
+]
+
 # Single assistant turns for parse_response (the messages reward functions get): trimming, the last
 # stretch of text, <think>, several calls, null or non-object arguments, malformed and unclosed blocks.
 PROBES = [
@@ -62,22 +94,25 @@ PROBES = [
 
 def main():
     out = sys.argv[1]
+    llama = len(sys.argv) > 2 and sys.argv[2] == "llama"
     try:
         import trl  # noqa: F401
-        from trl.chat_template_utils import add_response_schema, parse_response, qwen2_5_chat_template
+        from trl.chat_template_utils import (add_response_schema, llama3_1_chat_template, parse_response,
+                                             qwen2_5_chat_template)
         from trl.trainer.grpo_trainer import GRPOTrainer
         from transformers import AutoTokenizer
     except ImportError as e:
         print(f"skip: {e}")
         return 77
     os.makedirs(out, exist_ok=True)
-    subprocess.run([sys.executable, os.path.join(ROOT, "tests/train/example_standins.py"), out, "gsm8k", "real"],
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests/train/example_standins.py"), out,
+                    "math" if llama else "gsm8k", "real"],
                    check=True, stdout=subprocess.DEVNULL)
     model_dir = os.path.join(out, "model")
     config_path = os.path.join(model_dir, "tokenizer_config.json")
     with open(config_path) as f:
         config = json.load(f)
-    config["chat_template"] = qwen2_5_chat_template
+    config["chat_template"] = llama3_1_chat_template if llama else qwen2_5_chat_template
     with open(config_path, "w") as f:
         json.dump(config, f, indent=2)
     tok = add_response_schema(AutoTokenizer.from_pretrained(model_dir))
@@ -86,7 +121,7 @@ def main():
     prompts = [[{"role": "user", "content": u}] for u in USER]
     prompt_ids = [tok.apply_chat_template(p, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False)
                   for p in prompts]
-    turns = [[tok.encode(t, add_special_tokens=False) for t in row] for row in TURNS]
+    turns = [[tok.encode(t, add_special_tokens=False) for t in row] for row in (LLAMA_TURNS if llama else TURNS)]
     later = {i: list(row[1:]) for i, row in enumerate(turns)}
 
     def generate_single_turn(ids, images, fields, num_generations=1, has_tool_images=False):
@@ -112,7 +147,7 @@ def main():
                         "completion_ids": completion_ids[i], "tool_mask": tool_mask[i], "logprobs": logprobs[i],
                         "messages": completions[i]}
                        for i in range(len(USER))]}
-    probe_ids = [tok.encode(t, add_special_tokens=False) for t in PROBES]
+    probe_ids = [tok.encode(t, add_special_tokens=False) for t in (LLAMA_PROBES if llama else PROBES)]
     result["parsed"] = [{"ids": ids, "message": parse_response(tok, ids, prefix=prompt_ids[0], tools=tools)}
                         for ids in probe_ids]
     with open(os.path.join(out, "trl.json"), "w") as f:

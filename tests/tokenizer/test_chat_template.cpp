@@ -94,8 +94,8 @@ TEST(ChatTemplate, RefusesConstructsOutsideTheSubsetByNameAndPosition) {
   };
   EXPECT_EQ(refused("ab\n{{ m | wordwrap }}"),
             "chat template x.jinja: line 2, column 8: unsupported filter 'wordwrap' (supported: abs, capitalize, "
-            "count, d, default, first, int, items, join, last, length, list, lower, replace, reverse, string, "
-            "tojson, trim, upper)");
+            "count, d, default, first, int, items, join, last, length, list, lower, reject, replace, reverse, "
+            "select, string, tojson, trim, upper)");
   EXPECT_EQ(refused("{% macro f() %}{% endmacro %}"),
             "chat template x.jinja: line 1, column 4: unsupported statement 'macro'");
   EXPECT_EQ(refused("{% include 'a' %}"), "chat template x.jinja: line 1, column 4: unsupported statement 'include'");

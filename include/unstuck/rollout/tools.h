@@ -37,22 +37,39 @@ struct ToolCall {
   nlohmann::ordered_json arguments;  // as the model wrote them (TRL calls name(**arguments))
 };
 
-// The tool calls of one assistant turn in the Qwen2.5 / Qwen3 / Hermes format: each
-// <tool_call>JSON</tool_call> block, JSON = {"name": string, "arguments": object}. Empty when the turn
-// has none, and when any block is not such an object (TRL's parse_response then takes the turn as
-// plain text: no call is made). An unclosed block (a turn cut at the token limit) is no call.
-//   "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>" -> [{add, {a: 1}}]
-std::vector<ToolCall> parse_tool_calls(const std::string& text);
+// How a chat template writes an assistant's tool calls (tool_call_format() reads it off the template).
+//   hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks (Qwen2.5, Qwen3, Hermes)
+//   llama3_json  a turn ending {"name": ..., "parameters": {...}} and the end of turn (Llama 3.1 / 3.2)
+enum class ToolCallFormat { hermes, llama3_json };
 
-// An assistant turn as TRL 1.16's parse_response gives it for the Qwen2.5 / Qwen3 templates (the
-// message reward functions receive): {"role": "assistant", "content", "reasoning_content" (a leading
-// <think>...</think>), "tool_calls": [{"type": "function", "function": {name, arguments}}]}. `text` is
-// the turn decoded with its special tokens, `plain` without them, `eos` the template's EOS text (cut
-// from the end). The content is the last stretch of text outside the <tool_call> blocks, trimmed (as
-// transformers' parser keeps it); a turn whose blocks do not parse is plain text: {"content": plain}.
+// The format of `format`'s chat template, found by rendering an assistant turn that calls a probe
+// tool. Throws UserError naming the template, with what it rendered, for any other form.
+ToolCallFormat tool_call_format(const data::PromptFormatter& format);
+
+// The tool calls of one assistant turn (its text with special tokens), as TRL 1.16's parse_response
+// finds them. hermes: each <tool_call>JSON</tool_call> block, JSON = {"name": string, "arguments":
+// object}; empty when the turn has none, and when any block is not such an object (TRL then takes
+// the turn as plain text: no call is made); an unclosed block (a turn cut at the token limit) is no
+// call. llama3_json: one call, the JSON object that ends the turn right before `eos` (the template's
+// end-of-turn text), its "parameters" the arguments; no call without `eos` (a cut turn), or when the
+// object has other keys or does not parse. Missing or null arguments become {} (TRL's validation).
+//   "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>" -> [{add, {a: 1}}]
+//   "{\"name\": \"add\", \"parameters\": {\"a\": 1}}<|eot_id|>" (llama3_json)     -> [{add, {a: 1}}]
+std::vector<ToolCall> parse_tool_calls(const std::string& text, ToolCallFormat format = ToolCallFormat::hermes,
+                                       const std::string& eos = "");
+
+// An assistant turn as TRL 1.16's parse_response gives it for the Qwen2.5 / Qwen3 and Llama 3.1
+// templates (the message reward functions receive): {"role": "assistant", "content",
+// "reasoning_content" (hermes: a leading <think>...</think>), "tool_calls": [{"type": "function",
+// "function": {name, arguments}}]}. `text` is the turn decoded with its special tokens, `plain`
+// without them, `eos` the template's EOS text (cut from the end). hermes: the content is the last
+// stretch of text outside the <tool_call> blocks, trimmed (as transformers' parser keeps it), and a
+// turn whose blocks do not parse is plain text: {"content": plain}. llama3_json: the text before the
+// call, trimmed, or the whole turn's when it makes no call.
 //   "Let me check.\n<tool_call>{...}</tool_call><|im_end|>" -> content "", one tool call
 //   "  The product is 42. <|im_end|>"                        -> content "The product is 42."
-nlohmann::json assistant_message(const std::string& text, const std::string& plain, const std::string& eos);
+nlohmann::json assistant_message(const std::string& text, const std::string& plain, const std::string& eos,
+                                 ToolCallFormat format = ToolCallFormat::hermes);
 
 struct ToolOutcome {
   std::string content;  // what the model reads: str(result), or str({'error': ...}) as TRL writes it
@@ -94,8 +111,8 @@ std::vector<int32_t> tool_result_tokens(const data::PromptFormatter& format, con
 
 // What the multi-turn loop needs from its caller (the trainer; tests script it).
 struct ToolTurnHooks {
-  // The text of one assistant turn's tokens (special tokens kept: the markers may be added tokens).
-  std::function<std::string(const std::vector<int32_t>&)> decode;
+  // The tool calls of one assistant turn's tokens (parse_tool_calls of their text, special tokens kept).
+  std::function<std::vector<ToolCall>(const std::vector<int32_t>&)> calls;
   // The assistant message of one turn's tokens (assistant_message()); unset: no messages are kept.
   std::function<nlohmann::json(const std::vector<int32_t>&)> message;
   // Runs the calls of every row listed (one list per row), results in the same shape.
