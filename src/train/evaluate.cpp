@@ -25,6 +25,11 @@ std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer:
   return tok.decode(kept);
 }
 
+std::vector<int32_t> last_assistant_turn(const rollout::Completion& c) {
+  const auto last_tool = std::find(c.from_tool.rbegin(), c.from_tool.rend(), uint8_t(1));
+  return {c.tokens.begin() + (c.from_tool.rend() - last_tool), c.tokens.end()};
+}
+
 EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& tok,
                     const std::vector<data::TaskRecord>& records, const data::PromptFormatter& formatter,
                     const reward::Verifier& verifier, const EvalOptions& o) {
@@ -46,16 +51,19 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
     const std::size_t end = std::min(records.size(), begin + std::size_t(o.batch_size));
     std::vector<std::vector<int32_t>> prompts;
     for (std::size_t i = begin; i < end; ++i) prompts.push_back(prompt_ids(records[i], formatter, tok));
-    const auto outs = rollout::generate(model, prompts, greedy, gen);
+    auto outs = rollout::generate(model, prompts, greedy, gen);
+    std::vector<nlohmann::json> conversations;
+    if (o.turns) conversations = o.turns(prompts, outs, greedy);
     std::vector<bool> solved(end - begin, false);
     std::vector<std::string> texts;
     std::vector<const data::TaskRecord*> batch_records;
     for (std::size_t i = begin; i < end; ++i) {
-      texts.push_back(completion_text(outs[i - begin].tokens, tok, o.stop_ids));
+      texts.push_back(completion_text(last_assistant_turn(outs[i - begin]), tok, o.stop_ids));
       batch_records.push_back(&records[i]);
     }
     reward::ScoringContext context;
     context.stop = o.stop;
+    if (o.turns) context.conversations = &conversations;
     const std::vector<reward::RewardResult> scored =
         verifier.score_batch(texts, batch_records, context);  // one call: a function's workers batch it
     for (std::size_t i = begin; i < end; ++i) {
@@ -69,11 +77,12 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
         r.examples.push_back(formatter.render(records[i]) + " -> " + text + " [" + config::enum_name(res.status) + "]");
     }
     for (int64_t s = 0; s < o.k; ++s) {
-      const auto samples = rollout::generate(model, prompts, sampled, gen);
+      auto samples = rollout::generate(model, prompts, sampled, gen);
+      if (o.turns) o.turns(prompts, samples, sampled);
       for (std::size_t i = begin; i < end; ++i)
         if (!solved[i - begin] &&
-            verifier.score(completion_text(samples[i - begin].tokens, tok, o.stop_ids), records[i]).status ==
-                reward::RewardStatus::correct)
+            verifier.score(completion_text(last_assistant_turn(samples[i - begin]), tok, o.stop_ids), records[i])
+                    .status == reward::RewardStatus::correct)
           solved[i - begin] = true;
     }
     if (o.k > 0) any_correct += std::count(solved.begin(), solved.end(), true);

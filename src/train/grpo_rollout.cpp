@@ -255,10 +255,7 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
   std::vector<std::vector<int32_t>> ids;
   for (const auto& c : ro.completions) {
     // With tools the answer is the last assistant turn: the policy's tokens after the last tool result.
-    const auto last_tool = std::find(c.from_tool.rbegin(), c.from_tool.rend(), uint8_t(1));
-    const std::size_t from = std::size_t(c.from_tool.rend() - last_tool);
-    texts.push_back(
-        completion_text({c.tokens.begin() + std::ptrdiff_t(from), c.tokens.end()}, ctx_.tokenizer, ctx_.stop_ids));
+    texts.push_back(completion_text(last_assistant_turn(c), ctx_.tokenizer, ctx_.stop_ids));
     ids.push_back(c.tokens);
   }
   reward::ScoringContext context;  // TRL's completion_ids and trainer_state

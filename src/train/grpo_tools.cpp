@@ -2,6 +2,7 @@
 // model, tokenizer, chat template and sampling uniforms.
 #include "train/grpo_trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -14,8 +15,7 @@
 
 namespace unstuck::train {
 
-void GrpoTrainer::run_tools(Rollouts& ro) {
-  const torch::Tensor uniforms = gen_opts_.uniforms.to(torch::kCPU);  // (rows, max_new_tokens)
+rollout::ToolTurnHooks GrpoTrainer::tool_hooks() const {
   rollout::ToolTurnHooks hooks;
   const std::string& eos = prompt_format().eos_token();
   hooks.calls = [this, &eos](const std::vector<int32_t>& ids) {
@@ -40,6 +40,37 @@ void GrpoTrainer::run_tools(Rollouts& ro) {
   hooks.suffix = [this](const std::vector<rollout::ToolCall>& calls, const std::vector<rollout::ToolOutcome>& results) {
     return rollout::tool_result_tokens(prompt_format(), ctx_.tokenizer, calls, results);
   };
+  return hooks;
+}
+
+rollout::ToolTurnLimits GrpoTrainer::tool_limits() const {
+  rollout::ToolTurnLimits limits;
+  limits.max_iterations = cfg_.tools.max_iterations;
+  limits.max_new_tokens = cfg_.rollout.max_new_tokens;
+  limits.max_context = weights_.model().config().max_seq_len;
+  return limits;
+}
+
+std::vector<nlohmann::json> GrpoTrainer::eval_tool_turns(const std::vector<std::vector<int32_t>>& prompts,
+                                                         std::vector<rollout::Completion>& completions,
+                                                         const rollout::GenerateOptions& options) const {
+  rollout::ToolTurnHooks hooks = tool_hooks();
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(cfg_.run.seed);  // pass@k's continuations
+  hooks.generate = [&](const std::vector<int64_t>&, const std::vector<std::vector<int32_t>>& contexts,
+                       const std::vector<int64_t>&, const std::vector<int64_t>& max_new) {
+    rollout::GenerateOptions o = options;
+    o.sampling.max_new_tokens = *std::max_element(max_new.begin(), max_new.end());
+    return rollout::generate(weights_.model(), contexts, o, gen);
+  };
+  const std::vector<rollout::ToolTurnStats> stats = rollout::run_tool_turns(prompts, completions, hooks, tool_limits());
+  std::vector<nlohmann::json> out;
+  for (const rollout::ToolTurnStats& t : stats) out.push_back(t.messages);
+  return out;
+}
+
+void GrpoTrainer::run_tools(Rollouts& ro) {
+  const torch::Tensor uniforms = gen_opts_.uniforms.to(torch::kCPU);  // (rows, max_new_tokens)
+  rollout::ToolTurnHooks hooks = tool_hooks();
   hooks.generate = [&](const std::vector<int64_t>& rows, const std::vector<std::vector<int32_t>>& contexts,
                        const std::vector<int64_t>& offset, const std::vector<int64_t>& max_new) {
     const int64_t n = int64_t(rows.size()), T = *std::max_element(max_new.begin(), max_new.end());
@@ -54,11 +85,7 @@ void GrpoTrainer::run_tools(Rollouts& ro) {
     o.uniforms = u.to(device_);
     return rollout::generate(weights_.model(), contexts, o, sampling_);
   };
-  rollout::ToolTurnLimits limits;
-  limits.max_iterations = cfg_.tools.max_iterations;
-  limits.max_new_tokens = cfg_.rollout.max_new_tokens;
-  limits.max_context = weights_.model().config().max_seq_len;
-  ro.tool_stats = rollout::run_tool_turns(ro.prompts, ro.completions, hooks, limits);
+  ro.tool_stats = rollout::run_tool_turns(ro.prompts, ro.completions, hooks, tool_limits());
 }
 
 namespace {

@@ -261,14 +261,18 @@ double GrpoTrainer::evaluate() {
   opts.max_new_tokens = cfg_.rollout.max_new_tokens;
   opts.stop_ids = ctx_.stop_ids;
   opts.stop = stop_flag_;
+  if (tools_)  // the same tool rounds as the rollouts, greedy
+    opts.turns = [this](const std::vector<std::vector<int32_t>>& prompts, std::vector<rollout::Completion>& outs,
+                        const rollout::GenerateOptions& o) { return eval_tool_turns(prompts, outs, o); };
   // Each rank scores its share: correct, records, and whether a signal stopped its scoring. Every
   // rank reaches the sum, stopped or not, so a signal to one rank leaves no collective unmatched.
   double sums[3] = {0, double(my_test_.size()), 0};
   std::string stopped;
   try {
     if (!my_test_.empty())
-      sums[0] = train::evaluate(weights_.model(), ctx_.tokenizer, my_test_, ctx_.prompts, *verifier_, opts).accuracy *
-                double(my_test_.size());
+      sums[0] =
+          train::evaluate(weights_.model(), ctx_.tokenizer, my_test_, prompt_format(), *verifier_, opts).accuracy *
+          double(my_test_.size());
   } catch (const Interrupted& e) {
     sums[2] = 1;
     stopped = e.what();

@@ -13,12 +13,17 @@ namespace unstuck {
 namespace {
 
 TEST(ShippedConfigs, AllLoadAndValidate) {
+  // From the repository root, where the configs' comments run them (their relative paths, such as
+  // a tool's file, are from there).
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(UNSTUCK_SOURCE_DIR);
   int count = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(std::string(UNSTUCK_SOURCE_DIR) + "/configs")) {
     if (e.path().extension() != ".yaml") continue;
     EXPECT_NO_THROW(load_run_config(e.path())) << e.path();
     ++count;
   }
+  std::filesystem::current_path(before);
   EXPECT_GE(count, 8);
 }
 

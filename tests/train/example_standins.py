@@ -1,6 +1,6 @@
 """Stand-ins for the example configs' end-to-end test (tests/train/test_example_configs.cpp).
 
-  example_standins.py OUT KIND STANDIN
+  example_standins.py OUT KIND STANDIN [MAX_POSITIONS]
     KIND     gsm8k (for configs/examples/gsm8k_qwen2.5.yaml) or math (configs/examples/math_llama3.yaml)
     STANDIN  real      the real family: Qwen2ForCausalLM (attention biases, tied embeddings) or
                        LlamaForCausalLM with Llama 3's rope scaling, and a byte-level BPE
@@ -8,6 +8,7 @@
              llama-sp  a LlamaForCausalLM and a SentencePiece tokenizer.model trained here (what a
                        build without tokenizer.json / Qwen2 support can run)
 
+MAX_POSITIONS (default 512) is the model's max_position_embeddings.
 Writes OUT/model (config.json, model.safetensors, the tokenizer, tokenizer_config.json with the
 family's chat template, written in its style for the tests) and OUT/data/{train,test}.jsonl: 20
 records in the dataset's own format (GSM8K: question / answer "... #### n"; MATH: problem /
@@ -127,6 +128,9 @@ def make_model(model_dir, kind, standin, vocab, special_ids):
 
 def main():
     out, kind, standin = sys.argv[1], sys.argv[2], sys.argv[3]
+    global MAX_POSITIONS
+    if len(sys.argv) > 4:
+        MAX_POSITIONS = int(sys.argv[4])
     model_dir, data_dir = os.path.join(out, "model"), os.path.join(out, "data")
     os.makedirs(model_dir, exist_ok=True)
     os.makedirs(data_dir, exist_ok=True)

@@ -93,3 +93,38 @@ TEST(ExampleConfigs, MathLlama3RunsTwoGrpoSteps) {
 }
 
 }  // namespace
+
+// configs/examples/tools_qwen2.5.yaml: its task written by scripts/make_tool_task.py, the Qwen2
+// stand-in with a ChatML template that has a tools branch (tests/train/chatml_tools.jinja; the
+// real Qwen2.5 template's is the same form), run from the repository root as the config's comment
+// says (its tool's path is relative to it): `data check` shows both tools' schemas in the prompt,
+// and two GRPO steps run with the calculator and the sandboxed python.
+TEST(ExampleConfigs, ToolsQwen25RunsTwoGrpoSteps) {
+  const fs::path dir = fs::temp_directory_path() / ("unstuck_example_tools_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const Output made = run(std::string(UNSTUCK_PYTHON) + " " + UNSTUCK_SOURCE_DIR + "/tests/train/example_standins.py " +
+                          dir.string() + " gsm8k " + kStandin + " 2048");  // room for the tools' schemas
+  ASSERT_EQ(made.status, 0) << made.text;
+  const Output task = run("python3 " + std::string(UNSTUCK_SOURCE_DIR) + "/scripts/make_tool_task.py " +
+                          (dir / "task").string() + " --train 12 --test 3");
+  ASSERT_EQ(task.status, 0) << task.text;
+  EXPECT_EQ(count_lines(dir / "task/train.jsonl"), 12u);
+  const std::string root = std::string("cd ") + UNSTUCK_SOURCE_DIR + " && " + UNSTUCK_BINARY;
+  const std::string args =
+      " --config configs/examples/tools_qwen2.5.yaml grpo.base_model=" + (dir / "model").string() +
+      " data.train_path=" + (dir / "task/train.jsonl").string() +
+      " data.test_path=" + (dir / "task/test.jsonl").string() + " data.chat_template=" + UNSTUCK_SOURCE_DIR +
+      "/tests/train/chatml_tools.jinja tools.python=" + UNSTUCK_PYTHON + " rollout.max_new_tokens=48";
+  const Output check = run(root + " data check" + args);
+  ASSERT_EQ(check.status, 0) << check.text;
+  EXPECT_NE(check.text.find("with 2 tool(s)"), std::string::npos) << check.text;
+  EXPECT_NE(check.text.find("\"name\": \"calculate\""), std::string::npos) << check.text;
+  EXPECT_NE(check.text.find("\"name\": \"python\""), std::string::npos) << check.text;
+  const Output trained = run(root + " train" + args + " run.output_dir=" + (dir / "runs").string() +
+                             " grpo.steps=2 grpo.prompts_per_step=2 grpo.group_size=2 grpo.minibatches=1 "
+                             "grpo.eval_samples=2 grpo.eval_every=0 grpo.log_rollouts_every=1");
+  ASSERT_EQ(trained.status, 0) << trained.text;
+  EXPECT_EQ(count_lines(dir / "runs/tools-qwen2.5/metrics.jsonl"), 2u);
+  EXPECT_EQ(count_lines(dir / "runs/tools-qwen2.5/rollouts.jsonl"), 8u);
+  fs::remove_all(dir);
+}

@@ -150,8 +150,12 @@ TEST_F(ToolsRun, RewardFunctionsReceiveTheConversation) {
   }
   EXPECT_EQ(rows, 16);
   EXPECT_GT(with_tools, 0);
-  for (const auto& m : read_metrics(dir_ / "runs" / "messages"))
-    EXPECT_EQ(m.value("reward_error_frac", -1.0), 0.0) << m.dump();
+  const auto metrics = read_metrics(dir_ / "runs" / "messages");
+  for (const auto& m : metrics) EXPECT_EQ(m.value("reward_error_frac", -1.0), 0.0) << m.dump();
+  // The evaluation after the last step runs the same tool rounds (greedy) and gives the function the
+  // conversation: the policy's calls score there too.
+  ASSERT_TRUE(metrics.back().contains("eval_accuracy")) << metrics.back().dump();
+  EXPECT_GT(metrics.back()["eval_accuracy"].get<double>(), 0.0);
 }
 
 // The prompts render the tools' schemas, and the data is fitted to those lengths before training:

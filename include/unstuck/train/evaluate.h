@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "unstuck/data/record.h"
 #include "unstuck/model/llama.h"
 #include "unstuck/reward/verifier.h"
+#include "unstuck/rollout/sampler.h"
 #include "unstuck/rollout/sampling_config.h"
 #include "unstuck/tokenizer/tokenizer.h"
 #include "unstuck/train/prompt_fit.h"
@@ -28,6 +30,13 @@ struct EvalOptions {
   std::vector<int32_t> stop_ids;  // tokens that end a completion (stop_token_ids()); empty: none
   // Set (by Ctrl-C): scoring stops waiting for reward workers and throws Interrupted; null: none.
   const std::atomic<bool>* stop = nullptr;
+  // Tools (tools.functions): runs the tool rounds on a batch's first turns (`completions`, sampled
+  // from `prompts` with `options`), continuing each row with the same options; returns each
+  // completion's messages. Unset: one turn. The last assistant turn is scored.
+  std::function<std::vector<nlohmann::json>(const std::vector<std::vector<int32_t>>& prompts,
+                                            std::vector<rollout::Completion>& completions,
+                                            const rollout::GenerateOptions& options)>
+      turns;
 };
 
 struct EvalResult {
@@ -43,6 +52,10 @@ struct EvalResult {
 // Text of a sampled completion: its tokens up to (without) the first stop token, decoded.
 std::string completion_text(const std::vector<int32_t>& tokens, const tokenizer::Tokenizer& tok,
                             const std::vector<int32_t>& stop_ids);
+
+// The last assistant turn of a completion: its tokens after the last tool result (all of them
+// without tools), what the verifiers score.
+std::vector<int32_t> last_assistant_turn(const rollout::Completion& c);
 
 EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& tok,
                     const std::vector<data::TaskRecord>& records, const data::PromptFormatter& prompts,
