@@ -27,6 +27,7 @@
 #include "unstuck/train/torch_device.h"
 #include "unstuck/model/model_io.h"
 #include "unstuck/train/sft.h"
+#include "train/tool_turns.h"
 
 namespace unstuck::cli {
 namespace {
@@ -179,6 +180,17 @@ void add_eval(CLI::App& app) {
     o.temperature = a->temperature;
     o.seed = a->seed;
     o.stop_ids = plan.ctx.stop_ids;
+    if (plan.tools) {  // the model's tools: each batch's calls run, as in training's evaluation
+      rollout::ToolTurnLimits limits;
+      limits.max_iterations = c.tools.max_iterations;
+      limits.max_new_tokens = c.rollout.max_new_tokens;
+      limits.max_context = c.model.max_seq_len;
+      o.turns = train::eval_tool_turns(
+          model,
+          train::tool_turn_hooks(plan.ctx.tokenizer, plan.ctx.prompts, rollout::tool_call_format(plan.ctx.prompts),
+                                 plan.tools, nullptr),
+          limits, a->seed);
+    }
     const auto& path = plan.test_file;
     const train::EvalResult r =
         train::evaluate(model, plan.ctx.tokenizer, plan.test.kept, plan.ctx.prompts, *verifier, o);

@@ -2,7 +2,6 @@
 // model, tokenizer, chat template and sampling uniforms.
 #include "train/grpo_trainer.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -12,35 +11,12 @@
 #include "unstuck/common/error.h"
 
 #include "train/grpo_internal.h"
+#include "train/tool_turns.h"
 
 namespace unstuck::train {
 
 rollout::ToolTurnHooks GrpoTrainer::tool_hooks() const {
-  rollout::ToolTurnHooks hooks;
-  const std::string& eos = prompt_format().eos_token();
-  hooks.calls = [this, &eos](const std::vector<int32_t>& ids) {
-    return rollout::parse_tool_calls(ctx_.tokenizer.decode(ids, false), tool_format_, eos);
-  };
-  hooks.message = [this, &eos](const std::vector<int32_t>& ids) {
-    return rollout::assistant_message(ctx_.tokenizer.decode(ids, false), ctx_.tokenizer.decode(ids, true), eos,
-                                      tool_format_);
-  };
-  hooks.run = [this](const std::vector<std::vector<rollout::ToolCall>>& calls) {
-    std::vector<rollout::ToolCall> flat;
-    for (const auto& row : calls) flat.insert(flat.end(), row.begin(), row.end());
-    const std::vector<rollout::ToolOutcome> results = tools_->call(flat, stop_flag_);
-    std::vector<std::vector<rollout::ToolOutcome>> out;
-    std::size_t at = 0;
-    for (const auto& row : calls) {
-      out.emplace_back(results.begin() + std::ptrdiff_t(at), results.begin() + std::ptrdiff_t(at + row.size()));
-      at += row.size();
-    }
-    return out;
-  };
-  hooks.suffix = [this](const std::vector<rollout::ToolCall>& calls, const std::vector<rollout::ToolOutcome>& results) {
-    return rollout::tool_result_tokens(prompt_format(), ctx_.tokenizer, calls, results);
-  };
-  return hooks;
+  return tool_turn_hooks(ctx_.tokenizer, prompt_format(), tool_format_, tools_, stop_flag_);
 }
 
 rollout::ToolTurnLimits GrpoTrainer::tool_limits() const {
@@ -49,23 +25,6 @@ rollout::ToolTurnLimits GrpoTrainer::tool_limits() const {
   limits.max_new_tokens = cfg_.rollout.max_new_tokens;
   limits.max_context = weights_.model().config().max_seq_len;
   return limits;
-}
-
-std::vector<nlohmann::json> GrpoTrainer::eval_tool_turns(const std::vector<std::vector<int32_t>>& prompts,
-                                                         std::vector<rollout::Completion>& completions,
-                                                         const rollout::GenerateOptions& options) const {
-  rollout::ToolTurnHooks hooks = tool_hooks();
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(cfg_.run.seed);  // pass@k's continuations
-  hooks.generate = [&](const std::vector<int64_t>&, const std::vector<std::vector<int32_t>>& contexts,
-                       const std::vector<int64_t>&, const std::vector<int64_t>& max_new) {
-    rollout::GenerateOptions o = options;
-    o.sampling.max_new_tokens = *std::max_element(max_new.begin(), max_new.end());
-    return rollout::generate(weights_.model(), contexts, o, gen);
-  };
-  const std::vector<rollout::ToolTurnStats> stats = rollout::run_tool_turns(prompts, completions, hooks, tool_limits());
-  std::vector<nlohmann::json> out;
-  for (const rollout::ToolTurnStats& t : stats) out.push_back(t.messages);
-  return out;
 }
 
 void GrpoTrainer::run_tools(Rollouts& ro) {

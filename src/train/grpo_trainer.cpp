@@ -29,6 +29,7 @@
 #include "unstuck/train/compute_choice.h"
 #include "unstuck/config/lr_schedule.h"
 #include "train/grpo_internal.h"
+#include "train/tool_turns.h"
 
 namespace unstuck::train {
 namespace {
@@ -262,8 +263,7 @@ double GrpoTrainer::evaluate() {
   opts.stop_ids = ctx_.stop_ids;
   opts.stop = stop_flag_;
   if (tools_)  // the same tool rounds as the rollouts, greedy
-    opts.turns = [this](const std::vector<std::vector<int32_t>>& prompts, std::vector<rollout::Completion>& outs,
-                        const rollout::GenerateOptions& o) { return eval_tool_turns(prompts, outs, o); };
+    opts.turns = eval_tool_turns(weights_.model(), tool_hooks(), tool_limits(), cfg_.run.seed);
   // Each rank scores its share: correct, records, and whether a signal stopped its scoring. Every
   // rank reaches the sum, stopped or not, so a signal to one rank leaves no collective unmatched.
   double sums[3] = {0, double(my_test_.size()), 0};

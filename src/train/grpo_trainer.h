@@ -254,10 +254,6 @@ class GrpoTrainer {
   // the results' tokens) and its limits.
   rollout::ToolTurnHooks tool_hooks() const;
   rollout::ToolTurnLimits tool_limits() const;
-  // EvalOptions::turns: the tool rounds of an evaluation batch, continued with its options.
-  std::vector<nlohmann::json> eval_tool_turns(const std::vector<std::vector<int32_t>>& prompts,
-                                              std::vector<rollout::Completion>& completions,
-                                              const rollout::GenerateOptions& options) const;
   // grpo.log_rollouts_every: this rank's rows of the step appended to the run's rollouts JSONL.
   void log_rollouts(int64_t step, const Rollouts& ro, const Scores& sc) const;
   // The formatter of the prompts: ctx_'s, or with tools.functions the copy that renders the tools.

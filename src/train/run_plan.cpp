@@ -153,6 +153,15 @@ int64_t trainable_params(const RunConfig& config) {
                                : model::llama_layout(config.model).total;
 }
 
+// Tools: their workers start and give the schemas, which every prompt then renders; a template whose
+// tool calls cannot be read stops the run here.
+void start_tools(RunPlan& plan) {
+  if (!plan.config.tools.enabled()) return;
+  plan.tools = std::make_shared<rollout::ToolRunner>(plan.config.tools);
+  plan.ctx.prompts = plan.ctx.prompts.with_tools(plan.tools->schemas());
+  rollout::tool_call_format(plan.ctx.prompts);
+}
+
 RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator& comm, StartupClock* clock) {
   const auto mark = [&](const char* stage) {
     if (clock) clock->mark(stage);
@@ -188,13 +197,8 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
                     std::string(config::enum_name(plan.config.run.device)) +
                     " resolves to the CPU here; use "
                     "rollout.decode: auto (graphs on a GPU, dynamic steps on the CPU)");
-  // Tools: their workers start and give the schemas, which every prompt then renders.
-  if (plan.config.tools.enabled()) {
-    plan.tools = std::make_shared<rollout::ToolRunner>(plan.config.tools);
-    plan.ctx.prompts = plan.ctx.prompts.with_tools(plan.tools->schemas());
-    rollout::tool_call_format(plan.ctx.prompts);  // a template whose tool calls we cannot read stops here
-    mark("tools");
-  }
+  start_tools(plan);
+  mark("tools");
   // The data: prompts longer than max_seq_len - max_new_tokens are dropped and counted.
   plan_train_data(plan);
   mark("data");
@@ -302,6 +306,7 @@ RunPlan plan_eval(RunConfig cfg, const RunRequest& request) {
   plan.ctx.stop_ids = stop_token_ids(dir, plan.hf.tokens.eos_ids, plan.ctx.tokenizer, plan.config.model.vocab_size);
   check_weight_files(plan);
   plan.test_file = request.split == "test" ? data::test_file(plan.config.data) : data::train_file(plan.config.data);
+  start_tools(plan);  // a model trained with tools is evaluated with them
   std::vector<data::TaskRecord> records = data::read_dataset(plan.test_file, plan.config.data);
   if (request.samples > 0 && int64_t(records.size()) > request.samples) records.resize(std::size_t(request.samples));
   plan.test = fit_prompts(std::move(records), plan.ctx.prompts, plan.ctx.tokenizer, plan.max_prompt_tokens);

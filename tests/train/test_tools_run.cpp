@@ -156,6 +156,12 @@ TEST_F(ToolsRun, RewardFunctionsReceiveTheConversation) {
   // conversation: the policy's calls score there too.
   ASSERT_TRUE(metrics.back().contains("eval_accuracy")) << metrics.back().dump();
   EXPECT_GT(metrics.back()["eval_accuracy"].get<double>(), 0.0);
+  // `unstuck eval` of the trained model runs its tools too, and scores as the run's evaluation did.
+  ASSERT_EQ(run("eval --model " + (dir_ / "runs/messages/final_model").string() + " --json", "eval.log"), 0)
+      << read_text(dir_ / "eval.log");
+  const std::string shown = read_text(dir_ / "eval.log");
+  const nlohmann::json j = nlohmann::json::parse(shown.substr(shown.rfind("{\"model\"")));
+  EXPECT_DOUBLE_EQ(j["greedy_accuracy"].get<double>(), metrics.back()["eval_accuracy"].get<double>()) << shown;
 }
 
 // The prompts render the tools' schemas, and the data is fitted to those lengths before training:

@@ -107,7 +107,7 @@ struct RunPlan {
   // train with RunRequest::keep_scorer: the run's reward scorer when it runs workers (reward.function,
   // reward.command, or terms with them), started once here and handed to the trainer; else null.
   std::shared_ptr<reward::Verifier> scorer;
-  // train with tools.functions: the tool workers, started here (each tool's schema derived, so a
+  // train and eval with tools.functions: the tool workers, started here (each tool's schema derived, so a
   // tool without one stops the run before anything is written) and handed to the trainer. The
   // prompts (ctx.prompts) render the tools, so the data is fitted to its real prompt lengths.
   std::shared_ptr<rollout::ToolRunner> tools;

@@ -1,0 +1,62 @@
+// The tool loop's hooks shared by GRPO's rollouts and the evaluations (train/tool_turns.h).
+#include "train/tool_turns.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace unstuck::train {
+
+rollout::ToolTurnHooks tool_turn_hooks(const tokenizer::Tokenizer& tok, const data::PromptFormatter& prompts,
+                                       rollout::ToolCallFormat format, std::shared_ptr<rollout::ToolRunner> tools,
+                                       const std::atomic<bool>* stop) {
+  rollout::ToolTurnHooks hooks;
+  const std::string& eos = prompts.eos_token();
+  hooks.calls = [&tok, &eos, format](const std::vector<int32_t>& ids) {
+    return rollout::parse_tool_calls(tok.decode(ids, false), format, eos);
+  };
+  hooks.message = [&tok, &eos, format](const std::vector<int32_t>& ids) {
+    return rollout::assistant_message(tok.decode(ids, false), tok.decode(ids, true), eos, format);
+  };
+  hooks.run = [tools = std::move(tools), stop](const std::vector<std::vector<rollout::ToolCall>>& calls) {
+    std::vector<rollout::ToolCall> flat;
+    for (const auto& row : calls) flat.insert(flat.end(), row.begin(), row.end());
+    const std::vector<rollout::ToolOutcome> results = tools->call(flat, stop);
+    std::vector<std::vector<rollout::ToolOutcome>> out;
+    std::size_t at = 0;
+    for (const auto& row : calls) {
+      out.emplace_back(results.begin() + std::ptrdiff_t(at), results.begin() + std::ptrdiff_t(at + row.size()));
+      at += row.size();
+    }
+    return out;
+  };
+  hooks.suffix = [&tok, &prompts](const std::vector<rollout::ToolCall>& calls,
+                                  const std::vector<rollout::ToolOutcome>& results) {
+    return rollout::tool_result_tokens(prompts, tok, calls, results);
+  };
+  return hooks;
+}
+
+decltype(EvalOptions::turns) eval_tool_turns(const model::LlamaModel& model, rollout::ToolTurnHooks hooks,
+                                             rollout::ToolTurnLimits limits, uint64_t seed) {
+  return [&model, hooks = std::move(hooks), limits, seed](const std::vector<std::vector<int32_t>>& prompts,
+                                                          std::vector<rollout::Completion>& completions,
+                                                          const rollout::GenerateOptions& options) {
+    rollout::ToolTurnHooks h = hooks;
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    h.generate = [&](const std::vector<int64_t>&, const std::vector<std::vector<int32_t>>& contexts,
+                     const std::vector<int64_t>&, const std::vector<int64_t>& max_new) {
+      rollout::GenerateOptions o = options;
+      o.sampling.max_new_tokens = *std::max_element(max_new.begin(), max_new.end());
+      return rollout::generate(model, contexts, o, gen);
+    };
+    std::vector<nlohmann::json> out;
+    for (const rollout::ToolTurnStats& t : rollout::run_tool_turns(prompts, completions, h, limits))
+      out.push_back(t.messages);
+    return out;
+  };
+}
+
+}  // namespace unstuck::train

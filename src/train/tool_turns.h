@@ -1,0 +1,29 @@
+// The tool loop's hooks on a model, its tokenizer and chat template, shared by GRPO's rollouts and
+// every evaluation (GRPO's, `unstuck eval`): the calls parsed in the template's format, run on the
+// tool workers, their results rendered as the template's tool messages.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "unstuck/data/prompt_formatter.h"
+#include "unstuck/model/llama.h"
+#include "unstuck/rollout/tools.h"
+#include "unstuck/tokenizer/tokenizer.h"
+#include "unstuck/train/evaluate.h"
+
+namespace unstuck::train {
+
+// All hooks but `generate`. `tok`, `prompts` (rendering the tools) and `tools` must outlive them;
+// `stop` (the signal flag, may be null) stops waiting for the workers.
+rollout::ToolTurnHooks tool_turn_hooks(const tokenizer::Tokenizer& tok, const data::PromptFormatter& prompts,
+                                       rollout::ToolCallFormat format, std::shared_ptr<rollout::ToolRunner> tools,
+                                       const std::atomic<bool>* stop);
+
+// EvalOptions::turns: the tool rounds of an evaluation batch on `model`, each row continued with the
+// batch's generate options (sampled continuations draw from a generator seeded with `seed`).
+decltype(EvalOptions::turns) eval_tool_turns(const model::LlamaModel& model, rollout::ToolTurnHooks hooks,
+                                             rollout::ToolTurnLimits limits, uint64_t seed);
+
+}  // namespace unstuck::train
