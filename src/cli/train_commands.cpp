@@ -256,17 +256,20 @@ rollout::GenerateOptions generate_options(const GenerateArgs& a, const train::Po
 // --json: one object per prompt, then the timing and sampling.
 void print_generations_json(const GenerateArgs& a, const std::vector<std::string>& texts,
                             const std::vector<std::vector<int32_t>>& prompts,
-                            const std::vector<rollout::Completion>& outs, const train::Policy& p,
+                            const std::vector<rollout::Completion>& outs,
+                            const std::vector<nlohmann::json>& conversations, const train::Policy& p,
                             const rollout::GenerateOptions& o, double load_seconds, double seconds) {
   int64_t tokens = 0;
   for (std::size_t i = 0; i < outs.size(); ++i) {
     tokens += int64_t(outs[i].tokens.size());
-    const nlohmann::ordered_json j = {{"prompt", texts[i]},
-                                      {"prompt_ids", prompts[i]},
-                                      {"ids", outs[i].tokens},
-                                      {"logprobs", outs[i].logprobs},
-                                      {"text", train::completion_text(outs[i].tokens, p.tokenizer, p.stop_ids)},
-                                      {"finish", config::enum_name(outs[i].finish)}};
+    nlohmann::ordered_json j = {
+        {"prompt", texts[i]},
+        {"prompt_ids", prompts[i]},
+        {"ids", outs[i].tokens},
+        {"logprobs", outs[i].logprobs},
+        {"text", train::completion_text(train::last_assistant_turn(outs[i]), p.tokenizer, p.stop_ids)},
+        {"finish", config::enum_name(outs[i].finish)}};
+    if (!conversations.empty()) j["messages"] = conversations[i];  // with tools: text is the last turn
     // Invalid UTF-8 a random model may sample is replaced, never an exception.
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
@@ -296,9 +299,15 @@ void run_generate(const GenerateArgs& a) {
     const RunConfig user = load_run_config(a.config, a.overrides);
     p.config.data = user.data;
     p.config.rollout = user.rollout;
+    p.config.tools = user.tools;
   }
   const rollout::GenerateOptions o = generate_options(a, p);
-  const data::PromptFormatter formatter(p.config.data, a.model);
+  data::PromptFormatter formatter(p.config.data, a.model);
+  std::shared_ptr<rollout::ToolRunner> tools;  // the config's (or the model's) tools: calls run, as in training
+  if (p.config.tools.enabled()) {
+    tools = std::make_shared<rollout::ToolRunner>(p.config.tools);
+    formatter = formatter.with_tools(tools->schemas());
+  }
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& t : texts) {
     data::TaskRecord r;
@@ -307,13 +316,30 @@ void run_generate(const GenerateArgs& a) {
     prompts.push_back(train::prompt_ids(r, formatter, p.tokenizer));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const auto outs = rollout::generate(*p.model, prompts, o, at::make_generator<at::CPUGeneratorImpl>(a.seed));
+  auto outs = rollout::generate(*p.model, prompts, o, at::make_generator<at::CPUGeneratorImpl>(a.seed));
+  std::vector<nlohmann::json> conversations;
+  if (tools) {
+    rollout::ToolTurnLimits limits;
+    limits.max_iterations = p.config.tools.max_iterations;
+    limits.max_new_tokens = o.sampling.max_new_tokens;
+    limits.max_context = p.config.model.max_seq_len;
+    const auto hooks =
+        train::tool_turn_hooks(p.tokenizer, formatter, rollout::tool_call_format(formatter), tools, nullptr);
+    conversations = train::eval_tool_turns(*p.model, hooks, limits, a.seed)(prompts, outs, o);
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double load_seconds = std::chrono::duration<double>(t0 - t_load).count();
-  if (a.json) return print_generations_json(a, texts, prompts, outs, p, o, load_seconds, seconds);
-  for (std::size_t i = 0; i < outs.size(); ++i)
+  if (a.json) return print_generations_json(a, texts, prompts, outs, conversations, p, o, load_seconds, seconds);
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (tools) {  // the conversation: each assistant turn, its calls and their results
+      std::cout << texts[i] << "\n";
+      for (const nlohmann::json& m : conversations[i]) std::cout << "  " << m.dump() << "\n";
+      std::cout << "  [" << config::enum_name(outs[i].finish) << "]\n";
+      continue;
+    }
     std::cout << texts[i] << "\t" << train::completion_text(outs[i].tokens, p.tokenizer, p.stop_ids) << "\t["
               << config::enum_name(outs[i].finish) << "]\n";
+  }
 }
 
 void add_generate(CLI::App& app) {
@@ -327,7 +353,8 @@ void add_generate(CLI::App& app) {
   one->excludes(many);
   cmd->add_option("--config", a->config,
                   "run config YAML whose data (chat template, system prompt, prompt template) and rollout "
-                  "sections format the prompts, e.g. configs/examples/gsm8k_qwen2.5.yaml");
+                  "sections format the prompts, and whose tools (if any) the policy calls, e.g. "
+                  "configs/examples/gsm8k_qwen2.5.yaml");
   cmd->add_option("overrides", a->overrides, "key=value overrides of the policy's config, e.g. data.system_prompt=...");
   CLI::Option* temperature =
       cmd->add_option("--temperature", a->temperature, "0 = greedy (default; with --config, its rollout.temperature)");

@@ -128,6 +128,21 @@ TEST_F(ToolsRun, CallsRunTheirResultsReachThePolicyAndStayOutOfTheLoss) {
   EXPECT_GT(checked, 0);
 }
 
+// 1 when an assistant turn of `messages` called multiply(a, b) and the tool message after it holds
+// a * b (tests/train/tool_reward.py's rule).
+int used_the_product(const nlohmann::json& messages) {
+  for (std::size_t i = 0; i + 1 < messages.size(); ++i) {
+    const nlohmann::json& m = messages[i];
+    if (m["role"] != "assistant" || !m.contains("tool_calls")) continue;
+    const nlohmann::json& f = m["tool_calls"][0]["function"];
+    const nlohmann::json& answer = messages[i + 1];
+    if (f["name"] == "multiply" && answer["role"] == "tool" && f["arguments"].is_object() &&
+        answer["content"] == std::to_string(f["arguments"].value("a", 0) * f["arguments"].value("b", 0)))
+      return 1;
+  }
+  return 0;
+}
+
 // A TRL reward function gets each completion as TRL gives it with tools: messages, the assistant turns
 // with their tool_calls and the tool messages after them (tests/train/tool_reward.py scores 1 when a
 // tool message holds the product of its call). Rows whose rollout ran a call score 1, the others 0.
@@ -162,6 +177,20 @@ TEST_F(ToolsRun, RewardFunctionsReceiveTheConversation) {
   const std::string shown = read_text(dir_ / "eval.log");
   const nlohmann::json j = nlohmann::json::parse(shown.substr(shown.rfind("{\"model\"")));
   EXPECT_DOUBLE_EQ(j["greedy_accuracy"].get<double>(), metrics.back()["eval_accuracy"].get<double>()) << shown;
+  // `unstuck generate` of it shows the conversation: its call, the tool's answer, its last turn.
+  const std::string question = read_lines(dir_ / "data/test.jsonl").at(0)["question"];
+  std::ofstream(dir_ / "prompts.txt") << question << "\n";
+  ASSERT_EQ(run("generate --model " + (dir_ / "runs/messages/final_model").string() + " --prompts-file " +
+                    (dir_ / "prompts.txt").string() + " --json",
+                "generate.log"),
+            0)
+      << read_text(dir_ / "generate.log");
+  const std::string generated = read_text(dir_ / "generate.log");
+  const nlohmann::json g =
+      nlohmann::json::parse(generated.substr(generated.find("{\"prompt\""))
+                                .substr(0, generated.substr(generated.find("{\"prompt\"")).find('\n')));
+  ASSERT_TRUE(g.contains("messages")) << generated;
+  EXPECT_EQ(used_the_product(g["messages"]), 1) << g["messages"].dump();
 }
 
 // The prompts render the tools' schemas, and the data is fitted to those lengths before training:
