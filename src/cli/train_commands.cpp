@@ -180,17 +180,10 @@ void add_eval(CLI::App& app) {
     o.temperature = a->temperature;
     o.seed = a->seed;
     o.stop_ids = plan.ctx.stop_ids;
-    if (plan.tools) {  // the model's tools: each batch's calls run, as in training's evaluation
-      rollout::ToolTurnLimits limits;
-      limits.max_iterations = c.tools.max_iterations;
-      limits.max_new_tokens = c.rollout.max_new_tokens;
-      limits.max_context = c.model.max_seq_len;
+    if (plan.tools)  // the model's tools: each batch's calls run, as in training's evaluation
       o.turns = train::eval_tool_turns(
-          model,
-          train::tool_turn_hooks(plan.ctx.tokenizer, plan.ctx.prompts, rollout::tool_call_format(plan.ctx.prompts),
-                                 plan.tools, nullptr),
-          limits, a->seed);
-    }
+          model, train::tool_turn_hooks(plan.ctx.tokenizer, plan.ctx.prompts, plan.tools, nullptr),
+          train::tool_turn_limits(c.tools, c.rollout.max_new_tokens, c.model.max_seq_len), a->seed);
     const auto& path = plan.test_file;
     const train::EvalResult r =
         train::evaluate(model, plan.ctx.tokenizer, plan.test.kept, plan.ctx.prompts, *verifier, o);
@@ -318,15 +311,11 @@ void run_generate(const GenerateArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   auto outs = rollout::generate(*p.model, prompts, o, at::make_generator<at::CPUGeneratorImpl>(a.seed));
   std::vector<nlohmann::json> conversations;
-  if (tools) {
-    rollout::ToolTurnLimits limits;
-    limits.max_iterations = p.config.tools.max_iterations;
-    limits.max_new_tokens = o.sampling.max_new_tokens;
-    limits.max_context = p.config.model.max_seq_len;
-    const auto hooks =
-        train::tool_turn_hooks(p.tokenizer, formatter, rollout::tool_call_format(formatter), tools, nullptr);
-    conversations = train::eval_tool_turns(*p.model, hooks, limits, a.seed)(prompts, outs, o);
-  }
+  if (tools)
+    conversations = train::eval_tool_turns(
+        *p.model, train::tool_turn_hooks(p.tokenizer, formatter, tools, nullptr),
+        train::tool_turn_limits(p.config.tools, o.sampling.max_new_tokens, p.config.model.max_seq_len),
+        a.seed)(prompts, outs, o);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double load_seconds = std::chrono::duration<double>(t0 - t_load).count();
   if (a.json) return print_generations_json(a, texts, prompts, outs, conversations, p, o, load_seconds, seconds);

@@ -24,10 +24,6 @@ std::string trimmed(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
 }
 
-}  // namespace
-
-namespace {
-
 std::vector<ToolCall> parse_hermes(const std::string& text) {
   static const std::string open = "<tool_call>", close = "</tool_call>";
   std::vector<ToolCall> calls;
@@ -105,18 +101,28 @@ ToolCallFormat tool_call_format(const data::PromptFormatter& format) {
 
 nlohmann::json assistant_message(const std::string& text, const std::string& plain, const std::string& eos,
                                  ToolCallFormat format) {
-  nlohmann::json m = {{"role", "assistant"}};
+  return read_assistant_turn(text, plain, eos, format).message;
+}
+
+AssistantTurn read_assistant_turn(const std::string& text, const std::string& plain, const std::string& eos,
+                                  ToolCallFormat format) {
+  AssistantTurn turn;
+  nlohmann::json& m = turn.message;
+  m = {{"role", "assistant"}};
   if (format == ToolCallFormat::llama3_json) {  // the call is the turn's end; the text before it the content
     std::string before;
-    const std::vector<ToolCall> calls = parse_llama3(text, eos, &before);
-    m["content"] = trimmed(calls.empty() ? without_suffix(text, eos) : before);
-    if (!calls.empty()) m["tool_calls"] = tool_calls_json(calls);
-    return m;
+    turn.calls = parse_llama3(text, eos, &before);
+    m["content"] = trimmed(turn.calls.empty() ? without_suffix(text, eos) : before);
+    if (!turn.calls.empty()) m["tool_calls"] = tool_calls_json(turn.calls);
+    return turn;
   }
   std::string rest = without_suffix(text, eos);
-  const std::vector<ToolCall> calls = parse_hermes(rest);
-  if (calls.empty() && rest.find("<tool_call>") != std::string::npos)
-    return {{"role", "assistant"}, {"content", plain}};
+  turn.calls = parse_hermes(rest);
+  const std::vector<ToolCall>& calls = turn.calls;
+  if (calls.empty() && rest.find("<tool_call>") != std::string::npos) {
+    m["content"] = plain;
+    return turn;
+  }
   const std::size_t lead = rest.find_first_not_of(" \t\n\r");
   const std::size_t think_end = rest.find("</think>");
   if (lead != std::string::npos && rest.compare(lead, 7, "<think>") == 0 && think_end != std::string::npos) {
@@ -133,7 +139,7 @@ nlohmann::json assistant_message(const std::string& text, const std::string& pla
   }
   m["content"] = content;
   if (!calls.empty()) m["tool_calls"] = tool_calls_json(calls);
-  return m;
+  return turn;
 }
 
 ToolRunner::ToolRunner(const ToolsConfig& config) {
@@ -309,9 +315,10 @@ std::vector<ToolTurnStats> run_tool_turns(const std::vector<std::vector<int32_t>
   std::vector<RowState> rows(n);
   std::vector<int64_t> pending;  // rows whose last turn called tools
   for (std::size_t i = 0; i < n; ++i) {
-    rows[i].calls = hooks.calls(completions[i].tokens);
+    AssistantTurn turn = hooks.turn(completions[i].tokens);
+    rows[i].calls = std::move(turn.calls);
     if (!rows[i].calls.empty()) pending.push_back(int64_t(i));
-    if (hooks.message) stats[i].messages.push_back(hooks.message(completions[i].tokens));
+    if (!turn.message.is_null()) stats[i].messages.push_back(std::move(turn.message));
   }
   while (!pending.empty()) {
     std::vector<std::vector<ToolCall>> calls;
@@ -337,7 +344,7 @@ std::vector<ToolTurnStats> run_tool_turns(const std::vector<std::vector<int32_t>
         ++s.dropped;  // TRL drops results that would pass the completion budget: the row ends as it is
         continue;
       }
-      if (hooks.message)
+      if (!s.messages.empty())
         for (std::size_t j = 0; j < calls[k].size(); ++j)
           stats[r].messages.push_back(
               {{"role", "tool"}, {"name", calls[k][j].name}, {"content", results[k][j].content}});
@@ -371,8 +378,9 @@ std::vector<ToolTurnStats> run_tool_turns(const std::vector<std::vector<int32_t>
       const std::size_t r = std::size_t(next_rows[k]);
       const std::vector<int32_t> turn =
           append_turn(completions[r], suffixes[k], next[k], limits.max_new_tokens, stats[r]);
-      rows[r].calls = hooks.calls(turn);
-      if (hooks.message && !turn.empty()) stats[r].messages.push_back(hooks.message(turn));
+      AssistantTurn read = hooks.turn(turn);
+      rows[r].calls = std::move(read.calls);
+      if (!read.message.is_null() && !turn.empty()) stats[r].messages.push_back(std::move(read.message));
       const bool more = limits.max_iterations == 0 || rows[r].iterations < limits.max_iterations;
       if (!rows[r].calls.empty() && more) pending.push_back(int64_t(r));
     }

@@ -16,15 +16,11 @@
 namespace unstuck::train {
 
 rollout::ToolTurnHooks GrpoTrainer::tool_hooks() const {
-  return tool_turn_hooks(ctx_.tokenizer, prompt_format(), tool_format_, tools_, stop_flag_);
+  return tool_turn_hooks(ctx_.tokenizer, prompt_format(), tools_, stop_flag_);
 }
 
 rollout::ToolTurnLimits GrpoTrainer::tool_limits() const {
-  rollout::ToolTurnLimits limits;
-  limits.max_iterations = cfg_.tools.max_iterations;
-  limits.max_new_tokens = cfg_.rollout.max_new_tokens;
-  limits.max_context = weights_.model().config().max_seq_len;
-  return limits;
+  return tool_turn_limits(cfg_.tools, cfg_.rollout.max_new_tokens, weights_.model().config().max_seq_len);
 }
 
 void GrpoTrainer::run_tools(Rollouts& ro) {

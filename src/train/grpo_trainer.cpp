@@ -120,7 +120,6 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
   if (cfg_.tools.enabled()) {
     tools_ = tools ? std::move(tools) : std::make_shared<rollout::ToolRunner>(cfg_.tools);
     tool_prompts_ = std::make_unique<data::PromptFormatter>(ctx_.prompts.with_tools(tools_->schemas()));
-    tool_format_ = rollout::tool_call_format(*tool_prompts_);
   }
   gen_opts_.sampling = cfg_.rollout;
   gen_opts_.sampling.decode = decisions.decode;

@@ -291,7 +291,6 @@ class GrpoTrainer {
   std::shared_ptr<reward::Verifier> verifier_;
   std::shared_ptr<rollout::ToolRunner> tools_;           // tools.functions: the tool workers
   std::unique_ptr<data::PromptFormatter> tool_prompts_;  // tools.functions: prompts rendering the tools
-  rollout::ToolCallFormat tool_format_ = rollout::ToolCallFormat::hermes;  // how the template writes calls
   RecordOrder order_;
   at::Generator sampling_;
   rollout::GenerateOptions gen_opts_;

@@ -10,15 +10,11 @@
 namespace unstuck::train {
 
 rollout::ToolTurnHooks tool_turn_hooks(const tokenizer::Tokenizer& tok, const data::PromptFormatter& prompts,
-                                       rollout::ToolCallFormat format, std::shared_ptr<rollout::ToolRunner> tools,
-                                       const std::atomic<bool>* stop) {
+                                       std::shared_ptr<rollout::ToolRunner> tools, const std::atomic<bool>* stop) {
   rollout::ToolTurnHooks hooks;
   const std::string& eos = prompts.eos_token();
-  hooks.calls = [&tok, &eos, format](const std::vector<int32_t>& ids) {
-    return rollout::parse_tool_calls(tok.decode(ids, false), format, eos);
-  };
-  hooks.message = [&tok, &eos, format](const std::vector<int32_t>& ids) {
-    return rollout::assistant_message(tok.decode(ids, false), tok.decode(ids, true), eos, format);
+  hooks.turn = [&tok, &eos, format = rollout::tool_call_format(prompts)](const std::vector<int32_t>& ids) {
+    return rollout::read_assistant_turn(tok.decode(ids, false), tok.decode(ids, true), eos, format);
   };
   hooks.run = [tools = std::move(tools), stop](const std::vector<std::vector<rollout::ToolCall>>& calls) {
     std::vector<rollout::ToolCall> flat;
@@ -37,6 +33,15 @@ rollout::ToolTurnHooks tool_turn_hooks(const tokenizer::Tokenizer& tok, const da
     return rollout::tool_result_tokens(prompts, tok, calls, results);
   };
   return hooks;
+}
+
+rollout::ToolTurnLimits tool_turn_limits(const rollout::ToolsConfig& tools, int64_t max_new_tokens,
+                                         int64_t max_context) {
+  rollout::ToolTurnLimits limits;
+  limits.max_iterations = tools.max_iterations;
+  limits.max_new_tokens = max_new_tokens;
+  limits.max_context = max_context;
+  return limits;
 }
 
 decltype(EvalOptions::turns) eval_tool_turns(const model::LlamaModel& model, rollout::ToolTurnHooks hooks,

@@ -15,11 +15,16 @@
 
 namespace unstuck::train {
 
-// All hooks but `generate`. `tok`, `prompts` (rendering the tools) and `tools` must outlive them;
+// All hooks but `generate`, the calls read in the format of `prompts`' chat template
+// (rollout::tool_call_format). `tok`, `prompts` (rendering the tools) and `tools` must outlive them;
 // `stop` (the signal flag, may be null) stops waiting for the workers.
 rollout::ToolTurnHooks tool_turn_hooks(const tokenizer::Tokenizer& tok, const data::PromptFormatter& prompts,
-                                       rollout::ToolCallFormat format, std::shared_ptr<rollout::ToolRunner> tools,
-                                       const std::atomic<bool>* stop);
+                                       std::shared_ptr<rollout::ToolRunner> tools, const std::atomic<bool>* stop);
+
+// The loop's limits: the config's tools.max_iterations, a completion's token budget and the model's
+// positions.
+rollout::ToolTurnLimits tool_turn_limits(const rollout::ToolsConfig& tools, int64_t max_new_tokens,
+                                         int64_t max_context);
 
 // EvalOptions::turns: the tool rounds of an evaluation batch on `model`, each row continued with the
 // batch's generate options (sampled continuations draw from a generator seeded with `seed`).

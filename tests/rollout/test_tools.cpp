@@ -70,7 +70,7 @@ struct Script {
   int64_t tool_rounds = 0;
   ToolTurnHooks hooks() {
     ToolTurnHooks h;
-    h.calls = [](const std::vector<int32_t>& ids) { return parse_tool_calls(text(ids)); };
+    h.turn = [](const std::vector<int32_t>& ids) { return AssistantTurn{parse_tool_calls(text(ids)), {}}; };
     h.run = [this](const std::vector<std::vector<ToolCall>>& calls) {
       ++tool_rounds;
       std::vector<std::vector<ToolOutcome>> out;
@@ -309,11 +309,8 @@ void expect_trl_tool_parity(const std::string& family, ToolCallFormat expected) 
     later[int64_t(completions.size()) - 1] = {turns.begin() + 1, turns.end()};
   }
   ToolTurnHooks hooks;
-  hooks.calls = [&](const std::vector<int32_t>& ids) {
-    return parse_tool_calls(tok.decode(ids, false), syntax, format.eos_token());
-  };
-  hooks.message = [&](const std::vector<int32_t>& ids) {
-    return assistant_message(tok.decode(ids, false), tok.decode(ids, true), format.eos_token(), syntax);
+  hooks.turn = [&](const std::vector<int32_t>& ids) {
+    return read_assistant_turn(tok.decode(ids, false), tok.decode(ids, true), format.eos_token(), syntax);
   };
   hooks.run = [&](const std::vector<std::vector<ToolCall>>& calls) {
     std::vector<std::vector<ToolOutcome>> results;

@@ -71,6 +71,14 @@ std::vector<ToolCall> parse_tool_calls(const std::string& text, ToolCallFormat f
 nlohmann::json assistant_message(const std::string& text, const std::string& plain, const std::string& eos,
                                  ToolCallFormat format = ToolCallFormat::hermes);
 
+// One assistant turn read once: its calls (parse_tool_calls) and its message (assistant_message).
+struct AssistantTurn {
+  std::vector<ToolCall> calls;
+  nlohmann::json message;  // null where the caller keeps no messages
+};
+AssistantTurn read_assistant_turn(const std::string& text, const std::string& plain, const std::string& eos,
+                                  ToolCallFormat format);
+
 struct ToolOutcome {
   std::string content;  // what the model reads: str(result), or str({'error': ...}) as TRL writes it
   bool failed = false;  // the call raised, timed out, or named no tool
@@ -111,10 +119,9 @@ std::vector<int32_t> tool_result_tokens(const data::PromptFormatter& format, con
 
 // What the multi-turn loop needs from its caller (the trainer; tests script it).
 struct ToolTurnHooks {
-  // The tool calls of one assistant turn's tokens (parse_tool_calls of their text, special tokens kept).
-  std::function<std::vector<ToolCall>(const std::vector<int32_t>&)> calls;
-  // The assistant message of one turn's tokens (assistant_message()); unset: no messages are kept.
-  std::function<nlohmann::json(const std::vector<int32_t>&)> message;
+  // One assistant turn's tokens read: its tool calls and its message (read_assistant_turn; a null
+  // message keeps none).
+  std::function<AssistantTurn(const std::vector<int32_t>&)> turn;
   // Runs the calls of every row listed (one list per row), results in the same shape.
   std::function<std::vector<std::vector<ToolOutcome>>(const std::vector<std::vector<ToolCall>>&)> run;
   // The tokens that follow a turn with these calls and results: the template's tool messages and the
@@ -138,7 +145,7 @@ struct ToolTurnLimits {
 struct ToolTurnStats {
   int64_t calls = 0, failures = 0, turns = 1, tool_tokens = 0, dropped = 0;  // dropped: results that did not fit
   double seconds = 0.0;                                                      // in the tools
-  // The completion as TRL's reward functions receive it (hooks.message set): each assistant turn's
+  // The completion as TRL's reward functions receive it (messages read by hooks.turn): each assistant turn's
   // message, each kept result as {"role": "tool", "name", "content"}; a turn cut to nothing is left out.
   nlohmann::json messages = nlohmann::json::array();
 };
