@@ -119,6 +119,7 @@ void GrpoTrainer::sample(int64_t step, Rollouts* ro, Scores* sc, Sampling* smp, 
     ro->records.push_back(c.record);
     ro->prompts.push_back(j == 0 ? prompt_ids(*c.record, prompt_format(), ctx_.tokenizer) : ro->prompts.back());
     ro->completions.push_back(c.completions[j]);
+    if (!c.tool_stats.empty()) ro->tool_stats.push_back(c.tool_stats[j]);
     ro->in_loss.push_back(q < chosen.groups.size() - std::size_t(chosen.filled) ? 1 : 0);
     sc->rewards.push_back(c.rewards[j]);
     sc->right.push_back(c.right[j]);
@@ -213,7 +214,41 @@ std::vector<GrpoTrainer::Candidate> GrpoTrainer::gather_groups(const std::vector
       }
     }
   }
+  if (tools_) gather_tool_stats(ro, groups);
   return groups;
+}
+
+void GrpoTrainer::gather_tool_stats(const Rollouts& ro, std::vector<Candidate>& groups) const {
+  nlohmann::json mine = nlohmann::json::array();
+  for (const rollout::ToolTurnStats& t : ro.tool_stats)
+    mine.push_back({t.calls, t.failures, t.turns, t.tool_tokens, t.dropped, t.seconds, t.messages});
+  const std::string bytes = mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::size_t world = std::size_t(comm_.world_size());
+  int64_t size = int64_t(bytes.size());
+  std::vector<int64_t> sizes(world);
+  comm_.all_gather(&size, sizes.data(), 1, dist::DataType::i64);
+  const std::size_t width = std::size_t(*std::max_element(sizes.begin(), sizes.end()));
+  std::vector<uint8_t> send(width, 0), all(width * world);
+  std::copy(bytes.begin(), bytes.end(), send.begin());
+  comm_.all_gather(send.data(), all.data(), width, dist::DataType::u8);
+  const int64_t G = cfg_.grpo.group_size;
+  for (Candidate& c : groups) c.tool_stats.resize(std::size_t(G));
+  for (std::size_t r = 0; r < world; ++r) {
+    const char* at = reinterpret_cast<const char*>(all.data() + r * width);
+    const nlohmann::json rows = nlohmann::json::parse(at, at + sizes[r]);
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      const int64_t row = rows_of_[r][k];
+      rollout::ToolTurnStats& t = groups[std::size_t(row / G)].tool_stats[std::size_t(row % G)];
+      const nlohmann::json& x = rows[k];
+      t.calls = x[0];
+      t.failures = x[1];
+      t.turns = x[2];
+      t.tool_tokens = x[3];
+      t.dropped = x[4];
+      t.seconds = x[5];
+      t.messages = x[6];
+    }
+  }
 }
 
 void GrpoTrainer::Scores::tally(const std::vector<rollout::Completion>& completions) {

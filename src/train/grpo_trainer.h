@@ -152,6 +152,7 @@ class GrpoTrainer {
     std::vector<rollout::Completion> completions;  // G
     std::vector<float> rewards;
     std::vector<uint8_t> right;
+    std::vector<rollout::ToolTurnStats> tool_stats;  // G, with tools.functions; else empty
   };
   struct UpdateStats {
     double grad_norm = 0, lr = 0, loss_scale = 1, optimizer_seconds = 0;
@@ -183,6 +184,8 @@ class GrpoTrainer {
   // This rank's rows of `records` (round r of a step draws its uniforms for global rows + r x N).
   Rollouts rollout(int64_t step, int64_t round, const std::vector<const data::TaskRecord*>& records);
   // Every rank's rows of a round, as whole groups in prompt order (a collective).
+  // Each row's tool loop (counts and messages) from every rank into its group (tools.functions).
+  void gather_tool_stats(const Rollouts& ro, std::vector<Candidate>& groups) const;
   std::vector<Candidate> gather_groups(const std::vector<const data::TaskRecord*>& records, const Rollouts& ro,
                                        const Scores& sc) const;
   void check_reward_errors(int64_t step, const Scores& sc, const Sampling& smp);

@@ -193,6 +193,35 @@ TEST_F(ToolsRun, RewardFunctionsReceiveTheConversation) {
   EXPECT_EQ(used_the_product(g["messages"]), 1) << g["messages"].dump();
 }
 
+// Dynamic sampling (grpo.filter_groups) on two ranks keeps each row's tool loop with its group: the
+// rows a rank logs, sampled on either rank, show their messages and calls, and their reward follows
+// the conversation the reward function read.
+TEST_F(ToolsRun, DynamicSamplingKeepsEachRowsConversationOnTwoRanks) {
+  const std::string reward =
+      std::string("{function: {path: ") + UNSTUCK_SOURCE_DIR +
+      "/tests/train/tool_reward.py, name: used_the_product, style: trl, python: " + UNSTUCK_PYTHON + ", workers: 1}}";
+  ASSERT_EQ(run("launch --nproc 2 -- train --config " + config("filtered", 2, reward).string() +
+                    " grpo.filter_groups=zero_variance grpo.oversample=2",
+                "filtered.log"),
+            0)
+      << read_text(dir_ / "filtered.log");
+  int64_t rows = 0, called_rows = 0;
+  for (const auto& [key, line] : rollouts_of(dir_ / "runs" / "filtered")) {
+    ASSERT_TRUE(line.contains("messages") && line.contains("tool_calls")) << line.dump();
+    bool called = false;
+    for (const auto& turn : line["turns"]) called = called || turn["from"] == "tools";
+    EXPECT_EQ(line["tool_calls"].get<int64_t>() > 0, called) << line.dump();
+    EXPECT_EQ(line["reward"].get<double>(), double(used_the_product(line["messages"]))) << line.dump();
+    ASSERT_FALSE(line["messages"].empty());
+    EXPECT_EQ(line["messages"][0]["role"], "assistant");
+    called_rows += called;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 16);
+  EXPECT_GT(called_rows, 0);
+  for (const auto& m : read_metrics(dir_ / "runs" / "filtered")) EXPECT_TRUE(m.contains("sampling_rounds")) << m;
+}
+
 // The prompts render the tools' schemas, and the data is fitted to those lengths before training:
 // with room for 124 prompt tokens, every prompt (158-160 tokens with the tools, about 20 without) is
 // dropped.
