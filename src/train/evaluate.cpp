@@ -30,6 +30,25 @@ std::vector<int32_t> last_assistant_turn(const rollout::Completion& c) {
   return {c.tokens.begin() + (c.from_tool.rend() - last_tool), c.tokens.end()};
 }
 
+namespace {
+
+// One batch's completions scored in one call (a function's workers batch it), each by its last
+// assistant turn, with its conversation when the tools ran.
+std::vector<reward::RewardResult> score_completions(const std::vector<rollout::Completion>& outs,
+                                                    const std::vector<nlohmann::json>& conversations,
+                                                    const std::vector<const data::TaskRecord*>& records,
+                                                    const tokenizer::Tokenizer& tok, const reward::Verifier& verifier,
+                                                    const EvalOptions& o, std::vector<std::string>* texts) {
+  texts->clear();
+  for (const rollout::Completion& c : outs) texts->push_back(completion_text(last_assistant_turn(c), tok, o.stop_ids));
+  reward::ScoringContext context;
+  context.stop = o.stop;
+  if (o.turns) context.conversations = &conversations;
+  return verifier.score_batch(*texts, records, context);
+}
+
+}  // namespace
+
 EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& tok,
                     const std::vector<data::TaskRecord>& records, const data::PromptFormatter& formatter,
                     const reward::Verifier& verifier, const EvalOptions& o) {
@@ -50,40 +69,36 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
   for (std::size_t begin = 0; begin < records.size(); begin += std::size_t(o.batch_size)) {
     const std::size_t end = std::min(records.size(), begin + std::size_t(o.batch_size));
     std::vector<std::vector<int32_t>> prompts;
-    for (std::size_t i = begin; i < end; ++i) prompts.push_back(prompt_ids(records[i], formatter, tok));
+    std::vector<const data::TaskRecord*> batch_records;
+    for (std::size_t i = begin; i < end; ++i) {
+      prompts.push_back(prompt_ids(records[i], formatter, tok));
+      batch_records.push_back(&records[i]);
+    }
     auto outs = rollout::generate(model, prompts, greedy, gen);
     std::vector<nlohmann::json> conversations;
     if (o.turns) conversations = o.turns(prompts, outs, greedy);
-    std::vector<bool> solved(end - begin, false);
     std::vector<std::string> texts;
-    std::vector<const data::TaskRecord*> batch_records;
-    for (std::size_t i = begin; i < end; ++i) {
-      texts.push_back(completion_text(last_assistant_turn(outs[i - begin]), tok, o.stop_ids));
-      batch_records.push_back(&records[i]);
-    }
-    reward::ScoringContext context;
-    context.stop = o.stop;
-    if (o.turns) context.conversations = &conversations;
     const std::vector<reward::RewardResult> scored =
-        verifier.score_batch(texts, batch_records, context);  // one call: a function's workers batch it
+        score_completions(outs, conversations, batch_records, tok, verifier, o, &texts);
     for (std::size_t i = begin; i < end; ++i) {
-      const std::string& text = texts[i - begin];
       const reward::RewardResult& res = scored[i - begin];
       reward_sum += res.reward;
       const bool ok = res.status == reward::RewardStatus::correct;
       correct += ok;
       ++r.statuses[config::enum_name(res.status)];
       if (r.examples.size() < 5)
-        r.examples.push_back(formatter.render(records[i]) + " -> " + text + " [" + config::enum_name(res.status) + "]");
+        r.examples.push_back(formatter.render(records[i]) + " -> " + texts[i - begin] + " [" +
+                             config::enum_name(res.status) + "]");
     }
-    for (int64_t s = 0; s < o.k; ++s) {
+    std::vector<bool> solved(end - begin, false);
+    for (int64_t s = 0; s < o.k; ++s) {  // pass@k: scored as the greedy turns are, conversations included
       auto samples = rollout::generate(model, prompts, sampled, gen);
-      if (o.turns) o.turns(prompts, samples, sampled);
-      for (std::size_t i = begin; i < end; ++i)
-        if (!solved[i - begin] &&
-            verifier.score(completion_text(last_assistant_turn(samples[i - begin]), tok, o.stop_ids), records[i])
-                    .status == reward::RewardStatus::correct)
-          solved[i - begin] = true;
+      std::vector<nlohmann::json> sample_conversations;
+      if (o.turns) sample_conversations = o.turns(prompts, samples, sampled);
+      const std::vector<reward::RewardResult> sample_scores =
+          score_completions(samples, sample_conversations, batch_records, tok, verifier, o, &texts);
+      for (std::size_t i = 0; i < solved.size(); ++i)
+        solved[i] = solved[i] || sample_scores[i].status == reward::RewardStatus::correct;
     }
     if (o.k > 0) any_correct += std::count(solved.begin(), solved.end(), true);
   }

@@ -172,11 +172,14 @@ TEST_F(ToolsRun, RewardFunctionsReceiveTheConversation) {
   ASSERT_TRUE(metrics.back().contains("eval_accuracy")) << metrics.back().dump();
   EXPECT_GT(metrics.back()["eval_accuracy"].get<double>(), 0.0);
   // `unstuck eval` of the trained model runs its tools too, and scores as the run's evaluation did.
-  ASSERT_EQ(run("eval --model " + (dir_ / "runs/messages/final_model").string() + " --json", "eval.log"), 0)
+  // Its sampled pass@k runs the tool rounds as well and is scored with the conversation.
+  ASSERT_EQ(run("eval --model " + (dir_ / "runs/messages/final_model").string() + " --json --k 2", "eval.log"), 0)
       << read_text(dir_ / "eval.log");
   const std::string shown = read_text(dir_ / "eval.log");
   const nlohmann::json j = nlohmann::json::parse(shown.substr(shown.rfind("{\"model\"")));
   EXPECT_DOUBLE_EQ(j["greedy_accuracy"].get<double>(), metrics.back()["eval_accuracy"].get<double>()) << shown;
+  ASSERT_TRUE(j.contains("pass_at_2")) << shown;
+  EXPECT_GT(j["pass_at_2"].get<double>(), 0.0) << shown;
   // `unstuck generate` of it shows the conversation: its call, the tool's answer, its last turn.
   const std::string question = read_lines(dir_ / "data/test.jsonl").at(0)["question"];
   std::ofstream(dir_ / "prompts.txt") << question << "\n";
