@@ -184,6 +184,7 @@ void add_eval(CLI::App& app) {
       o.turns = train::eval_tool_turns(
           model, train::tool_turn_hooks(plan.ctx.tokenizer, plan.ctx.prompts, plan.tools, nullptr),
           train::tool_turn_limits(c.tools, c.rollout.max_new_tokens, c.model.max_seq_len), a->seed);
+    if (plan.tools && plan.tools->has_environment()) o.observations = train::eval_observations(plan.tools, nullptr);
     const auto& path = plan.test_file;
     const train::EvalResult r =
         train::evaluate(model, plan.ctx.tokenizer, plan.test.kept, plan.ctx.prompts, *verifier, o);
@@ -301,13 +302,20 @@ void run_generate(const GenerateArgs& a) {
     tools = std::make_shared<rollout::ToolRunner>(p.config.tools);
     formatter = formatter.with_tools(tools->schemas());
   }
-  std::vector<std::vector<int32_t>> prompts;
-  for (const std::string& t : texts) {
-    data::TaskRecord r;
-    r.task = config::enum_name(p.config.data.task);
-    r.prompt = t;
-    prompts.push_back(train::prompt_ids(r, formatter, p.tokenizer));
+  std::vector<data::TaskRecord> records(texts.size());
+  std::vector<const data::TaskRecord*> record_of;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    records[i].task = config::enum_name(p.config.data.task);
+    records[i].prompt = texts[i];
+    record_of.push_back(&records[i]);
   }
+  // tools.environment: each prompt's instance reset with it (its prompt and task are its row)
+  const std::vector<std::string> seen = tools && tools->has_environment()
+                                            ? train::eval_observations(tools, nullptr)(record_of)
+                                            : std::vector<std::string>(texts.size());
+  std::vector<std::vector<int32_t>> prompts;
+  for (std::size_t i = 0; i < records.size(); ++i)
+    prompts.push_back(train::prompt_ids(records[i], formatter, p.tokenizer, seen[i]));
   const auto t0 = std::chrono::steady_clock::now();
   auto outs = rollout::generate(*p.model, prompts, o, at::make_generator<at::CPUGeneratorImpl>(a.seed));
   std::vector<nlohmann::json> conversations;

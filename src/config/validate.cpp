@@ -262,6 +262,15 @@ void validate_tools(const rollout::ToolsConfig& c) {
     for (std::size_t j = 0; j < i; ++j)
       if (c.functions[j].name == t.name) throw UserError("tools." + key + ".name: a second tool named " + t.name);
   }
+  const rollout::EnvironmentSpec& e = c.environment;
+  if (e.path.empty()) {
+    require_tools(e.name.empty(), "environment.path", "the environment's Python file or module (name is set)",
+                  "nothing");
+    return;
+  }
+  require_tools(!e.name.empty(), "environment.name", "the environment class (or factory function)", "nothing");
+  if (!reward::names_a_module(e.path) && !std::filesystem::is_regular_file(e.path))
+    throw UserError("tools.environment.path: no such file: " + e.path);
 }
 
 }  // namespace
@@ -285,6 +294,11 @@ void validate(const RunConfig& config) {
   validate_sft(config.sft);
   validate_grpo(config.grpo);
   const config::GrpoConfig& g = config.grpo;
+  // Dynamic sampling renders a kept group's prompt again from its record, without the observation
+  // its environment's reset() appended.
+  require(config.tools.environment.path.empty() || g.filter_groups == algo::GroupFilter::none, "grpo.filter_groups",
+          "none with tools.environment (dynamic sampling does not carry the rows' reset() observations yet)",
+          config::enum_name(g.filter_groups));
   if (g.overlong == algo::Overlong::soft_penalty)
     require(g.overlong_buffer >= 1 && g.overlong_buffer <= config.rollout.max_new_tokens, "grpo.overlong_buffer",
             "in [1, rollout.max_new_tokens = " + std::to_string(config.rollout.max_new_tokens) +

@@ -37,11 +37,12 @@ PromptFormatter::PromptFormatter(const DataConfig& config, const std::filesystem
   chat_ = std::make_shared<const tokenizer::ChatTemplate>(tokenizer::ChatTemplate::parse(source, origin));
 }
 
-std::string PromptFormatter::render(const TaskRecord& record) const {
+std::string PromptFormatter::render(const TaskRecord& record, const std::string& appended) const {
   if (!chat_) {
     if (!record.messages.empty())
       throw UserError("the record's prompt is a list of messages (data.prompt_key '" + config_.prompt_key +
                       "'); set data.chat_template to auto or a .jinja file to render it");
+    if (!appended.empty()) require_chat_template("an environment's observation is appended to a chat message");
     return format_prompt(record, config_);
   }
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -54,6 +55,7 @@ std::string PromptFormatter::render(const TaskRecord& record) const {
     for (const auto& m : record.messages)
       messages.push_back({{"role", m["role"].get<std::string>()}, {"content", m["content"].get<std::string>()}});
   }
+  if (!appended.empty()) messages.back()["content"] = messages.back()["content"].get<std::string>() + appended;
   return render_messages(std::move(messages), tools_, true);
 }
 

@@ -24,7 +24,13 @@ answers. --kwargs are added to every call and win over the passed arguments (ver
                 their order through the trainer's JSON reader), each tool's JSON schema derived
                 from its type hints and Google-style docstring by the rules of transformers'
                 get_json_schema (a tool whose schema cannot be derived stops the worker at its start);
-                --builtin-python adds the schema of the built-in python(code) tool (run by the trainer)
+                --builtin-python adds the schema of the built-in python(code) tool (run by the trainer);
+                --environment {"path":, "name":} is TRL 1.16's environment_factory: one instance per
+                rollout slot (the trainer's row), reused across steps as TRL's pool is; its public methods
+                are tools (schemas after --tools'), called on the item's "slot" instance; {"reset": slot,
+                "kwargs": {...}} calls reset(**kwargs) and answers {"value": {"observation": str or
+                null}}; {"reward": slot} calls get_reward() and answers a score; {"environment": true}
+                answers {"value": {"class": name, "get_reward": bool}}
 """
 import argparse
 import asyncio
@@ -111,6 +117,11 @@ def check_signature(fn, name, style, kwargs):
             raise RuntimeError(f"{name}{sig} cannot be called as verl calls compute_score "
                                f"({', '.join(a + '=' for a in VERL_ARGS)}{more}): {e}")
     else:  # what TRL 1.16 passes every function (the columns come beside them, by name)
+        if "environments" in sig.parameters:
+            raise RuntimeError(f"{name}{sig} takes environments, the instances TRL passes with environment_factory; "
+                               "Unstuck runs reward functions apart from the environment's instances (on the tool "
+                               "workers): let the environment score its rollout with get_reward() "
+                               "(tools.environment)")
         try:
             sig.bind_partial(**{**{a: None for a in TRL_ARGS}, **kwargs})
         except TypeError as e:
@@ -429,15 +440,81 @@ def load_tools(specs, pythonpath):
     return tools, schemas
 
 
-def call_tool(tools, item):
+class Environments:
+    """TRL's environment_factory: one instance per slot (a row of the trainer's batch), reused across
+    steps as TRL's pool reuses them; public methods are tools, reset(**row) starts a rollout,
+    get_reward() scores it."""
+
+    def __init__(self, spec, pythonpath, tool_names):
+        where = f"tools.environment {spec['path']}:{spec['name']}"
+        self.factory = load(spec["path"], spec["name"], pythonpath)
+        try:
+            probe = self.factory()
+        except Exception:
+            raise RuntimeError(f"{where}: creating an instance failed:\n{short_traceback()}")
+        members = dict(inspect.getmembers(type(probe), predicate=inspect.isfunction))  # on the class, as TRL lists them
+        self.class_name = type(probe).__name__
+        if "reset" not in members:
+            raise RuntimeError(f"{where}: {self.class_name} has no reset method (TRL's environments must define one)")
+        self.has_reward = "get_reward" in members
+        self.methods = [n for n in members if n not in ("reset", "get_reward") and not n.startswith("_")]
+        self.schemas = []
+        for n in self.methods:
+            if n in tool_names:
+                raise RuntimeError(f"{where}: its method {n} has the name of a tool in tools.functions")
+            try:
+                self.schemas.append(tool_schema(getattr(probe, n)))
+            except SchemaError as e:
+                raise RuntimeError(f"{where}: method {n}: no JSON schema: {e}")
+            except Exception:
+                raise RuntimeError(f"{where}: method {n}: deriving its JSON schema failed:\n{short_traceback()}")
+        self.spare, self.slots = [probe], {}
+
+    def reset(self, item):
+        slot = item["reset"]
+        try:
+            if slot not in self.slots:
+                self.slots[slot] = self.spare.pop() if self.spare else self.factory()
+            observation = awaited(self.slots[slot].reset(**item.get("kwargs", {})))
+        except BaseException:
+            self.slots.pop(slot, None)
+            return {"error": short_traceback()}
+        if observation is not None and not isinstance(observation, str):
+            return {"error": f"reset returned {clean(type(observation).__name__)}, not a string or None"}
+        return {"value": {"observation": observation if observation is None else clean(observation)}}
+
+    def reward(self, item):
+        instance = self.slots.get(item["reward"])
+        if instance is None:
+            return {"error": "this rollout's environment instance is gone (its tool worker restarted)"}
+        try:
+            value = awaited(instance.get_reward())
+        except BaseException:
+            return {"error": short_traceback()}
+        x, err = number(value)
+        return {"error": err} if err is not None else {"score": x, "extra": {}}
+
+    def method(self, item):
+        """The bound method the call names on its slot's instance, or None when it names no method."""
+        if item.get("name") not in self.methods:
+            return None
+        instance = self.slots.get(item.get("slot"))
+        if instance is None:
+            raise RuntimeError("this rollout's environment instance is gone (its tool worker restarted)")
+        return getattr(instance, item["name"])
+
+
+def call_tool(tools, item, environments=None):
     """One tool call as TRL makes it: content str(result), or str({"error": str(e)}) when it raises;
     with the seconds the call took."""
     name, arguments = item.get("name"), item.get("arguments")
     start = time.perf_counter()
     try:
-        if name not in tools:
+        fn = environments.method(item) if environments else None
+        fn = fn or tools.get(name)
+        if fn is None:
             raise ValueError(f"Tool {name} not found.")
-        result = awaited(tools[name](**arguments))
+        result = awaited(fn(**arguments))
         content, failed = str(result), False
     except Exception as e:
         content, failed = str({"error": str(e)}), True
@@ -449,18 +526,33 @@ def call_tool(tools, item):
 def serve_tools(a, send):
     try:
         tools, schemas = load_tools(json.loads(a.tools), a.pythonpath)
+        environments = None
+        if a.environment:  # TRL: the standalone tools, then the environment's methods
+            environments = Environments(json.loads(a.environment), a.pythonpath, set(tools))
+            schemas += environments.schemas
         if a.builtin_python:  # its schema only: the trainer runs it in the code sandbox
             schemas.append(tool_schema(python))
     except Exception as e:
         send({"fatal": str(e)})
         return 2
     send({"ready": True})
+
+    def answer(it):
+        if it.get("schemas"):
+            return {"value": json.dumps(schemas)}
+        if environments is not None and it.get("environment"):
+            return {"value": {"class": environments.class_name, "get_reward": environments.has_reward}}
+        if environments is not None and "reset" in it:
+            return environments.reset(it)
+        if environments is not None and "reward" in it:
+            return environments.reward(it)
+        return call_tool(tools, it, environments)
+
     for line in sys.stdin:
         if not line.strip():
             continue
         request = json.loads(line)
-        results = [{"value": json.dumps(schemas)} if it.get("schemas") else call_tool(tools, it) for it in request.get("items", [])]
-        send({"id": request.get("id"), "results": results})
+        send({"id": request.get("id"), "results": [answer(it) for it in request.get("items", [])]})
     return 0
 
 
@@ -470,6 +562,7 @@ def main():
     ap.add_argument("--name")
     ap.add_argument("--style", choices=["verl", "trl", "tools"], required=True)
     ap.add_argument("--tools", default="[]")
+    ap.add_argument("--environment", default="")
     ap.add_argument("--builtin-python", action="store_true")
     ap.add_argument("--pythonpath", action="append", default=[])
     ap.add_argument("--kwargs", default="{}")

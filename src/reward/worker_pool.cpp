@@ -339,8 +339,14 @@ void WorkerPool::down(Worker& w, const std::string& why) {
 // deaths and timeouts are read as they come, without one worker's trouble holding up another's.
 class WorkerPool::Round {
  public:
-  Round(WorkerPool& pool, const std::vector<nlohmann::json>& batches, const nlohmann::json& state)
-      : pool_(pool), batches_(batches), state_(state), out_(batches.size()), busy_(pool.workers_.size()) {
+  Round(WorkerPool& pool, const std::vector<nlohmann::json>& batches, const nlohmann::json& state,
+        const std::vector<int64_t>& pinned)
+      : pool_(pool),
+        batches_(batches),
+        state_(state),
+        pinned_(pinned),
+        out_(batches.size()),
+        busy_(pool.workers_.size()) {
     for (std::size_t b = 0; b < batches.size(); ++b) queue_.push_back(b);
   }
 
@@ -390,13 +396,40 @@ class WorkerPool::Round {
     return true;
   }
 
-  // The next waiting batches to the ready workers that are free.
+  // The worker batch b must go to (pinned), or -1.
+  int64_t worker_of(std::size_t b) const {
+    if (pinned_.empty() || pinned_[b] < 0) return -1;
+    return pinned_[b] % int64_t(busy_.size());
+  }
+
+  // Pinned batches whose worker has given up starting fail with its reason.
+  void fail_orphans() {
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      const int64_t k = worker_of(*it);
+      const Worker* w = k < 0 ? nullptr : &pool_.workers_[std::size_t(k)];
+      if (w && w->state == State::down && w->failed_starts >= kGiveUpStarts) {
+        out_[*it].assign(batches_[*it].size(), failed("its worker could not be started again: " + w->why_down));
+        ++done_;
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // The next waiting batches to the ready workers that are free (a pinned batch to its own).
   void assign() {
+    if (!pinned_.empty()) fail_orphans();
     for (std::size_t k = 0; k < busy_.size() && !queue_.empty(); ++k) {
       if (busy_[k].active || pool_.workers_[k].state != State::ready) continue;
+      const auto next = std::find_if(queue_.begin(), queue_.end(), [&](std::size_t b) {
+        const int64_t w = worker_of(b);
+        return w < 0 || w == int64_t(k);
+      });
+      if (next == queue_.end()) continue;
       Busy& s = busy_[k];
-      s.batch = queue_.front();
-      queue_.pop_front();
+      s.batch = *next;
+      queue_.erase(next);
       s.id = pool_.next_id_++;
       nlohmann::json request{{"id", s.id}, {"items", batches_[s.batch]}};
       if (!state_.is_null()) request["state"] = state_;
@@ -503,6 +536,7 @@ class WorkerPool::Round {
   WorkerPool& pool_;
   const std::vector<nlohmann::json>& batches_;
   const nlohmann::json& state_;
+  const std::vector<int64_t>& pinned_;
   std::vector<std::vector<WorkerResult>> out_;
   std::vector<Busy> busy_;
   std::deque<std::size_t> queue_;
@@ -510,8 +544,11 @@ class WorkerPool::Round {
 };
 
 std::vector<std::vector<WorkerResult>> WorkerPool::run(const std::vector<nlohmann::json>& batches,
-                                                       const nlohmann::json& state, const std::atomic<bool>* cancel) {
-  return Round(*this, batches, state).run(cancel);
+                                                       const nlohmann::json& state, const std::atomic<bool>* cancel,
+                                                       const std::vector<int64_t>& pinned) {
+  if (!pinned.empty() && pinned.size() != batches.size())
+    throw std::logic_error("WorkerPool::run: one pinned worker per batch");
+  return Round(*this, batches, state, pinned).run(cancel);
 }
 
 std::vector<std::string> python_reward_worker_argv(const std::string& python, const std::string& path,

@@ -155,6 +155,12 @@ ToolRunner::ToolRunner(const ToolsConfig& config) {
   reward::WorkerOptions o;
   o.argv = {python, "-c", reward::python_reward_worker_source(), "--style", "tools", "--tools", specs.dump()};
   for (const std::string& folder : config.pythonpath) o.argv.insert(o.argv.end(), {"--pythonpath", folder});
+  if (!config.environment.path.empty()) {
+    o.argv.insert(
+        o.argv.end(),
+        {"--environment", nlohmann::json{{"path", config.environment.path}, {"name", config.environment.name}}.dump()});
+    names += std::string(names.empty() ? "" : ", ") + "environment " + config.environment.name;
+  }
   if (config.builtin_python) {
     o.argv.push_back("--builtin-python");
     names += std::string(names.empty() ? "" : ", ") + "python";
@@ -166,7 +172,8 @@ ToolRunner::ToolRunner(const ToolsConfig& config) {
     python_ = reward::sandboxed_python(python, *sandbox_, "tools", "");
   }
   o.name = "tools (" + names + ")";
-  o.workers = config.functions.empty() ? 1 : config.workers;  // the built-in alone: one worker, for its schema
+  // The built-in alone: one worker, for its schema.
+  o.workers = config.functions.empty() && config.environment.path.empty() ? 1 : config.workers;
   o.timeout_s = config.timeout_s;
   o.start_timeout_s = config.start_timeout_s;
   o.memory_mb = config.memory_mb;
@@ -176,6 +183,53 @@ ToolRunner::ToolRunner(const ToolsConfig& config) {
   if (!r.ok || !r.value.is_string())
     throw UserError("tools: the tool workers did not give the tools' schemas: " + (r.ok ? r.value.dump() : r.error));
   schemas_ = nlohmann::ordered_json::parse(r.value.get<std::string>());
+  if (config.environment.path.empty()) return;
+  const reward::WorkerResult e = pool_->run({nlohmann::json::array({{{"environment", true}}})}).at(0).at(0);
+  if (!e.ok || !e.value.is_object() || !e.value.value("class", nlohmann::json()).is_string())
+    throw UserError("tools.environment: the tool workers did not describe the environment: " +
+                    (e.ok ? e.value.dump() : e.error));
+  environment_class_ = e.value["class"].get<std::string>();
+  environment_scores_ = e.value.value("get_reward", false);
+}
+
+std::vector<std::string> ToolRunner::reset_environments(const std::vector<nlohmann::json>& kwargs,
+                                                        const std::atomic<bool>* cancel) {
+  std::vector<nlohmann::json> batches;
+  std::vector<int64_t> pinned;
+  for (std::size_t i = 0; i < kwargs.size(); ++i) {
+    batches.push_back(nlohmann::json::array({{{"reset", i}, {"kwargs", kwargs[i]}}}));
+    pinned.push_back(int64_t(i));
+  }
+  const auto answers = pool_->run(batches, nullptr, cancel, pinned);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    const reward::WorkerResult& r = answers[i].at(0);
+    const nlohmann::json observation =
+        r.ok && r.value.is_object() ? r.value.value("observation", nlohmann::json(0)) : nlohmann::json(0);
+    if (!observation.is_null() && !observation.is_string())
+      throw UserError("tools.environment: " + environment_class_ + ".reset of row " + std::to_string(i) +
+                      " failed: " + (r.ok ? "the worker answered " + r.value.dump() : r.error));
+    out.push_back(observation.is_null() ? "" : observation.get<std::string>());
+  }
+  return out;
+}
+
+std::vector<EnvironmentScore> ToolRunner::environment_rewards(std::size_t n, const std::atomic<bool>* cancel) {
+  std::vector<nlohmann::json> batches;
+  std::vector<int64_t> pinned;
+  for (std::size_t i = 0; i < n; ++i) {
+    batches.push_back(nlohmann::json::array({{{"reward", i}}}));
+    pinned.push_back(int64_t(i));
+  }
+  std::vector<EnvironmentScore> out;
+  for (const auto& answer : pool_->run(batches, nullptr, cancel, pinned)) {
+    const reward::WorkerResult& r = answer.at(0);
+    if (r.ok && !r.none)
+      out.push_back({r.score, ""});
+    else
+      out.push_back({0.0, environment_class_ + ".get_reward: " + (r.ok ? std::string("returned None") : r.error)});
+  }
+  return out;
 }
 
 ToolRunner::~ToolRunner() = default;
@@ -235,11 +289,14 @@ std::vector<ToolOutcome> ToolRunner::call(const std::vector<ToolCall>& calls, co
 std::vector<ToolOutcome> ToolRunner::call_workers(const std::vector<ToolCall>& calls, const std::atomic<bool>* cancel) {
   if (calls.empty()) return {};
   std::vector<nlohmann::json> batches;
-  for (const ToolCall& c : calls)
-    batches.push_back(
-        nlohmann::json::array({{{"name", c.name}, {"arguments", nlohmann::json::parse(c.arguments.dump())}}}));
+  std::vector<int64_t> pinned;  // tools.environment: each call on its row's worker, which holds its instance
+  for (const ToolCall& c : calls) {
+    batches.push_back(nlohmann::json::array(
+        {{{"name", c.name}, {"arguments", nlohmann::json::parse(c.arguments.dump())}, {"slot", c.slot}}}));
+    if (has_environment()) pinned.push_back(c.slot);
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  const auto answers = pool_->run(batches, nullptr, cancel);
+  const auto answers = pool_->run(batches, nullptr, cancel, pinned);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<ToolOutcome> out;
   for (const auto& answer : answers) {
@@ -322,7 +379,10 @@ std::vector<ToolTurnStats> run_tool_turns(const std::vector<std::vector<int32_t>
   }
   while (!pending.empty()) {
     std::vector<std::vector<ToolCall>> calls;
-    for (int64_t r : pending) calls.push_back(rows[std::size_t(r)].calls);
+    for (int64_t r : pending) {
+      calls.push_back(rows[std::size_t(r)].calls);
+      for (ToolCall& c : calls.back()) c.slot = r;
+    }
     const std::vector<std::vector<ToolOutcome>> results = hooks.run(calls);
     std::vector<int64_t> next_rows, offset, max_new;
     std::vector<std::vector<int32_t>> contexts, suffixes;

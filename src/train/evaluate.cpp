@@ -68,12 +68,17 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
   double reward_sum = 0;
   for (std::size_t begin = 0; begin < records.size(); begin += std::size_t(o.batch_size)) {
     const std::size_t end = std::min(records.size(), begin + std::size_t(o.batch_size));
-    std::vector<std::vector<int32_t>> prompts;
     std::vector<const data::TaskRecord*> batch_records;
-    for (std::size_t i = begin; i < end; ++i) {
-      prompts.push_back(prompt_ids(records[i], formatter, tok));
-      batch_records.push_back(&records[i]);
-    }
+    for (std::size_t i = begin; i < end; ++i) batch_records.push_back(&records[i]);
+    std::vector<std::vector<int32_t>> prompts;
+    const auto start = [&] {  // each generation starts fresh episodes of the environment (when one is set)
+      const std::vector<std::string> seen =
+          o.observations ? o.observations(batch_records) : std::vector<std::string>(batch_records.size());
+      prompts.clear();
+      for (std::size_t i = 0; i < batch_records.size(); ++i)
+        prompts.push_back(prompt_ids(*batch_records[i], formatter, tok, seen[i]));
+    };
+    start();
     auto outs = rollout::generate(model, prompts, greedy, gen);
     std::vector<nlohmann::json> conversations;
     if (o.turns) conversations = o.turns(prompts, outs, greedy);
@@ -92,6 +97,7 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
     }
     std::vector<bool> solved(end - begin, false);
     for (int64_t s = 0; s < o.k; ++s) {  // pass@k: scored as the greedy turns are, conversations included
+      if (o.observations) start();
       auto samples = rollout::generate(model, prompts, sampled, gen);
       std::vector<nlohmann::json> sample_conversations;
       if (o.turns) sample_conversations = o.turns(prompts, samples, sampled);

@@ -145,6 +145,7 @@ GrpoTrainer::Rollouts GrpoTrainer::rollout(int64_t step, int64_t round,
                                       : ro.prompts.back());
     keys.push_back(round * cfg_.grpo.prompts_per_step * G + row);
   }
+  if (tools_ && tools_->has_environment()) start_environments(ro);
   gen_opts_.uniforms = rollout::sampling_uniforms(ctx_.seeds.sampling, step, keys, cfg_.rollout.max_new_tokens,
                                                   device_);  // (rows, T)
   gen_opts_.progress = [this](const rollout::GenerateProgress& p) {
@@ -305,6 +306,8 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
   context.world_process_zero = comm_.rank() == 0;
   context.stop = stop_flag_;
   const std::vector<reward::RewardResult> results = verifier_->score_batch(texts, ro.records, context);
+  std::vector<rollout::EnvironmentScore> owned;  // tools.environment's get_reward(), added to the reward
+  if (tools_ && tools_->environment_scores()) owned = tools_->environment_rewards(n, stop_flag_);
   for (std::size_t i = 0; i < n; ++i) {
     const auto& c = ro.completions[i];
     const reward::RewardResult& r = results[i];
@@ -329,6 +332,13 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
       sc.extra[metric].first += value;
       sc.extra[metric].second += 1;
     };
+    if (!owned.empty() && owned[i].error.empty()) {  // TRL: weight 1, logged under the class's name
+      sc.rewards[i] += float(owned[i].score);
+      add("reward/" + tools_->environment_class(), owned[i].score);
+    } else if (!owned.empty()) {
+      if (sc.errors == 0) sc.first_error = owned[i].error;
+      ++sc.errors;
+    }
     for (const auto& [key, value] : r.extra) add("reward_extra/" + key, value);
     if (!ro.tool_stats.empty()) {  // tools.functions: per completion, averaged over the step's
       const rollout::ToolTurnStats& t = ro.tool_stats[i];

@@ -19,6 +19,23 @@ rollout::ToolTurnHooks GrpoTrainer::tool_hooks() const {
   return tool_turn_hooks(ctx_.tokenizer, prompt_format(), tools_, stop_flag_);
 }
 
+void GrpoTrainer::start_environments(Rollouts& ro) {
+  std::vector<nlohmann::json> rows;
+  for (const data::TaskRecord* r : ro.records) rows.push_back(environment_row(*r));
+  const std::vector<std::string> seen = tools_->reset_environments(rows, stop_flag_);
+  const int64_t room = weights_.model().config().max_seq_len - cfg_.rollout.max_new_tokens;
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    if (seen[i].empty()) continue;
+    ro.prompts[i] = prompt_ids(*ro.records[i], prompt_format(), ctx_.tokenizer, seen[i]);
+    if (int64_t(ro.prompts[i].size()) > room)
+      throw UserError("tools.environment: " + tools_->environment_class() + ".reset appended " +
+                      std::to_string(seen[i].size()) + " characters to a prompt, making it " +
+                      std::to_string(ro.prompts[i].size()) + " tokens, more than the " + std::to_string(room) +
+                      " that model.max_seq_len - rollout.max_new_tokens leave (the prompt: " +
+                      ro.records[i]->prompt.substr(0, 200) + ")");
+  }
+}
+
 rollout::ToolTurnLimits GrpoTrainer::tool_limits() const {
   return tool_turn_limits(cfg_.tools, cfg_.rollout.max_new_tokens, weights_.model().config().max_seq_len);
 }

@@ -253,6 +253,9 @@ class GrpoTrainer {
   // tools.functions: the tool rounds of this rank's rows (grpo_tools.cpp), each row continuing with
   // its own sampling uniforms (gen_opts_.uniforms' row) from where its completion is.
   void run_tools(Rollouts& ro);
+  // tools.environment: each row's instance reset with its record, what reset() returns appended to
+  // the row's prompt.
+  void start_environments(Rollouts& ro);
   // The tool loop's hooks but `generate` (the calls parsed in the template's format, the workers,
   // the results' tokens) and its limits.
   rollout::ToolTurnHooks tool_hooks() const;

@@ -11,10 +11,10 @@
 namespace unstuck::train {
 
 std::vector<int32_t> prompt_ids(const data::TaskRecord& record, const data::PromptFormatter& prompts,
-                                const tokenizer::Tokenizer& tok) {
+                                const tokenizer::Tokenizer& tok, const std::string& appended) {
   std::vector<int32_t> ids;
   if (prompts.prepend_bos() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
-  const std::vector<int32_t> body = tok.encode(prompts.render(record));
+  const std::vector<int32_t> body = tok.encode(prompts.render(record, appended));
   ids.insert(ids.end(), body.begin(), body.end());
   return ids;
 }

@@ -64,4 +64,21 @@ decltype(EvalOptions::turns) eval_tool_turns(const model::LlamaModel& model, rol
   };
 }
 
+nlohmann::json environment_row(const data::TaskRecord& record) {
+  nlohmann::json row = record.fields;
+  row["answer"] = record.answer;
+  row["task"] = record.task;
+  row["prompt"] = record.messages.empty() ? nlohmann::json(record.prompt) : record.messages;
+  return row;
+}
+
+decltype(EvalOptions::observations) eval_observations(std::shared_ptr<rollout::ToolRunner> tools,
+                                                      const std::atomic<bool>* stop) {
+  return [tools = std::move(tools), stop](const std::vector<const data::TaskRecord*>& records) {
+    std::vector<nlohmann::json> rows;
+    for (const data::TaskRecord* r : records) rows.push_back(environment_row(*r));
+    return tools->reset_environments(rows, stop);
+  };
+}
+
 }  // namespace unstuck::train

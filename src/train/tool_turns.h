@@ -31,4 +31,12 @@ rollout::ToolTurnLimits tool_turn_limits(const rollout::ToolsConfig& tools, int6
 decltype(EvalOptions::turns) eval_tool_turns(const model::LlamaModel& model, rollout::ToolTurnHooks hooks,
                                              rollout::ToolTurnLimits limits, uint64_t seed);
 
+// The row an environment's reset() receives, as TRL passes the dataset row: the record's columns
+// (its fields, answer, task) and its prompt (chat messages, or text).
+nlohmann::json environment_row(const data::TaskRecord& record);
+
+// EvalOptions::observations of `tools`' environment: each record's instance reset with its row.
+decltype(EvalOptions::observations) eval_observations(std::shared_ptr<rollout::ToolRunner> tools,
+                                                      const std::atomic<bool>* stop);
+
 }  // namespace unstuck::train

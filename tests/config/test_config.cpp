@@ -314,6 +314,20 @@ TEST_F(ConfigTest, ValidateNamesTheKeyTheRuleAndTheValue) {
   EXPECT_EQ(error("precision.loss_scale.max_scale=0.5"),
             "precision.loss_scale.max_scale must be finite and >= precision.loss_scale.min_scale, "
             "got 0.5");
+  EXPECT_EQ(error("tools.environment.name=Env"),
+            "tools.environment.path must be the environment's Python file or module (name is set), got nothing");
+  EXPECT_EQ(error("tools.environment.path=/no/such/env.py"),
+            "tools.environment.name must be the environment class "
+            "(or factory function), got nothing");
+  EXPECT_EQ(error_of([] { load_run_config("", {"tools.environment={path: /no/such/env.py, name: Env}"}); }),
+            "tools.environment.path: no such file: /no/such/env.py");
+  const std::string env = std::string(UNSTUCK_SOURCE_DIR) + "/tests/train/tool_environment.py";
+  EXPECT_EQ(error_of([&] {
+              load_run_config("", {"tools.environment={path: " + env + ", name: MultiplyEnv}",
+                                   "data.chat_template=auto", "grpo.filter_groups=zero_variance"});
+            }),
+            "grpo.filter_groups must be none with tools.environment (dynamic sampling does not carry the rows' reset() "
+            "observations yet), got zero_variance");
   RunConfig config;
   config.optim.eps = 0;
   EXPECT_EQ(error_of([&] { validate(config); }), "optim.eps must be > 0, got 0");

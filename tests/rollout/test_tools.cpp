@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "unstuck/common/error.h"
 #include "unstuck/data/prompt_formatter.h"
 #include "unstuck/reward/sandbox.h"
@@ -248,6 +250,96 @@ TEST(ToolRunner, AToolWithoutASchemaIsRefusedAtTheStartNamingIt) {
     EXPECT_NE(std::string(e.what()).find("undescribed: the docstring's Args: has no description of 'y'"),
               std::string::npos)
         << e.what();
+  }
+}
+
+std::string environments() { return std::string(UNSTUCK_SOURCE_DIR) + "/tests/rollout/tool_environments.py"; }
+
+// transformers' own get_json_schema of `expr` (Python, evaluated with tool_environments imported), or
+// null when transformers is not installed.
+nlohmann::ordered_json transformers_schema(const std::string& expr) {
+  const std::string out = ::testing::TempDir() + "/schema_" + std::to_string(::getpid()) + ".json";
+  const std::string cmd = std::string(UNSTUCK_PYTHON) + " -c \"import json, sys; sys.path.insert(0, '" +
+                          UNSTUCK_SOURCE_DIR + "/tests/rollout'); from tool_environments import *; " +
+                          "from transformers.utils import get_json_schema; print(json.dumps(get_json_schema(" + expr +
+                          ")))\" > " + out + " 2>/dev/null";
+  if (std::system(cmd.c_str()) != 0) return nullptr;
+  std::ifstream in(out);
+  return nlohmann::ordered_json::parse(in);
+}
+
+// tools.environment, TRL's environment_factory: TRL's documented IncrementEnv unchanged. Its public
+// method is the tool (schema as transformers derives it for the bound method); each row (slot) has its
+// own instance, reset with the row's columns, on its own worker (two here), reused across episodes;
+// get_reward() reads the instance's state.
+TEST(ToolRunner, AnEnvironmentKeepsOneInstancePerRowAsTrlDoes) {
+  ToolsConfig cfg;
+  cfg.environment = {environments(), "IncrementEnv"};
+  cfg.functions = {{corpus(), "multiply"}};
+  cfg.python = UNSTUCK_PYTHON;
+  cfg.workers = 2;
+  ToolRunner tools(cfg);
+  ASSERT_TRUE(tools.has_environment());
+  EXPECT_EQ(tools.environment_class(), "IncrementEnv");
+  EXPECT_TRUE(tools.environment_scores());
+  ASSERT_EQ(tools.schemas().size(), 2u);  // TRL: the standalone tools, then the environment's methods
+  EXPECT_EQ(tools.schemas()[0]["function"]["name"], "multiply");
+  const nlohmann::ordered_json expected = transformers_schema("IncrementEnv().increment");
+  if (!expected.is_null()) EXPECT_EQ(tools.schemas()[1].dump(), expected.dump());
+  for (int episode = 0; episode < 2; ++episode) {
+    std::vector<nlohmann::json> rows;
+    for (int i = 0; i < 4; ++i) rows.push_back({{"target", i + 1}, {"prompt", "Count."}, {"answer", ""}});
+    EXPECT_EQ(tools.reset_environments(rows), std::vector<std::string>(4, ""));  // reset returned None
+    std::vector<ToolCall> calls;  // row i adds 1 (i + 1) times: rows 0..3 reach their targets, row 3 after a multiply
+    for (int i = 0; i < 4; ++i)
+      for (int k = 0; k <= i; ++k) calls.push_back({"increment", {{"step", 1}}, i});
+    calls.push_back({"multiply", {{"a", 2}, {"b", 3}}, 3});
+    calls.push_back({"increment", {{"step", 5}}, 2});  // row 2 overshoots
+    const std::vector<ToolOutcome> out = tools.call(calls);
+    EXPECT_EQ(out[0].content, "1");
+    EXPECT_EQ(out[9].content, "4");  // row 3's fourth increment: its own counter
+    EXPECT_EQ(out[10].content, "6");
+    EXPECT_EQ(out[11].content, "8");
+    const std::vector<EnvironmentScore> scores = tools.environment_rewards(4);
+    ASSERT_EQ(scores.size(), 4u);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(scores[std::size_t(i)].error, "") << "episode " << episode << " row " << i;
+      EXPECT_EQ(scores[std::size_t(i)].score, i == 2 ? 0.0 : 1.0) << "episode " << episode << " row " << i;
+    }
+  }
+}
+
+// reset()'s string is returned (the trainer appends it to the prompt), private methods are no tools,
+// and TRL's contract is enforced: a class without reset is refused at the start, a reset that raises
+// stops the run naming the row and the error.
+TEST(ToolRunner, AnEnvironmentsObservationsAndItsContract) {
+  ToolsConfig cfg;
+  cfg.environment = {environments(), "GreetingEnv"};
+  cfg.python = UNSTUCK_PYTHON;
+  ToolRunner tools(cfg);
+  ASSERT_EQ(tools.schemas().size(), 1u);
+  EXPECT_EQ(tools.schemas()[0]["function"]["name"], "whoami");
+  EXPECT_FALSE(tools.environment_scores());
+  EXPECT_EQ(tools.reset_environments({{{"name", "Ada"}}, {{"name", "Bob"}}}),
+            (std::vector<std::string>{" (You are talking to Ada.)", " (You are talking to Bob.)"}));
+  EXPECT_EQ(tools.call({{"whoami", nlohmann::ordered_json::object(), 1}}).at(0).content, "Bob");
+  EXPECT_EQ(tools.call({{"_private", nlohmann::ordered_json::object(), 1}}).at(0).content,
+            "{'error': 'Tool _private not found.'}");
+  cfg.environment.name = "NoReset";
+  try {
+    ToolRunner refused(cfg);
+    FAIL() << "started";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("NoReset has no reset method"), std::string::npos) << e.what();
+  }
+  cfg.environment.name = "FailingReset";
+  ToolRunner failing(cfg);
+  try {
+    failing.reset_environments({nlohmann::json::object()});
+    FAIL() << "reset";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("FailingReset.reset of row 0 failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no task for this row"), std::string::npos) << e.what();
   }
 }
 

@@ -48,7 +48,9 @@ class ToolsRun : public ::testing::Test {
 
   // The run's YAML: 2 prompts x 4 completions a step, fp32, the multiply tool.
   static fs::path config(const std::string& name, int64_t steps,
-                         const std::string& reward = "{verifier: math, answer_formats: [boxed], format_reward: 0.0}") {
+                         const std::string& reward = "{verifier: math, answer_formats: [boxed], format_reward: 0.0}",
+                         const std::string& tools = std::string("  functions: [{path: ") + UNSTUCK_SOURCE_DIR +
+                                                    "/tests/rollout/tool_corpus.py, name: multiply}]\n") {
     const fs::path path = dir_ / (name + ".yaml");
     std::ofstream out(path);
     out << "run: {name: " << name << ", output_dir: " << (dir_ / "runs").string() << ", seed: 3}\n"
@@ -60,8 +62,8 @@ class ToolsRun : public ::testing::Test {
         << "precision: {mode: fp32}\n"
         << "optim: {lr: 1.0e-3}\n"
         << "rollout: {temperature: 1.0, max_new_tokens: 96}\n"
-        << "tools:\n  functions: [{path: " << UNSTUCK_SOURCE_DIR << "/tests/rollout/tool_corpus.py, name: multiply}]\n"
-        << "  python: " << UNSTUCK_PYTHON << "\n"
+        << "tools:\n"
+        << tools << "  python: " << UNSTUCK_PYTHON << "\n"
         << "grpo: {base_model: " << (dir_ / "model").string() << ", steps: " << steps
         << ", prompts_per_step: 2, group_size: 4, minibatches: 1, eval_every: 0, eval_samples: 2, "
            "log_rollouts_every: 1, checkpoint_every: 2}\n";
@@ -223,6 +225,57 @@ TEST_F(ToolsRun, DynamicSamplingKeepsEachRowsConversationOnTwoRanks) {
   EXPECT_EQ(rows, 16);
   EXPECT_GT(called_rows, 0);
   for (const auto& m : read_metrics(dir_ / "runs" / "filtered")) EXPECT_TRUE(m.contains("sampling_rounds")) << m;
+}
+
+// tools.environment, TRL's environment_factory, end to end (tests/train/tool_environment.py): each
+// row's MultiplyEnv is reset with its record, and what reset() returns ends the row's prompt; the
+// policy calls the environment's multiply on its own instance; get_reward() is the row's reward (the
+// reward function scores 0): the number of products its own instance computed, i.e. its calls.
+TEST_F(ToolsRun, AnEnvironmentOwnsItsStateAndReward) {
+  const std::string env = std::string(UNSTUCK_SOURCE_DIR) + "/tests/train/tool_environment.py";
+  const std::string reward =
+      "{function: {path: " + env + ", name: zero, style: trl, python: " + UNSTUCK_PYTHON + ", workers: 1}}";
+  // The task's records say "What is" and carry a and b: the environment writes the rest.
+  for (const char* split : {"train", "test"}) {
+    std::ofstream out(dir_ / "data" / (std::string("env_") + split + ".jsonl"));
+    for (const nlohmann::json& r : read_lines(dir_ / "data" / (std::string(split) + ".jsonl"))) {
+      const std::string q = r["question"];
+      const std::size_t times = q.find(" times ");
+      out << nlohmann::json{{"question", "What is"},
+                            {"a", std::stoll(q.substr(8, times - 8))},
+                            {"b", std::stoll(q.substr(times + 7))},
+                            {"answer", r["answer"]}}
+                 .dump()
+          << "\n";
+    }
+  }
+  const std::string data = " data.train_path=" + (dir_ / "data/env_train.jsonl").string() +
+                           " data.test_path=" + (dir_ / "data/env_test.jsonl").string();
+  ASSERT_EQ(run("train --config " +
+                    config("env", 2, reward, "  environment: {path: " + env + ", name: MultiplyEnv}\n").string() + data,
+                "env.log"),
+            0)
+      << read_text(dir_ / "env.log");
+  int64_t rows = 0, rewarded = 0;
+  for (const auto& [key, line] : rollouts_of(dir_ / "runs" / "env")) {
+    const std::string prompt = line["prompt"];  // the record's "What is", then what reset() returned
+    EXPECT_TRUE(std::regex_search(prompt, std::regex("What is \\d+ times \\d+\\?<\\|im_end\\|>"))) << prompt;
+    int64_t products = 0;  // the row's multiply(a, b) calls with two integers
+    for (const nlohmann::json& m : line["messages"])
+      if (m["role"] == "assistant" && m.contains("tool_calls"))
+        for (const nlohmann::json& c : m["tool_calls"]) {
+          const nlohmann::json& args = c["function"]["arguments"];
+          products += c["function"]["name"] == "multiply" && args.is_object() && args.size() == 2 &&
+                      args.value("a", nlohmann::json()).is_number_integer() &&
+                      args.value("b", nlohmann::json()).is_number_integer();
+        }
+    EXPECT_EQ(line["reward"].get<double>(), double(products)) << line.dump();
+    rewarded += products > 0;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 16);
+  EXPECT_GT(rewarded, 0);
+  for (const auto& m : read_metrics(dir_ / "runs" / "env")) EXPECT_TRUE(m.contains("reward/MultiplyEnv")) << m;
 }
 
 // The prompts render the tools' schemas, and the data is fitted to those lengths before training:

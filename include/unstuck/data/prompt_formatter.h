@@ -28,7 +28,9 @@ class PromptFormatter {
   //   none, "12+35="                     -> "12+35="
   //   ChatML template, system_prompt "Be brief.", prompt "2+2?"
   //     -> "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
-  std::string render(const TaskRecord& record) const;
+  // `appended` (an environment's reset() observation, as TRL adds it) goes at the end of the last
+  // prompt message's content; it needs a chat template.
+  std::string render(const TaskRecord& record, const std::string& appended = "") const;
 
   // True without a chat template: the prompt is BOS + render() (the convention of our own
   // tokenizers). With one, the ids are the rendered text's alone, as apply_chat_template(tokenize=True).

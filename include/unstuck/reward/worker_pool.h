@@ -66,9 +66,13 @@ class WorkerPool {
   // `state`, when not null, goes with every request as its "state" (the trainer's step, for TRL's
   // trainer_state). `cancel`, when given and set (the trainer's SIGINT flag), gives up within 0.25 s:
   // the busy workers are stopped (a later call starts them again) and Interrupted is thrown.
+  // `pinned`, when not empty, names each batch's worker (index modulo `workers`; -1: any): a worker
+  // that holds state for it (tools.environment's instances). A pinned batch waits for its worker,
+  // and fails with the reason when that worker cannot be started again.
   std::vector<std::vector<WorkerResult>> run(const std::vector<nlohmann::json>& batches,
                                              const nlohmann::json& state = nullptr,
-                                             const std::atomic<bool>* cancel = nullptr);
+                                             const std::atomic<bool>* cancel = nullptr,
+                                             const std::vector<int64_t>& pinned = {});
 
   int64_t restarts() const { return restarts_; }
   const WorkerOptions& options() const { return options_; }

@@ -35,6 +35,7 @@ namespace unstuck::rollout {
 struct ToolCall {
   std::string name;
   nlohmann::ordered_json arguments;  // as the model wrote them (TRL calls name(**arguments))
+  int64_t slot = -1;  // the row that made it (run_tool_turns sets it): tools.environment's instance of that row
 };
 
 // How a chat template writes an assistant's tool calls (tool_call_format() reads it off the template).
@@ -79,6 +80,12 @@ struct AssistantTurn {
 AssistantTurn read_assistant_turn(const std::string& text, const std::string& plain, const std::string& eos,
                                   ToolCallFormat format);
 
+// get_reward() of a row's environment instance: its score, or the error it raised.
+struct EnvironmentScore {
+  double score = 0.0;
+  std::string error;  // not empty: no score
+};
+
 struct ToolOutcome {
   std::string content;  // what the model reads: str(result), or str({'error': ...}) as TRL writes it
   bool failed = false;  // the call raised, timed out, or named no tool
@@ -98,6 +105,18 @@ class ToolRunner {
   // tools.workers at once. `cancel` as reward::WorkerPool::run takes it.
   std::vector<ToolOutcome> call(const std::vector<ToolCall>& calls, const std::atomic<bool>* cancel = nullptr);
 
+  // tools.environment (TRL's environment_factory): each row (slot) has its own instance, held by
+  // worker slot % tools.workers; the calls of a row's methods go there.
+  bool has_environment() const { return !environment_class_.empty(); }
+  const std::string& environment_class() const { return environment_class_; }
+  bool environment_scores() const { return environment_scores_; }  // the class defines get_reward
+  // reset(**kwargs[i]) on slot i's instance (created at its first reset, reused after); each slot's
+  // observation, "" where reset returned None. Throws UserError naming the slot when a reset fails.
+  std::vector<std::string> reset_environments(const std::vector<nlohmann::json>& kwargs,
+                                              const std::atomic<bool>* cancel = nullptr);
+  // get_reward() of slots [0, n) (the rows reset last).
+  std::vector<EnvironmentScore> environment_rewards(std::size_t n, const std::atomic<bool>* cancel = nullptr);
+
  private:
   std::vector<ToolOutcome> call_workers(const std::vector<ToolCall>& calls, const std::atomic<bool>* cancel);
   // tools.builtin_python: the calls of `python`, each program a sandboxed job.
@@ -107,6 +126,8 @@ class ToolRunner {
   nlohmann::ordered_json schemas_;
   std::unique_ptr<reward::SandboxOptions> sandbox_;  // tools.builtin_python (null without): the jobs' limits
   std::string python_;                               // tools.builtin_python: the interpreter in the sandbox
+  std::string environment_class_;                    // tools.environment: the class's name (empty: none)
+  bool environment_scores_ = false;
 };
 
 // The tokens that follow an assistant turn with these calls and results, found as TRL 1.16 finds them

@@ -37,6 +37,9 @@ struct EvalOptions {
                                             std::vector<rollout::Completion>& completions,
                                             const rollout::GenerateOptions& options)>
       turns;
+  // tools.environment: resets one instance per record of a batch (before each of its generations)
+  // and returns what each reset() appended to its prompt ("" for nothing). Unset: no environment.
+  std::function<std::vector<std::string>(const std::vector<const data::TaskRecord*>& records)> observations;
 };
 
 struct EvalResult {

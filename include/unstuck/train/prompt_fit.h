@@ -15,8 +15,9 @@ namespace unstuck::train {
 
 // Token ids a policy is prompted with. Without a chat template: BOS (when the tokenizer has one)
 // + the prompt_template text; with one: the rendered template's ids alone (it writes BOS itself).
+// `appended`: PromptFormatter::render's.
 std::vector<int32_t> prompt_ids(const data::TaskRecord& record, const data::PromptFormatter& prompts,
-                                const tokenizer::Tokenizer& tok);
+                                const tokenizer::Tokenizer& tok, const std::string& appended = "");
 
 // Records whose prompt fits in `max_prompt_tokens` (max_seq_len - max_new_tokens), in order.
 struct PromptFit {

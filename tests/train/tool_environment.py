@@ -1,0 +1,38 @@
+"""A TRL environment_factory class for the tools test (ToolsRun.AnEnvironmentOwnsItsStateAndReward in
+tests/train/test_tools_run.cpp), written as TRL 1.16's documentation writes them: reset(**row) takes
+the dataset row's columns and returns the rest of the question (the record's prompt is "What is";
+TRL appends the string reset returns to the last prompt message), the public method multiply is the
+policy's tool (the same name, hints and docstring as tests/rollout/tool_corpus.py's, which the
+stand-in policy learned to call), and get_reward() scores the rollout from the instance's own state:
+the number of products it computed (so a row's reward counts its own calls only when each row has its
+own instance). `zero` is a TRL reward function that scores 0, so a row's reward is the environment's
+alone.
+"""
+
+
+class MultiplyEnv:
+    def reset(self, a, b, answer, **kwargs) -> str | None:
+        self.answer = int(answer)
+        self.products = []
+        return f" {a} times {b}?"
+
+    def get_reward(self) -> float:
+        return float(len(self.products))
+
+    def multiply(self, a: int, b: int) -> int:
+        """
+        Multiplies two integers.
+
+        Args:
+            a: The first integer.
+            b: The second integer.
+
+        Returns:
+            The product of the two integers.
+        """
+        self.products.append(a * b)
+        return a * b
+
+
+def zero(completions, **kwargs):
+    return [0.0 for _ in completions]
