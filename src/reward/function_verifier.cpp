@@ -90,6 +90,8 @@ class WorkerVerifier : public Verifier {
           else if (config_.style == FunctionStyle::trl)
             items.back()["completion"] = context.conversations->at(i);
         }
+        if (context.responses && make_item_ == verl_item)  // verl decodes the whole multi-turn response
+          items.back()["solution_str"] = context.responses->at(i);
       }
       batches.push_back(std::move(items));
     }

@@ -40,10 +40,17 @@ std::vector<reward::RewardResult> score_completions(const std::vector<rollout::C
                                                     const tokenizer::Tokenizer& tok, const reward::Verifier& verifier,
                                                     const EvalOptions& o, std::vector<std::string>* texts) {
   texts->clear();
-  for (const rollout::Completion& c : outs) texts->push_back(completion_text(last_assistant_turn(c), tok, o.stop_ids));
+  std::vector<std::string> responses;  // tools: the whole completions (verl's solution_str)
+  for (const rollout::Completion& c : outs) {
+    texts->push_back(completion_text(last_assistant_turn(c), tok, o.stop_ids));
+    if (o.turns) responses.push_back(tok.decode(c.tokens, true));
+  }
   reward::ScoringContext context;
   context.stop = o.stop;
-  if (o.turns) context.conversations = &conversations;
+  if (o.turns) {
+    context.conversations = &conversations;
+    context.responses = &responses;
+  }
   return verifier.score_batch(*texts, records, context);
 }
 

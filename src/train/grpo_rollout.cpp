@@ -296,9 +296,14 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
   }
   reward::ScoringContext context;  // TRL's completion_ids and trainer_state
   context.completion_ids = &ids;
-  std::vector<nlohmann::json> conversations;  // tools: each completion's messages
+  std::vector<nlohmann::json> conversations;  // tools: each completion's messages, and its whole text
+  std::vector<std::string> responses;
   for (const rollout::ToolTurnStats& t : ro.tool_stats) conversations.push_back(t.messages);
-  if (!ro.tool_stats.empty()) context.conversations = &conversations;
+  if (!ro.tool_stats.empty()) {
+    for (const auto& c : ro.completions) responses.push_back(ctx_.tokenizer.decode(c.tokens, true));
+    context.conversations = &conversations;
+    context.responses = &responses;
+  }
   context.global_step = step - 1;
   context.max_steps = cfg_.grpo.steps;
   context.epoch =

@@ -5,6 +5,7 @@
 // the rows one does, and a run resumed from a checkpoint continues bit for bit.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -130,6 +131,51 @@ TEST_F(ToolsRun, CallsRunTheirResultsReachThePolicyAndStayOutOfTheLoss) {
   EXPECT_GT(checked, 0);
 }
 
+// Multi-turn GRPO in every precision mode, and with LoRA: the calls run, the loss reads the policy's
+// tokens only, the update is finite, and a resumed run continues bit for bit (BF16-SR: its rounding
+// stream is part of the checkpoint).
+TEST_F(ToolsRun, EveryPrecisionModeAndLoraTrainWithTools) {
+  const std::vector<std::string> runs = {"precision.mode=fp16",
+                                         "precision.mode=fp16_sr",
+                                         "precision.mode=bf16",
+                                         "precision.mode=bf16_sr",
+                                         "precision.mode=fp8_rn",
+                                         "precision.mode=fp8_sr",
+                                         "precision.mode=bf16_sr lora.rank=4 lora.alpha=8"};
+  // Rewarded for using the tool's product, so the groups' rewards differ and the updates are not zero.
+  const std::string reward =
+      std::string("{function: {path: ") + UNSTUCK_SOURCE_DIR +
+      "/tests/train/tool_reward.py, name: used_the_product, style: trl, python: " + UNSTUCK_PYTHON + ", workers: 1}}";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const std::string name = "mode" + std::to_string(i);
+    const int64_t steps = i == 3 ? 4 : 2;  // BF16-SR: resumed below
+    ASSERT_EQ(run("train --config " + config(name, steps, reward).string() + " " + runs[i], name + ".log"), 0)
+        << runs[i] << "\n"
+        << read_text(dir_ / (name + ".log"));
+    double calls = 0, grad = 0;
+    for (const auto& m : read_metrics(dir_ / "runs" / name)) {
+      calls += m["tools/calls"].get<double>();
+      EXPECT_DOUBLE_EQ(m["loss_tokens_mean"].get<double>(), m["response_len_mean"].get<double>()) << runs[i];
+      EXPECT_TRUE(std::isfinite(m["grad_norm"].get<double>())) << runs[i] << " step " << m["step"];
+      grad += m["grad_norm"].get<double>();
+    }
+    EXPECT_GT(calls, 0.0) << runs[i];
+    EXPECT_GT(grad, 0.0) << runs[i] << ": no step updated";
+  }
+  // Resumed at step 2, BF16-SR continues as it went.
+  const fs::path a = dir_ / "runs" / "mode3", r = dir_ / "runs" / "mode3_resumed";
+  fs::copy(a, r, fs::copy_options::recursive);
+  fs::remove_all(r / "checkpoints" / "step_00000004");
+  fs::remove(r / "rollouts.jsonl");
+  ASSERT_EQ(run("train --resume " + r.string() + " run.name=mode3_resumed", "mode3_resumed.log"), 0)
+      << read_text(dir_ / "mode3_resumed.log");
+  const auto ma = read_metrics(a), mr = read_metrics(r);
+  ASSERT_EQ(mr.size(), 4u);
+  for (std::size_t k = 2; k < 4; ++k)
+    for (const char* key : {"reward_mean", "grad_norm", "entropy", "tools/calls", "tools/tool_tokens"})
+      EXPECT_EQ(mr[k][key], ma[k][key]) << "step " << k + 1 << " " << key;
+}
+
 // 1 when an assistant turn of `messages` called multiply(a, b) and the tool message after it holds
 // a * b (tests/train/tool_reward.py's rule).
 int used_the_product(const nlohmann::json& messages) {
@@ -196,6 +242,24 @@ TEST_F(ToolsRun, RewardFunctionsReceiveTheConversation) {
                                 .substr(0, generated.substr(generated.find("{\"prompt\"")).find('\n')));
   ASSERT_TRUE(g.contains("messages")) << generated;
   EXPECT_EQ(used_the_product(g["messages"]), 1) << g["messages"].dump();
+}
+
+// A verl-style function gets the whole multi-turn response as solution_str (tests/train/tool_reward.py's
+// read_the_product finds a call and the product after it), as verl's reward managers decode it: every
+// row whose rollout ran a call scores 1, every other 0.
+TEST_F(ToolsRun, VerlFunctionsReadTheWholeResponse) {
+  const std::string reward =
+      std::string("{function: {path: ") + UNSTUCK_SOURCE_DIR +
+      "/tests/train/tool_reward.py, name: read_the_product, style: verl, python: " + UNSTUCK_PYTHON + ", workers: 1}}";
+  ASSERT_EQ(run("train --config " + config("verl", 1, reward).string(), "verl.log"), 0) << read_text(dir_ / "verl.log");
+  int64_t with_tools = 0;
+  for (const auto& [key, line] : rollouts_of(dir_ / "runs" / "verl")) {
+    bool called = false;
+    for (const auto& turn : line["turns"]) called = called || turn["from"] == "tools";
+    EXPECT_EQ(line["reward"].get<double>(), called ? 1.0 : 0.0) << line.dump();
+    with_tools += called;
+  }
+  EXPECT_GT(with_tools, 0);
 }
 
 // Dynamic sampling (grpo.filter_groups) on two ranks keeps each row's tool loop with its group: the

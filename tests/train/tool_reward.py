@@ -1,6 +1,8 @@
 """A TRL-style reward function that reads the conversation: with tools, TRL's GRPOTrainer gives
 reward functions each completion as messages (the assistant turns with their tool_calls, then the
 tool messages). Used by ToolsRun.RewardFunctionsReceiveTheConversation (tests/train/test_tools_run.cpp).
+And a verl-style one (read_the_product) for ToolsRun.VerlFunctionsReadTheWholeResponse: verl's reward
+managers give compute_score the whole multi-turn response as solution_str, the tools' results in it.
 
 Scores 1.0 when some assistant turn called multiply(a, b) and the tool message answering that call
 holds a * b; 0.0 otherwise. A completion that is not a list of message dicts raises (the test expects
@@ -27,3 +29,19 @@ def used_the_product(prompts, completions, **kwargs):
                     score = 1.0
         scores.append(score)
     return scores
+
+
+def read_the_product(data_source, solution_str, ground_truth, extra_info=None):
+    """1.0 when solution_str holds a multiply(a, b) call and, after it, the product a * b (the tool's
+    result); 0.0 otherwise."""
+    import json
+    import re
+    for m in re.finditer(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", solution_str, flags=re.S):
+        try:
+            call = json.loads(m.group(1))
+            args = call["arguments"]
+            if call["name"] == "multiply" and str(args["a"] * args["b"]) in solution_str[m.end():]:
+                return 1.0
+        except (ValueError, KeyError, TypeError):
+            continue
+    return 0.0

@@ -70,6 +70,9 @@ struct ScoringContext {
   // With tools: each completion as messages (its assistant turns, tool calls and tool results), what
   // TRL's reward functions get as the completion; null: a single turn.
   const std::vector<nlohmann::json>* conversations = nullptr;
+  // With tools: each whole completion decoded without special tokens, the tools' results included,
+  // as verl's reward managers decode a multi-turn response (a verl-style function's solution_str).
+  const std::vector<std::string>* responses = nullptr;
   int64_t global_step = 0;  // optimizer steps done before this batch
   int64_t max_steps = 0;    // the run's steps; 0: not a run
   double epoch = 0.0;       // passes over the training records so far (fractional)
