@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <string>
+#include <tuple>
 
 #include "unstuck/algo/advantages.h"
 #include "unstuck/algo/dynamic_sampling.h"
@@ -161,6 +163,62 @@ TEST(Advantages, RejectsBadGroups) {
 PolicyLoss one_token(double lr, double a, const PolicyLossOptions& o = {}) {
   const torch::Tensor old = torch::zeros({1, 1});
   return policy_loss(torch::full({1, 1}, lr), old, torch::full({1}, a), torch::ones({1, 1}), {}, {}, o);
+}
+
+// A tool's result tokens (tools.functions) are context, never the policy's: the trainer gives them
+// mask 0 (make_batch; ToolsRun checks loss_tokens_mean == response_len_mean end to end). Here, for
+// every importance ratio, aggregation, the KL and entropy terms and TIS weights: perturbing every
+// input at those positions (the log-probs, the sampler's, the reference's, the entropy, the TIS
+// weights) leaves the loss and the gradient of every policy token bit for bit as they were, and their
+// own gradient is exactly 0.
+TEST(PolicyLoss, ToolTokensNeverEnterAnyVariant) {
+  const int64_t B = 3, T = 12;
+  torch::Tensor tool = torch::zeros({B, T}, torch::kBool);  // row 0: tokens 3-6 a tool's, row 1: 5-8
+  tool[0].narrow(0, 3, 4).fill_(true);
+  tool[1].narrow(0, 5, 4).fill_(true);
+  torch::Tensor mask = (~tool).to(torch::kFloat);
+  mask[2].narrow(0, 9, 3).zero_();  // row 2 ended early (padding)
+  const torch::Tensor padding = mask.eq(0) & ~tool;
+  const torch::Tensor adv = torch::tensor({1.0f, -0.7f, 0.4f});
+  torch::manual_seed(7);
+  const torch::Tensor lp = -torch::rand({B, T}) * 3, old = lp + torch::randn({B, T}) * 0.3,
+                      ref = lp + torch::randn({B, T}) * 0.2, ent = torch::rand({B, T}) * 2;
+  // The same inputs with the tool positions changed to other values.
+  const auto perturbed = [&](const torch::Tensor& x, double scale) {
+    return torch::where(tool, x + torch::randn({B, T}) * scale + scale, x);
+  };
+  const torch::Tensor lp2 = perturbed(lp, 1.5), old2 = perturbed(old, 2.0), ref2 = perturbed(ref, 1.0),
+                      ent2 = perturbed(ent, 0.5);
+  for (ImportanceRatio ratio : {ImportanceRatio::token, ImportanceRatio::sequence})
+    for (LossAggregation agg :
+         {LossAggregation::token_mean, LossAggregation::seq_mean_token_mean, LossAggregation::seq_mean_token_sum_norm})
+      for (bool tis : {false, true}) {
+        PolicyLossOptions o;
+        o.importance = ratio;
+        o.aggregation = agg;
+        o.max_new_tokens = T;
+        o.kl_coef = 0.1;
+        o.entropy_coef = 0.01;
+        const auto run = [&](const torch::Tensor& l, const torch::Tensor& s, const torch::Tensor& r,
+                             const torch::Tensor& e) {
+          torch::Tensor logp = l.clone().requires_grad_(true), entropy = e.clone().requires_grad_(true);
+          const torch::Tensor w = tis ? tis_weights(l, s, 2.0) : torch::Tensor();
+          const torch::Tensor loss = policy_loss(logp, s, adv, mask, r, entropy, o, w).loss;
+          loss.backward();
+          return std::make_tuple(loss.detach(), logp.grad(), entropy.grad());
+        };
+        const auto [loss, g_logp, g_ent] = run(lp, old, ref, ent);
+        const auto [loss2, g_logp2, g_ent2] = run(lp2, old2, ref2, ent2);
+        const std::string what = std::string(ratio == ImportanceRatio::token ? "token" : "sequence") + " agg " +
+                                 std::to_string(int(agg)) + (tis ? " tis" : "");
+        EXPECT_TRUE(torch::equal(loss, loss2)) << what << ": " << loss.item<double>() << " vs " << loss2.item<double>();
+        EXPECT_TRUE(torch::equal(g_logp, g_logp2)) << what;
+        EXPECT_TRUE(torch::equal(g_ent, g_ent2)) << what;
+        EXPECT_EQ(g_logp.masked_select(tool).abs().max().item<float>(), 0.0f) << what;
+        EXPECT_EQ(g_ent.masked_select(tool).abs().max().item<float>(), 0.0f) << what;
+        EXPECT_GT(g_logp.masked_select(mask.to(torch::kBool)).abs().min().item<float>(), 0.0f) << what;
+        EXPECT_EQ(g_logp.masked_select(padding).abs().max().item<float>(), 0.0f) << what;
+      }
 }
 
 TEST(PolicyLoss, ClipHigherAndClipLowCases) {
