@@ -234,6 +234,8 @@ std::vector<EnvironmentScore> ToolRunner::environment_rewards(std::size_t n, con
 
 ToolRunner::~ToolRunner() = default;
 
+int ToolRunner::workers() const { return pool_->options().workers; }
+
 std::vector<ToolOutcome> ToolRunner::run_python(const std::vector<ToolCall>& calls) const {
   std::vector<reward::SandboxJob> jobs;
   std::vector<ToolOutcome> out(calls.size());

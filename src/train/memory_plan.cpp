@@ -436,6 +436,14 @@ MemoryPlan plan_memory(const RunConfig& c, const std::string& command, const Mem
                        in.reward_worker_bytes,
                        "lower reward.function.workers (reward.code.workers for the code verifier)", "", /*host=*/true,
                        /*other_process=*/true});
+    if (in.tool_workers > 0)
+      parts.push_back({"tool workers: " + num(in.tool_workers) +
+                           " process(es) beside this one, resident at start "
+                           "(measured; each may grow to tools.memory_mb, " +
+                           num(c.tools.memory_mb) + " MiB)",
+                       "tools.workers: " + num(in.tool_workers), in.tool_worker_bytes,
+                       "lower tools.workers (tools.memory_mb caps each)", "", /*host=*/true,
+                       /*other_process=*/true});
   } else {
     // Weights: eval holds the FP32 weights and a compute copy; SFT adds gradients, the AdamW moments
     // and the starting point: ~6 FP32 copies.

@@ -197,7 +197,13 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
                     std::string(config::enum_name(plan.config.run.device)) +
                     " resolves to the CPU here; use "
                     "rollout.decode: auto (graphs on a GPU, dynamic steps on the CPU)");
+  MemoryPlanInputs in;
+  const double before_tools = double(descendants_rss_bytes());
   start_tools(plan);
+  if (plan.tools) {  // their resident memory, measured here, is in the memory plan (other processes)
+    in.tool_workers = plan.tools->workers();
+    in.tool_worker_bytes = std::max(0.0, double(descendants_rss_bytes()) - before_tools);
+  }
   mark("tools");
   // The data: prompts longer than max_seq_len - max_new_tokens are dropped and counted.
   plan_train_data(plan);
@@ -206,7 +212,6 @@ RunPlan plan_train(RunConfig cfg, const RunRequest& request, dist::Communicator&
   // can start before anything is written. `train` starts the run's workers here and keeps them for the
   // trainer (started once); a check starts one worker (one sandbox) and stops it. The workers'
   // resident memory, measured here, is in the memory plan (other processes on this machine).
-  MemoryPlanInputs in;
   const reward::RewardConfig& rc = plan.config.reward;
   const std::string verifier = reward::verifier_name(rc, config::enum_name(plan.config.data.task));
   if (reward::scorer_can_fail(rc, verifier)) {

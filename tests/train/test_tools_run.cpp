@@ -106,6 +106,15 @@ TEST_F(ToolsRun, CallsRunTheirResultsReachThePolicyAndStayOutOfTheLoss) {
     if (m["tools/calls"].get<double>() > 0) EXPECT_GT(m["tools/tool_tokens"].get<double>(), 0.0);
   }
   EXPECT_GT(calls, 0.0) << "the fine-tuned policy calls multiply";
+  // The tool workers are in the memory plan: other processes, resident memory measured at the start.
+  const nlohmann::json memory = nlohmann::json::parse(read_text(run_dir / "run.json"))["plan"]["memory"];
+  const nlohmann::json* workers = nullptr;
+  for (const nlohmann::json& part : memory["parts"])
+    if (part["what"].get<std::string>().rfind("tool workers: 2 process(es)", 0) == 0) workers = &part;
+  ASSERT_NE(workers, nullptr) << memory.dump(1);
+  EXPECT_TRUE((*workers)["other_process"].get<bool>());
+  EXPECT_GT((*workers)["bytes"].get<double>(), 2 * 4.0 * (1 << 20)) << "two Python processes";
+  EXPECT_LT((*workers)["bytes"].get<double>(), 2 * 1024.0 * (1 << 20));
   // Every call the policy wrote was run: the result that follows it is a * b, in the template's
   // tool message, and the policy's next turn comes after it.
   const std::regex call(

@@ -101,6 +101,7 @@ class ToolRunner {
   // [{"type": "function", "function": {...}}, ...] in tools.functions order, keys in the order
   // transformers writes them (the chat template's tojson keeps it).
   const nlohmann::ordered_json& schemas() const { return schemas_; }
+  int workers() const;  // the worker processes
   // Every call, each on its own request (a slow or hung one delays only itself), at most
   // tools.workers at once. `cancel` as reward::WorkerPool::run takes it.
   std::vector<ToolOutcome> call(const std::vector<ToolCall>& calls, const std::atomic<bool>* cancel = nullptr);

@@ -48,6 +48,10 @@ struct MemoryPlanInputs {
   // the code verifier's sandboxes, or the terms'), and their resident memory measured then.
   int64_t reward_workers = 0;
   double reward_worker_bytes = 0;
+  // train: the tool workers the plan started (tools.functions, tools.environment), and their
+  // resident memory measured then.
+  int64_t tool_workers = 0;
+  double tool_worker_bytes = 0;
   // The ranks sharing the optimizer state and the batch; 0: WORLD_SIZE from the environment.
   int64_t world_size = 0;
 };
