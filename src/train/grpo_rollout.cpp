@@ -316,7 +316,11 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
   for (std::size_t i = 0; i < n; ++i) {
     const auto& c = ro.completions[i];
     const reward::RewardResult& r = results[i];
+    // tools.environment's get_reward(): weight 1, summed with the functions' as TRL's nansum sums
+    // them (so it scores a row no function applied to); one that raised is a reward error.
+    const bool owned_score = !owned.empty() && owned[i].error.empty();
     double reward = r.reward;
+    if (owned_score) reward = std::isnan(reward) ? owned[i].score : reward + owned[i].score;
     if (cfg_.grpo.overlong == algo::Overlong::soft_penalty)
       reward +=
           algo::overlong_penalty(int64_t(c.tokens.size()), cfg_.rollout.max_new_tokens, cfg_.grpo.overlong_buffer);
@@ -329,7 +333,13 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
         spdlog::warn("step {}: a completion failed to score with a new kind of error ({}):\n{}", step,
                      error_kind(r.error), r.error);
     }
-    if (r.status == reward::RewardStatus::not_applicable) {
+    if (!owned.empty() && !owned_score) {
+      if (sc.errors == 0) sc.first_error = owned[i].error;
+      ++sc.errors;
+      if (reported_error_kinds_.insert(error_kind(owned[i].error)).second)
+        spdlog::warn("step {}: an environment's get_reward failed:\n{}", step, owned[i].error);
+    }
+    if (r.status == reward::RewardStatus::not_applicable && !owned_score) {
       if (sc.not_applicable == 0) sc.first_not_applicable = ro.records[i]->prompt;
       ++sc.not_applicable;
     }
@@ -337,13 +347,7 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
       sc.extra[metric].first += value;
       sc.extra[metric].second += 1;
     };
-    if (!owned.empty() && owned[i].error.empty()) {  // TRL: weight 1, logged under the class's name
-      sc.rewards[i] += float(owned[i].score);
-      add("reward/" + tools_->environment_class(), owned[i].score);
-    } else if (!owned.empty()) {
-      if (sc.errors == 0) sc.first_error = owned[i].error;
-      ++sc.errors;
-    }
+    if (owned_score) add("reward/" + tools_->environment_class(), owned[i].score);  // TRL logs it by class
     for (const auto& [key, value] : r.extra) add("reward_extra/" + key, value);
     if (!ro.tool_stats.empty()) {  // tools.functions: per completion, averaged over the step's
       const rollout::ToolTurnStats& t = ro.tool_stats[i];

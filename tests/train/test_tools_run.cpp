@@ -303,11 +303,12 @@ TEST_F(ToolsRun, DynamicSamplingKeepsEachRowsConversationOnTwoRanks) {
 // tools.environment, TRL's environment_factory, end to end (tests/train/tool_environment.py): each
 // row's MultiplyEnv is reset with its record, and what reset() returns ends the row's prompt; the
 // policy calls the environment's multiply on its own instance; get_reward() is the row's reward (the
-// reward function scores 0): the number of products its own instance computed, i.e. its calls.
+// reward function returns None, as TRL's nansum leaves it): the number of products its own instance
+// computed, i.e. its calls.
 TEST_F(ToolsRun, AnEnvironmentOwnsItsStateAndReward) {
   const std::string env = std::string(UNSTUCK_SOURCE_DIR) + "/tests/train/tool_environment.py";
   const std::string reward =
-      "{function: {path: " + env + ", name: zero, style: trl, python: " + UNSTUCK_PYTHON + ", workers: 1}}";
+      "{function: {path: " + env + ", name: abstain, style: trl, python: " + UNSTUCK_PYTHON + ", workers: 1}}";
   // The task's records say "What is" and carry a and b: the environment writes the rest.
   for (const char* split : {"train", "test"}) {
     std::ofstream out(dir_ / "data" / (std::string("env_") + split + ".jsonl"));

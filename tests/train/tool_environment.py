@@ -5,8 +5,8 @@ TRL appends the string reset returns to the last prompt message), the public met
 policy's tool (the same name, hints and docstring as tests/rollout/tool_corpus.py's, which the
 stand-in policy learned to call), and get_reward() scores the rollout from the instance's own state:
 the number of products it computed (so a row's reward counts its own calls only when each row has its
-own instance). `zero` is a TRL reward function that scores 0, so a row's reward is the environment's
-alone.
+own instance). `abstain` is a TRL reward function that returns None (not applicable) for every
+completion, so a row's reward is the environment's alone, as TRL's nansum of the sources makes it.
 """
 
 
@@ -34,5 +34,5 @@ class MultiplyEnv:
         return a * b
 
 
-def zero(completions, **kwargs):
-    return [0.0 for _ in completions]
+def abstain(completions, **kwargs):
+    return [None for _ in completions]
