@@ -184,7 +184,10 @@ void add_eval(CLI::App& app) {
       o.turns = train::eval_tool_turns(
           model, train::tool_turn_hooks(plan.ctx.tokenizer, plan.ctx.prompts, plan.tools, nullptr),
           train::tool_turn_limits(c.tools, c.rollout.max_new_tokens, c.model.max_seq_len), a->seed);
-    if (plan.tools && plan.tools->has_environment()) o.observations = train::eval_observations(plan.tools, nullptr);
+    if (plan.tools && plan.tools->has_environment()) {
+      o.observations = train::eval_observations(plan.tools, nullptr);
+      o.environment = plan.tools->environment_class();
+    }
     const auto& path = plan.test_file;
     const train::EvalResult r =
         train::evaluate(model, plan.ctx.tokenizer, plan.test.kept, plan.ctx.prompts, *verifier, o);
@@ -315,7 +318,9 @@ void run_generate(const GenerateArgs& a) {
                                             : std::vector<std::string>(texts.size());
   std::vector<std::vector<int32_t>> prompts;
   for (std::size_t i = 0; i < records.size(); ++i)
-    prompts.push_back(train::prompt_ids(records[i], formatter, p.tokenizer, seen[i]));
+    prompts.push_back(train::observed_prompt_ids(records[i], formatter, p.tokenizer, seen[i],
+                                                 p.config.model.max_seq_len - o.sampling.max_new_tokens,
+                                                 tools ? tools->environment_class() : ""));
   const auto t0 = std::chrono::steady_clock::now();
   auto outs = rollout::generate(*p.model, prompts, o, at::make_generator<at::CPUGeneratorImpl>(a.seed));
   std::vector<nlohmann::json> conversations;

@@ -83,7 +83,8 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
           o.observations ? o.observations(batch_records) : std::vector<std::string>(batch_records.size());
       prompts.clear();
       for (std::size_t i = 0; i < batch_records.size(); ++i)
-        prompts.push_back(prompt_ids(*batch_records[i], formatter, tok, seen[i]));
+        prompts.push_back(observed_prompt_ids(*batch_records[i], formatter, tok, seen[i],
+                                              model.config().max_seq_len - o.max_new_tokens, o.environment));
     };
     start();
     auto outs = rollout::generate(model, prompts, greedy, gen);

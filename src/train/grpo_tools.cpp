@@ -24,16 +24,10 @@ void GrpoTrainer::start_environments(Rollouts& ro) {
   for (const data::TaskRecord* r : ro.records) rows.push_back(environment_row(*r));
   const std::vector<std::string> seen = tools_->reset_environments(rows, stop_flag_);
   const int64_t room = weights_.model().config().max_seq_len - cfg_.rollout.max_new_tokens;
-  for (std::size_t i = 0; i < seen.size(); ++i) {
-    if (seen[i].empty()) continue;
-    ro.prompts[i] = prompt_ids(*ro.records[i], prompt_format(), ctx_.tokenizer, seen[i]);
-    if (int64_t(ro.prompts[i].size()) > room)
-      throw UserError("tools.environment: " + tools_->environment_class() + ".reset appended " +
-                      std::to_string(seen[i].size()) + " characters to a prompt, making it " +
-                      std::to_string(ro.prompts[i].size()) + " tokens, more than the " + std::to_string(room) +
-                      " that model.max_seq_len - rollout.max_new_tokens leave (the prompt: " +
-                      ro.records[i]->prompt.substr(0, 200) + ")");
-  }
+  for (std::size_t i = 0; i < seen.size(); ++i)
+    if (!seen[i].empty())
+      ro.prompts[i] = observed_prompt_ids(*ro.records[i], prompt_format(), ctx_.tokenizer, seen[i], room,
+                                          tools_->environment_class());
 }
 
 rollout::ToolTurnLimits GrpoTrainer::tool_limits() const {

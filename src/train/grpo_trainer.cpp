@@ -263,7 +263,10 @@ double GrpoTrainer::evaluate() {
   opts.stop = stop_flag_;
   if (tools_)  // the same tool rounds as the rollouts, greedy
     opts.turns = eval_tool_turns(weights_.model(), tool_hooks(), tool_limits(), cfg_.run.seed);
-  if (tools_ && tools_->has_environment()) opts.observations = eval_observations(tools_, stop_flag_);
+  if (tools_ && tools_->has_environment()) {
+    opts.observations = eval_observations(tools_, stop_flag_);
+    opts.environment = tools_->environment_class();
+  }
   // Each rank scores its share: correct, records, and whether a signal stopped its scoring. Every
   // rank reaches the sum, stopped or not, so a signal to one rank leaves no collective unmatched.
   double sums[3] = {0, double(my_test_.size()), 0};

@@ -19,6 +19,19 @@ std::vector<int32_t> prompt_ids(const data::TaskRecord& record, const data::Prom
   return ids;
 }
 
+std::vector<int32_t> observed_prompt_ids(const data::TaskRecord& record, const data::PromptFormatter& prompts,
+                                         const tokenizer::Tokenizer& tok, const std::string& observation,
+                                         int64_t max_prompt_tokens, const std::string& environment) {
+  std::vector<int32_t> ids = prompt_ids(record, prompts, tok, observation);
+  if (!observation.empty() && int64_t(ids.size()) > max_prompt_tokens)
+    throw UserError(
+        "tools.environment: " + environment + ".reset appended " + std::to_string(observation.size()) +
+        " characters to a prompt, making it " + std::to_string(ids.size()) + " tokens, more than the " +
+        std::to_string(max_prompt_tokens) +
+        " that model.max_seq_len - rollout.max_new_tokens leave (the prompt: " + record.prompt.substr(0, 200) + ")");
+  return ids;
+}
+
 PromptFit fit_prompts(std::vector<data::TaskRecord> records, const data::PromptFormatter& prompts,
                       const tokenizer::Tokenizer& tok, int64_t max_prompt_tokens) {
   PromptFit fit;

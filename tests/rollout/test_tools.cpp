@@ -295,11 +295,18 @@ TEST(ToolRunner, AnEnvironmentKeepsOneInstancePerRowAsTrlDoes) {
       for (int k = 0; k <= i; ++k) calls.push_back({"increment", {{"step", 1}}, i});
     calls.push_back({"multiply", {{"a", 2}, {"b", 3}}, 3});
     calls.push_back({"increment", {{"step", 5}}, 2});  // row 2 overshoots
+    // A policy that calls reset (to start over at a target it reached) or get_reward (to read its
+    // score) is told there is no such tool, and its instance is untouched.
+    calls.push_back({"reset", {{"target", 0}}, 2});
+    calls.push_back({"get_reward", nlohmann::ordered_json::object(), 0});
     const std::vector<ToolOutcome> out = tools.call(calls);
     EXPECT_EQ(out[0].content, "1");
     EXPECT_EQ(out[9].content, "4");  // row 3's fourth increment: its own counter
     EXPECT_EQ(out[10].content, "6");
     EXPECT_EQ(out[11].content, "8");
+    EXPECT_EQ(out[12].content, "{'error': 'Tool reset not found.'}");
+    EXPECT_EQ(out[13].content, "{'error': 'Tool get_reward not found.'}");
+    EXPECT_TRUE(out[12].failed && out[13].failed);
     const std::vector<EnvironmentScore> scores = tools.environment_rewards(4);
     ASSERT_EQ(scores.size(), 4u);
     for (int i = 0; i < 4; ++i) {
@@ -341,6 +348,31 @@ TEST(ToolRunner, AnEnvironmentsObservationsAndItsContract) {
     EXPECT_NE(std::string(e.what()).find("FailingReset.reset of row 0 failed"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("no task for this row"), std::string::npos) << e.what();
   }
+}
+
+// A row's calls go to the worker holding its instance (tools.environment). When that worker dies and
+// cannot start again, the row's calls fail with the reason instead of waiting for it, and the other
+// rows' worker still answers.
+TEST(ToolRunner, APinnedCallWhoseWorkerCannotStartAgainFailsWithTheReason) {
+  const std::filesystem::path marker =
+      std::filesystem::temp_directory_path() / ("unstuck_crash_marker_" + std::to_string(::getpid()));
+  std::filesystem::remove(marker);
+  ::setenv("UNSTUCK_TEST_CRASH_MARKER", marker.c_str(), 1);
+  ToolsConfig cfg;
+  cfg.environment = {std::string(UNSTUCK_SOURCE_DIR) + "/tests/rollout/tool_crash_env.py", "CrashEnv"};
+  cfg.python = UNSTUCK_PYTHON;
+  cfg.workers = 2;
+  ToolRunner tools(cfg);
+  tools.reset_environments({nlohmann::json::object(), nlohmann::json::object()});
+  const std::vector<ToolOutcome> crashed = tools.call({{"crash", nlohmann::ordered_json::object(), 1}});
+  const std::vector<ToolOutcome> out =
+      tools.call({{"where", nlohmann::ordered_json::object(), 0}, {"where", nlohmann::ordered_json::object(), 1}});
+  ::unsetenv("UNSTUCK_TEST_CRASH_MARKER");
+  std::filesystem::remove(marker);
+  EXPECT_TRUE(crashed.at(0).failed) << crashed.at(0).content;
+  EXPECT_FALSE(out.at(0).failed) << out.at(0).content;
+  EXPECT_TRUE(out.at(1).failed);
+  EXPECT_NE(out.at(1).content.find("could not be started again"), std::string::npos) << out.at(1).content;
 }
 
 // Where two id lists part: "equal", or the lengths and the first index that differs.

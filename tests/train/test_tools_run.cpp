@@ -305,26 +305,32 @@ TEST_F(ToolsRun, DynamicSamplingKeepsEachRowsConversationOnTwoRanks) {
 // policy calls the environment's multiply on its own instance; get_reward() is the row's reward (the
 // reward function returns None, as TRL's nansum leaves it): the number of products its own instance
 // computed, i.e. its calls.
+// The task's records as tools.environment rows: each says "What is" and carries a and b (the
+// environment writes the rest), and `extra`'s columns; written as data/<name>_{train,test}.jsonl.
+// Returns the config overrides that read them.
+std::string environment_data(const fs::path& dir, const std::string& name, const nlohmann::json& extra) {
+  for (const char* split : {"train", "test"}) {
+    std::ofstream out(dir / "data" / (name + "_" + split + ".jsonl"));
+    for (const nlohmann::json& r : read_lines(dir / "data" / (std::string(split) + ".jsonl"))) {
+      const std::string q = r["question"];
+      const std::size_t times = q.find(" times ");
+      nlohmann::json row{{"question", "What is"},
+                         {"a", std::stoll(q.substr(8, times - 8))},
+                         {"b", std::stoll(q.substr(times + 7))},
+                         {"answer", r["answer"]}};
+      row.update(extra.value(split, nlohmann::json::object()));
+      out << row.dump() << "\n";
+    }
+  }
+  return " data.train_path=" + (dir / "data" / (name + "_train.jsonl")).string() +
+         " data.test_path=" + (dir / "data" / (name + "_test.jsonl")).string();
+}
+
 TEST_F(ToolsRun, AnEnvironmentOwnsItsStateAndReward) {
   const std::string env = std::string(UNSTUCK_SOURCE_DIR) + "/tests/train/tool_environment.py";
   const std::string reward =
       "{function: {path: " + env + ", name: abstain, style: trl, python: " + UNSTUCK_PYTHON + ", workers: 1}}";
-  // The task's records say "What is" and carry a and b: the environment writes the rest.
-  for (const char* split : {"train", "test"}) {
-    std::ofstream out(dir_ / "data" / (std::string("env_") + split + ".jsonl"));
-    for (const nlohmann::json& r : read_lines(dir_ / "data" / (std::string(split) + ".jsonl"))) {
-      const std::string q = r["question"];
-      const std::size_t times = q.find(" times ");
-      out << nlohmann::json{{"question", "What is"},
-                            {"a", std::stoll(q.substr(8, times - 8))},
-                            {"b", std::stoll(q.substr(times + 7))},
-                            {"answer", r["answer"]}}
-                 .dump()
-          << "\n";
-    }
-  }
-  const std::string data = " data.train_path=" + (dir_ / "data/env_train.jsonl").string() +
-                           " data.test_path=" + (dir_ / "data/env_test.jsonl").string();
+  const std::string data = environment_data(dir_, "env", nlohmann::json::object());
   ASSERT_EQ(run("train --config " +
                     config("env", 2, reward, "  environment: {path: " + env + ", name: MultiplyEnv}\n").string() + data,
                 "env.log"),
@@ -350,6 +356,34 @@ TEST_F(ToolsRun, AnEnvironmentOwnsItsStateAndReward) {
   EXPECT_EQ(rows, 16);
   EXPECT_GT(rewarded, 0);
   for (const auto& m : read_metrics(dir_ / "runs" / "env")) EXPECT_TRUE(m.contains("reward/MultiplyEnv")) << m;
+}
+
+// A reset() whose string leaves no room for the completion stops the run naming the class, the
+// lengths and the record, wherever rows are reset: the training rows, the run's evaluation (here the
+// test rows alone are long-winded) and `unstuck generate --config`.
+TEST_F(ToolsRun, AnObservationThatOutgrowsTheContextIsNamed) {
+  const std::string env = std::string(UNSTUCK_SOURCE_DIR) + "/tests/train/tool_environment.py";
+  const std::string tools = "  environment: {path: " + env + ", name: LongWinded}\n";
+  const std::string named = "tools.environment: LongWinded.reset appended 6000 characters to a prompt";
+  const fs::path cfg = config("long", 1, "{verifier: math, answer_formats: [boxed], format_reward: 0.0}", tools);
+  EXPECT_NE(run("train --config " + cfg.string() + environment_data(dir_, "long", nlohmann::json::object()),
+                "long_train.log"),
+            0);
+  EXPECT_NE(read_text(dir_ / "long_train.log").find(named), std::string::npos) << read_text(dir_ / "long_train.log");
+  const std::string short_train = environment_data(dir_, "long_eval", {{"train", {{"short", true}}}});
+  EXPECT_NE(run("train --config " + cfg.string() + short_train + " run.name=long_eval", "long_eval.log"), 0);
+  const std::string evaluated = read_text(dir_ / "long_eval.log");
+  EXPECT_NE(evaluated.find(named), std::string::npos) << evaluated;
+  EXPECT_NE(evaluated.find("first rollout token"), std::string::npos) << "the training rows fit: " << evaluated;
+  EXPECT_EQ(read_text(dir_ / "long_train.log").find("first rollout token"), std::string::npos)
+      << "the training rows do not: " << read_text(dir_ / "long_train.log");
+  std::ofstream(dir_ / "long_prompts.txt") << "What is\n";
+  EXPECT_NE(run("generate --model " + (dir_ / "model").string() + " --config " + cfg.string() + " --prompts-file " +
+                    (dir_ / "long_prompts.txt").string(),
+                "long_generate.log"),
+            0);
+  EXPECT_NE(read_text(dir_ / "long_generate.log").find(named), std::string::npos)
+      << read_text(dir_ / "long_generate.log");
 }
 
 // The prompts render the tools' schemas, and the data is fitted to those lengths before training:

@@ -5,7 +5,8 @@ TRL appends the string reset returns to the last prompt message), the public met
 policy's tool (the same name, hints and docstring as tests/rollout/tool_corpus.py's, which the
 stand-in policy learned to call), and get_reward() scores the rollout from the instance's own state:
 the number of products it computed (so a row's reward counts its own calls only when each row has its
-own instance). `abstain` is a TRL reward function that returns None (not applicable) for every
+own instance). LongWinded's reset returns more than the context holds for every row without a `short`
+column (unstuck's own check names it in training, evaluation and `unstuck generate`). `abstain` is a TRL reward function that returns None (not applicable) for every
 completion, so a row's reward is the environment's alone, as TRL's nansum of the sources makes it.
 """
 
@@ -32,6 +33,12 @@ class MultiplyEnv:
         """
         self.products.append(a * b)
         return a * b
+
+
+class LongWinded(MultiplyEnv):
+    def reset(self, short=False, **kwargs) -> str | None:
+        self.products = []
+        return None if short else " Think it over." * 400
 
 
 def abstain(completions, **kwargs):

@@ -40,6 +40,7 @@ struct EvalOptions {
   // tools.environment: resets one instance per record of a batch (before each of its generations)
   // and returns what each reset() appended to its prompt ("" for nothing). Unset: no environment.
   std::function<std::vector<std::string>(const std::vector<const data::TaskRecord*>& records)> observations;
+  std::string environment;  // the class `observations` resets (named when a prompt outgrows the context)
 };
 
 struct EvalResult {

@@ -18,6 +18,13 @@ namespace unstuck::train {
 // `appended`: PromptFormatter::render's.
 std::vector<int32_t> prompt_ids(const data::TaskRecord& record, const data::PromptFormatter& prompts,
                                 const tokenizer::Tokenizer& tok, const std::string& appended = "");
+// prompt_ids() of a record whose tools.environment instance returned `observation` from reset()
+// (appended to the prompt; "" for none). Throws UserError naming `environment` (the class), the
+// lengths and the record when the prompt then exceeds `max_prompt_tokens` (model.max_seq_len -
+// rollout.max_new_tokens): training, evaluation and `unstuck generate` check it alike.
+std::vector<int32_t> observed_prompt_ids(const data::TaskRecord& record, const data::PromptFormatter& prompts,
+                                         const tokenizer::Tokenizer& tok, const std::string& observation,
+                                         int64_t max_prompt_tokens, const std::string& environment);
 
 // Records whose prompt fits in `max_prompt_tokens` (max_seq_len - max_new_tokens), in order.
 struct PromptFit {
