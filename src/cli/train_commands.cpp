@@ -298,12 +298,13 @@ void run_generate(const GenerateArgs& a) {
     p.config.rollout = user.rollout;
     p.config.tools = user.tools;
   }
-  const rollout::GenerateOptions o = generate_options(a, p);
+  rollout::GenerateOptions o = generate_options(a, p);
   data::PromptFormatter formatter(p.config.data, a.model);
   std::shared_ptr<rollout::ToolRunner> tools;  // the config's (or the model's) tools: calls run, as in training
   if (p.config.tools.enabled()) {
     tools = std::make_shared<rollout::ToolRunner>(p.config.tools);
     formatter = formatter.with_tools(tools->schemas());
+    o.contexts = std::make_shared<rollout::KeptContexts>();  // each tool round continues the rows' caches
   }
   std::vector<data::TaskRecord> records(texts.size());
   std::vector<const data::TaskRecord*> record_of;

@@ -679,6 +679,10 @@ KVCache LlamaModel::new_cache(int64_t batch, int64_t capacity) const {
   if (capacity > config_.max_seq_len)
     throw UserError("KV cache of " + std::to_string(capacity) + " tokens exceeds model.max_seq_len (" +
                     std::to_string(config_.max_seq_len) + ")");
+  return new_slots_cache(batch, capacity);
+}
+
+KVCache LlamaModel::new_slots_cache(int64_t batch, int64_t capacity) const {
   KVCache cache;  // no slots yet: the first forward_cached() reserves what it fills
   const auto opts = flat_.options();
   for (int64_t i = 0; i < config_.n_layers; ++i) {

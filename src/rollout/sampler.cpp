@@ -11,8 +11,10 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <numeric>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 
 #if defined(UNSTUCK_HAVE_CUDA)
 #include <c10/cuda/CUDAStream.h>
@@ -103,6 +105,12 @@ class Decoder {
   virtual bool compact(int64_t finished, int64_t A, int64_t /*B*/) const { return finished * 8 >= A; }
   // Keeps the rows `keep` (ascending) of the decode batch.
   virtual void keep_rows(const torch::Tensor& keep) = 0;
+  // Each row's context after the call (its prompt `prompts[i]` and completion `out[i]` but the last
+  // token) for GenerateOptions::contexts, named by `ids`; none without a cache.
+  virtual KeptContexts kept_contexts(const std::vector<std::vector<int32_t>>& /*prompts*/,
+                                     const std::vector<Completion>& /*out*/, const std::vector<int64_t>& /*ids*/) {
+    return {};
+  }
 
  protected:
   virtual std::pair<torch::Tensor, torch::Tensor> next(int64_t t, const torch::Tensor& prev, const torch::Tensor& u,
@@ -142,39 +150,205 @@ class RecomputeDecoder : public Decoder {
   torch::Tensor seq_, valid_;  // (A, P + N) tokens and validity
 };
 
+// Where a call's prompts start (GenerateOptions::contexts): per prompt, the row of the kept cache
+// whose context it extends (-1: none) and the tokens after that context, which the call computes.
+struct Continuation {
+  std::vector<int64_t> from;
+  std::vector<std::vector<int32_t>> tails;
+  bool any = false;
+};
+
+Continuation continuation_of(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o) {
+  Continuation c;
+  c.from.assign(prompts.size(), -1);
+  if (!o.row_ids.empty() && o.row_ids.size() != prompts.size())
+    throw std::invalid_argument("generate: row_ids must name every prompt's row");
+  if (!o.contexts || !o.use_cache || o.contexts->ids.empty()) return c;
+  const KeptContexts& kept = *o.contexts;
+  std::unordered_map<int64_t, int64_t> row_of;  // row id -> its row of the kept cache
+  for (std::size_t j = 0; j < kept.ids.size(); ++j) row_of[kept.ids[j]] = int64_t(j);
+  for (std::size_t b = 0; b < prompts.size(); ++b) {
+    const auto it = row_of.find(o.row_ids.empty() ? int64_t(b) : o.row_ids[b]);
+    if (it == row_of.end()) continue;
+    const std::vector<int32_t>& ctx = kept.tokens[std::size_t(it->second)];
+    if (ctx.size() < prompts[b].size() && std::equal(ctx.begin(), ctx.end(), prompts[b].begin())) {
+      c.from[b] = it->second;
+      c.any = true;
+    }
+  }
+  if (!c.any) return c;
+  for (std::size_t b = 0; b < prompts.size(); ++b) {
+    const std::size_t done = c.from[b] < 0 ? 0 : kept.tokens[std::size_t(c.from[b])].size();
+    c.tails.emplace_back(prompts[b].begin() + std::ptrdiff_t(done), prompts[b].end());
+  }
+  return c;
+}
+
 // DecodeMode dynamic: one cached forward of the previous tokens per step, over a cache that
 // shrinks with the batch. The prefill runs once per distinct prompt when rows share one (a GRPO
-// group), its keys and values copied to the rows.
+// group), its keys and values copied to the rows; rows that continue kept contexts copy them and
+// prefill only their tails. With `contexts` every row's context is kept to the end: a row leaving
+// the batch moves behind the decoding ones in the same buffers instead of being dropped.
 class CachedDecoder : public Decoder {
  public:
   CachedDecoder(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                const torch::Tensor& prompt, const torch::Tensor& valid, int64_t N, bool share_prompts)
-      : model_(model), cache_(model.new_cache(prompt.size(0), prompt.size(1) + N)) {
-    const PromptGroups groups = share_prompts ? consecutive_prompt_groups(prompts) : PromptGroups{};
-    if (!share_prompts || int64_t(groups.first_rows.size()) == prompt.size(0)) {
-      first_ = model.forward_cached(prompt, cache_, valid, /*last_only=*/true).select(1, 0);
+                const torch::Tensor& prompt, const torch::Tensor& valid, int64_t N, bool share_prompts,
+                const Continuation& cont, KeptContexts* contexts)
+      : model_(model),
+        cache_(model.new_slots_cache(prompt.size(0), (cont.any ? contexts->cache.length : 0) + prompt.size(1) + N)),
+        keep_all_(contexts != nullptr) {
+    if (keep_all_) {
+      cache_.reserve(cache_.capacity);  // the buffers never move: the view of the decoding rows stays valid
+      whole_ = cache_;
+      rows_.resize(std::size_t(prompt.size(0)));
+      std::iota(rows_.begin(), rows_.end(), int64_t(0));
+    }
+    if (cont.any) {
+      continue_from(cont, *contexts, prompt, valid);
+    } else {
+      prefill(prompts, prompt, valid, share_prompts);
+    }
+    prefill_length_ = cache_.length;
+  }
+  void keep_rows(const torch::Tensor& keep) override {
+    if (!keep_all_) {
+      cache_.keep_rows(keep);
       return;
     }
-    const torch::Tensor firsts = torch::tensor(groups.first_rows, torch::kLong).to(prompt.device());
-    const torch::Tensor rows = torch::tensor(groups.of_row, torch::kLong).to(prompt.device());
-    model::KVCache shared = model.new_cache(int64_t(groups.first_rows.size()), prompt.size(1));
-    first_ = model
-                 .forward_cached(prompt.index_select(0, firsts), shared,
-                                 valid.defined() ? valid.index_select(0, firsts) : torch::Tensor(), /*last_only=*/true)
-                 .select(1, 0)
-                 .index_select(0, rows);
-    cache_.copy_rows_from(shared, rows);
+    sync_whole();
+    whole_->move_rows_to_front(reorder(keep));
+    cache_ = whole_->first_rows(keep.size(0));
   }
-  void keep_rows(const torch::Tensor& keep) override { cache_.keep_rows(keep); }
+  KeptContexts kept_contexts(const std::vector<std::vector<int32_t>>& prompts, const std::vector<Completion>& out,
+                             const std::vector<int64_t>& ids) override;
 
  protected:
   std::pair<torch::Tensor, torch::Tensor> next(int64_t, const torch::Tensor& prev, const torch::Tensor& u, int64_t,
                                                const SamplingConfig& s) override {
     return sample_logits(model_.forward_cached(prev.unsqueeze(1), cache_, {}, /*last_only=*/true).select(1, 0), s, u);
   }
+  // With every context kept: the buffers' row order after the decoding rows `keep` (ascending, of
+  // the first `active_`) stay: they first, then the other decoding rows, then those that left before.
+  torch::Tensor reorder(const torch::Tensor& keep) {
+    const torch::Tensor kept = keep.cpu();
+    std::vector<int64_t> order(kept.data_ptr<int64_t>(), kept.data_ptr<int64_t>() + kept.numel());
+    std::vector<bool> staying(std::size_t(active_), false);
+    for (int64_t r : order) staying[std::size_t(r)] = true;
+    for (int64_t r = 0; r < int64_t(rows_.size()); ++r)
+      if (r >= active_ || !staying[std::size_t(r)]) order.push_back(r);
+    std::vector<int64_t> rows(rows_.size());
+    for (std::size_t j = 0; j < order.size(); ++j) rows[j] = rows_[std::size_t(order[j])];
+    rows_ = std::move(rows);
+    active_ = kept.numel();
+    return torch::tensor(order, torch::kLong).to(keep.device());
+  }
+
   const model::LlamaModel& model_;
   model::KVCache cache_;
+  bool keep_all_;
+  std::vector<int64_t> rows_;  // with every context kept: the call's row each buffer row holds
+  int64_t active_ = 0;         // of them, the decoding rows (the first ones)
+  int64_t prefill_length_ = 0;
+
+ private:
+  void prefill(const std::vector<std::vector<int32_t>>& prompts, const torch::Tensor& prompt,
+               const torch::Tensor& valid, bool share_prompts) {
+    active_ = prompt.size(0);
+    const PromptGroups groups = share_prompts ? consecutive_prompt_groups(prompts) : PromptGroups{};
+    if (!share_prompts || int64_t(groups.first_rows.size()) == prompt.size(0)) {
+      first_ = model_.forward_cached(prompt, cache_, valid, /*last_only=*/true).select(1, 0);
+      return;
+    }
+    const torch::Tensor firsts = torch::tensor(groups.first_rows, torch::kLong).to(prompt.device());
+    const torch::Tensor rows = torch::tensor(groups.of_row, torch::kLong).to(prompt.device());
+    model::KVCache shared = model_.new_cache(int64_t(groups.first_rows.size()), prompt.size(1));
+    first_ = model_
+                 .forward_cached(prompt.index_select(0, firsts), shared,
+                                 valid.defined() ? valid.index_select(0, firsts) : torch::Tensor(), /*last_only=*/true)
+                 .select(1, 0)
+                 .index_select(0, rows);
+    cache_.copy_rows_from(shared, rows);
+  }
+  // Rows continuing kept contexts start from copies of them (the kept cache is released), the others
+  // empty; then every row's tail is prefilled.
+  void continue_from(const Continuation& cont, KeptContexts& kept, const torch::Tensor& tail,
+                     const torch::Tensor& valid) {
+    active_ = tail.size(0);
+    std::vector<int64_t> source, fresh;
+    for (std::size_t b = 0; b < cont.from.size(); ++b) {
+      source.push_back(std::max<int64_t>(cont.from[b], 0));
+      if (cont.from[b] < 0) fresh.push_back(int64_t(b));
+    }
+    cache_.copy_rows_from(kept.cache, torch::tensor(source, torch::kLong).to(tail.device()));
+    if (!fresh.empty()) {
+      const torch::Tensor rows = torch::tensor(fresh, torch::kLong).to(tail.device());
+      cache_.key_valid.index_fill_(0, rows, false);
+      cache_.next_position.index_fill_(0, rows, 0);
+    }
+    cache_.has_holes = true;  // the kept rows' unfilled tails, the fresh rows' slots
+    kept.cache = model::KVCache();
+    first_ = model_.forward_cached(tail, cache_, valid, /*last_only=*/true).select(1, 0);
+  }
+  // The whole buffers' host-side fields brought up to the decoding rows' view.
+  void sync_whole() {
+    whole_->length = cache_.length;
+    whole_->has_holes = cache_.has_holes;
+    whole_->next_position.narrow(0, 0, cache_.batch()).copy_(cache_.next_position);
+  }
+
+  std::optional<model::KVCache> whole_;  // with every context kept: all rows' buffers (cache_: its first rows)
 };
+
+KeptContexts CachedDecoder::kept_contexts(const std::vector<std::vector<int32_t>>& prompts,
+                                          const std::vector<Completion>& out, const std::vector<int64_t>& ids) {
+  if (whole_) sync_whole();
+  model::KVCache c = whole_ ? *whole_ : cache_;  // the same buffers
+  c.slot = torch::Tensor();
+  c.attend_slots = 0;
+  const int64_t B = c.batch(), L = c.length;
+  // Row j keeps its filled slots before its completion's last token: the prompt's, then one per fed token.
+  const torch::Tensor filled = c.key_valid.narrow(1, 0, L).cpu();
+  const auto valid = filled.accessor<bool, 2>();
+  std::vector<std::vector<int64_t>> slots(static_cast<std::size_t>(B));
+  int64_t longest = 0;
+  KeptContexts kept;
+  for (int64_t j = 0; j < B; ++j) {
+    const std::size_t i = std::size_t(rows_[std::size_t(j)]);
+    const int64_t n = int64_t(out[i].tokens.size());
+    for (int64_t t = 0; t < std::min(L, prefill_length_ + n - 1); ++t)
+      if (valid[j][t]) slots[std::size_t(j)].push_back(t);
+    const int64_t count = int64_t(slots[std::size_t(j)].size());
+    if (count != int64_t(prompts[i].size()) + n - 1)
+      throw std::logic_error("generate: row " + std::to_string(i) + "'s cache holds " + std::to_string(count) +
+                             " tokens of its context, not " + std::to_string(prompts[i].size() + std::size_t(n) - 1));
+    longest = std::max(longest, count);
+    kept.ids.push_back(ids[i]);
+    kept.tokens.push_back(prompts[i]);
+    kept.tokens.back().insert(kept.tokens.back().end(), out[i].tokens.begin(), out[i].tokens.end() - 1);
+  }
+  std::vector<int64_t> index(std::size_t(B * longest), 0), counts;
+  std::vector<uint8_t> real(std::size_t(B * longest), 0);
+  for (int64_t j = 0; j < B; ++j) {
+    const std::vector<int64_t>& s = slots[std::size_t(j)];
+    std::copy(s.begin(), s.end(), index.begin() + std::ptrdiff_t(j * longest));
+    std::fill_n(real.begin() + std::ptrdiff_t(j * longest), s.size(), uint8_t(1));
+    counts.push_back(int64_t(s.size()));
+  }
+  const torch::Device device = c.key_valid.device();
+  const torch::Tensor at = torch::from_blob(index.data(), {B, longest}, torch::kLong).to(device, false, true);
+  // Each layer's buffers (B, G, slots, hd) give way to their kept slots, in order: (B, G, longest, hd).
+  for (std::vector<torch::Tensor>* kv : {&c.k, &c.v})
+    for (torch::Tensor& t : *kv)
+      t = t.narrow(2, 0, L).gather(2, at.view({B, 1, longest, 1}).expand({B, t.size(1), longest, t.size(3)}));
+  c.key_position = c.key_position.narrow(1, 0, L).gather(1, at);
+  c.key_valid = torch::from_blob(real.data(), {B, longest}, torch::kUInt8).to(device, torch::kBool, false, true);
+  c.next_position = torch::tensor(counts, torch::kLong).to(device);
+  c.capacity = longest;
+  c.has_holes = *std::min_element(counts.begin(), counts.end()) < longest;
+  c.length = longest;
+  kept.cache = std::move(c);
+  return kept;
+}
 
 // DecodeMode fixed and graphs: fixed-shape steps over a cache whose buffers stay where they are. The
 // step for A unfinished rows computes decode_bucket(A, rows) rows (those after the first A are stale:
@@ -187,8 +361,9 @@ class FixedDecoder : public CachedDecoder {
   static constexpr int64_t kAttendSlots = 128;
 
   FixedDecoder(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-               const torch::Tensor& prompt, const torch::Tensor& valid, int64_t N, bool share_prompts, bool graphs)
-      : CachedDecoder(model, prompts, prompt, valid, N, share_prompts),
+               const torch::Tensor& prompt, const torch::Tensor& valid, int64_t N, bool share_prompts,
+               const Continuation& cont, KeptContexts* contexts, bool graphs)
+      : CachedDecoder(model, prompts, prompt, valid, N, share_prompts, cont, contexts),
         graphs_(graphs ? std::make_unique<DecodeGraphs>(model.flat_weights().device().index()) : nullptr) {
     cache_.reserve(cache_.capacity);  // every slot allocated: the buffers never move
     const auto opts = cache_.next_position.options();
@@ -201,7 +376,9 @@ class FixedDecoder : public CachedDecoder {
   bool compact(int64_t finished, int64_t A, int64_t B) const override {
     return decode_bucket(A - finished, B) < decode_bucket(A, B);
   }
-  void keep_rows(const torch::Tensor& keep) override { cache_.move_rows_to_front(keep); }
+  // With every context kept, the rows that leave stay behind the decoding ones (stale steps may
+  // write past their contexts, which kept_contexts() does not read).
+  void keep_rows(const torch::Tensor& keep) override { cache_.move_rows_to_front(keep_all_ ? reorder(keep) : keep); }
 
  protected:
   std::pair<torch::Tensor, torch::Tensor> next(int64_t, const torch::Tensor& prev, const torch::Tensor& u, int64_t A,
@@ -318,7 +495,8 @@ DecodeMode resolve_decode_mode(DecodeMode mode, const torch::Device& device, boo
 
 namespace {
 
-// The longest prompt's length, after the prompts and the uniforms are checked against the model.
+// The longest prompt's length, after the prompts, the row limits and the uniforms are checked
+// against the model: each row's prompt + its limit within model.max_seq_len.
 int64_t checked_prompt_length(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
                               const GenerateOptions& o) {
   int64_t P = 0;
@@ -329,9 +507,17 @@ int64_t checked_prompt_length(const model::LlamaModel& model, const std::vector<
   const int64_t B = int64_t(prompts.size()), N = o.sampling.max_new_tokens;
   if (o.uniforms.defined() && (o.uniforms.dim() != 2 || o.uniforms.size(0) != B || o.uniforms.size(1) < N))
     throw std::invalid_argument("generate: uniforms must be (prompts, max_new_tokens)");
-  if (P + N > model.config().max_seq_len)
-    throw UserError("generate: prompt (" + std::to_string(P) + " tokens) + max_new_tokens (" + std::to_string(N) +
-                    ") exceed model.max_seq_len (" + std::to_string(model.config().max_seq_len) + ")");
+  if (!o.row_max_new.empty() && int64_t(o.row_max_new.size()) != B)
+    throw std::invalid_argument("generate: row_max_new must hold one limit per prompt");
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = o.row_max_new.empty() ? N : o.row_max_new[std::size_t(b)];
+    if (n < 1 || n > N) throw std::invalid_argument("generate: row_max_new must be in [1, max_new_tokens]");
+    // Without the cache every step runs over the longest prompt's sequence.
+    const int64_t p = o.row_max_new.empty() || !o.use_cache ? P : int64_t(prompts[std::size_t(b)].size());
+    if (p + n > model.config().max_seq_len)
+      throw UserError("generate: prompt (" + std::to_string(p) + " tokens) + max_new_tokens (" + std::to_string(n) +
+                      ") exceed model.max_seq_len (" + std::to_string(model.config().max_seq_len) + ")");
+  }
   if (o.stop_check_every < 0) throw std::invalid_argument("generate: stop_check_every must be >= 0");
   return P;
 }
@@ -349,28 +535,32 @@ torch::Tensor step_uniforms(const GenerateOptions& o, at::Generator gen, int64_t
 }
 
 std::unique_ptr<Decoder> make_decoder(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                                      const torch::Tensor& prompt, const torch::Tensor& valid,
-                                      const GenerateOptions& o) {
+                                      const torch::Tensor& prompt, const torch::Tensor& valid, const GenerateOptions& o,
+                                      const Continuation& cont) {
   const int64_t N = o.sampling.max_new_tokens;
   const DecodeMode mode = resolve_decode_mode(o.sampling.decode, prompt.device(), o.use_cache);
+  // Rows continuing kept contexts have different ones: no prompt is shared.
+  const bool share = o.share_prompts && !cont.any;
+  KeptContexts* contexts = o.use_cache ? o.contexts.get() : nullptr;
   if (mode == DecodeMode::fixed || mode == DecodeMode::graphs)
-    return std::make_unique<FixedDecoder>(model, prompts, prompt, valid, N, o.share_prompts,
+    return std::make_unique<FixedDecoder>(model, prompts, prompt, valid, N, share, cont, contexts,
                                           mode == DecodeMode::graphs);
   if (!o.use_cache) return std::make_unique<RecomputeDecoder>(model, prompt, valid, N, o.pad_id);
-  return std::make_unique<CachedDecoder>(model, prompts, prompt, valid, N, o.share_prompts);
+  return std::make_unique<CachedDecoder>(model, prompts, prompt, valid, N, share, cont, contexts);
 }
 
 // Each row's completion, read once from the (B, N) tokens and log-probs: up to and including its
-// first stop token.
+// first stop token, at most its limit (GenerateOptions::row_max_new; empty: all N).
 std::vector<Completion> read_completions(const torch::Tensor& tokens, const torch::Tensor& logp,
-                                         const std::vector<int64_t>& stop_list) {
+                                         const std::vector<int64_t>& stop_list, const std::vector<int64_t>& limits) {
   const torch::Tensor tokens_host = tokens.cpu(), logp_host = logp.cpu();
   const auto tok = tokens_host.accessor<int64_t, 2>();
   const auto lp = logp_host.accessor<float, 2>();
   std::vector<Completion> out(static_cast<std::size_t>(tokens.size(0)));
   for (int64_t b = 0; b < tokens.size(0); ++b) {
     Completion& c = out[std::size_t(b)];
-    for (int64_t t = 0; t < tokens.size(1); ++t) {
+    const int64_t n = limits.empty() ? tokens.size(1) : limits[std::size_t(b)];
+    for (int64_t t = 0; t < n; ++t) {
       c.tokens.push_back(int32_t(tok[b][t]));
       c.logprobs.push_back(lp[b][t]);
       if (std::find(stop_list.begin(), stop_list.end(), tok[b][t]) != stop_list.end()) {
@@ -390,12 +580,21 @@ std::vector<Completion> generate(const model::LlamaModel& model, const std::vect
   torch::NoGradGuard no_grad;
   const int64_t B = int64_t(prompts.size());
   if (B == 0) return {};
-  const int64_t P = checked_prompt_length(model, prompts, o), N = o.sampling.max_new_tokens;
+  const int64_t N = o.sampling.max_new_tokens;
+  checked_prompt_length(model, prompts, o);
   const torch::Device device = model.flat_weights().device();
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
   const torch::Tensor uniforms = step_uniforms(o, gen, B, device);
-  const auto [prompt, prompt_valid] = pad_prompts(prompts, P, o.pad_id, device);  // (B, P), (B, P) or undefined
-  const std::unique_ptr<Decoder> decoder = make_decoder(model, prompts, prompt, prompt_valid, o);
+  // What the call computes of each prompt: all of it, or its tail after a kept context.
+  const Continuation cont = continuation_of(prompts, o);
+  const std::vector<std::vector<int32_t>>& fresh = cont.any ? cont.tails : prompts;
+  int64_t P = 0;
+  for (const auto& p : fresh) P = std::max<int64_t>(P, int64_t(p.size()));
+  const auto [prompt, prompt_valid] = pad_prompts(fresh, P, o.pad_id, device);  // (B, P), (B, P) or undefined
+  const std::unique_ptr<Decoder> decoder = make_decoder(model, fresh, prompt, prompt_valid, o, cont);
+  // Rows that stop at their own limit (row_max_new) before max_new_tokens.
+  const torch::Tensor row_limit =
+      o.row_max_new.empty() ? torch::Tensor() : torch::tensor(o.row_max_new, torch::kLong).to(device);
   // Results of every row, written by tensor ops: (B, N) tokens and log-probs.
   const torch::Tensor gen_tokens = torch::full({B, N}, int64_t(o.pad_id), long_opts);
   const torch::Tensor gen_logp = torch::zeros({B, N}, long_opts.dtype(torch::kFloat32));
@@ -419,8 +618,9 @@ std::vector<Completion> generate(const model::LlamaModel& model, const std::vect
       progress.sampled += A;
       o.progress(progress);
     }
-    if (t + 1 == N || stop_list.empty()) continue;
-    done = done | (stop_list.size() == 1 ? next.eq(stop_list[0]) : torch::isin(next, stop));
+    if (t + 1 == N || (stop_list.empty() && !row_limit.defined())) continue;
+    if (!stop_list.empty()) done = done | (stop_list.size() == 1 ? next.eq(stop_list[0]) : torch::isin(next, stop));
+    if (row_limit.defined()) done = done | row_limit.index_select(0, active).le(t + 1);
     if ((t + 1) % check_every != 0) continue;
     const int64_t finished = done.sum().item<int64_t>();  // the decode loop's one host read
     progress.finished = B - A + finished;
@@ -434,7 +634,14 @@ std::vector<Completion> generate(const model::LlamaModel& model, const std::vect
       done = torch::zeros({A}, done.options());
     }
   }
-  return read_completions(gen_tokens, gen_logp, stop_list);
+  std::vector<Completion> out = read_completions(gen_tokens, gen_logp, stop_list, o.row_max_new);
+  if (o.contexts && o.use_cache) {
+    std::vector<int64_t> ids = o.row_ids;
+    for (int64_t b = int64_t(ids.size()); b < B; ++b) ids.push_back(b);
+    *o.contexts = decoder->kept_contexts(prompts, out, ids);
+    for (const auto& p : fresh) o.contexts->computed.push_back(int64_t(p.size()));
+  }
+  return out;
 }
 
 }  // namespace unstuck::rollout

@@ -68,6 +68,7 @@ EvalResult evaluate(const model::LlamaModel& model, const tokenizer::Tokenizer& 
   greedy.sampling.max_new_tokens = o.max_new_tokens;
   greedy.stop_ids = o.stop_ids;
   greedy.pad_id = tok.pad_id();
+  if (o.turns) greedy.contexts = std::make_shared<rollout::KeptContexts>();  // tool rounds continue the caches
   rollout::GenerateOptions sampled = greedy;
   sampled.sampling.temperature = o.temperature;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);

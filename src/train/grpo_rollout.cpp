@@ -157,8 +157,10 @@ GrpoTrainer::Rollouts GrpoTrainer::rollout(int64_t step, int64_t round,
     }
     progress_.rollout(p);
   };
-  ro.completions = rollout::generate(weights_.model(), ro.prompts, gen_opts_, sampling_);
-  if (tools_) run_tools(ro);
+  rollout::GenerateOptions first = gen_opts_;
+  if (tools_) first.contexts = std::make_shared<rollout::KeptContexts>();  // tool rounds continue each row's cache
+  ro.completions = rollout::generate(weights_.model(), ro.prompts, first, sampling_);
+  if (tools_) run_tools(ro, first.contexts);
   return ro;
 }
 
@@ -222,7 +224,7 @@ std::vector<GrpoTrainer::Candidate> GrpoTrainer::gather_groups(const std::vector
 void GrpoTrainer::gather_tool_stats(const Rollouts& ro, std::vector<Candidate>& groups) const {
   nlohmann::json mine = nlohmann::json::array();
   for (const rollout::ToolTurnStats& t : ro.tool_stats)
-    mine.push_back({t.calls, t.failures, t.turns, t.tool_tokens, t.dropped, t.seconds, t.messages});
+    mine.push_back({t.calls, t.failures, t.turns, t.tool_tokens, t.dropped, t.seconds, t.messages, t.context_tokens});
   const std::string bytes = mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const std::size_t world = std::size_t(comm_.world_size());
   int64_t size = int64_t(bytes.size());
@@ -248,6 +250,7 @@ void GrpoTrainer::gather_tool_stats(const Rollouts& ro, std::vector<Candidate>& 
       t.dropped = x[4];
       t.seconds = x[5];
       t.messages = x[6];
+      t.context_tokens = x[7];
     }
   }
 }
@@ -357,6 +360,7 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
       add("tools/tool_tokens", double(t.tool_tokens));
       add("tools/dropped_results", double(t.dropped));
       add("tools/seconds", t.seconds);
+      add("tools/context_tokens", double(t.context_tokens));
     }
     for (const auto& [name, value] : r.terms) add("reward/" + name, value);
     for (const auto& [name, values] : r.metrics)

@@ -34,10 +34,11 @@ rollout::ToolTurnLimits GrpoTrainer::tool_limits() const {
   return tool_turn_limits(cfg_.tools, cfg_.rollout.max_new_tokens, weights_.model().config().max_seq_len);
 }
 
-void GrpoTrainer::run_tools(Rollouts& ro) {
+void GrpoTrainer::run_tools(Rollouts& ro, std::shared_ptr<rollout::KeptContexts> contexts) {
   const torch::Tensor uniforms = gen_opts_.uniforms.to(torch::kCPU);  // (rows, max_new_tokens)
   rollout::ToolTurnHooks hooks = tool_hooks();
-  hooks.generate = [&](const std::vector<int64_t>& rows, const std::vector<std::vector<int32_t>>& contexts,
+  std::vector<int64_t> computed(ro.completions.size(), 0);  // per row: context tokens its rounds computed
+  hooks.generate = [&](const std::vector<int64_t>& rows, const std::vector<std::vector<int32_t>>& prompts,
                        const std::vector<int64_t>& offset, const std::vector<int64_t>& max_new) {
     const int64_t n = int64_t(rows.size()), T = *std::max_element(max_new.begin(), max_new.end());
     torch::Tensor u = torch::zeros({n, T}, torch::kFloat);
@@ -48,10 +49,17 @@ void GrpoTrainer::run_tools(Rollouts& ro) {
     rollout::GenerateOptions o = gen_opts_;
     o.progress = nullptr;
     o.sampling.max_new_tokens = T;
+    o.row_max_new = max_new;
     o.uniforms = u.to(device_);
-    return rollout::generate(weights_.model(), contexts, o, sampling_);
+    o.contexts = contexts;  // each row continues from its cache: only the last token and the results are computed
+    o.row_ids = rows;
+    std::vector<rollout::Completion> out = rollout::generate(weights_.model(), prompts, o, sampling_);
+    for (std::size_t k = 0; k < rows.size(); ++k)
+      computed[std::size_t(rows[k])] += contexts->computed.empty() ? int64_t(prompts[k].size()) : contexts->computed[k];
+    return out;
   };
   ro.tool_stats = rollout::run_tool_turns(ro.prompts, ro.completions, hooks, tool_limits());
+  for (std::size_t i = 0; i < computed.size(); ++i) ro.tool_stats[i].context_tokens = computed[i];
 }
 
 namespace {

@@ -251,8 +251,9 @@ class GrpoTrainer {
                                   std::optional<uint64_t> dropout_key = std::nullopt) const;
   RolloutBatch make_batch(const Rollouts& rollouts) const;
   // tools.functions: the tool rounds of this rank's rows (grpo_tools.cpp), each row continuing with
-  // its own sampling uniforms (gen_opts_.uniforms' row) from where its completion is.
-  void run_tools(Rollouts& ro);
+  // its own sampling uniforms (gen_opts_.uniforms' row) from where its completion is, and from its
+  // KV cache (`contexts`, kept by the rollout's first generate() call).
+  void run_tools(Rollouts& ro, std::shared_ptr<rollout::KeptContexts> contexts);
   // tools.environment: each row's instance reset with its record, what reset() returns appended to
   // the row's prompt.
   void start_environments(Rollouts& ro);

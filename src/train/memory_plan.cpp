@@ -264,6 +264,14 @@ void rollout_parts(const RunConfig& c, const TrainShape& s, std::vector<MemoryPa
        "(rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ") + " + s.prompt_keys + ") x " + s.batch,
        2 * s.L * s.N_rank * s.row_len * s.kv_dim * s.fb + 2 * s.L * s.prompts_rank * s.Pp * s.kv_dim * s.fb,
        s.rows_knob, "rollout"});
+  // tools: during a tool round the rows' kept contexts (at most a row each) sit beside the round's
+  // cache, whose slots hold a kept context, the appended results and the round's budget (each at
+  // most rollout.max_new_tokens past the prompt): prompt + 3 x max_new_tokens a row.
+  if (c.tools.enabled())
+    parts.push_back(
+        {"KV caches of the tool rounds (the rows' kept contexts and a round's)",
+         "(" + s.prompt_keys + " + 3 x rollout.max_new_tokens (" + num(c.rollout.max_new_tokens) + ")) x " + s.batch,
+         2 * s.L * s.N_rank * (s.Pp + 3 * s.T) * s.kv_dim * s.fb, s.rows_knob, "rollout"});
   parts.push_back({"sampling uniforms and one decode step's logits",
                    s.batch + " x model.vocab_size (" + num(m.vocab_size) + ")",
                    s.N * s.T * 4 + s.N_rank * s.V * (s.fb + 12), s.rows_knob, "rollout"});
@@ -343,8 +351,10 @@ void late_parts(const RunConfig& c, const MemoryPlanInputs& in, const TrainShape
       std::ceil(std::min(128.0, c.grpo.eval_samples > 0 ? double(c.grpo.eval_samples) : 128.0) / s.W);
   parts.push_back({"evaluation KV cache and logits",
                    "min(128, grpo.eval_samples (" + num(c.grpo.eval_samples) + ")) x (rollout.max_new_tokens (" +
-                       num(c.rollout.max_new_tokens) + ") + " + s.prompt_keys + ")",
-                   2 * s.L * eval_rows * s.row_len * s.kv_dim * s.fb + eval_rows * s.V * (s.fb + 12),
+                       num(c.rollout.max_new_tokens) + ") + " + s.prompt_keys + ")" +
+                       (c.tools.enabled() ? "; with tools 2 x that + 2 x rollout.max_new_tokens (a tool round)" : ""),
+                   2 * s.L * eval_rows * (c.tools.enabled() ? 2 * s.Pp + 4 * s.T : s.row_len) * s.kv_dim * s.fb +
+                       eval_rows * s.V * (s.fb + 12),
                    "lower grpo.eval_samples", "evaluation"});
 }
 

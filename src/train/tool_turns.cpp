@@ -51,15 +51,18 @@ decltype(EvalOptions::turns) eval_tool_turns(const model::LlamaModel& model, rol
                                                           const rollout::GenerateOptions& options) {
     rollout::ToolTurnHooks h = hooks;
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-    h.generate = [&](const std::vector<int64_t>&, const std::vector<std::vector<int32_t>>& contexts,
+    h.generate = [&](const std::vector<int64_t>& rows, const std::vector<std::vector<int32_t>>& contexts,
                      const std::vector<int64_t>&, const std::vector<int64_t>& max_new) {
-      rollout::GenerateOptions o = options;
+      rollout::GenerateOptions o = options;  // its contexts: the first turns' (kept), then each round's
       o.sampling.max_new_tokens = *std::max_element(max_new.begin(), max_new.end());
+      o.row_max_new = max_new;
+      o.row_ids = rows;
       return rollout::generate(model, contexts, o, gen);
     };
     std::vector<nlohmann::json> out;
     for (const rollout::ToolTurnStats& t : rollout::run_tool_turns(prompts, completions, h, limits))
       out.push_back(t.messages);
+    if (options.contexts) *options.contexts = rollout::KeptContexts();  // the batch's caches, released
     return out;
   };
 }

@@ -27,7 +27,8 @@ rollout::ToolTurnLimits tool_turn_limits(const rollout::ToolsConfig& tools, int6
                                          int64_t max_context);
 
 // EvalOptions::turns: the tool rounds of an evaluation batch on `model`, each row continued with the
-// batch's generate options (sampled continuations draw from a generator seeded with `seed`).
+// batch's generate options (sampled continuations draw from a generator seeded with `seed`), from
+// its KV cache where the options' `contexts` kept it (released at the end).
 decltype(EvalOptions::turns) eval_tool_turns(const model::LlamaModel& model, rollout::ToolTurnHooks hooks,
                                              rollout::ToolTurnLimits limits, uint64_t seed);
 

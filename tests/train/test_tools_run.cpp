@@ -104,6 +104,11 @@ TEST_F(ToolsRun, CallsRunTheirResultsReachThePolicyAndStayOutOfTheLoss) {
     // The loss reads the policy's tokens: as many as it generated (a tool's result is not among them).
     EXPECT_DOUBLE_EQ(m["loss_tokens_mean"].get<double>(), m["response_len_mean"].get<double>());
     if (m["tools/calls"].get<double>() > 0) EXPECT_GT(m["tools/tool_tokens"].get<double>(), 0.0);
+    // Each round continues the row's KV cache: it computes the row's last sampled token and the
+    // results, at most one token a turn beyond the tools' (not the ~160-token context again).
+    const double computed = m["tools/context_tokens"].get<double>();
+    EXPECT_LE(computed, m["tools/tool_tokens"].get<double>() + m["tools/turns"].get<double>() - 1 + 1e-9) << m;
+    if (m["tools/calls"].get<double>() > 0) EXPECT_GT(computed, 0.0) << m;
   }
   EXPECT_GT(calls, 0.0) << "the fine-tuned policy calls multiply";
   // The tool workers are in the memory plan: other processes, resident memory measured at the start.
@@ -112,6 +117,10 @@ TEST_F(ToolsRun, CallsRunTheirResultsReachThePolicyAndStayOutOfTheLoss) {
   for (const nlohmann::json& part : memory["parts"])
     if (part["what"].get<std::string>().rfind("tool workers: 2 process(es)", 0) == 0) workers = &part;
   ASSERT_NE(workers, nullptr) << memory.dump(1);
+  bool rounds = false;  // the kept contexts beside a round's cache
+  for (const nlohmann::json& part : memory["parts"])
+    rounds = rounds || part["what"].get<std::string>().rfind("KV caches of the tool rounds", 0) == 0;
+  EXPECT_TRUE(rounds) << memory.dump(1);
   EXPECT_TRUE((*workers)["other_process"].get<bool>());
   EXPECT_GT((*workers)["bytes"].get<double>(), 2 * 4.0 * (1 << 20)) << "two Python processes";
   EXPECT_LT((*workers)["bytes"].get<double>(), 2 * 1024.0 * (1 << 20));

@@ -196,6 +196,10 @@ class LlamaModel {
   const torch::Tensor& head_grad_sink() const { return head_sink_; }
 
   KVCache new_cache(int64_t batch, int64_t capacity) const;
+  // new_cache() for rows that share slot indices but not positions (left-padded prompts, continued
+  // contexts of different lengths): `capacity` may pass model.max_seq_len, the caller keeping each
+  // row's positions within it.
+  KVCache new_slots_cache(int64_t batch, int64_t capacity) const;
   // Appends tokens (B, S) to the cache and returns their logits (B, S, V) float32, or only the
   // last position's (B, 1, V) with `last_only`; equal to the matching rows of forward() on the
   // whole sequence.

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,16 @@ struct Completion {
   // Per token: 1 where a tool's result (and the template's framing of it) was appended, not sampled
   // (rollout/tools.h). Empty: every token is the policy's.
   std::vector<uint8_t> from_tool;
+};
+
+// The keys and values of rows' contexts, kept from one generate() call for the next of a multi-turn
+// rollout (GenerateOptions::contexts): a tool round continues each row from its cache, computing
+// only the tokens appended since (the row's last sampled token and the tool's result).
+struct KeptContexts {
+  model::KVCache cache;                      // one row per context, its real slots first (empty: none)
+  std::vector<int64_t> ids;                  // the row id (GenerateOptions::row_ids) of each cache row
+  std::vector<std::vector<int32_t>> tokens;  // the context each cache row holds
+  std::vector<int64_t> computed;             // per prompt of the last call: its tokens that call computed (not kept)
 };
 
 // How far a generate() call is, after a decode step (for progress output).
@@ -66,6 +77,16 @@ struct GenerateOptions {
   // which other rows share its batch. Data-parallel GRPO passes sampling_uniforms() of its global
   // rows. Undefined: the uniforms of rows 0..B-1 at step 0 under a seed drawn from the generator.
   torch::Tensor uniforms;
+  // Per-row completion limits (empty: max_new_tokens for every row): row b's completion ends after
+  // row_max_new[b] (1..max_new_tokens) tokens, finish `length`. Each row's prompt + its own limit
+  // must fit model.max_seq_len; the longest prompt + max_new_tokens need not (but without the cache).
+  std::vector<int64_t> row_max_new;
+  // Multi-turn rollouts (tools): with `contexts` set and the cache in use, a prompt whose row id
+  // (row_ids[b]; empty: b) has a context kept there that the prompt extends is prefilled from the
+  // kept keys and values: only its tokens after that context are computed. Every row's context of
+  // this call (its prompt and its completion but the last token) replaces what `contexts` held.
+  std::shared_ptr<KeptContexts> contexts;
+  std::vector<int64_t> row_ids;
   // Called after every decode step (empty: never). Costs no host synchronization of its own: the
   // finished count is the one the loop reads anyway.
   std::function<void(const GenerateProgress&)> progress;

@@ -167,6 +167,9 @@ struct ToolTurnLimits {
 struct ToolTurnStats {
   int64_t calls = 0, failures = 0, turns = 1, tool_tokens = 0, dropped = 0;  // dropped: results that did not fit
   double seconds = 0.0;                                                      // in the tools
+  // Tokens of the row's contexts its tool rounds computed: its last sampled token and the results
+  // when it continues from its KV cache (GenerateOptions::contexts), its whole context when not.
+  int64_t context_tokens = 0;
   // The completion as TRL's reward functions receive it (messages read by hooks.turn): each assistant turn's
   // message, each kept result as {"role": "tool", "name", "content"}; a turn cut to nothing is left out.
   nlohmann::json messages = nlohmann::json::array();
