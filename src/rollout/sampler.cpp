@@ -495,10 +495,10 @@ DecodeMode resolve_decode_mode(DecodeMode mode, const torch::Device& device, boo
 
 namespace {
 
-// The longest prompt's length, after the prompts, the row limits and the uniforms are checked
-// against the model: each row's prompt + its limit within model.max_seq_len.
-int64_t checked_prompt_length(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                              const GenerateOptions& o) {
+// Checks the prompts, the row limits and the uniforms against the model: each row's prompt + its
+// limit within model.max_seq_len.
+void check_prompts(const model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                   const GenerateOptions& o) {
   int64_t P = 0;
   for (const auto& p : prompts) {
     if (p.empty()) throw UserError("generate: empty prompt");
@@ -519,7 +519,6 @@ int64_t checked_prompt_length(const model::LlamaModel& model, const std::vector<
                       ") exceed model.max_seq_len (" + std::to_string(model.config().max_seq_len) + ")");
   }
   if (o.stop_check_every < 0) throw std::invalid_argument("generate: stop_check_every must be >= 0");
-  return P;
 }
 
 // (B, N) uniforms, undefined when greedy; without given ones, rows 0..B-1 at step 0 under a seed from
@@ -581,7 +580,7 @@ std::vector<Completion> generate(const model::LlamaModel& model, const std::vect
   const int64_t B = int64_t(prompts.size());
   if (B == 0) return {};
   const int64_t N = o.sampling.max_new_tokens;
-  checked_prompt_length(model, prompts, o);
+  check_prompts(model, prompts, o);
   const torch::Device device = model.flat_weights().device();
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
   const torch::Tensor uniforms = step_uniforms(o, gen, B, device);
