@@ -184,10 +184,8 @@ void add_eval(CLI::App& app) {
       o.turns = train::eval_tool_turns(
           model, train::tool_turn_hooks(plan.ctx.tokenizer, plan.ctx.prompts, plan.tools, nullptr),
           train::tool_turn_limits(c.tools, c.rollout.max_new_tokens, c.model.max_seq_len), a->seed);
-    if (plan.tools && plan.tools->has_environment()) {
-      o.observations = train::eval_observations(plan.tools, nullptr);
-      o.environment = plan.tools->environment_class();
-    }
+    train::check_environment_readers(*verifier, plan.tools.get());
+    train::evaluate_with_environment(o, plan.tools, nullptr);
     const auto& path = plan.test_file;
     const train::EvalResult r =
         train::evaluate(model, plan.ctx.tokenizer, plan.test.kept, plan.ctx.prompts, *verifier, o);
@@ -314,9 +312,10 @@ void run_generate(const GenerateArgs& a) {
     record_of.push_back(&records[i]);
   }
   // tools.environment: each prompt's instance reset with it (its prompt and task are its row)
-  const std::vector<std::string> seen = tools && tools->has_environment()
-                                            ? train::eval_observations(tools, nullptr)(record_of)
-                                            : std::vector<std::string>(texts.size());
+  train::EvalOptions environment;
+  train::evaluate_with_environment(environment, tools, nullptr);
+  const std::vector<std::string> seen =
+      environment.observations ? environment.observations(record_of) : std::vector<std::string>(texts.size());
   std::vector<std::vector<int32_t>> prompts;
   for (std::size_t i = 0; i < records.size(); ++i)
     prompts.push_back(train::observed_prompt_ids(records[i], formatter, p.tokenizer, seen[i],

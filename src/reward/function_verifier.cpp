@@ -65,8 +65,23 @@ class WorkerVerifier : public Verifier {
     o.timeout_s = f.timeout_s;
     o.start_timeout_s = f.start_timeout_s;
     o.memory_mb = f.memory_mb;
+    name_ = o.name;
     pool_ = std::make_unique<WorkerPool>(std::move(o));
+    if (make_item_ != trl_item) return;
+    const WorkerResult d = pool_->run({Json::array({{{"describe", true}}})}).at(0).at(0);
+    if (!d.ok || !d.value.is_object())
+      throw UserError(name_ + ": its worker did not describe the function: " + (d.ok ? d.value.dump() : d.error));
+    if (!d.value.value("environments", false)) return;
+    // It reads TRL's environment_factory instances: the tool workers that hold them call it.
+    function_ = {{"path", f.path},
+                 {"name", f.name},
+                 {"pythonpath", f.pythonpath},
+                 {"kwargs", f.kwargs.empty() ? Json::object() : Json::parse(f.kwargs.json)},
+                 {"factory_kwargs", f.factory ? Json::parse(f.factory_kwargs.json) : Json()}};
+    pool_.reset();
   }
+
+  bool reads_environments() const override { return !function_.is_null(); }
 
   RewardResult score(const std::string& completion, const data::TaskRecord& record) const override {
     return score_batch({completion}, {&record}, {}).at(0);
@@ -76,25 +91,8 @@ class WorkerVerifier : public Verifier {
                                         const std::vector<const data::TaskRecord*>& records,
                                         const ScoringContext& context) const override {
     const std::size_t n = completions.size();
-    const std::size_t size = std::size_t(std::max(config_.batch_size, 1));
-    std::vector<Json> batches;
-    for (std::size_t b = 0; b < n; b += size) {
-      Json items = Json::array();
-      for (std::size_t i = b; i < std::min(n, b + size); ++i) {
-        items.push_back(make_item_(completions[i], *records[i]));
-        if (config_.style == FunctionStyle::trl)  // TRL passes completion_ids always: [] where not known
-          items.back()["completion_ids"] = context.completion_ids ? Json(context.completion_ids->at(i)) : Json::array();
-        if (context.conversations) {  // tools: TRL's completion is the conversation; a command gets both
-          if (make_item_ == command_item)
-            items.back()["messages"] = context.conversations->at(i);
-          else if (config_.style == FunctionStyle::trl)
-            items.back()["completion"] = context.conversations->at(i);
-        }
-        if (context.responses && make_item_ == verl_item)  // verl decodes the whole multi-turn response
-          items.back()["solution_str"] = context.responses->at(i);
-      }
-      batches.push_back(std::move(items));
-    }
+    std::vector<Json> items;
+    for (std::size_t i = 0; i < n; ++i) items.push_back(item(completions[i], *records[i], i, context));
     Json state = nullptr;
     if (config_.style == FunctionStyle::trl)
       state = {{"global_step", context.global_step},
@@ -103,11 +101,41 @@ class WorkerVerifier : public Verifier {
                {"num_train_epochs", 1},
                {"is_world_process_zero", context.world_process_zero},
                {"is_local_process_zero", context.world_process_zero}};
-    const std::vector<std::vector<WorkerResult>> answers = pool_->run(batches, state, context.stop);
     std::vector<RewardResult> out;
+    if (reads_environments()) {  // once on each tool worker's rows (TRL: once on each process's)
+      if (!context.environments)
+        throw UserError(name_ +
+                        " takes environments, the instances of TRL's environment_factory: it scores only "
+                        "in a run with tools.environment (unstuck train, and unstuck eval of its policy)");
+      for (std::size_t i = 0; i < n; ++i) items[i]["slot"] = i;
+      for (const WorkerResult& a : context.environments(function_, items, state)) out.push_back(result_of(a));
+      return out;
+    }
+    const std::size_t size = std::size_t(std::max(config_.batch_size, 1));
+    std::vector<Json> batches;
+    for (std::size_t b = 0; b < n; b += size)
+      batches.push_back(Json(std::vector<Json>(items.begin() + b, items.begin() + std::min(n, b + size))));
+    const std::vector<std::vector<WorkerResult>> answers = pool_->run(batches, state, context.stop);
     for (const auto& batch : answers)
       for (const WorkerResult& a : batch) out.push_back(result_of(a));
     return out;
+  }
+
+  // Completion i's item in the function's (command's) form, with what `context` knows of it.
+  Json item(const std::string& completion, const data::TaskRecord& record, std::size_t i,
+            const ScoringContext& context) const {
+    Json it = make_item_(completion, record);
+    if (config_.style == FunctionStyle::trl)  // TRL passes completion_ids always: [] where not known
+      it["completion_ids"] = context.completion_ids ? Json(context.completion_ids->at(i)) : Json::array();
+    if (context.conversations) {  // tools: TRL's completion is the conversation; a command gets both
+      if (make_item_ == command_item)
+        it["messages"] = context.conversations->at(i);
+      else if (config_.style == FunctionStyle::trl)
+        it["completion"] = context.conversations->at(i);
+    }
+    if (context.responses && make_item_ == verl_item)  // verl decodes the whole multi-turn response
+      it["solution_str"] = context.responses->at(i);
+    return it;
   }
 
   static RewardResult result_of(const WorkerResult& a) {
@@ -132,7 +160,9 @@ class WorkerVerifier : public Verifier {
  private:
   FunctionConfig config_;
   MakeItem make_item_;
+  std::string name_;
   std::unique_ptr<WorkerPool> pool_;  // run() is not const; scoring changes no observable state
+  Json function_;                     // not null: it reads environments; what the tool workers load
 };
 
 }  // namespace

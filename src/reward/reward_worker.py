@@ -30,7 +30,12 @@ answers. --kwargs are added to every call and win over the passed arguments (ver
                 are tools (schemas after --tools'), called on the item's "slot" instance; {"reset": slot,
                 "kwargs": {...}} calls reset(**kwargs) and answers {"value": {"observation": str or
                 null}}; {"reward": slot} calls get_reward() and answers a score; {"environment": true}
-                answers {"value": {"class": name, "get_reward": bool}}
+                answers {"value": {"class": name, "get_reward": bool}}; a request whose state is
+                {"score": {path, name, pythonpath, kwargs, factory_kwargs}, "trainer_state": {...}} calls that
+                TRL reward function once on its items (TRL items, each with its row's "slot") with
+                environments=[each item's instance], answering as --style trl does
+  An item {"describe": true} of a --style trl worker answers {"value": {"environments": bool}}: whether
+  the function takes environments (TRL's environment_factory instances; the tool workers call it then).
 """
 import argparse
 import asyncio
@@ -77,6 +82,9 @@ def package_of(path):
     return (folder, ".".join(parts)) if len(parts) > 1 else None
 
 
+LOADED = {}  # file path -> its module, so a file loaded twice (an environment and its reward function) is one module
+
+
 def load(path, name, pythonpath):
     for folder in reversed(pythonpath):
         sys.path.insert(0, folder)
@@ -92,11 +100,14 @@ def load(path, name, pythonpath):
     try:
         if dotted is not None:
             module = importlib.import_module(dotted)
+        elif path in LOADED:
+            module = LOADED[path]
         else:
             spec = importlib.util.spec_from_file_location("unstuck_user_reward", path)
             module = importlib.util.module_from_spec(spec)
             sys.path.insert(0, os.path.dirname(path))
             spec.loader.exec_module(module)
+            LOADED[path] = module
     except Exception:
         raise RuntimeError(f"importing {dotted or path} failed:\n{short_traceback()}")
     fn = getattr(module, name, None)
@@ -117,11 +128,6 @@ def check_signature(fn, name, style, kwargs):
             raise RuntimeError(f"{name}{sig} cannot be called as verl calls compute_score "
                                f"({', '.join(a + '=' for a in VERL_ARGS)}{more}): {e}")
     else:  # what TRL 1.16 passes every function (the columns come beside them, by name)
-        if "environments" in sig.parameters:
-            raise RuntimeError(f"{name}{sig} takes environments, the instances TRL passes with environment_factory; "
-                               "Unstuck runs reward functions apart from the environment's instances (on the tool "
-                               "workers): let the environment score its rollout with get_reward() "
-                               "(tools.environment)")
         try:
             sig.bind_partial(**{**{a: None for a in TRL_ARGS}, **kwargs})
         except TypeError as e:
@@ -131,6 +137,22 @@ def check_signature(fn, name, style, kwargs):
         for p in sig.parameters.values():
             if p.kind in (p.POSITIONAL_ONLY,) and p.default is p.empty:
                 raise RuntimeError(f"{name}{sig}: positional-only parameter '{p.name}' (TRL passes keywords)")
+
+
+def reward_function(path, name, style, pythonpath, kwargs, factory_kwargs):
+    """(the function, whether it takes **kwargs, its parameters' names): loaded, made by its factory
+    when factory_kwargs is not None, its signature checked for `style`."""
+    fn = load(path, name, pythonpath)
+    if factory_kwargs is not None:
+        try:
+            fn = fn(**factory_kwargs)
+        except Exception:
+            raise RuntimeError(f"calling the factory {name}(**reward.function.factory_kwargs) failed:\n{short_traceback()}")
+        if not callable(fn):
+            raise RuntimeError(f"the factory {name} returned {text(fn)}, not a function")
+    check_signature(fn, name, style, kwargs)
+    sig = inspect.signature(fn)
+    return fn, any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()), set(sig.parameters)
 
 
 FLOAT32_MAX = 3.4028234663852886e38  # the trainer keeps rewards in float32: a larger score would be inf
@@ -468,7 +490,7 @@ class Environments:
                 raise RuntimeError(f"{where}: method {n}: no JSON schema: {e}")
             except Exception:
                 raise RuntimeError(f"{where}: method {n}: deriving its JSON schema failed:\n{short_traceback()}")
-        self.spare, self.slots = [probe], {}
+        self.spare, self.slots, self.rewards = [probe], {}, {}
 
     def reset(self, item):
         slot = item["reset"]
@@ -493,6 +515,27 @@ class Environments:
             return {"error": short_traceback()}
         x, err = number(value)
         return {"error": err} if err is not None else {"score": x, "extra": {}}
+
+    def score(self, state, items, pythonpath):
+        """A TRL reward function that reads the instances (environments=), called once on this worker's
+        rows: state["score"] names it ({path, name, pythonpath, kwargs, factory_kwargs}), each item is a
+        row's TRL item with its "slot"."""
+        spec = state["score"]
+        key = json.dumps(spec, sort_keys=True)
+        try:
+            if key not in self.rewards:
+                self.rewards[key] = reward_function(spec["path"], spec["name"], "trl",
+                                                    pythonpath + spec.get("pythonpath", []), spec.get("kwargs", {}),
+                                                    spec.get("factory_kwargs"))
+        except Exception as e:
+            return {"error": str(e)}
+        fn, var_kw, params = self.rewards[key]
+        instances = [self.slots.get(it.get("slot")) for it in items]
+        gone = [it.get("slot") for it, instance in zip(items, instances) if instance is None]
+        if gone:
+            return {"error": f"the environment instances of rows {gone} are gone (their tool worker restarted)"}
+        return score_trl(fn, items, var_kw, params, state.get("trainer_state", {}),
+                         {**spec.get("kwargs", {}), "environments": instances})
 
     def method(self, item):
         """The bound method the call names on its slot's instance, or None when it names no method."""
@@ -552,6 +595,10 @@ def serve_tools(a, send):
         if not line.strip():
             continue
         request = json.loads(line)
+        state = request.get("state") or {}
+        if environments is not None and "score" in state:  # a reward function that reads the instances
+            send({**environments.score(state, request.get("items", []), a.pythonpath), "id": request.get("id")})
+            continue
         send({"id": request.get("id"), "results": [answer(it) for it in request.get("items", [])]})
     return 0
 
@@ -583,27 +630,20 @@ def main():
         send({"fatal": f"--style {a.style} needs --path and --name"})
         return 2
     try:
-        fn = load(a.path, a.name, a.pythonpath)
-        if a.factory_kwargs is not None:
-            try:
-                fn = fn(**json.loads(a.factory_kwargs))
-            except Exception:
-                raise RuntimeError(f"calling the factory {a.name}(**reward.function.factory_kwargs) failed:\n{short_traceback()}")
-            if not callable(fn):
-                raise RuntimeError(f"the factory {a.name} returned {text(fn)}, not a function")
-        check_signature(fn, a.name, a.style, kwargs)
+        fn, var_kw, params = reward_function(a.path, a.name, a.style, a.pythonpath, kwargs,
+                                             None if a.factory_kwargs is None else json.loads(a.factory_kwargs))
     except Exception as e:
         send({"fatal": str(e)})
         return 2
-    sig = inspect.signature(fn)
-    var_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-    params = set(sig.parameters)
     send({"ready": True})
     for line in sys.stdin:
         if not line.strip():
             continue
         request = json.loads(line)
         items = request.get("items", [])
+        if items and items[0].get("describe"):  # whether it reads environments (then the tool workers call it)
+            send({"id": request.get("id"), "results": [{"value": {"environments": "environments" in params}}]})
+            continue
         if a.style == "verl":
             answer = score_verl(fn, items, kwargs)
         else:

@@ -62,6 +62,10 @@ class TermsVerifier : public Verifier {
   };
   explicit TermsVerifier(std::vector<Term> terms) : terms_(std::move(terms)) {}
 
+  bool reads_environments() const override {
+    return std::any_of(terms_.begin(), terms_.end(), [](const Term& t) { return t.scorer->reads_environments(); });
+  }
+
   RewardResult score(const std::string& completion, const data::TaskRecord& record) const override {
     return score_batch({completion}, {&record}, {})[0];
   }

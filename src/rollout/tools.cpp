@@ -232,6 +232,25 @@ std::vector<EnvironmentScore> ToolRunner::environment_rewards(std::size_t n, con
   return out;
 }
 
+std::vector<reward::WorkerResult> ToolRunner::score_with_environments(const nlohmann::json& function,
+                                                                      const std::vector<nlohmann::json>& items,
+                                                                      const nlohmann::json& trainer_state,
+                                                                      const std::atomic<bool>* cancel) {
+  const std::size_t w = std::size_t(workers());
+  std::vector<nlohmann::json> batches(std::min(w, items.size()), nlohmann::json::array());
+  std::vector<int64_t> pinned;
+  for (std::size_t b = 0; b < batches.size(); ++b) pinned.push_back(int64_t(b));
+  for (std::size_t i = 0; i < items.size(); ++i) batches[i % w].push_back(items[i]);  // slot i's worker
+  std::vector<std::vector<reward::WorkerResult>> answers;
+  {
+    const std::lock_guard<std::mutex> lock(scoring_);
+    answers = pool_->run(batches, {{"score", function}, {"trainer_state", trainer_state}}, cancel, pinned);
+  }
+  std::vector<reward::WorkerResult> out(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) out[i] = answers[i % w].at(i / w);
+  return out;
+}
+
 ToolRunner::~ToolRunner() = default;
 
 int ToolRunner::workers() const { return pool_->options().workers; }

@@ -47,6 +47,7 @@ std::vector<reward::RewardResult> score_completions(const std::vector<rollout::C
   }
   reward::ScoringContext context;
   context.stop = o.stop;
+  context.environments = o.environments;
   if (o.turns) {
     context.conversations = &conversations;
     context.responses = &responses;

@@ -28,6 +28,7 @@
 #include "unstuck/train/compute_choice.h"
 #include "unstuck/config/lr_schedule.h"
 #include "train/grpo_internal.h"
+#include "train/tool_turns.h"
 
 namespace unstuck::train {
 
@@ -313,6 +314,7 @@ GrpoTrainer::Scores GrpoTrainer::score(const Rollouts& ro, int64_t step) const {
       double(step - 1) * double(cfg_.grpo.prompts_per_step) / double(std::max<std::size_t>(train_.size(), 1));
   context.world_process_zero = comm_.rank() == 0;
   context.stop = stop_flag_;
+  if (tools_ && tools_->has_environment()) context.environments = environment_scorer(tools_, stop_flag_);
   const std::vector<reward::RewardResult> results = verifier_->score_batch(texts, ro.records, context);
   std::vector<rollout::EnvironmentScore> owned;  // tools.environment's get_reward(), added to the reward
   if (tools_ && tools_->environment_scores()) owned = tools_->environment_rewards(n, stop_flag_);

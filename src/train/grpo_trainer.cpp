@@ -121,6 +121,7 @@ GrpoTrainer::GrpoTrainer(const RunConfig& config, const RunContext& ctx, dist::C
     tools_ = tools ? std::move(tools) : std::make_shared<rollout::ToolRunner>(cfg_.tools);
     tool_prompts_ = std::make_unique<data::PromptFormatter>(ctx_.prompts.with_tools(tools_->schemas()));
   }
+  check_environment_readers(*verifier_, tools_.get());
   gen_opts_.sampling = cfg_.rollout;
   gen_opts_.sampling.decode = decisions.decode;
   gen_opts_.stop_ids = ctx_.stop_ids;
@@ -263,10 +264,7 @@ double GrpoTrainer::evaluate() {
   opts.stop = stop_flag_;
   if (tools_)  // the same tool rounds as the rollouts, greedy
     opts.turns = eval_tool_turns(weights_.model(), tool_hooks(), tool_limits(), cfg_.run.seed);
-  if (tools_ && tools_->has_environment()) {
-    opts.observations = eval_observations(tools_, stop_flag_);
-    opts.environment = tools_->environment_class();
-  }
+  evaluate_with_environment(opts, tools_, stop_flag_);
   // Each rank scores its share: correct, records, and whether a signal stopped its scoring. Every
   // rank reaches the sum, stopped or not, so a signal to one rank leaves no collective unmatched.
   double sums[3] = {0, double(my_test_.size()), 0};

@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "unstuck/common/error.h"
+
 namespace unstuck::train {
 
 rollout::ToolTurnHooks tool_turn_hooks(const tokenizer::Tokenizer& tok, const data::PromptFormatter& prompts,
@@ -75,13 +77,31 @@ nlohmann::json environment_row(const data::TaskRecord& record) {
   return row;
 }
 
-decltype(EvalOptions::observations) eval_observations(std::shared_ptr<rollout::ToolRunner> tools,
-                                                      const std::atomic<bool>* stop) {
-  return [tools = std::move(tools), stop](const std::vector<const data::TaskRecord*>& records) {
+void evaluate_with_environment(EvalOptions& o, std::shared_ptr<rollout::ToolRunner> tools,
+                               const std::atomic<bool>* stop) {
+  if (!tools || !tools->has_environment()) return;
+  o.environment = tools->environment_class();
+  o.environments = environment_scorer(tools, stop);
+  o.observations = [tools = std::move(tools), stop](const std::vector<const data::TaskRecord*>& records) {
     std::vector<nlohmann::json> rows;
     for (const data::TaskRecord* r : records) rows.push_back(environment_row(*r));
     return tools->reset_environments(rows, stop);
   };
+}
+
+reward::EnvironmentScorer environment_scorer(std::shared_ptr<rollout::ToolRunner> tools,
+                                             const std::atomic<bool>* stop) {
+  return [tools = std::move(tools), stop](const nlohmann::json& function, const std::vector<nlohmann::json>& items,
+                                          const nlohmann::json& state) {
+    return tools->score_with_environments(function, items, state, stop);
+  };
+}
+
+void check_environment_readers(const reward::Verifier& verifier, const rollout::ToolRunner* tools) {
+  if (verifier.reads_environments() && !(tools && tools->has_environment()))
+    throw UserError(
+        "reward: a TRL reward function takes environments, the instances TRL passes with environment_factory, "
+        "but tools.environment is not set (set it to the environment class, or drop the parameter)");
 }
 
 }  // namespace unstuck::train

@@ -36,8 +36,17 @@ decltype(EvalOptions::turns) eval_tool_turns(const model::LlamaModel& model, rol
 // (its fields, answer, task) and its prompt (chat messages, or text).
 nlohmann::json environment_row(const data::TaskRecord& record);
 
-// EvalOptions::observations of `tools`' environment: each record's instance reset with its row.
-decltype(EvalOptions::observations) eval_observations(std::shared_ptr<rollout::ToolRunner> tools,
-                                                      const std::atomic<bool>* stop);
+// An evaluation with `tools`' environment: each record's instance reset with its row before each
+// generation (EvalOptions::observations), the class named in errors, the instances read by the
+// reward functions that take them. Nothing when `tools` has no environment.
+void evaluate_with_environment(EvalOptions& o, std::shared_ptr<rollout::ToolRunner> tools,
+                               const std::atomic<bool>* stop);
+
+// ScoringContext::environments of `tools`' environment: the instances its workers hold.
+reward::EnvironmentScorer environment_scorer(std::shared_ptr<rollout::ToolRunner> tools, const std::atomic<bool>* stop);
+
+// Throws UserError before a run when a reward function of `verifier` takes environments (TRL passes
+// environment_factory's instances) and `tools` has no environment.
+void check_environment_readers(const reward::Verifier& verifier, const rollout::ToolRunner* tools);
 
 }  // namespace unstuck::train

@@ -565,10 +565,11 @@ TEST_F(WorkerPoolTest, StartRefusesWhatCannotScoreNamingWhy) {
   const fs::path file = write("r.py",
                               "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
                               "    return 1\n\ndef two(a, b):\n    return 1\n"
-                              "\ndef by_env(completions, environments, **kwargs):\n    return [1.0]\n");
+                              "\ndef by_env(completions, environments, **kwargs):\n    return [1.0]\n"
+                              "\ndef two_columns(completions, a, b, **kwargs):\n    return [1.0]\n");
   EXPECT_EQ(start_error(python(file, "nope", "verl")),
             "reward.function r.py:nope: the worker did not start: " + file.string() +
-                " has no function 'nope' (its functions: by_env, compute_score, two)");
+                " has no function 'nope' (its functions: by_env, compute_score, two, two_columns)");
   const std::string sig = start_error(python(file, "two", "verl"));
   EXPECT_NE(sig.find("two(a, b) cannot be called as verl calls compute_score (data_source=, solution_str=, "
                      "ground_truth=, extra_info=)"),
@@ -576,10 +577,14 @@ TEST_F(WorkerPoolTest, StartRefusesWhatCannotScoreNamingWhy) {
       << sig;
   const std::string trl = start_error(python(file, "two", "trl"));
   EXPECT_NE(trl.find("cannot be called as TRL calls a reward function"), std::string::npos) << trl;
-  // TRL's environments argument (environment_factory's instances) is not passed: refused, naming get_reward.
-  const std::string env = start_error(python(file, "by_env", "trl"));
-  EXPECT_NE(env.find("takes environments"), std::string::npos) << env;
-  EXPECT_NE(env.find("get_reward()"), std::string::npos) << env;
+  // TRL's environments argument (environment_factory's instances): the worker starts and says the
+  // function takes it (the tool workers holding the instances call it then); TRL's others do not.
+  for (const char* name : {"by_env", "two_columns"}) {
+    WorkerPool pool(python(file, name, "trl"));
+    const WorkerResult d = pool.run({nlohmann::json::array({{{"describe", true}}})}).at(0).at(0);
+    ASSERT_TRUE(d.ok) << d.error;
+    EXPECT_EQ(d.value, nlohmann::json({{"environments", std::string(name) == "by_env"}})) << name;
+  }
   const fs::path broken = write("broken.py", "import no_such_module_here\n");
   const std::string imp = start_error(python(broken, "f", "verl"));
   EXPECT_NE(imp.find("importing " + broken.string() + " failed"), std::string::npos) << imp;

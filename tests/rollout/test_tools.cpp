@@ -15,6 +15,7 @@
 #include "unstuck/common/error.h"
 #include "unstuck/data/prompt_formatter.h"
 #include "unstuck/reward/sandbox.h"
+#include "unstuck/reward/worker_pool.h"
 #include "unstuck/rollout/tools.h"
 #include "unstuck/tokenizer/tokenizer.h"
 
@@ -314,6 +315,43 @@ TEST(ToolRunner, AnEnvironmentKeepsOneInstancePerRowAsTrlDoes) {
       EXPECT_EQ(scores[std::size_t(i)].score, i == 2 ? 0.0 : 1.0) << "episode " << episode << " row " << i;
     }
   }
+}
+
+// A TRL reward function that takes environments is called where the instances live: on each tool
+// worker with its rows (two workers, five rows), every row reading its own instance, with TRL's
+// columns and trainer_state; a row whose instance does not exist fails its worker's batch.
+TEST(ToolRunner, ARewardFunctionReadsTheInstancesWhereTheyLive) {
+  ToolsConfig cfg;
+  cfg.environment = {environments(), "IncrementEnv"};
+  cfg.python = UNSTUCK_PYTHON;
+  cfg.workers = 2;
+  ToolRunner tools(cfg);
+  std::vector<nlohmann::json> rows, items;
+  for (int i = 0; i < 5; ++i) rows.push_back({{"target", 10 + i}});
+  tools.reset_environments(rows);
+  std::vector<ToolCall> calls;  // row i counts to i
+  for (int i = 0; i < 5; ++i)
+    for (int k = 0; k < i; ++k) calls.push_back({"increment", {{"step", 1}}, i});
+  tools.call(calls);
+  for (int i = 0; i < 5; ++i)
+    items.push_back({{"prompt", "Count."},
+                     {"completion", "done"},
+                     {"completion_ids", nlohmann::json::array()},
+                     {"columns", {{"target", 10 + i}}},
+                     {"slot", i}});
+  const nlohmann::json function{{"path", environments()}, {"name", "counters"}, {"kwargs", nlohmann::json::object()}};
+  const std::vector<reward::WorkerResult> scored = tools.score_with_environments(function, items, {{"global_step", 7}});
+  ASSERT_EQ(scored.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(scored[std::size_t(i)].ok) << scored[std::size_t(i)].error;
+    EXPECT_FALSE(scored[std::size_t(i)].none) << "row " << i << " read another row's instance";
+    EXPECT_DOUBLE_EQ(scored[std::size_t(i)].score, double(i) + 0.07) << "row " << i;
+  }
+  items[3]["slot"] = 9;  // never reset: worker 1's batch (rows 1, 3) fails, worker 0's scores
+  const std::vector<reward::WorkerResult> gone = tools.score_with_environments(function, items, {{"global_step", 0}});
+  EXPECT_TRUE(gone[0].ok && gone[2].ok && gone[4].ok);
+  EXPECT_FALSE(gone[1].ok || gone[3].ok);
+  EXPECT_NE(gone[3].error.find("the environment instances of rows [9] are gone"), std::string::npos) << gone[3].error;
 }
 
 // reset()'s string is returned (the trainer appends it to the prompt), private methods are no tools,

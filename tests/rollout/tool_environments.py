@@ -1,6 +1,7 @@
 """Environments for the ToolRunner tests (tests/rollout/test_tools.cpp). IncrementEnv is the
 dataset-driven example of TRL 1.16's GRPO documentation ("Providing an external dataset"), unchanged
-but for its full docstring; the others break TRL's contract one way each.
+but for its full docstring; the others break TRL's contract one way each. `counters` is a TRL reward
+function that reads the instances (environments=).
 """
 
 
@@ -60,3 +61,10 @@ class NoReset:
 class FailingReset:
     def reset(self, **kwargs) -> None:
         raise ValueError("no task for this row")
+
+
+def counters(environments, trainer_state, target, **kwargs):
+    """Each row's counter read off its instance, plus trainer_state.global_step / 100; None where the
+    instance's target is not the row's `target` column (an instance of another row)."""
+    return [float(e.counter) + trainer_state.global_step / 100 if e.target == t else None
+            for e, t in zip(environments, target)]

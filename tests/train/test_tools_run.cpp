@@ -335,6 +335,20 @@ std::string environment_data(const fs::path& dir, const std::string& name, const
          " data.test_path=" + (dir / "data" / (name + "_test.jsonl")).string();
 }
 
+// A logged row's multiply(a, b) calls with two integers (the products its instance computed).
+int64_t multiply_calls(const nlohmann::json& line) {
+  int64_t products = 0;
+  for (const nlohmann::json& m : line["messages"])
+    if (m["role"] == "assistant" && m.contains("tool_calls"))
+      for (const nlohmann::json& c : m["tool_calls"]) {
+        const nlohmann::json& args = c["function"]["arguments"];
+        products += c["function"]["name"] == "multiply" && args.is_object() && args.size() == 2 &&
+                    args.value("a", nlohmann::json()).is_number_integer() &&
+                    args.value("b", nlohmann::json()).is_number_integer();
+      }
+  return products;
+}
+
 TEST_F(ToolsRun, AnEnvironmentOwnsItsStateAndReward) {
   const std::string env = std::string(UNSTUCK_SOURCE_DIR) + "/tests/train/tool_environment.py";
   const std::string reward =
@@ -349,15 +363,7 @@ TEST_F(ToolsRun, AnEnvironmentOwnsItsStateAndReward) {
   for (const auto& [key, line] : rollouts_of(dir_ / "runs" / "env")) {
     const std::string prompt = line["prompt"];  // the record's "What is", then what reset() returned
     EXPECT_TRUE(std::regex_search(prompt, std::regex("What is \\d+ times \\d+\\?<\\|im_end\\|>"))) << prompt;
-    int64_t products = 0;  // the row's multiply(a, b) calls with two integers
-    for (const nlohmann::json& m : line["messages"])
-      if (m["role"] == "assistant" && m.contains("tool_calls"))
-        for (const nlohmann::json& c : m["tool_calls"]) {
-          const nlohmann::json& args = c["function"]["arguments"];
-          products += c["function"]["name"] == "multiply" && args.is_object() && args.size() == 2 &&
-                      args.value("a", nlohmann::json()).is_number_integer() &&
-                      args.value("b", nlohmann::json()).is_number_integer();
-        }
+    const int64_t products = multiply_calls(line);
     EXPECT_EQ(line["reward"].get<double>(), double(products)) << line.dump();
     rewarded += products > 0;
     ++rows;
@@ -365,6 +371,50 @@ TEST_F(ToolsRun, AnEnvironmentOwnsItsStateAndReward) {
   EXPECT_EQ(rows, 16);
   EXPECT_GT(rewarded, 0);
   for (const auto& m : read_metrics(dir_ / "runs" / "env")) EXPECT_TRUE(m.contains("reward/MultiplyEnv")) << m;
+}
+
+// A TRL reward function that takes environments (as TRL's grpo_2048 example writes one:
+// reward_score(environments, **kwargs)) reads each row's own instance, as TRL passes
+// environment_factory's instances: products_seen counts the products the row's instance computed and
+// get_reward counts them again, so a row's reward is twice its calls (rows on both tool workers, in
+// order). The instances are the class of the function's own file (isinstance holds). The run's
+// evaluation and `unstuck eval` read the instances too; without tools.environment the function is
+// refused before training.
+TEST_F(ToolsRun, ARewardFunctionReadsEachRowsOwnInstanceAsTrlPassesThem) {
+  const std::string env = std::string(UNSTUCK_SOURCE_DIR) + "/tests/train/tool_environment.py";
+  const std::string reward =
+      "{function: {path: " + env + ", name: products_seen, style: trl, python: " + UNSTUCK_PYTHON + ", workers: 1}}";
+  const std::string data = environment_data(dir_, "seen", nlohmann::json::object());
+  ASSERT_EQ(
+      run("train --config " +
+              config("seen", 2, reward, "  environment: {path: " + env + ", name: MultiplyEnv}\n").string() + data,
+          "seen.log"),
+      0)
+      << read_text(dir_ / "seen.log");
+  int64_t rows = 0, rewarded = 0;
+  for (const auto& [key, line] : rollouts_of(dir_ / "runs" / "seen")) {
+    const int64_t products = multiply_calls(line);
+    EXPECT_EQ(line["reward"].get<double>(), 2.0 * double(products)) << line.dump();
+    rewarded += products > 0;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 16);
+  EXPECT_GT(rewarded, 0);
+  const auto metrics = read_metrics(dir_ / "runs" / "seen");
+  for (const auto& m : metrics) EXPECT_EQ(m.value("reward_error_frac", -1.0), 0.0) << m.dump();
+  ASSERT_TRUE(metrics.back().contains("eval_accuracy")) << metrics.back().dump();
+  EXPECT_GT(metrics.back()["eval_accuracy"].get<double>(), 0.0) << "the greedy policy's calls, read off the instances";
+  ASSERT_EQ(run("eval --model " + (dir_ / "runs/seen/final_model").string() + " --json", "seen_eval.log"), 0)
+      << read_text(dir_ / "seen_eval.log");
+  const std::string shown = read_text(dir_ / "seen_eval.log");
+  const nlohmann::json j = nlohmann::json::parse(shown.substr(shown.rfind("{\"model\"")));
+  EXPECT_DOUBLE_EQ(j["greedy_accuracy"].get<double>(), metrics.back()["eval_accuracy"].get<double>()) << shown;
+  // The tools without the environment: refused before the first rollout, naming what is missing.
+  EXPECT_NE(run("train --config " + config("seen_alone", 1, reward).string() + data, "seen_alone.log"), 0);
+  const std::string refused = read_text(dir_ / "seen_alone.log");
+  EXPECT_NE(refused.find("takes environments"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("tools.environment is not set"), std::string::npos) << refused;
+  EXPECT_EQ(refused.find("first rollout token"), std::string::npos) << refused;
 }
 
 // A reset() whose string leaves no room for the completion stops the run naming the class, the

@@ -8,6 +8,9 @@ the number of products it computed (so a row's reward counts its own calls only 
 own instance). LongWinded's reset returns more than the context holds for every row without a `short`
 column (unstuck's own check names it in training, evaluation and `unstuck generate`). `abstain` is a TRL reward function that returns None (not applicable) for every
 completion, so a row's reward is the environment's alone, as TRL's nansum of the sources makes it.
+`products_seen` reads the instances TRL passes reward functions as `environments` (the form of TRL's
+grpo_2048 example, reward_score(environments, **kwargs)): each row's products; an instance that is
+not this file's MultiplyEnv, or a count of instances other than of completions, scores None.
 """
 
 
@@ -43,3 +46,9 @@ class LongWinded(MultiplyEnv):
 
 def abstain(completions, **kwargs):
     return [None for _ in completions]
+
+
+def products_seen(environments, completions, **kwargs):
+    if len(environments) != len(completions):
+        return [None for _ in completions]
+    return [float(len(e.products)) if isinstance(e, MultiplyEnv) else None for e in environments]

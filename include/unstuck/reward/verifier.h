@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "unstuck/data/record.h"
 #include "unstuck/reward/reward_config.h"
+#include "unstuck/reward/worker_pool.h"
 
 namespace unstuck::reward {
 
@@ -62,6 +64,13 @@ struct RewardResult {
   std::map<std::string, std::vector<double>> metrics;
 };
 
+// tools.environment's instances, for a TRL reward function that reads them (environments=): scores
+// `items` (TRL items, one per completion in order, item i with "slot": i, row i's instance) with
+// `function` ({path, name, pythonpath, kwargs, factory_kwargs}) and TRL's trainer_state `state` on the
+// tool workers that hold the instances; one result per item.
+using EnvironmentScorer = std::function<std::vector<WorkerResult>(
+    const nlohmann::json& function, const std::vector<nlohmann::json>& items, const nlohmann::json& state)>;
+
 // What a batch is scored in, when the caller knows it: the completions' token ids (TRL's
 // completion_ids, the stop token included when one was sampled) and the run's progress (TRL's
 // trainer_state).
@@ -80,6 +89,9 @@ struct ScoringContext {
   // When set while a function's workers score, they give up within 0.25 s and score_batch throws
   // Interrupted (the trainer's SIGINT/SIGTERM flag); null: never.
   const std::atomic<bool>* stop = nullptr;
+  // With tools.environment: where its instances are, for the functions that read them; empty: no
+  // environment (such a function's batch is then an error).
+  EnvironmentScorer environments;
 };
 
 class Verifier {
@@ -93,6 +105,9 @@ class Verifier {
   virtual std::vector<RewardResult> score_batch(const std::vector<std::string>& completions,
                                                 const std::vector<const data::TaskRecord*>& records,
                                                 const ScoringContext& context) const;
+  // True when a TRL reward function in it takes environments (TRL's environment_factory instances):
+  // it scores only with ScoringContext::environments.
+  virtual bool reads_environments() const { return false; }
 };
 
 // The names make_verifier() knows: math, arithmetic, countdown, code.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 
 namespace unstuck::reward {
 class WorkerPool;
+struct WorkerResult;
 struct SandboxOptions;
 }  // namespace unstuck::reward
 namespace unstuck::data {
@@ -117,6 +119,13 @@ class ToolRunner {
                                               const std::atomic<bool>* cancel = nullptr);
   // get_reward() of slots [0, n) (the rows reset last).
   std::vector<EnvironmentScore> environment_rewards(std::size_t n, const std::atomic<bool>* cancel = nullptr);
+  // A TRL reward function that reads the instances (environments=; reward::EnvironmentScorer's
+  // arguments, item i with "slot" i): called once on each worker's rows, as TRL calls it once on each
+  // process's rows; one result per item, in order. Calls from several threads (reward.terms) take turns.
+  std::vector<reward::WorkerResult> score_with_environments(const nlohmann::json& function,
+                                                            const std::vector<nlohmann::json>& items,
+                                                            const nlohmann::json& trainer_state,
+                                                            const std::atomic<bool>* cancel = nullptr);
 
  private:
   std::vector<ToolOutcome> call_workers(const std::vector<ToolCall>& calls, const std::atomic<bool>* cancel);
@@ -129,6 +138,7 @@ class ToolRunner {
   std::string python_;                               // tools.builtin_python: the interpreter in the sandbox
   std::string environment_class_;                    // tools.environment: the class's name (empty: none)
   bool environment_scores_ = false;
+  std::mutex scoring_;  // score_with_environments' calls, one at a time on the pool
 };
 
 // The tokens that follow an assistant turn with these calls and results, found as TRL 1.16 finds them

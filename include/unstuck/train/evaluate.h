@@ -41,6 +41,8 @@ struct EvalOptions {
   // and returns what each reset() appended to its prompt ("" for nothing). Unset: no environment.
   std::function<std::vector<std::string>(const std::vector<const data::TaskRecord*>& records)> observations;
   std::string environment;  // the class `observations` resets (named when a prompt outgrows the context)
+  // tools.environment's instances, for a reward function that reads them (TRL's environments=).
+  reward::EnvironmentScorer environments;
 };
 
 struct EvalResult {
