@@ -30,6 +30,7 @@ memory (< 1: Unstuck smaller), medians over the rounds. Installs nothing: TRL co
   scripts/bench_scale.py --shape qwen2.5-1.5b --device cuda   # on a GPU machine
   scripts/bench_scale.py --layers 2 --rounds 1 --no-trl    # the CI-sized shape, Unstuck only
   scripts/bench_scale.py --lora 16                         # LoRA on both sides (TRL with peft's LoraConfig)
+  scripts/bench_scale.py --tokenizer-vocab full            # a tokenizer of the real size (151,646 ids)
   scripts/bench_scale.py --table report.json               # the table of a saved --json report
 """
 import argparse
@@ -360,6 +361,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="0 = all cores")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--model-dir", help="reuse a stand-in built by scale_standin.py (its OUT directory)")
+    ap.add_argument("--tokenizer-vocab", default="2048",
+                    help="the stand-in tokenizer's BPE tokens, or full: the family's real count (Qwen2: 151,643)")
     ap.add_argument("--unstuck", default=str(ROOT / "build/unstuck"))
     ap.add_argument("--no-trl", action="store_true", help="Unstuck only (no peer runs)")
     ap.add_argument("--lora", type=int, default=0,
@@ -406,16 +409,20 @@ def main():
             s = {"model": str(Path(a.model_dir, "model")), "data": str(Path(a.model_dir, "data")), "shape": a.shape}
             out = subprocess.run([a.unstuck, "inspect", s["model"]], capture_output=True, text=True).stdout
             s["params"] = next((int(l.split(":")[1]) for l in out.splitlines() if l.startswith("parameters:")), None)
+            tokenizer = json.loads(Path(s["model"], "tokenizer.json").read_text())
+            s["tokenizer_vocab"] = len(set(tokenizer["model"]["vocab"].values()) |
+                                       {t["id"] for t in tokenizer.get("added_tokens", [])})
         else:
             print(f"[bench_scale] building the {a.shape} stand-in", file=sys.stderr)
-            s = scale_standin.build(str(work / "standin"), a.shape, a.layers)
+            s = scale_standin.build(str(work / "standin"), a.shape, a.layers, tokenizer_vocab=a.tokenizer_vocab)
         bench = Bench(a, work, s)
         report = {"machine": {"cpus": len(os.sched_getaffinity(0)), "cpu": cpu_name(),
                               "mem_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30,
                               "load_avg_start": os.getloadavg()},
                   "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                                "trl": None if a.no_trl else __import__("trl").__version__},
-                  "config": {"shape": a.shape, "layers": s.get("layers"), "params": s.get("params"), "work": a.work,
+                  "config": {"shape": a.shape, "layers": s.get("layers"), "params": s.get("params"),
+                             "tokenizer_vocab": s.get("tokenizer_vocab"), "work": a.work,
                              **WORK[a.work], "rounds": a.rounds, "threads": a.threads, "device": a.device,
                              "gen_batch": a.gen_batch, "gen_tokens": a.gen_tokens, "gen_prompt": a.gen_prompt},
                   "grpo": [], "startup": [], "generate": []}

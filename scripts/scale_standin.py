@@ -5,7 +5,12 @@ trained here with `tokenizers` (the embedding padded to the real vocabulary size
 template, and GSM8K-style records. Used by scripts/bench_scale.py (full shapes) and by the memory
 plan test (tests/train/memory_plan_test.sh: the full vocabulary and width, few layers).
 
-  scale_standin.py OUT [--shape qwen2.5-0.5b] [--layers N] [--records 32] [--dtype bf16]
+  scale_standin.py OUT [--shape qwen2.5-0.5b] [--layers N] [--records 32] [--dtype bf16] [--tokenizer-vocab full]
+
+--tokenizer-vocab: the tokenizer's regular tokens (default 2048); `full` trains as many as the family's
+real tokenizer has (Qwen2/Qwen3: 151,643 and the specials, 151,646 ids here; Llama 3: 128,000): on the
+records' text and a soup of pseudo-words drawn with a fixed seed, so the merges reach the real count
+and the vocabulary and merges tables weigh what the real ones weigh in memory.
 
 Writes OUT/model (config.json, model.safetensors, tokenizer.json, tokenizer_config.json) and
 OUT/data/{train,test}.jsonl; prints one JSON line {"params": ..., "vocab": ..., "tokenizer_vocab": ...}.
@@ -40,6 +45,9 @@ SHAPES = {
                          rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
 }
+
+# The regular (BPE) tokens of each family's real tokenizer.
+FULL_VOCAB = {"qwen2": 151643, "qwen3": 151643, "llama": 128000}
 
 # Chat template (tests/tokenizer/chat_template_cases.json), special tokens, tokenizer_config entries.
 FAMILY_TOKENS = {
@@ -87,8 +95,26 @@ def train_tokenizer(model_dir, corpus_file, specials, vocab_size):
     return tok
 
 
-def build(out, shape_name, layers=None, records=32, dtype="bf16", seed=0, device="cpu"):
-    """`device`: where transformers draws the random weights (cuda: seconds instead of a minute at 1.5B)."""
+def pseudo_words(f, count, seed=0):
+    """`count` pseudo-words (letters, digits, punctuation, some accented letters) with a fixed seed:
+    enough distinct pairs for a BPE trainer to reach a real tokenizer's merge count."""
+    import random
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZéèàüöñçß"
+    line = []
+    for i in range(count):
+        n = rng.choice((2, 3, 3, 4, 4, 5, 5, 6, 7, 8, 9, 11))
+        word = "".join(rng.choice(letters) for _ in range(n))
+        line.append(word if rng.random() < 0.9 else word + rng.choice(".,;:!?"))
+        if len(line) == 16:
+            f.write(" ".join(line) + "\n")
+            line = []
+    f.write(" ".join(line) + "\n")
+
+
+def build(out, shape_name, layers=None, records=32, dtype="bf16", seed=0, device="cpu", tokenizer_vocab=2048):
+    """`device`: where transformers draws the random weights (cuda: seconds instead of a minute at 1.5B).
+    `tokenizer_vocab`: the BPE tokens to train, or "full" for the family's real count."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -117,7 +143,15 @@ def build(out, shape_name, layers=None, records=32, dtype="bf16", seed=0, device
         for r in recs:
             f.write(r["question"] + "\n" + r["answer"] + "\n")
         f.write("system user assistant You are a helpful assistant. " + SYSTEM_PROMPT + "\n")
-    tok = train_tokenizer(model_dir, corpus_file, specials, vocab_size=2048)
+        if tokenizer_vocab == "full":  # the records' words merge first (they repeat), then the soup's
+            for _ in range(64):
+                for r in recs:
+                    f.write(r["question"] + "\n" + r["answer"] + "\n")
+            pseudo_words(f, 1_500_000, seed)
+    regular = FULL_VOCAB[family] if tokenizer_vocab == "full" else int(tokenizer_vocab)
+    tok = train_tokenizer(model_dir, corpus_file, specials, vocab_size=regular + len(specials))
+    if tokenizer_vocab == "full" and tok.get_vocab_size() != regular + len(specials):
+        sys.exit(f"scale_standin: the tokenizer reached {tok.get_vocab_size()} ids, not {regular + len(specials)}")
     os.remove(corpus_file)
     ids = {k: tok.token_to_id(v) for k, v in entries.items() if v}
     bos = ids.get("bos_token", ids["pad_token"])
@@ -147,8 +181,10 @@ def main():
     ap.add_argument("--layers", type=int, default=None, help="fewer layers than the public config (CI)")
     ap.add_argument("--records", type=int, default=32, help="training records (8 more go to the test split)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "fp16"], help="weights as saved")
+    ap.add_argument("--tokenizer-vocab", default="2048",
+                    help="BPE tokens to train, or full: the family's real count (Qwen2: 151,643)")
     a = ap.parse_args()
-    print(json.dumps(build(a.out, a.shape, a.layers, a.records, a.dtype)))
+    print(json.dumps(build(a.out, a.shape, a.layers, a.records, a.dtype, tokenizer_vocab=a.tokenizer_vocab)))
 
 
 if __name__ == "__main__":
