@@ -22,4 +22,6 @@ bool keep_freed_memory() {
   return mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
 }
 
+void release_freed_memory() { malloc_trim(0); }
+
 }  // namespace unstuck

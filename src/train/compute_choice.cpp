@@ -12,6 +12,7 @@
 #include <chrono>
 #include <vector>
 
+#include "unstuck/common/allocator.h"
 #include "unstuck/config/config.h"
 #include "unstuck/train/trainable_weights.h"
 
@@ -128,6 +129,7 @@ ComputeChoice resolve_compute(const model::ModelConfig& model, const precision::
                                           : "FP16 weights compute in FP32 on a CPU either way";
   } else {
     c.probe = probe_compute(model, weights);
+    release_freed_memory();  // the probe's operands (~140 MiB at a 0.5B shape) are not the run's
     c.mode = pick_compute(*c.probe);
     c.reason = "probe: fp32 " + std::string(c.mode == ComputeMode::fp32 ? "is" : "is not") + " more than " +
                std::to_string(int(kAutoFp32Margin * 100)) + "% faster than bf16 on this CPU";

@@ -13,4 +13,9 @@ namespace unstuck {
 // settings; throws UserError naming any other UNSTUCK_MALLOC value.
 bool keep_freed_memory();
 
+// Returns the heap's free pages to the kernel (glibc's malloc_trim): for a phase that frees large
+// transient buffers the run will not need again (precision.compute: auto's probe), which the settings
+// above would otherwise keep resident, outside the memory plan, for the rest of the run.
+void release_freed_memory();
+
 }  // namespace unstuck
